@@ -1,0 +1,40 @@
+// Batched float32 GEMM on oneDNN's matmul primitive: the one entry point that every CPU
+// matrix product in lat goes through (core matmul op, linear-attention chunk kernels).
+#pragma once
+#include <cstdint>
+
+namespace lat::cpu {
+
+/// C[b] = alpha * op(A[b]) * op(B[b]) + beta * C[b] for b in [0, batch), row-major.
+/// op(A) is M x K: A[b] is stored M x K with row stride lda, or K x M when trans_a.
+/// op(B) is K x N: B[b] is stored K x N with row stride ldb, or N x K when trans_b.
+/// stride_* is the distance in elements between consecutive batch items; stride_b = 0
+/// shares one B across the batch. beta is 0 (overwrite) or any value (accumulate).
+struct GemmBatch {
+  int64_t batch = 1, M = 0, N = 0, K = 0;
+  const float* A = nullptr;
+  int64_t lda = 0, stride_a = 0;
+  bool trans_a = false;
+  const float* B = nullptr;
+  int64_t ldb = 0, stride_b = 0;
+  bool trans_b = false;
+  float* C = nullptr;
+  int64_t ldc = 0, stride_c = 0;
+  float alpha = 1.0f, beta = 0.0f;
+};
+
+/// Runs the product through a cached oneDNN matmul primitive (keyed by every size,
+/// stride, transpose flag, alpha and beta), so repeated shapes do not re-create
+/// primitives. K == 0 gives beta * C. Thread-safe.
+void gemm_batched(const GemmBatch& g);
+
+/// Float64 reference product with the same conventions (plain loops, for references and
+/// gradient checks).
+void gemm_batched_f64(int64_t batch, int64_t M, int64_t N, int64_t K, const double* A, int64_t lda,
+                      int64_t stride_a, bool trans_a, const double* B, int64_t ldb, int64_t stride_b,
+                      bool trans_b, double* C, int64_t ldc, int64_t stride_c, double alpha, double beta);
+
+/// Number of primitives currently cached (for tests of the cache).
+int64_t gemm_cache_size();
+
+}  // namespace lat::cpu

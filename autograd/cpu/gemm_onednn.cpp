@@ -1,0 +1,127 @@
+// oneDNN 2.6 matmul glue. The 2.6 API builds matmul::desc, then a primitive_desc with
+// the attributes (output scale alpha, sum post-op beta), then the primitive.
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "autograd/cpu/gemm.h"
+#include "lat/error.h"
+
+namespace lat::cpu {
+namespace {
+
+using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, int64_t, int64_t, bool,
+                       int64_t, int64_t, float, float>;
+
+struct Cached {
+  dnnl::matmul primitive;
+  dnnl::memory::desc a, b, c;
+};
+
+struct Engine {
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  std::mutex mutex;
+  std::map<Key, Cached> cache;
+};
+
+Engine& engine() {
+  static Engine e;
+  return e;
+}
+
+dnnl::memory::desc strided_desc(int64_t batch, int64_t rows, int64_t cols, int64_t ld, int64_t stride,
+                                bool transposed) {
+  // Logical dims are always [batch, rows, cols]; a transposed operand is stored cols x rows.
+  dnnl::memory::dims dims{batch, rows, cols};
+  dnnl::memory::dims strides = transposed ? dnnl::memory::dims{stride, 1, ld} : dnnl::memory::dims{stride, ld, 1};
+  return dnnl::memory::desc(dims, dnnl::memory::data_type::f32, strides);
+}
+
+Cached make_primitive(const GemmBatch& g, dnnl::engine& eng) {
+  int64_t b_batch = g.stride_b == 0 ? 1 : g.batch;
+  auto a_md = strided_desc(g.batch, g.M, g.K, g.lda, g.stride_a == 0 ? g.M * g.K : g.stride_a, g.trans_a);
+  auto b_md = strided_desc(b_batch, g.K, g.N, g.ldb, g.stride_b == 0 ? g.K * g.N : g.stride_b, g.trans_b);
+  auto c_md = strided_desc(g.batch, g.M, g.N, g.ldc, g.stride_c, false);
+  dnnl::primitive_attr attr;
+  if (g.alpha != 1.0f) attr.set_output_scales(0, {g.alpha});
+  if (g.beta != 0.0f) {
+    dnnl::post_ops ops;
+    ops.append_sum(g.beta);
+    attr.set_post_ops(ops);
+  }
+  dnnl::matmul::desc desc(a_md, b_md, c_md);
+  dnnl::matmul::primitive_desc pd(desc, attr, eng);
+  return {dnnl::matmul(pd), a_md, b_md, c_md};
+}
+
+void check_gemm(const GemmBatch& g) {
+  LAT_CHECK(g.batch >= 1 && g.M >= 1 && g.N >= 1 && g.K >= 0,
+            "gemm_batched: sizes must be positive, got batch=" << g.batch << " M=" << g.M << " N=" << g.N
+                                                               << " K=" << g.K);
+  LAT_CHECK(g.lda >= (g.trans_a ? g.M : g.K), "gemm_batched: lda " << g.lda << " too small");
+  LAT_CHECK(g.ldb >= (g.trans_b ? g.K : g.N), "gemm_batched: ldb " << g.ldb << " too small");
+  LAT_CHECK(g.ldc >= g.N, "gemm_batched: ldc " << g.ldc << " too small");
+}
+
+}  // namespace
+
+void gemm_batched(const GemmBatch& g) {
+  check_gemm(g);
+  if (g.K == 0) {
+    for (int64_t b = 0; b < g.batch; ++b)
+      for (int64_t i = 0; i < g.M; ++i)
+        for (int64_t j = 0; j < g.N; ++j) {
+          float& c = g.C[b * g.stride_c + i * g.ldc + j];
+          c = g.beta == 0.0f ? 0.0f : g.beta * c;
+        }
+    return;
+  }
+  Engine& e = engine();
+  Key key{g.batch, g.M, g.N, g.K, g.lda, g.stride_a, g.trans_a, g.ldb, g.stride_b, g.trans_b,
+          g.ldc, g.stride_c, g.alpha, g.beta};
+  Cached cached;
+  {
+    std::lock_guard<std::mutex> lock(e.mutex);
+    auto it = e.cache.find(key);
+    if (it == e.cache.end()) it = e.cache.emplace(key, make_primitive(g, e.engine)).first;
+    cached = it->second;
+  }
+  dnnl::memory a_mem(cached.a, e.engine, const_cast<float*>(g.A));
+  dnnl::memory b_mem(cached.b, e.engine, const_cast<float*>(g.B));
+  dnnl::memory c_mem(cached.c, e.engine, g.C);
+  // One stream per thread keeps concurrent callers independent.
+  thread_local dnnl::stream stream(e.engine);
+  cached.primitive.execute(stream, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
+  stream.wait();
+}
+
+void gemm_batched_f64(int64_t batch, int64_t M, int64_t N, int64_t K, const double* A, int64_t lda,
+                      int64_t stride_a, bool trans_a, const double* B, int64_t ldb, int64_t stride_b,
+                      bool trans_b, double* C, int64_t ldc, int64_t stride_c, double alpha, double beta) {
+#pragma omp parallel for collapse(2) if (batch * M * N * K > (1 << 16))
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t i = 0; i < M; ++i) {
+      const double* a = A + b * stride_a;
+      const double* bb = B + b * stride_b;
+      double* c = C + b * stride_c + i * ldc;
+      for (int64_t j = 0; j < N; ++j) {
+        double acc = 0.0;
+        for (int64_t k = 0; k < K; ++k) {
+          double av = trans_a ? a[k * lda + i] : a[i * lda + k];
+          double bv = trans_b ? bb[j * ldb + k] : bb[k * ldb + j];
+          acc += av * bv;
+        }
+        c[j] = alpha * acc + (beta == 0.0 ? 0.0 : beta * c[j]);
+      }
+    }
+}
+
+int64_t gemm_cache_size() {
+  Engine& e = engine();
+  std::lock_guard<std::mutex> lock(e.mutex);
+  return static_cast<int64_t>(e.cache.size());
+}
+
+}  // namespace lat::cpu

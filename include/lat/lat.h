@@ -1,0 +1,9 @@
+// Umbrella header: everything a user of lat needs.
+#pragma once
+#include "lat/dtype.h"
+#include "lat/error.h"
+#include "lat/grad_check.h"
+#include "lat/ops.h"
+#include "lat/tape.h"
+#include "lat/tensor.h"
+#include "lat/version.h"
