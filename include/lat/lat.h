@@ -3,6 +3,7 @@
 #include "lat/dtype.h"
 #include "lat/error.h"
 #include "lat/grad_check.h"
+#include "lat/linear_attention.h"
 #include "lat/ops.h"
 #include "lat/tape.h"
 #include "lat/tensor.h"

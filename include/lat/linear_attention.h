@@ -1,0 +1,101 @@
+// The linear-attention family: chunkwise ops (training), fused recurrent ops (reference,
+// generation) and single-token steps (decoding). Field-standard names and layouts, as in
+// flash-linear-attention. The math: shared ALGORITHMS.md, implemented per op in
+// layers/linear_attention/.
+//
+// Shapes (f32): q, k [B, T, H, K]; v [B, T, H, V]; g [B, T, H] (log-decay, <= 0);
+// beta [B, T, H] (in (0, 1)); initial_state / final_state [B, H, K, V] (for
+// chunk_linear_attn with normalize = true: [B, H, K, V + 1], the last column is z).
+// An undefined Tensor stands for an absent optional input. Every op is differentiable in
+// every tensor input (initial_state included) and accepts a gradient on final_state.
+// scale defaults to K^-0.5. Any T >= 1; K and V in 1..256. Errors: lat::Error naming
+// the op, the argument and expected versus actual (shapes, dtypes, ranks, g > 0).
+#pragma once
+#include <optional>
+
+#include "lat/tensor.h"
+
+namespace lat {
+
+struct LinearAttentionOutput {
+  Tensor o;            // [B, T, H, V]
+  Tensor final_state;  // [B, H, K, V] (V + 1 when normalized); undefined unless requested
+};
+
+/// Causal linear attention (Katharopoulos et al. 2020, sec. 3.2-3.4): S_t = S_{t-1} + k_t v_t^T,
+/// o_t = scale S_t^T q_t; with normalize, z_t = z_{t-1} + k_t and
+/// o_t = scale S_t^T q_t / (scale q_t . z_t + 1e-6). The feature map is applied by the caller.
+LinearAttentionOutput chunk_linear_attn(const Tensor& q, const Tensor& k, const Tensor& v,
+                                        std::optional<float> scale = {}, bool normalize = false,
+                                        const Tensor& initial_state = {}, bool output_final_state = false,
+                                        int chunk_size = 64);
+
+/// Linear attention with a scalar per-head log-decay (Mamba-2 SSD read as linear attention,
+/// Dao & Gu 2024; RetNet when g is constant): S_t = exp(g_t) S_{t-1} + k_t v_t^T,
+/// o_t = scale S_t^T q_t.
+LinearAttentionOutput chunk_simple_gla(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                                       std::optional<float> scale = {}, const Tensor& initial_state = {},
+                                       bool output_final_state = false, int chunk_size = 64);
+
+/// DeltaNet (Schlag et al. 2021; Yang et al. 2024): S_t = (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T,
+/// o_t = scale S_t^T q_t. use_qk_l2norm_in_kernel L2-normalizes q and k (eps 1e-6) inside the op.
+LinearAttentionOutput chunk_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& beta,
+                                       std::optional<float> scale = {}, const Tensor& initial_state = {},
+                                       bool output_final_state = false, bool use_qk_l2norm_in_kernel = false,
+                                       int chunk_size = 64);
+
+/// Gated DeltaNet (Yang et al. 2025): S_t = exp(g_t) (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T,
+/// o_t = scale S_t^T q_t.
+LinearAttentionOutput chunk_gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                                             const Tensor& beta, std::optional<float> scale = {},
+                                             const Tensor& initial_state = {}, bool output_final_state = false,
+                                             bool use_qk_l2norm_in_kernel = false, int chunk_size = 64);
+
+// ---- token-by-token forms (same arguments and results as the chunk ops) ---------------
+LinearAttentionOutput fused_recurrent_linear_attn(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                  std::optional<float> scale = {}, bool normalize = false,
+                                                  const Tensor& initial_state = {},
+                                                  bool output_final_state = false);
+LinearAttentionOutput fused_recurrent_simple_gla(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                 const Tensor& g, std::optional<float> scale = {},
+                                                 const Tensor& initial_state = {},
+                                                 bool output_final_state = false);
+LinearAttentionOutput fused_recurrent_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                 const Tensor& beta, std::optional<float> scale = {},
+                                                 const Tensor& initial_state = {}, bool output_final_state = false,
+                                                 bool use_qk_l2norm_in_kernel = false);
+LinearAttentionOutput fused_recurrent_gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                       const Tensor& g, const Tensor& beta,
+                                                       std::optional<float> scale = {},
+                                                       const Tensor& initial_state = {},
+                                                       bool output_final_state = false,
+                                                       bool use_qk_l2norm_in_kernel = false);
+
+// ---- one decoding step, state updated in place (no autograd) ---------------------------
+// q_t, k_t [B, H, K]; v_t [B, H, V]; g_t, beta_t [B, H]; state [B, H, K, V] (V + 1 when
+// normalized). Returns o_t [B, H, V].
+Tensor recurrent_step_linear_attn(const Tensor& q_t, const Tensor& k_t, const Tensor& v_t, float scale,
+                                  bool normalize, Tensor& state);
+Tensor recurrent_step_simple_gla(const Tensor& q_t, const Tensor& k_t, const Tensor& v_t, const Tensor& g_t,
+                                 float scale, Tensor& state);
+Tensor recurrent_step_delta_rule(const Tensor& q_t, const Tensor& k_t, const Tensor& v_t, const Tensor& beta_t,
+                                 float scale, Tensor& state, bool use_qk_l2norm_in_kernel = false);
+Tensor recurrent_step_gated_delta_rule(const Tensor& q_t, const Tensor& k_t, const Tensor& v_t,
+                                       const Tensor& g_t, const Tensor& beta_t, float scale, Tensor& state,
+                                       bool use_qk_l2norm_in_kernel = false);
+
+// ---- float64 references (tape ops in f64: outputs and, through backward, gradients) ----
+// Same arguments as the chunk ops; inputs may be f32 or f64 and are converted to f64.
+LinearAttentionOutput naive_linear_attn(const Tensor& q, const Tensor& k, const Tensor& v,
+                                        std::optional<double> scale = {}, bool normalize = false,
+                                        const Tensor& initial_state = {}, bool output_final_state = false);
+LinearAttentionOutput naive_simple_gla(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                                       std::optional<double> scale = {}, const Tensor& initial_state = {},
+                                       bool output_final_state = false);
+LinearAttentionOutput naive_gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v,
+                                             const Tensor& g, const Tensor& beta,
+                                             std::optional<double> scale = {}, const Tensor& initial_state = {},
+                                             bool output_final_state = false,
+                                             bool use_qk_l2norm_in_kernel = false);
+
+}  // namespace lat
