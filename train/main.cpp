@@ -1,35 +1,59 @@
-// The `lat` command-line tool. Exit codes: 0 success, 1 failure while running,
-// 2 bad usage or config. Errors go to stderr as one line starting "error: ".
+// The `lat` command-line tool (DESIGN.md, "The command line"). Exit codes: 0 success,
+// 1 failure while running, 2 bad usage or config. Errors go to stderr as one line
+// starting "error: "; stdout carries only what a command outputs.
+#include <exception>
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
 #include "lat/lat.h"
+#include "train/cli/command.h"
+
+namespace {
+
+constexpr int kExitFailure = 1;
+constexpr int kExitUsage = 2;
+
+// One line: CLI11 messages can span lines.
+std::string one_line(std::string message) {
+  for (char& c : message)
+    if (c == '\n') c = ' ';
+  return message;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"lat: train small hybrid linear-attention language models", "lat"};
   app.set_version_flag("--version", std::string("lat ") + lat::version());
   app.require_subcommand(0, 1);
-  app.footer("Subcommands arrive with the trainer: train, generate, eval, export, info.");
+  app.footer("Commands arrive with the trainer: train, generate, eval, export, info.");
+
+  // Each subcommand registers itself here (train/cli/command.h).
+  std::vector<lat::cli::Command> commands;
 
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::cerr << "error: " << e.what() << "\n";
-    return 2;
+    std::cerr << "error: " << one_line(e.what()) << " (see lat --help)\n";
+    return kExitUsage;
   }
-  if (argc == 1) {
+
+  try {
+    for (const lat::cli::Command& command : commands)
+      if (command.app->parsed()) return command.run();
     std::cout << app.help();
     return 0;
-  }
-  try {
-    return 0;
-  } catch (const lat::Error& e) {
-    std::cerr << "error: " << e.what() << "\n";
-    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << one_line(e.what()) << "\n";
+    return kExitFailure;
   }
 }

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs the Debian packages lat needs, only those missing. Idempotent and silent when
+# everything is already there; otherwise one line says what it installed.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ccache
+  libdnnl-dev libhdf5-dev libyaml-cpp-dev
+  libgtest-dev libgmock-dev libcli11-dev libfmt-dev nlohmann-json3-dev
+  openmpi-bin libopenmpi-dev
+  python3-torch python3-numpy python3-h5py
+  curl
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+  [[ "$status" == "install ok installed" ]] || missing+=("$p")
+done
+[[ ${#missing[@]} -eq 0 ]] && exit 0
+
+sudo=()
+if [[ $(id -u) -ne 0 ]]; then
+  command -v sudo >/dev/null || { echo "error: install_deps: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+  sudo=(sudo)
+fi
+export DEBIAN_FRONTEND=noninteractive
+"${sudo[@]}" apt-get update -qq >/dev/null
+"${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "install_deps: installed ${missing[*]}"
