@@ -1,0 +1,192 @@
+// Row-wise OpenMP kernels of RMSNorm, softmax, log-softmax and cross-entropy. The
+// formulas (and their derivations) are documented in nn_cpu.h beside each declaration.
+#include "autograd/cpu/nn_cpu.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace lat::cpu {
+namespace {
+
+// Below this many elements a single thread is faster than forking.
+constexpr int64_t kParallelElements = 1 << 14;
+
+template <class T>
+T row_max(const T* x, int64_t dim) {
+  T m = x[0];
+  for (int64_t j = 1; j < dim; ++j) m = std::max(m, x[j]);
+  return m;
+}
+
+/// log(sum(exp(x - m))) + m for one row.
+template <class T>
+double row_log_sum_exp(const T* x, int64_t dim) {
+  const T m = row_max(x, dim);
+  double s = 0.0;
+  for (int64_t j = 0; j < dim; ++j) s += std::exp(x[j] - m);
+  return static_cast<double>(m) + std::log(s);
+}
+
+}  // namespace
+
+template <class T>
+void rms_norm_forward(const T* x, const T* weight, int64_t rows, int64_t dim, double eps, T* y, double* rstd) {
+#pragma omp parallel for if (rows * dim > kParallelElements)
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* xr = x + r * dim;
+    T* yr = y + r * dim;
+    double ss = 0.0;
+    for (int64_t j = 0; j < dim; ++j) ss += static_cast<double>(xr[j]) * xr[j];
+    const double inv = 1.0 / std::sqrt(ss / static_cast<double>(dim) + eps);
+    rstd[r] = inv;
+    const T rs = static_cast<T>(inv);
+    for (int64_t j = 0; j < dim; ++j) yr[j] = xr[j] * rs * weight[j];
+  }
+}
+
+template <class T>
+void rms_norm_backward(const T* x, const T* weight, const double* rstd, const T* g, int64_t rows, int64_t dim, T* dx,
+                       T* dweight) {
+  // dweight: each thread sums its rows into a private buffer; the buffers are added in
+  // thread order afterwards, so the result does not depend on scheduling.
+  const bool parallel = rows * dim > kParallelElements;
+  const int threads = parallel ? omp_get_max_threads() : 1;
+  std::vector<double> partial(dweight ? static_cast<size_t>(threads * dim) : 0, 0.0);
+#pragma omp parallel num_threads(threads) if (parallel)
+  {
+    double* mine = dweight ? partial.data() + omp_get_thread_num() * dim : nullptr;
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* xr = x + r * dim;
+      const T* gr = g + r * dim;
+      const double rs = rstd[r];
+      if (dx) {
+        double dot = 0.0;
+        for (int64_t j = 0; j < dim; ++j) dot += static_cast<double>(gr[j]) * weight[j] * xr[j];
+        const T a = static_cast<T>(rs), b = static_cast<T>(rs * rs * rs * dot / static_cast<double>(dim));
+        T* dxr = dx + r * dim;
+        for (int64_t j = 0; j < dim; ++j) dxr[j] = a * gr[j] * weight[j] - b * xr[j];
+      }
+      if (mine)
+        for (int64_t j = 0; j < dim; ++j) mine[j] += static_cast<double>(gr[j]) * xr[j] * rs;
+    }
+  }
+  if (dweight) {
+    for (int64_t j = 0; j < dim; ++j) {
+      double s = 0.0;
+      for (int t = 0; t < threads; ++t) s += partial[t * dim + j];
+      dweight[j] = static_cast<T>(s);
+    }
+  }
+}
+
+template <class T>
+void softmax_forward(const T* x, int64_t rows, int64_t dim, T* y) {
+#pragma omp parallel for if (rows * dim > kParallelElements)
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* xr = x + r * dim;
+    T* yr = y + r * dim;
+    const T m = row_max(xr, dim);
+    double s = 0.0;
+    for (int64_t j = 0; j < dim; ++j) {
+      yr[j] = std::exp(xr[j] - m);
+      s += yr[j];
+    }
+    const T inv = static_cast<T>(1.0 / s);
+    for (int64_t j = 0; j < dim; ++j) yr[j] *= inv;
+  }
+}
+
+template <class T>
+void softmax_backward(const T* y, const T* g, int64_t rows, int64_t dim, T* dx) {
+#pragma omp parallel for if (rows * dim > kParallelElements)
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* yr = y + r * dim;
+    const T* gr = g + r * dim;
+    T* dxr = dx + r * dim;
+    double dot = 0.0;
+    for (int64_t j = 0; j < dim; ++j) dot += static_cast<double>(gr[j]) * yr[j];
+    const T d = static_cast<T>(dot);
+    for (int64_t j = 0; j < dim; ++j) dxr[j] = yr[j] * (gr[j] - d);
+  }
+}
+
+template <class T>
+void log_softmax_forward(const T* x, int64_t rows, int64_t dim, T* y) {
+#pragma omp parallel for if (rows * dim > kParallelElements)
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* xr = x + r * dim;
+    T* yr = y + r * dim;
+    const double lse = row_log_sum_exp(xr, dim);
+    for (int64_t j = 0; j < dim; ++j) yr[j] = static_cast<T>(xr[j] - lse);
+  }
+}
+
+template <class T>
+void log_softmax_backward(const T* y, const T* g, int64_t rows, int64_t dim, T* dx) {
+#pragma omp parallel for if (rows * dim > kParallelElements)
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* yr = y + r * dim;
+    const T* gr = g + r * dim;
+    T* dxr = dx + r * dim;
+    double s = 0.0;
+    for (int64_t j = 0; j < dim; ++j) s += gr[j];
+    const T gs = static_cast<T>(s);
+    for (int64_t j = 0; j < dim; ++j) dxr[j] = gr[j] - std::exp(yr[j]) * gs;
+  }
+}
+
+template <class T>
+double cross_entropy_forward(const T* logits, const int64_t* targets, int64_t rows, int64_t dim,
+                             int64_t ignore_index, double* lse, int64_t* count) {
+  double total = 0.0;
+  int64_t n = 0;
+#pragma omp parallel for reduction(+ : total, n) if (rows * dim > kParallelElements)
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* xr = logits + r * dim;
+    lse[r] = row_log_sum_exp(xr, dim);
+    if (targets[r] == ignore_index) continue;
+    total += lse[r] - static_cast<double>(xr[targets[r]]);
+    ++n;
+  }
+  *count = n;
+  return total;
+}
+
+template <class T>
+void cross_entropy_backward(const T* logits, const int64_t* targets, const double* lse, int64_t rows, int64_t dim,
+                            int64_t ignore_index, double scale, T* dlogits) {
+#pragma omp parallel for if (rows * dim > kParallelElements)
+  for (int64_t r = 0; r < rows; ++r) {
+    T* dr = dlogits + r * dim;
+    if (targets[r] == ignore_index) {
+      std::fill(dr, dr + dim, T(0));
+      continue;
+    }
+    const T* xr = logits + r * dim;
+    const T s = static_cast<T>(scale);
+    // exp(x - lse) <= 1: the shift by the row's log-sum-exp keeps it finite for any x.
+    for (int64_t j = 0; j < dim; ++j) dr[j] = s * std::exp(static_cast<T>(xr[j] - lse[r]));
+    dr[targets[r]] -= s;
+  }
+}
+
+#define LAT_NN_CPU_INSTANTIATE(T)                                                                                  \
+  template void rms_norm_forward<T>(const T*, const T*, int64_t, int64_t, double, T*, double*);                  \
+  template void rms_norm_backward<T>(const T*, const T*, const double*, const T*, int64_t, int64_t, T*, T*);     \
+  template void softmax_forward<T>(const T*, int64_t, int64_t, T*);                                               \
+  template void softmax_backward<T>(const T*, const T*, int64_t, int64_t, T*);                                    \
+  template void log_softmax_forward<T>(const T*, int64_t, int64_t, T*);                                           \
+  template void log_softmax_backward<T>(const T*, const T*, int64_t, int64_t, T*);                                \
+  template double cross_entropy_forward<T>(const T*, const int64_t*, int64_t, int64_t, int64_t, double*,         \
+                                           int64_t*);                                                             \
+  template void cross_entropy_backward<T>(const T*, const int64_t*, const double*, int64_t, int64_t, int64_t,     \
+                                          double, T*);
+
+LAT_NN_CPU_INSTANTIATE(float)
+LAT_NN_CPU_INSTANTIATE(double)
+
+}  // namespace lat::cpu

@@ -1,0 +1,185 @@
+// lat::matmul: batched matrix product with transpose flags and broadcast batch dimensions.
+// f32 goes through the cached oneDNN primitive (lat::cpu::gemm_batched), f64 through the
+// reference loop (gemm_batched_f64). Shapes: op(a) is [..., M, K], op(b) is [..., K, N].
+#include <algorithm>
+#include <vector>
+
+#include "autograd/cpu/gemm.h"
+#include "lat/ops.h"
+#include "lat/tape.h"
+
+namespace lat {
+namespace {
+
+/// One strided-batched product C[i] = op(A[i]) op(B[i]), offsets in elements.
+struct GemmCall {
+  int64_t batch = 1, M = 0, N = 0, K = 0;
+  int64_t offset_a = 0, lda = 0, stride_a = 0;
+  bool trans_a = false;
+  int64_t offset_b = 0, ldb = 0, stride_b = 0;
+  bool trans_b = false;
+  int64_t offset_c = 0, ldc = 0, stride_c = 0;
+};
+
+void run_gemm(const GemmCall& c, const Tensor& a, const Tensor& b, Tensor& out) {
+  if (out.dtype() == DType::f32) {
+    cpu::GemmBatch g;
+    g.batch = c.batch;
+    g.M = c.M;
+    g.N = c.N;
+    g.K = c.K;
+    g.A = a.data<float>() + c.offset_a;
+    g.lda = c.lda;
+    g.stride_a = c.stride_a;
+    g.trans_a = c.trans_a;
+    g.B = b.data<float>() + c.offset_b;
+    g.ldb = c.ldb;
+    g.stride_b = c.stride_b;
+    g.trans_b = c.trans_b;
+    g.C = out.data<float>() + c.offset_c;
+    g.ldc = c.ldc;
+    g.stride_c = c.stride_c;
+    cpu::gemm_batched(g);
+  } else {
+    cpu::gemm_batched_f64(c.batch, c.M, c.N, c.K, a.data<double>() + c.offset_a, c.lda, c.stride_a, c.trans_a,
+                          b.data<double>() + c.offset_b, c.ldb, c.stride_b, c.trans_b,
+                          out.data<double>() + c.offset_c, c.ldc, c.stride_c, 1.0, 0.0);
+  }
+}
+
+Shape batch_dims(const Tensor& t) { return Shape(t.shape().begin(), t.shape().end() - 2); }
+
+/// Row-major strides of `batch` seen from `out_batch` (right-aligned): 0 where the
+/// dimension is missing or broadcast (size 1).
+std::vector<int64_t> broadcast_strides(const Shape& batch, const Shape& out_batch, int64_t matrix_size) {
+  std::vector<int64_t> strides(out_batch.size(), 0);
+  int64_t stride = matrix_size;
+  int64_t shift = static_cast<int64_t>(out_batch.size() - batch.size());
+  for (int64_t d = static_cast<int64_t>(batch.size()) - 1; d >= 0; --d) {
+    if (batch[d] != 1) strides[d + shift] = stride;
+    stride *= batch[d];
+  }
+  return strides;
+}
+
+void check_operand(const Tensor& t, const char* arg) {
+  LAT_CHECK(t.defined(), "matmul: " << arg << ": undefined tensor");
+  LAT_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::f64,
+            "matmul: " << arg << ": expected f32 or f64, got " << dtype_name(t.dtype()));
+  LAT_CHECK(t.device().is_cpu(), "matmul: " << arg << ": expected a cpu tensor, got " << t.device().str());
+  LAT_CHECK(t.dim() >= 2, "matmul: " << arg << ": expected at least 2 dims, got shape " << shape_str(t.shape()));
+}
+
+/// The forward product without recording.
+Tensor matmul_forward(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b) {
+  check_operand(a, "a");
+  check_operand(b, "b");
+  LAT_CHECK(a.dtype() == b.dtype(), "matmul: b: expected dtype " << dtype_name(a.dtype()) << " like a, got "
+                                                                 << dtype_name(b.dtype()));
+  const int64_t a_rows = a.size(-2), a_cols = a.size(-1), b_rows = b.size(-2), b_cols = b.size(-1);
+  const int64_t M = transpose_a ? a_cols : a_rows, K = transpose_a ? a_rows : a_cols;
+  const int64_t K_b = transpose_b ? b_cols : b_rows, N = transpose_b ? b_rows : b_cols;
+  LAT_CHECK(K == K_b, "matmul: b: expected shape " << (transpose_b ? "[..., N, " : "[..., ") << K
+                                                   << (transpose_b ? "]" : ", N]") << " to match a "
+                                                   << shape_str(a.shape()) << (transpose_a ? " (transposed)" : "")
+                                                   << ", got " << shape_str(b.shape())
+                                                   << (transpose_b ? " (transposed)" : ""));
+
+  const Shape a_batch = batch_dims(a), b_batch = batch_dims(b);
+  Shape out_batch(std::max(a_batch.size(), b_batch.size()));
+  for (size_t i = 0; i < out_batch.size(); ++i) {
+    size_t from_end = out_batch.size() - i;
+    int64_t da = from_end <= a_batch.size() ? a_batch[a_batch.size() - from_end] : 1;
+    int64_t db = from_end <= b_batch.size() ? b_batch[b_batch.size() - from_end] : 1;
+    LAT_CHECK(da == db || da == 1 || db == 1, "matmul: batch dimensions of a " << shape_str(a.shape()) << " and b "
+                                                                               << shape_str(b.shape())
+                                                                               << " do not broadcast");
+    out_batch[i] = da == 1 ? db : da;
+  }
+  Shape out_shape = out_batch;
+  out_shape.push_back(M);
+  out_shape.push_back(N);
+  Tensor out = Tensor::empty(out_shape, a.dtype());
+  if (out.numel() == 0) return out;
+
+  const int64_t total = shape_numel(out_batch);
+  const int64_t a_count = shape_numel(a_batch), b_count = shape_numel(b_batch);
+  GemmCall c;
+  c.M = M;
+  c.N = N;
+  c.K = K;
+  c.lda = a_cols;
+  c.trans_a = transpose_a;
+  c.ldb = b_cols;
+  c.trans_b = transpose_b;
+  c.ldc = N;
+  if (b_count == 1 && !transpose_a) {
+    // One b shared by every batch item and a's rows contiguous: a single [total*M, K] product.
+    c.M = total * M;
+    run_gemm(c, a, b, out);
+  } else if (b_count == 1 || (a_count == total && b_count == total)) {
+    c.batch = total;
+    c.stride_a = M * K;
+    c.stride_b = b_count == 1 ? 0 : K * N;
+    c.stride_c = M * N;
+    run_gemm(c, a, b, out);
+  } else {
+    // General broadcasting: one product per batch item on the same cached primitive.
+    std::vector<int64_t> sa = broadcast_strides(a_batch, out_batch, M * K);
+    std::vector<int64_t> sb = broadcast_strides(b_batch, out_batch, K * N);
+    for (int64_t i = 0; i < total; ++i) {
+      int64_t rest = i, offset_a = 0, offset_b = 0;
+      for (int64_t d = static_cast<int64_t>(out_batch.size()) - 1; d >= 0; --d) {
+        int64_t index = rest % out_batch[d];
+        rest /= out_batch[d];
+        offset_a += index * sa[d];
+        offset_b += index * sb[d];
+      }
+      c.offset_a = offset_a;
+      c.offset_b = offset_b;
+      c.offset_c = i * M * N;
+      run_gemm(c, a, b, out);
+    }
+  }
+  return out;
+}
+
+/// Reduces a full-batch gradient to the operand's (possibly broadcast) shape.
+Tensor reduce_to(const Tensor& grad, const Shape& shape) {
+  return grad.shape() == shape ? grad : sum_to(grad, shape);
+}
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b) {
+  Tensor out = matmul_forward(a, b, transpose_a, transpose_b);
+  if (needs_grad({&a, &b})) {
+    const bool need_a = a.requires_grad(), need_b = b.requires_grad();
+    Tensor sa = a.detach(), sb = b.detach();
+    record("matmul", {a, b}, {out},
+           [sa, sb, transpose_a, transpose_b, need_a, need_b](const std::vector<Tensor>& grads) {
+             const Tensor& g = grads[0];  // [..., M, N]
+             Tensor da, db;
+             // d op(a) = g op(b)^T and d op(b) = op(a)^T g, transposed back when stored transposed.
+             if (need_a) {
+               da = transpose_a ? matmul(sb, g, transpose_b, true) : matmul(g, sb, false, !transpose_b);
+               da = reduce_to(da, sa.shape());
+             }
+             if (need_b) {
+               if (shape_numel(batch_dims(sb)) == 1 && !transpose_a) {
+                 // Shared b: sum over the batch inside one product of the flattened rows.
+                 Tensor a2 = sa.reshape({-1, sa.size(-1)}), g2 = g.reshape({-1, g.size(-1)});
+                 db = transpose_b ? matmul(g2, a2, true, false) : matmul(a2, g2, true, false);
+                 db = db.reshape(sb.shape());
+               } else {
+                 db = transpose_b ? matmul(g, sa, true, transpose_a) : matmul(sa, g, !transpose_a, false);
+                 db = reduce_to(db, sb.shape());
+               }
+             }
+             return std::vector<Tensor>{da, db};
+           });
+  }
+  return out;
+}
+
+}  // namespace lat

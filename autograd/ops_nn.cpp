@@ -1,0 +1,159 @@
+// Fused neural-network ops over the last axis: RMSNorm, softmax, log-softmax and
+// cross-entropy. Each validates its inputs, runs a kernel of autograd/cpu/nn_cpu.h and
+// records one tape node that keeps only what its backward needs.
+#include <vector>
+
+#include "autograd/cpu/nn_cpu.h"
+#include "lat/ops.h"
+#include "lat/tape.h"
+
+namespace lat {
+namespace {
+
+void check_float_cpu(const Tensor& t, const char* op, const char* arg) {
+  LAT_CHECK(t.defined(), op << ": " << arg << ": undefined tensor");
+  LAT_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::f64,
+            op << ": " << arg << ": expected f32 or f64, got " << dtype_name(t.dtype()));
+  LAT_CHECK(t.device().is_cpu(), op << ": " << arg << ": expected a cpu tensor, got " << t.device().str());
+  LAT_CHECK(t.dim() >= 1, op << ": " << arg << ": expected at least 1 dim, got shape " << shape_str(t.shape()));
+}
+
+/// Rows and row length of a tensor normalized over its last axis.
+struct Rows {
+  int64_t rows, dim;
+};
+Rows rows_of(const Tensor& t) {
+  const int64_t dim = t.size(-1);
+  return {dim == 0 ? 0 : t.numel() / dim, dim};
+}
+
+}  // namespace
+
+Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
+  check_float_cpu(x, "rms_norm", "x");
+  check_float_cpu(weight, "rms_norm", "weight");
+  LAT_CHECK(weight.dtype() == x.dtype(), "rms_norm: weight: expected dtype " << dtype_name(x.dtype()) << " like x, got "
+                                                                             << dtype_name(weight.dtype()));
+  LAT_CHECK(weight.shape() == Shape{x.size(-1)}, "rms_norm: weight: expected shape [" << x.size(-1) << "] for x "
+                                                                                     << shape_str(x.shape()) << ", got "
+                                                                                     << shape_str(weight.shape()));
+  LAT_CHECK(eps >= 0.0, "rms_norm: eps: expected >= 0, got " << eps);
+  const auto [rows, dim] = rows_of(x);
+  Tensor y = Tensor::empty(x.shape(), x.dtype());
+  Tensor rstd = Tensor::empty({rows}, DType::f64);
+  if (x.dtype() == DType::f32)
+    cpu::rms_norm_forward(x.data<float>(), weight.data<float>(), rows, dim, eps, y.data<float>(), rstd.data<double>());
+  else
+    cpu::rms_norm_forward(x.data<double>(), weight.data<double>(), rows, dim, eps, y.data<double>(),
+                          rstd.data<double>());
+  if (needs_grad({&x, &weight})) {
+    const bool need_x = x.requires_grad(), need_w = weight.requires_grad();
+    Tensor sx = x.detach(), sw = weight.detach();
+    record("rms_norm", {x, weight}, {y}, [sx, sw, rstd, need_x, need_w, rows, dim](const std::vector<Tensor>& g) {
+      Tensor dx = need_x ? Tensor::empty(sx.shape(), sx.dtype()) : Tensor();
+      Tensor dw = need_w ? Tensor::empty(sw.shape(), sw.dtype()) : Tensor();
+      if (sx.dtype() == DType::f32)
+        cpu::rms_norm_backward(sx.data<float>(), sw.data<float>(), rstd.data<double>(), g[0].data<float>(), rows, dim,
+                               need_x ? dx.data<float>() : nullptr, need_w ? dw.data<float>() : nullptr);
+      else
+        cpu::rms_norm_backward(sx.data<double>(), sw.data<double>(), rstd.data<double>(), g[0].data<double>(), rows,
+                               dim, need_x ? dx.data<double>() : nullptr, need_w ? dw.data<double>() : nullptr);
+      return std::vector<Tensor>{dx, dw};
+    });
+  }
+  return y;
+}
+
+Tensor softmax(const Tensor& x) {
+  check_float_cpu(x, "softmax", "x");
+  const auto [rows, dim] = rows_of(x);
+  Tensor y = Tensor::empty(x.shape(), x.dtype());
+  if (x.dtype() == DType::f32)
+    cpu::softmax_forward(x.data<float>(), rows, dim, y.data<float>());
+  else
+    cpu::softmax_forward(x.data<double>(), rows, dim, y.data<double>());
+  if (needs_grad({&x})) {
+    Tensor sy = y.detach();
+    record("softmax", {x}, {y}, [sy, rows, dim](const std::vector<Tensor>& g) {
+      Tensor dx = Tensor::empty(sy.shape(), sy.dtype());
+      if (sy.dtype() == DType::f32)
+        cpu::softmax_backward(sy.data<float>(), g[0].data<float>(), rows, dim, dx.data<float>());
+      else
+        cpu::softmax_backward(sy.data<double>(), g[0].data<double>(), rows, dim, dx.data<double>());
+      return std::vector<Tensor>{dx};
+    });
+  }
+  return y;
+}
+
+Tensor log_softmax(const Tensor& x) {
+  check_float_cpu(x, "log_softmax", "x");
+  const auto [rows, dim] = rows_of(x);
+  Tensor y = Tensor::empty(x.shape(), x.dtype());
+  if (x.dtype() == DType::f32)
+    cpu::log_softmax_forward(x.data<float>(), rows, dim, y.data<float>());
+  else
+    cpu::log_softmax_forward(x.data<double>(), rows, dim, y.data<double>());
+  if (needs_grad({&x})) {
+    Tensor sy = y.detach();
+    record("log_softmax", {x}, {y}, [sy, rows, dim](const std::vector<Tensor>& g) {
+      Tensor dx = Tensor::empty(sy.shape(), sy.dtype());
+      if (sy.dtype() == DType::f32)
+        cpu::log_softmax_backward(sy.data<float>(), g[0].data<float>(), rows, dim, dx.data<float>());
+      else
+        cpu::log_softmax_backward(sy.data<double>(), g[0].data<double>(), rows, dim, dx.data<double>());
+      return std::vector<Tensor>{dx};
+    });
+  }
+  return y;
+}
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
+  check_float_cpu(logits, "cross_entropy", "logits");
+  LAT_CHECK(logits.dim() == 2, "cross_entropy: logits: expected shape [N, vocab], got " << shape_str(logits.shape()));
+  LAT_CHECK(targets.defined(), "cross_entropy: targets: undefined tensor");
+  LAT_CHECK(targets.device().is_cpu(),
+            "cross_entropy: targets: expected a cpu tensor, got " << targets.device().str());
+  LAT_CHECK(targets.dtype() == DType::i64, "cross_entropy: targets: expected i64, got " << dtype_name(targets.dtype()));
+  const int64_t rows = logits.size(0), dim = logits.size(1);
+  LAT_CHECK(targets.shape() == Shape{rows}, "cross_entropy: targets: expected shape [" << rows << "] for logits "
+                                                                                       << shape_str(logits.shape())
+                                                                                       << ", got "
+                                                                                       << shape_str(targets.shape()));
+  LAT_CHECK(dim >= 1 || rows == 0, "cross_entropy: logits: expected vocab >= 1, got shape "
+                                       << shape_str(logits.shape()));
+  const int64_t* t = targets.data<int64_t>();
+  for (int64_t r = 0; r < rows; ++r)
+    LAT_CHECK(t[r] == ignore_index || (t[r] >= 0 && t[r] < dim),
+              "cross_entropy: targets: target " << t[r] << " at position " << r << " is out of range [0, " << dim
+                                                << ") and not ignore_index " << ignore_index);
+
+  Tensor lse = Tensor::empty({rows}, DType::f64);
+  int64_t count = 0;
+  const double total = logits.dtype() == DType::f32
+                           ? cpu::cross_entropy_forward(logits.data<float>(), t, rows, dim, ignore_index,
+                                                        lse.data<double>(), &count)
+                           : cpu::cross_entropy_forward(logits.data<double>(), t, rows, dim, ignore_index,
+                                                        lse.data<double>(), &count);
+  Tensor loss = Tensor::scalar(count > 0 ? total / static_cast<double>(count) : 0.0, logits.dtype());
+  if (needs_grad({&logits})) {
+    Tensor sl = logits.detach(), st = targets.detach();
+    record("cross_entropy", {logits}, {loss},
+           [sl, st, lse, count, rows, dim, ignore_index](const std::vector<Tensor>& g) {
+             Tensor dl = Tensor::empty(sl.shape(), sl.dtype());
+             // With no counted target the loss is the constant 0: every gradient is 0.
+             const double scale = count > 0 ? g[0].item() / static_cast<double>(count) : 0.0;
+             const int64_t* tt = st.data<int64_t>();
+             if (sl.dtype() == DType::f32)
+               cpu::cross_entropy_backward(sl.data<float>(), tt, lse.data<double>(), rows, dim, ignore_index, scale,
+                                           dl.data<float>());
+             else
+               cpu::cross_entropy_backward(sl.data<double>(), tt, lse.data<double>(), rows, dim, ignore_index, scale,
+                                           dl.data<double>());
+             return std::vector<Tensor>{dl};
+           });
+  }
+  return loss;
+}
+
+}  // namespace lat
