@@ -105,6 +105,11 @@ void check_initial_state(const char* op, const Tensor& initial_state, const Tens
   check_like(op, "initial_state", initial_state, q);
 }
 
+void check_cpu(const char* op, const Tensor& q) {
+  LAT_CHECK(q.device().is_cpu(), op << ": q: expected a CPU tensor (no device kernel for this op yet), got "
+                                    << q.device().str());
+}
+
 void check_chunk_size(const char* op, int chunk_size) {
   LAT_CHECK(chunk_size > 0, op << ": chunk_size: expected > 0, got " << chunk_size);
 }

@@ -7,7 +7,12 @@
 // one head contiguously (rows t >= T are zero), so every per-chunk product is one
 // batched gemm with a single batch stride over (b, h, chunk).
 #pragma once
+#include <algorithm>
+#include <bit>
+#include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <memory>
 #include <optional>
 
 #include "lat/tensor.h"
@@ -40,6 +45,9 @@ void check_beta(const char* op, const Tensor& beta, const Tensor& q, const Dims&
 void check_initial_state(const char* op, const Tensor& initial_state, const Tensor& q, const Dims& d,
                          int64_t state_v);
 
+/// Checks that q lives on the CPU (for ops with no device kernel yet).
+void check_cpu(const char* op, const Tensor& q);
+
 /// Checks chunk_size > 0.
 void check_chunk_size(const char* op, int chunk_size);
 
@@ -59,6 +67,44 @@ double resolve_scale(std::optional<double> scale, int64_t K);
 
 /// Number of chunks ceil(T / C).
 inline int64_t num_chunks(int64_t T, int64_t C) { return (T + C - 1) / C; }
+
+/// exp(x) for x <= 0, written so that loops over it vectorize (no libm call): Cephes'
+/// expf range reduction and polynomial, about 2 ulp; 0 below -87 (where exp underflows
+/// the normal range). Decay factors are always exp of a non-positive number
+/// (ALGORITHMS.md 2.3, stability rules), so this is the only exp the kernels need.
+inline float exp_nonpositive(float x) {
+  float xc = std::max(x, -87.0f);
+  float n = std::floor(xc * 1.44269504088896341f + 0.5f);
+  float r = xc - n * 0.693359375f + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  float y = p * r * r + r + 1.0f;
+  float two_n = std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
+  return x < -87.0f ? 0.0f : y * two_n;
+}
+
+/// An uninitialized, 64-byte aligned float array for kernel workspaces and saved
+/// activations (no autograd, no poisoning: kernels write every element they read).
+class AlignedBuffer {
+ public:
+  AlignedBuffer() = default;
+  explicit AlignedBuffer(int64_t n)
+      : data_(static_cast<float*>(std::aligned_alloc(64, ((n * sizeof(float) + 63) / 64) * 64 + 64))), size_(n) {}
+  float* data() { return data_.get(); }
+  const float* data() const { return data_.get(); }
+  int64_t size() const { return size_; }
+
+ private:
+  struct Free {
+    void operator()(float* p) const { std::free(p); }
+  };
+  std::unique_ptr<float, Free> data_;
+  int64_t size_ = 0;
+};
 
 /// [B, T, H, D] -> [B*H, NT*C, D]: dst row (b*H + h, t) = src[b, t, h, :]; rows
 /// t in [T, NT*C) are zero. dst holds B*H*NT*C*D floats. OpenMP over B*H.
