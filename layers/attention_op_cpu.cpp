@@ -1,0 +1,311 @@
+// CPU kernels of the fused causal attention: FlashAttention's tiling (Dao et al. 2022,
+// alg. 1 forward with the online softmax; FlashAttention-2's backward, Dao 2023, split
+// into a dq pass and a dk/dv pass so that every thread owns the rows it writes).
+//
+// Notation per (batch, head): S = scale * Q K^T (masked), P = softmax_rows(S),
+// O = P V, lse_i = log sum_j exp(S_ij). Backward with dO:
+//   delta_i = dO_i . O_i,  P_ij = exp(S_ij - lse_i),  dP = dO V^T,
+//   dS_ij = P_ij (dP_ij - delta_i),  dQ = scale dS K,  dK = scale dS^T Q,  dV = P^T dO.
+// Tiles are kBr queries x kBc keys; every inner loop runs over a contiguous axis of a
+// tile buffer (keys of a transposed K tile, or the head dim), so it vectorizes.
+#include "layers/attention_op_cpu.h"
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+namespace lat::attention_cpu {
+namespace {
+
+constexpr int64_t kBr = 64;  // queries per tile
+constexpr int64_t kBc = 64;  // keys per tile
+// The dk/dv pass reuses the tile helpers with keys as rows and queries as columns.
+static_assert(kBr == kBc, "tile helpers assume square tiles");
+
+// exp(x) in float for the softmax, where x <= 0 up to rounding: Cephes' expf reduction
+// x = n ln2 + r, |r| <= ln2/2, with its degree-6 polynomial for exp(r) (relative error
+// about 1e-7, the float rounding level). Written branch-free so loops over it vectorize
+// (std::exp does not without -ffast-math). Inputs below -87.3 (including -inf) give 0.
+inline float softmax_exp(float x) {
+  x = std::min(std::max(x, -88.0f), 88.0f);
+  // Round x / ln2 to the nearest integer with the 1.5 * 2^23 trick: its low mantissa bits
+  // then hold n.
+  constexpr float kShift = 12582912.0f;
+  float t = x * 1.44269504088896341f + kShift;
+  int32_t n = std::bit_cast<int32_t>(t) - std::bit_cast<int32_t>(kShift);
+  float nf = t - kShift;
+  float r = x - nf * 0.693359375f;
+  r = r + nf * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  // 2^n as a float; n = -127 (x <= -87.3) gives the bit pattern of +0.
+  float scale = std::bit_cast<float>((n + 127) << 23);
+  return p * scale;
+}
+
+inline double softmax_exp(double x) { return std::exp(x); }
+
+template <class S>
+constexpr S neg_inf() {
+  return -std::numeric_limits<S>::infinity();
+}
+
+// out[r * kBc + c] = sum_d a[r * n + d] * bt[d * kBc + c] for r < rows, all kBc columns
+// (bt is zero-padded past the valid columns). a: rows x n row-major, bt: n x kBc.
+template <class S>
+void tile_product(const S* __restrict a, const S* __restrict bt, int64_t rows, int64_t n, S* __restrict out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    S* o = out + r * kBc;
+    for (int64_t c = 0; c < kBc; ++c) o[c] = 0;
+    for (int64_t d = 0; d < n; ++d) {
+      const S x = a[r * n + d];
+      const S* b = bt + d * kBc;
+      for (int64_t c = 0; c < kBc; ++c) o[c] += x * b[c];
+    }
+  }
+}
+
+// acc[r * n + :] += sum_{c < cols} p[r * kBc + c] * b[c * n + :] for r < rows.
+template <class S>
+void tile_accumulate(const S* __restrict p, const S* __restrict b, int64_t rows, int64_t cols, int64_t n,
+                     S* __restrict acc) {
+  for (int64_t r = 0; r < rows; ++r) {
+    S* o = acc + r * n;
+    for (int64_t c = 0; c < cols; ++c) {
+      const S x = p[r * kBc + c];
+      const S* br = b + c * n;
+      for (int64_t d = 0; d < n; ++d) o[d] += x * br[d];
+    }
+  }
+}
+
+// dst[d * kBc + c] = rows[c][d] for c < count, zero for count <= c < kBc (a transposed tile).
+template <class S, class RowFn>
+void load_transposed(RowFn row, int64_t count, int64_t n, S* dst) {
+  for (int64_t c = 0; c < kBc; ++c) {
+    if (c < count) {
+      const S* src = row(c);
+      for (int64_t d = 0; d < n; ++d) dst[d * kBc + c] = src[d];
+    } else {
+      for (int64_t d = 0; d < n; ++d) dst[d * kBc + c] = 0;
+    }
+  }
+}
+
+// dst[c * n + :] = row(c)[:] * factor for c < count (a row-major tile).
+template <class S, class RowFn>
+void load_rows(RowFn row, int64_t count, int64_t n, S factor, S* dst) {
+  for (int64_t c = 0; c < count; ++c) {
+    const S* src = row(c);
+    for (int64_t d = 0; d < n; ++d) dst[c * n + d] = src[d] * factor;
+  }
+}
+
+// Whether every (query, key) pair of the tile [i0, i0+nr) x [j0, j0+nc) is visible.
+template <class S>
+bool tile_fully_visible(const Args<S>& a, int64_t i0, int64_t nr, int64_t j0, int64_t nc) {
+  return a.visible(i0, j0 + nc - 1) && a.visible(i0 + nr - 1, j0);
+}
+
+}  // namespace
+
+template <class S>
+void forward(const Args<S>& a, S* o, S* lse) {
+  const int64_t D = a.D, Dv = a.Dv, group = a.H / a.Hkv;
+  const int64_t n_qt = (a.Tq + kBr - 1) / kBr;
+  const int64_t tasks = a.B * a.H * n_qt;
+#pragma omp parallel if (tasks > 1)
+  {
+    std::vector<S> qs(kBr * D), kt(D * kBc), vs(kBc * Dv), s(kBr * kBc), acc(kBr * Dv), m(kBr), l(kBr);
+#pragma omp for schedule(dynamic)
+    for (int64_t task = 0; task < tasks; ++task) {
+      const int64_t qt = task % n_qt, h = (task / n_qt) % a.H, b = task / (n_qt * a.H), hk = h / group;
+      const int64_t i0 = qt * kBr, nr = std::min(kBr, a.Tq - i0);
+      load_rows<S>([&](int64_t r) { return a.q_row(b, i0 + r, h); }, nr, D, a.scale, qs.data());
+      std::fill(acc.begin(), acc.end(), S(0));
+      std::fill(m.begin(), m.end(), neg_inf<S>());
+      std::fill(l.begin(), l.end(), S(0));
+      const int64_t kb = a.key_begin(i0), ke = a.key_end(i0 + nr - 1);
+      for (int64_t j0 = kb; j0 < ke; j0 += kBc) {
+        const int64_t nc = std::min(kBc, ke - j0);
+        load_transposed<S>([&](int64_t c) { return a.k_row(b, j0 + c, hk); }, nc, D, kt.data());
+        load_rows<S>([&](int64_t c) { return a.v_row(b, j0 + c, hk); }, nc, Dv, S(1), vs.data());
+        tile_product(qs.data(), kt.data(), nr, D, s.data());
+        const bool full = tile_fully_visible(a, i0, nr, j0, nc);
+        for (int64_t r = 0; r < nr; ++r) {
+          S* sr = s.data() + r * kBc;
+          if (!full)
+            for (int64_t c = 0; c < nc; ++c)
+              if (!a.visible(i0 + r, j0 + c)) sr[c] = neg_inf<S>();
+          S mx = neg_inf<S>();
+#pragma omp simd reduction(max : mx)
+          for (int64_t c = 0; c < nc; ++c) mx = std::max(mx, sr[c]);
+          if (mx == neg_inf<S>()) {  // no visible key for this query in this tile
+            std::fill(sr, sr + nc, S(0));
+            continue;
+          }
+          // Online softmax: rescale what was accumulated under the old running max.
+          const S m_new = std::max(m[r], mx);
+          const S alpha = softmax_exp(m[r] - m_new);
+          S sum = 0;
+#pragma omp simd reduction(+ : sum)
+          for (int64_t c = 0; c < nc; ++c) {
+            sr[c] = softmax_exp(sr[c] - m_new);
+            sum += sr[c];
+          }
+          l[r] = l[r] * alpha + sum;
+          m[r] = m_new;
+          S* ar = acc.data() + r * Dv;
+          for (int64_t d = 0; d < Dv; ++d) ar[d] *= alpha;
+        }
+        tile_accumulate(s.data(), vs.data(), nr, nc, Dv, acc.data());
+      }
+      for (int64_t r = 0; r < nr; ++r) {
+        // Every query sees at least its own position (q_offset <= Tk - Tq), so l > 0.
+        const S inv = S(1) / l[r];
+        S* out = o + ((b * a.Tq + i0 + r) * a.H + h) * Dv;
+        for (int64_t d = 0; d < Dv; ++d) out[d] = acc[r * Dv + d] * inv;
+        if (lse != nullptr) lse[(b * a.H + h) * a.Tq + i0 + r] = m[r] + std::log(l[r]);
+      }
+    }
+  }
+}
+
+template <class S>
+void backward(const Args<S>& a, const S* o, const S* lse, const S* do_, S* dq, S* dk, S* dv) {
+  const int64_t D = a.D, Dv = a.Dv, H = a.H, Tq = a.Tq, group = a.H / a.Hkv;
+  auto o_row = [&](const S* base, int64_t b, int64_t i, int64_t h) { return base + ((b * Tq + i) * H + h) * Dv; };
+
+  // delta[b, h, i] = dO_i . O_i, the row term of the softmax backward.
+  std::vector<S> delta(static_cast<size_t>(a.B * H * Tq));
+#pragma omp parallel for if (a.B * H * Tq * Dv > 32768)
+  for (int64_t bi = 0; bi < a.B * Tq; ++bi) {
+    const int64_t b = bi / Tq, i = bi % Tq;
+    for (int64_t h = 0; h < H; ++h) {
+      const S* x = o_row(o, b, i, h);
+      const S* g = o_row(do_, b, i, h);
+      S sum = 0;
+      for (int64_t d = 0; d < Dv; ++d) sum += x[d] * g[d];
+      delta[(b * H + h) * Tq + i] = sum;
+    }
+  }
+
+  // ---- dq: one task per (batch, head, query tile) ----
+  const int64_t n_qt = (Tq + kBr - 1) / kBr;
+  const int64_t q_tasks = a.B * H * n_qt;
+#pragma omp parallel if (q_tasks > 1)
+  {
+    std::vector<S> qs(kBr * D), dos(kBr * Dv), kt(D * kBc), ks(kBc * D), vt(Dv * kBc), s(kBr * kBc),
+        dp(kBr * kBc), dqa(kBr * D);
+#pragma omp for schedule(dynamic)
+    for (int64_t task = 0; task < q_tasks; ++task) {
+      const int64_t qt = task % n_qt, h = (task / n_qt) % H, b = task / (n_qt * H), hk = h / group;
+      const int64_t i0 = qt * kBr, nr = std::min(kBr, Tq - i0);
+      const S* lse_r = lse + (b * H + h) * Tq + i0;
+      const S* delta_r = delta.data() + (b * H + h) * Tq + i0;
+      load_rows<S>([&](int64_t r) { return a.q_row(b, i0 + r, h); }, nr, D, a.scale, qs.data());
+      load_rows<S>([&](int64_t r) { return o_row(do_, b, i0 + r, h); }, nr, Dv, S(1), dos.data());
+      std::fill(dqa.begin(), dqa.end(), S(0));
+      const int64_t kb = a.key_begin(i0), ke = a.key_end(i0 + nr - 1);
+      for (int64_t j0 = kb; j0 < ke; j0 += kBc) {
+        const int64_t nc = std::min(kBc, ke - j0);
+        load_transposed<S>([&](int64_t c) { return a.k_row(b, j0 + c, hk); }, nc, D, kt.data());
+        load_rows<S>([&](int64_t c) { return a.k_row(b, j0 + c, hk); }, nc, D, S(1), ks.data());
+        load_transposed<S>([&](int64_t c) { return a.v_row(b, j0 + c, hk); }, nc, Dv, vt.data());
+        tile_product(qs.data(), kt.data(), nr, D, s.data());
+        tile_product(dos.data(), vt.data(), nr, Dv, dp.data());
+        const bool full = tile_fully_visible(a, i0, nr, j0, nc);
+        for (int64_t r = 0; r < nr; ++r) {
+          S* sr = s.data() + r * kBc;
+          const S* dpr = dp.data() + r * kBc;
+          const S lr = lse_r[r], dr = delta_r[r];
+#pragma omp simd
+          for (int64_t c = 0; c < nc; ++c) {
+            const S p = softmax_exp(sr[c] - lr);
+            sr[c] = p * (dpr[c] - dr);  // dS
+          }
+          if (!full)
+            for (int64_t c = 0; c < nc; ++c)
+              if (!a.visible(i0 + r, j0 + c)) sr[c] = 0;
+        }
+        tile_accumulate(s.data(), ks.data(), nr, nc, D, dqa.data());
+      }
+      for (int64_t r = 0; r < nr; ++r) {
+        S* out = dq + ((b * Tq + i0 + r) * H + h) * D;
+        for (int64_t d = 0; d < D; ++d) out[d] = dqa[r * D + d] * a.scale;
+      }
+    }
+  }
+
+  // ---- dk, dv: one task per (batch, kv head, key tile), summing the group's query heads ----
+  const int64_t n_kt = (a.Tk + kBc - 1) / kBc;
+  const int64_t k_tasks = a.B * a.Hkv * n_kt;
+#pragma omp parallel if (k_tasks > 1)
+  {
+    // Same tile helpers with the roles swapped: keys are the rows, queries the columns.
+    std::vector<S> ks(kBc * D), vs(kBc * Dv), qt(D * kBr), qs(kBr * D), dot(Dv * kBr), dos(kBr * Dv),
+        st(kBc * kBr), dpt(kBc * kBr), dka(kBc * D), dva(kBc * Dv);
+#pragma omp for schedule(dynamic)
+    for (int64_t task = 0; task < k_tasks; ++task) {
+      const int64_t kt_i = task % n_kt, hk = (task / n_kt) % a.Hkv, b = task / (n_kt * a.Hkv);
+      const int64_t j0 = kt_i * kBc, nc = std::min(kBc, a.Tk - j0);
+      load_rows<S>([&](int64_t c) { return a.k_row(b, j0 + c, hk); }, nc, D, a.scale, ks.data());
+      load_rows<S>([&](int64_t c) { return a.v_row(b, j0 + c, hk); }, nc, Dv, S(1), vs.data());
+      std::fill(dka.begin(), dka.end(), S(0));
+      std::fill(dva.begin(), dva.end(), S(0));
+      const int64_t qb = a.query_begin(j0), qe = a.query_end(j0 + nc - 1);
+      for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
+        const S* lse_h = lse + (b * H + h) * Tq;
+        const S* delta_h = delta.data() + (b * H + h) * Tq;
+        for (int64_t i0 = qb; i0 < qe; i0 += kBr) {
+          const int64_t nr = std::min(kBr, qe - i0);
+          load_transposed<S>([&](int64_t r) { return a.q_row(b, i0 + r, h); }, nr, D, qt.data());
+          load_rows<S>([&](int64_t r) { return a.q_row(b, i0 + r, h); }, nr, D, S(1), qs.data());
+          load_transposed<S>([&](int64_t r) { return o_row(do_, b, i0 + r, h); }, nr, Dv, dot.data());
+          load_rows<S>([&](int64_t r) { return o_row(do_, b, i0 + r, h); }, nr, Dv, S(1), dos.data());
+          tile_product(ks.data(), qt.data(), nc, D, st.data());
+          tile_product(vs.data(), dot.data(), nc, Dv, dpt.data());
+          const bool full = tile_fully_visible(a, i0, nr, j0, nc);
+          // st becomes P^T, dpt becomes dS^T.
+          for (int64_t c = 0; c < nc; ++c) {
+            S* pr = st.data() + c * kBr;
+            S* dsr = dpt.data() + c * kBr;
+#pragma omp simd
+            for (int64_t r = 0; r < nr; ++r) {
+              const S p = softmax_exp(pr[r] - lse_h[i0 + r]);
+              pr[r] = p;
+              dsr[r] = p * (dsr[r] - delta_h[i0 + r]);
+            }
+            if (!full)
+              for (int64_t r = 0; r < nr; ++r)
+                if (!a.visible(i0 + r, j0 + c)) pr[r] = dsr[r] = 0;
+          }
+          tile_accumulate(st.data(), dos.data(), nc, nr, Dv, dva.data());
+          tile_accumulate(dpt.data(), qs.data(), nc, nr, D, dka.data());
+        }
+      }
+      for (int64_t c = 0; c < nc; ++c) {
+        S* dk_out = dk + ((b * a.Tk + j0 + c) * a.Hkv + hk) * D;
+        S* dv_out = dv + ((b * a.Tk + j0 + c) * a.Hkv + hk) * Dv;
+        for (int64_t d = 0; d < D; ++d) dk_out[d] = dka[c * D + d] * a.scale;
+        for (int64_t d = 0; d < Dv; ++d) dv_out[d] = dva[c * Dv + d];
+      }
+    }
+  }
+}
+
+template void forward<float>(const Args<float>&, float*, float*);
+template void forward<double>(const Args<double>&, double*, double*);
+template void backward<float>(const Args<float>&, const float*, const float*, const float*, float*, float*,
+                              float*);
+template void backward<double>(const Args<double>&, const double*, const double*, const double*, double*,
+                               double*, double*);
+
+}  // namespace lat::attention_cpu

@@ -1,0 +1,79 @@
+// RoPE forward and backward: one rotation kernel, run with +angle forward and -angle
+// backward (a rotation's transpose is its inverse).
+#include "layers/rope.h"
+
+#include <cmath>
+#include <vector>
+
+#include "lat/tape.h"
+
+namespace lat {
+namespace {
+
+// dst[b, t, h, :] = src[b, t, h, :] rotated by sign * angle(position_offset + t, i).
+template <class S>
+void rotate(const S* src, S* dst, int64_t B, int64_t T, int64_t H, int64_t D, double theta,
+            int64_t position_offset, double sign) {
+  const int64_t half = D / 2;
+  // cos/sin table [T, half], shared by every batch row and head.
+  std::vector<double> inv_freq(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i)
+    inv_freq[i] = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(D));
+  std::vector<S> cos_table(static_cast<size_t>(T * half)), sin_table(static_cast<size_t>(T * half));
+#pragma omp parallel for if (T * half > 4096)
+  for (int64_t t = 0; t < T; ++t) {
+    double position = static_cast<double>(position_offset + t);
+    for (int64_t i = 0; i < half; ++i) {
+      double angle = position * inv_freq[i];
+      cos_table[t * half + i] = static_cast<S>(std::cos(angle));
+      sin_table[t * half + i] = static_cast<S>(sign * std::sin(angle));
+    }
+  }
+#pragma omp parallel for if (B * T * H * D > 32768)
+  for (int64_t bt = 0; bt < B * T; ++bt) {
+    const S* c = cos_table.data() + (bt % T) * half;
+    const S* s = sin_table.data() + (bt % T) * half;
+    for (int64_t h = 0; h < H; ++h) {
+      const S* x = src + (bt * H + h) * D;
+      S* y = dst + (bt * H + h) * D;
+      for (int64_t i = 0; i < half; ++i) {
+        S x1 = x[i], x2 = x[i + half];
+        y[i] = x1 * c[i] - x2 * s[i];
+        y[i + half] = x2 * c[i] + x1 * s[i];
+      }
+    }
+  }
+}
+
+Tensor rotate_tensor(const Tensor& x, double theta, int64_t position_offset, double sign) {
+  Tensor y = Tensor::empty(x.shape(), x.dtype());
+  int64_t B = x.size(0), T = x.size(1), H = x.size(2), D = x.size(3);
+  if (x.dtype() == DType::f32)
+    rotate(x.data<float>(), y.data<float>(), B, T, H, D, theta, position_offset, sign);
+  else
+    rotate(x.data<double>(), y.data<double>(), B, T, H, D, theta, position_offset, sign);
+  return y;
+}
+
+}  // namespace
+
+Tensor rotary_embedding(const Tensor& x, double theta, int64_t position_offset) {
+  LAT_CHECK(x.defined(), "rotary_embedding: x: undefined tensor");
+  LAT_CHECK(x.dim() == 4, "rotary_embedding: x: expected shape [B, T, H, D], got " << shape_str(x.shape()));
+  LAT_CHECK(x.size(3) % 2 == 0, "rotary_embedding: x: expected an even head dim D, got " << x.size(3));
+  LAT_CHECK(x.dtype() == DType::f32 || x.dtype() == DType::f64,
+            "rotary_embedding: x: expected f32 or f64, got " << dtype_name(x.dtype()));
+  LAT_CHECK(x.device().is_cpu(), "rotary_embedding: x: expected a CPU tensor, got " << x.device().str());
+  LAT_CHECK(theta > 0, "rotary_embedding: theta: expected a positive base, got " << theta);
+  LAT_CHECK(position_offset >= 0, "rotary_embedding: position_offset: expected >= 0, got " << position_offset);
+
+  Tensor y = rotate_tensor(x, theta, position_offset, 1.0);
+  if (needs_grad({&x})) {
+    record("rotary_embedding", {x}, {y}, [theta, position_offset](const std::vector<Tensor>& grads) {
+      return std::vector<Tensor>{rotate_tensor(grads[0], theta, position_offset, -1.0)};
+    });
+  }
+  return y;
+}
+
+}  // namespace lat

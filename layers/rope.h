@@ -1,0 +1,21 @@
+// Rotary position embedding (RoPE; Su et al. 2021, "RoFormer", sec. 3.4), applied to q and k
+// of the softmax-attention layers.
+#pragma once
+#include <cstdint>
+
+#include "lat/tensor.h"
+
+namespace lat {
+
+/// Rotates each head vector of x: [B, T, H, D] (f32 or f64, D even) by position-dependent
+/// angles, in the non-interleaved (GPT-NeoX, flash-linear-attention default) layout: for
+/// i < D/2 the pair (x_i, x_{i+D/2}) at position p = position_offset + t turns by
+/// p * theta^(-2i/D):
+///   y_i = x_i cos - x_{i+D/2} sin,   y_{i+D/2} = x_{i+D/2} cos + x_i sin.
+/// Angles are computed in float64. position_offset is the position of token 0 (the number
+/// of tokens before it when decoding). One tape node; the backward is the inverse rotation.
+/// Throws lat::Error for a rank other than 4, an odd D, theta <= 0, position_offset < 0,
+/// or a non-CPU or non-float tensor.
+Tensor rotary_embedding(const Tensor& x, double theta = 10000.0, int64_t position_offset = 0);
+
+}  // namespace lat

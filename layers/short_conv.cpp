@@ -1,0 +1,235 @@
+// Short convolution: forward, hand-written backward and the decoding step.
+//
+// Both passes view the input as the extended sequence xe = concat(initial_state, x) of
+// T + W - 1 rows per batch item, so pre[t] = sum_w weight[w] * xe[t + w] and
+//   dxe[s]     = sum_w weight[w] * dpre[s - w]    (0 <= s - w < T),
+//   dweight[w] = sum_t dpre[t] * xe[t + w],
+// with dx = dxe[W-1 ..] and d(initial_state) = dxe[.. W-1]. The channel axis is innermost,
+// so every inner loop runs over contiguous channels and vectorizes.
+#include "layers/short_conv.h"
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+
+#include "lat/tape.h"
+
+namespace lat {
+namespace {
+
+template <class S>
+struct ConvArgs {
+  const S* x;         // [B, T, D]
+  const S* state;     // [B, W-1, D] or nullptr (zeros)
+  std::vector<S> wt;  // weight transposed to [W, D]
+  int64_t B, T, D, W;
+
+  // Row s of the extended input of batch item b; nullptr for an all-zero row.
+  const S* row(int64_t b, int64_t s) const {
+    if (s >= W - 1) return x + (b * T + s - (W - 1)) * D;
+    return state ? state + (b * (W - 1) + s) * D : nullptr;
+  }
+};
+
+template <class S>
+ConvArgs<S> make_args(const Tensor& x, const Tensor& weight, const Tensor& state) {
+  ConvArgs<S> a{x.data<S>(), state.defined() ? state.data<S>() : nullptr, {}, x.size(0), x.size(1), x.size(2),
+                weight.size(2)};
+  const S* w = weight.data<S>();
+  a.wt.resize(static_cast<size_t>(a.W * a.D));
+  for (int64_t c = 0; c < a.D; ++c)
+    for (int64_t k = 0; k < a.W; ++k) a.wt[k * a.D + c] = w[c * a.W + k];
+  return a;
+}
+
+// pre[b, t, :] = sum_w wt[w, :] * xe[b, t + w, :] into `pre` (length D).
+template <class S>
+void conv_row(const ConvArgs<S>& a, int64_t b, int64_t t, S* pre) {
+  for (int64_t c = 0; c < a.D; ++c) pre[c] = 0;
+  for (int64_t k = 0; k < a.W; ++k) {
+    const S* r = a.row(b, t + k);
+    if (r == nullptr) continue;
+    const S* wk = a.wt.data() + k * a.D;
+    for (int64_t c = 0; c < a.D; ++c) pre[c] += wk[c] * r[c];
+  }
+}
+
+template <class S>
+S sigmoid_of(S v) {
+  return S(1) / (S(1) + std::exp(-v));
+}
+
+template <class S>
+void conv_forward(const ConvArgs<S>& a, S* y) {
+#pragma omp parallel for if (a.B * a.T * a.D > 32768)
+  for (int64_t bt = 0; bt < a.B * a.T; ++bt) {
+    S* out = y + bt * a.D;
+    conv_row(a, bt / a.T, bt % a.T, out);
+    for (int64_t c = 0; c < a.D; ++c) out[c] *= sigmoid_of(out[c]);
+  }
+}
+
+// dx [B, T, D], dweight [D, 1, W], dstate [B, W-1, D] (nullptr when not wanted).
+template <class S>
+void conv_backward(const ConvArgs<S>& a, const S* dy, S* dx, S* dweight, S* dstate) {
+  const int64_t B = a.B, T = a.T, D = a.D, W = a.W;
+  // dpre = dy * silu'(pre), silu'(p) = s (1 + p (1 - s)) with s = sigmoid(p).
+  std::vector<S> dpre(static_cast<size_t>(B * T * D));
+#pragma omp parallel for if (B * T * D > 32768)
+  for (int64_t bt = 0; bt < B * T; ++bt) {
+    S* d = dpre.data() + bt * D;
+    conv_row(a, bt / T, bt % T, d);
+    for (int64_t c = 0; c < D; ++c) {
+      S s = sigmoid_of(d[c]);
+      d[c] = dy[bt * D + c] * s * (S(1) + d[c] * (S(1) - s));
+    }
+  }
+  // dxe[b, s] = sum_w wt[w] * dpre[b, s - w].
+  const int64_t TE = T + W - 1;
+#pragma omp parallel for if (B * TE * D * W > 65536)
+  for (int64_t bs = 0; bs < B * TE; ++bs) {
+    int64_t b = bs / TE, s = bs % TE;
+    S* out = s >= W - 1 ? dx + (b * T + s - (W - 1)) * D : (dstate ? dstate + (b * (W - 1) + s) * D : nullptr);
+    if (out == nullptr) continue;
+    for (int64_t c = 0; c < D; ++c) out[c] = 0;
+    for (int64_t k = 0; k < W; ++k) {
+      int64_t t = s - k;
+      if (t < 0 || t >= T) continue;
+      const S* wk = a.wt.data() + k * D;
+      const S* d = dpre.data() + (b * T + t) * D;
+      for (int64_t c = 0; c < D; ++c) out[c] += wk[c] * d[c];
+    }
+  }
+  // dweight: each thread sums its share of rows into a private [W, D] buffer.
+  std::vector<S> dwt(static_cast<size_t>(W * D), S(0));
+#pragma omp parallel if (B * T * D * W > 65536)
+  {
+    std::vector<S> local(static_cast<size_t>(W * D), S(0));
+#pragma omp for nowait
+    for (int64_t bt = 0; bt < B * T; ++bt) {
+      const S* d = dpre.data() + bt * D;
+      for (int64_t k = 0; k < W; ++k) {
+        const S* r = a.row(bt / T, bt % T + k);
+        if (r == nullptr) continue;
+        S* acc = local.data() + k * D;
+        for (int64_t c = 0; c < D; ++c) acc[c] += d[c] * r[c];
+      }
+    }
+#pragma omp critical
+    for (size_t i = 0; i < local.size(); ++i) dwt[i] += local[i];
+  }
+  for (int64_t c = 0; c < D; ++c)
+    for (int64_t k = 0; k < W; ++k) dweight[c * W + k] = dwt[k * D + c];
+}
+
+template <class S>
+Tensor forward_typed(const Tensor& x, const Tensor& weight, const Tensor& state) {
+  Tensor y = Tensor::empty(x.shape(), x.dtype());
+  conv_forward(make_args<S>(x, weight, state), y.data<S>());
+  return y;
+}
+
+template <class S>
+std::vector<Tensor> backward_typed(const Tensor& x, const Tensor& weight, const Tensor& state, const Tensor& dy) {
+  Tensor dx = Tensor::empty(x.shape(), x.dtype());
+  Tensor dweight = Tensor::empty(weight.shape(), weight.dtype());
+  Tensor dstate = state.defined() ? Tensor::empty(state.shape(), state.dtype()) : Tensor();
+  conv_backward(make_args<S>(x, weight, state), dy.data<S>(), dx.data<S>(), dweight.data<S>(),
+                dstate.defined() ? dstate.data<S>() : nullptr);
+  return {dx, dweight, dstate};
+}
+
+void check_args(const char* op, const Tensor& x, const Tensor& weight, const Tensor& state) {
+  LAT_CHECK(x.defined() && weight.defined(), op << ": x and weight must be defined");
+  LAT_CHECK(x.dim() == 3, op << ": x: expected shape [B, T, D], got " << shape_str(x.shape()));
+  int64_t D = x.size(2);
+  LAT_CHECK(weight.dim() == 3 && weight.size(0) == D && weight.size(1) == 1 && weight.size(2) >= 1,
+            op << ": weight: expected shape [" << D << ", 1, W] with W >= 1, got " << shape_str(weight.shape()));
+  LAT_CHECK(x.dtype() == DType::f32 || x.dtype() == DType::f64,
+            op << ": x: expected f32 or f64, got " << dtype_name(x.dtype()));
+  LAT_CHECK(weight.dtype() == x.dtype(),
+            op << ": weight: expected " << dtype_name(x.dtype()) << ", got " << dtype_name(weight.dtype()));
+  LAT_CHECK(x.device().is_cpu() && weight.device().is_cpu(), op << ": expected CPU tensors");
+  if (state.defined()) {
+    Shape expected{x.size(0), weight.size(2) - 1, D};
+    LAT_CHECK(state.shape() == expected, op << ": conv state: expected shape " << shape_str(expected) << ", got "
+                                            << shape_str(state.shape()));
+    LAT_CHECK(state.dtype() == x.dtype(),
+              op << ": conv state: expected " << dtype_name(x.dtype()) << ", got " << dtype_name(state.dtype()));
+    LAT_CHECK(state.device().is_cpu(), op << ": conv state: expected a CPU tensor");
+  }
+}
+
+}  // namespace
+
+Tensor short_conv(const Tensor& x, const Tensor& weight, const Tensor& initial_state) {
+  check_args("short_conv", x, weight, initial_state);
+  Tensor y = x.dtype() == DType::f32 ? forward_typed<float>(x, weight, initial_state)
+                                     : forward_typed<double>(x, weight, initial_state);
+  if (needs_grad({&x, &weight, &initial_state})) {
+    record("short_conv", {x, weight, initial_state}, {y}, [x, weight, initial_state](const std::vector<Tensor>& g) {
+      return x.dtype() == DType::f32 ? backward_typed<float>(x, weight, initial_state, g[0])
+                                     : backward_typed<double>(x, weight, initial_state, g[0]);
+    });
+  }
+  return y;
+}
+
+Tensor short_conv_step(const Tensor& x_t, const Tensor& weight, Tensor& conv_state) {
+  LAT_CHECK(conv_state.defined(), "short_conv_step: conv_state: undefined tensor");
+  check_args("short_conv_step", x_t, weight, conv_state);
+  LAT_CHECK(x_t.size(1) == 1, "short_conv_step: x_t: expected one token [B, 1, D], got " << shape_str(x_t.shape()));
+  NoGradGuard no_grad;
+  Tensor y = short_conv(x_t, weight, conv_state);
+  conv_state.copy_(short_conv_final_state(x_t, weight.size(2), conv_state));
+  return y;
+}
+
+Tensor short_conv_final_state(const Tensor& x, int64_t conv_size, const Tensor& initial_state) {
+  LAT_CHECK(x.defined() && x.dim() == 3,
+            "short_conv_final_state: x: expected shape [B, T, D], got " << (x.defined() ? shape_str(x.shape()) : "undefined"));
+  LAT_CHECK(conv_size >= 1, "short_conv_final_state: conv_size: expected >= 1, got " << conv_size);
+  const int64_t B = x.size(0), T = x.size(1), D = x.size(2), K = conv_size - 1;
+  if (initial_state.defined())
+    LAT_CHECK(initial_state.shape() == Shape({B, K, D}) && initial_state.dtype() == x.dtype(),
+              "short_conv_final_state: initial_state: expected " << dtype_name(x.dtype()) << " "
+                                                                 << shape_str({B, K, D}) << ", got "
+                                                                 << dtype_name(initial_state.dtype()) << " "
+                                                                 << shape_str(initial_state.shape()));
+  Tensor state = Tensor::zeros({B, K, D}, x.dtype());
+  const size_t row_bytes = static_cast<size_t>(D) * dtype_size(x.dtype());
+  auto* dst = static_cast<char*>(state.raw_data());
+  const auto* xs = static_cast<const char*>(x.raw_data());
+  const auto* is = initial_state.defined() ? static_cast<const char*>(initial_state.raw_data()) : nullptr;
+  // Row k of the final state is row T + k of the extended input concat(initial_state, x).
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t k = 0; k < K; ++k) {
+      int64_t s = T + k;  // index into the extended sequence of T + K rows
+      char* out = dst + (b * K + k) * row_bytes;
+      if (s >= K)
+        std::memcpy(out, xs + (b * T + s - K) * row_bytes, row_bytes);
+      else if (is != nullptr)
+        std::memcpy(out, is + (b * K + s) * row_bytes, row_bytes);
+    }
+  return state;
+}
+
+ShortConvolution::ShortConvolution(int64_t dim, int64_t conv_size, Generator& gen) {
+  LAT_CHECK(dim > 0 && conv_size >= 1,
+            "ShortConvolution: expected dim > 0 and conv_size >= 1, got " << dim << ", " << conv_size);
+  double bound = 1.0 / std::sqrt(static_cast<double>(conv_size));
+  weight_ = register_parameter("weight", Tensor::uniform({dim, 1, conv_size}, gen, -bound, bound));
+}
+
+Tensor ShortConvolution::forward(const Tensor& x) const { return short_conv(x, weight_); }
+
+Tensor ShortConvolution::step(const Tensor& x_t, Tensor& conv_state) const {
+  return short_conv_step(x_t, weight_, conv_state);
+}
+
+Tensor ShortConvolution::initial_state(int64_t batch) const {
+  return Tensor::zeros({batch, conv_size() - 1, dim()});
+}
+
+}  // namespace lat
