@@ -1,0 +1,97 @@
+// Dataset split and the format dispatch of load_data.
+#include "data/dataset.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "data/token_files.h"
+#include "lat/error.h"
+
+namespace lat {
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// The first `n` bytes of a file ("" when it cannot be read; load_data reports that later).
+std::string file_prefix(const std::string& path, size_t n) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) return {};
+  std::string bytes(n, '\0');
+  bytes.resize(std::fread(bytes.data(), 1, n, f));
+  std::fclose(f);
+  return bytes;
+}
+
+}  // namespace
+
+const char* split_name(Split split) { return split == Split::train ? "train" : "val"; }
+
+Dataset::Dataset(std::vector<int32_t> tokens, double val_fraction, int64_t block_size)
+    : tokens_(std::move(tokens)), block_size_(block_size) {
+  LAT_CHECK(val_fraction > 0.0 && val_fraction < 1.0,
+            "Dataset: data.val_fraction: expected a value in (0, 1), got " << val_fraction);
+  LAT_CHECK(block_size >= 1, "Dataset: data.block_size: expected >= 1, got " << block_size);
+  n_train_ = static_cast<int64_t>(static_cast<double>(size()) * (1.0 - val_fraction));
+  for (Split split : {Split::train, Split::val}) {
+    LAT_CHECK(split_size(split) >= block_size + 1,
+              "Dataset: the " << split_name(split) << " split has " << split_size(split) << " tokens (of " << size()
+                              << ", data.val_fraction " << val_fraction << "), fewer than data.block_size + 1 = "
+                              << block_size + 1);
+  }
+}
+
+int32_t Dataset::max_id() const { return *std::max_element(tokens_.begin(), tokens_.end()); }
+
+void check_token_ids(const std::vector<int32_t>& tokens, int64_t vocab_size, const std::string& source) {
+  auto bad = std::find_if(tokens.begin(), tokens.end(), [&](int32_t id) { return id >= vocab_size; });
+  LAT_CHECK(bad == tokens.end(), "dataset: " << source << ": token id " << *bad << " at offset "
+                                             << (bad - tokens.begin()) << " is >= vocab_size " << vocab_size
+                                             << " (model.vocab_size)");
+}
+
+void Dataset::check_ids(int64_t vocab_size, const std::string& source) const {
+  check_token_ids(tokens_, vocab_size, source);
+}
+
+std::string resolve_format(const std::string& path, const std::string& format) {
+  if (format != "auto") {
+    LAT_CHECK(format == "text" || format == "bin" || format == "h5",
+              "load_data: data.format: expected auto, text, bin or h5, got '" << format << "'");
+    return format;
+  }
+  if (ends_with(path, ".txt")) return "text";
+  if (ends_with(path, ".bin")) return "bin";
+  if (ends_with(path, ".h5") || ends_with(path, ".hdf5")) return "h5";
+  std::string prefix = file_prefix(path, 8);
+  if (prefix == std::string("\x89HDF\r\n\x1a\n", 8)) return "h5";
+  if (prefix.size() >= 4) {
+    int32_t magic;
+    std::memcpy(&magic, prefix.data(), 4);
+    if (magic == kLlmcMagic) return "bin";
+  }
+  return "text";
+}
+
+LoadedData load_data(const DataOptions& options, const std::optional<Tokenizer>& tokenizer) {
+  LAT_CHECK(!options.path.empty(), "load_data: data.path: expected a file path, got an empty string");
+  std::string format = resolve_format(options.path, options.format);
+  std::vector<int32_t> tokens;
+  std::optional<Tokenizer> used;
+  if (format == "text") {
+    std::string text = read_text_file(options.path);
+    LAT_CHECK(!text.empty(), "load_data: " << options.path << " is empty");
+    used = tokenizer ? *tokenizer : Tokenizer::create(options.tokenizer, text);
+    std::vector<int64_t> ids = used->encode(text);
+    tokens.assign(ids.begin(), ids.end());
+  } else if (format == "bin") {
+    tokens = read_bin_tokens(options.path, options.bin_dtype);
+  } else {
+    tokens = read_h5_tokens(options.path, options.h5_dataset);
+  }
+  if (options.vocab_size > 0) check_token_ids(tokens, options.vocab_size, options.path);
+  return LoadedData{Dataset(std::move(tokens), options.val_fraction, options.block_size), used, format};
+}
+
+}  // namespace lat

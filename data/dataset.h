@@ -1,0 +1,78 @@
+// A corpus as one stream of token ids, split by position into train and val.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "data/tokenizer.h"
+
+namespace lat {
+
+/// The data.* config keys (DESIGN.md), with their defaults.
+struct DataOptions {
+  std::string path;                   ///< data.path
+  std::string format = "auto";        ///< auto, text, bin, h5
+  std::string tokenizer = "char";     ///< char or byte (text only)
+  std::string bin_dtype = "uint16";   ///< uint16 or uint32 (raw .bin without llm.c header)
+  std::string h5_dataset = "tokens";  ///< dataset name inside an .h5 file
+  int64_t block_size = 256;           ///< tokens per training window (inputs)
+  double val_fraction = 0.1;          ///< the last fraction of the tokens is the val split
+  int64_t vocab_size = 0;             ///< > 0: every id must be below it (model.vocab_size)
+};
+
+enum class Split { train, val };
+
+/// "train" or "val".
+const char* split_name(Split split);
+
+/// Token ids in memory (int32), split by position: train = tokens[0, n_train), val =
+/// tokens[n_train, n) with n_train = floor(n * (1 - val_fraction)), as nanoGPT's
+/// prepare.py does (int(n * 0.9) for the default).
+class Dataset {
+ public:
+  /// Throws lat::Error when val_fraction is outside (0, 1), block_size < 1, or a split
+  /// has fewer than block_size + 1 tokens (one window of inputs plus its last target).
+  Dataset(std::vector<int32_t> tokens, double val_fraction, int64_t block_size);
+
+  int64_t size() const { return static_cast<int64_t>(tokens_.size()); }
+  int64_t block_size() const { return block_size_; }
+  const std::vector<int32_t>& tokens() const { return tokens_; }
+  /// First token of `split` in tokens() and its length.
+  int64_t split_begin(Split split) const { return split == Split::train ? 0 : n_train_; }
+  int64_t split_size(Split split) const { return split == Split::train ? n_train_ : size() - n_train_; }
+  const int32_t* split_data(Split split) const { return tokens_.data() + split_begin(split); }
+  /// The largest id (for a vocab_size taken from the data).
+  int32_t max_id() const;
+  /// Throws lat::Error naming the first id >= vocab_size, its offset in the stream and `source`.
+  void check_ids(int64_t vocab_size, const std::string& source) const;
+
+ private:
+  std::vector<int32_t> tokens_;
+  int64_t n_train_ = 0;
+  int64_t block_size_ = 0;
+};
+
+/// Throws lat::Error naming the first id >= vocab_size, its offset in `tokens` and `source`.
+void check_token_ids(const std::vector<int32_t>& tokens, int64_t vocab_size, const std::string& source);
+
+/// A loaded corpus: the dataset, the tokenizer of a text corpus (none for bin/h5) and the
+/// format actually read.
+struct LoadedData {
+  Dataset dataset;
+  std::optional<Tokenizer> tokenizer;
+  std::string format;
+};
+
+/// "text", "bin" or "h5" for `path` when `format` is "auto": by extension (.txt, .bin,
+/// .h5/.hdf5), else by content (HDF5 signature, llm.c magic), else text. Otherwise checks
+/// and returns `format`. Throws lat::Error naming data.format for an unknown format.
+std::string resolve_format(const std::string& path, const std::string& format);
+
+/// Reads options.path. A text corpus is encoded with `tokenizer` when given (a resumed
+/// run's saved vocabulary), else with a new tokenizer of type options.tokenizer built
+/// from the whole text. When options.vocab_size > 0 every id is checked below it.
+/// Throws lat::Error naming the path (missing file, bad content) or the key at fault.
+LoadedData load_data(const DataOptions& options, const std::optional<Tokenizer>& tokenizer = std::nullopt);
+
+}  // namespace lat

@@ -1,0 +1,31 @@
+// Readers of token-id files: nanoGPT raw .bin, llm.c headered .bin, HDF5 datasets, text.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace lat {
+
+/// The whole file as bytes. Throws lat::Error naming the path when it cannot be read.
+std::string read_text_file(const std::string& path);
+
+/// Magic number in the first int32 of llm.c's token files (dev/data/data_common.py).
+constexpr int32_t kLlmcMagic = 20240520;
+
+/// Token ids of a .bin file. llm.c's layout is detected by its magic: a header of 256
+/// int32 (magic 20240520, version 1 = uint16 or 2 = uint32 tokens, token count in
+/// header[2]) then the tokens; the header's version then decides the width and
+/// `bin_dtype` is not used. Otherwise the file is raw little-endian `bin_dtype`
+/// ("uint16" or "uint32") as nanoGPT's prepare.py writes. Throws lat::Error naming the
+/// path on a missing file, a size that is not a whole number of tokens, a header whose
+/// count disagrees with the size, an unknown version or bin_dtype, or an id above
+/// INT32_MAX (naming the id and its offset).
+std::vector<int32_t> read_bin_tokens(const std::string& path, const std::string& bin_dtype);
+
+/// Token ids of the integer dataset `dataset` (any rank, read flat in row-major order)
+/// of the HDF5 file `path`. Throws lat::Error naming the path on a missing or non-HDF5
+/// file, a missing dataset, a non-integer dataset, or an id outside [0, INT32_MAX]
+/// (naming the id and its offset).
+std::vector<int32_t> read_h5_tokens(const std::string& path, const std::string& dataset);
+
+}  // namespace lat
