@@ -487,8 +487,7 @@ void resolve_and_check(Loader& loader, const std::string& config_name, bool chec
     if (device.rfind("cuda:", 0) == 0 && device.size() > 5)
       ok = std::all_of(device.begin() + 5, device.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
     if (!ok)
-      fail("train.device", "unknown device '" + device + "'" + did_you_mean(device, {"cpu", "cuda"}) +
-                               " (expected cpu, cuda or cuda:N)");
+fail("train.device", "unknown device '" + device + "' (expected cpu, cuda or cuda:N)");
   }
   at_least("train.threads", c.train.threads, 0);
 
@@ -525,11 +524,14 @@ YAML::Node parse_text(const std::string& text, const std::string& source) {
 
 // ---- emitting -----------------------------------------------------------------------------
 
-/// Shortest text that parses back to the same double.
+/// Shortest text that parses back to the same double, with a ".0" on whole numbers so that
+/// other YAML readers see a float too.
 std::string float_text(double value) {
   char buffer[64];
   auto [ptr, ec] = std::to_chars(buffer, buffer + sizeof buffer, value);
-  return std::string(buffer, ptr);
+  std::string text(buffer, ptr);
+  if (text.find_first_of(".e") == std::string::npos) text += ".0";
+  return text;
 }
 
 void emit_value(YAML::Emitter& out, const FieldPtr& field, bool nullable) {

@@ -1,0 +1,474 @@
+// Config loading (train/config.h): defaults, a full file, every error kind with the key and
+// its line, --set overrides, to_yaml round trip and the resume comparison.
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include "train/config.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+/// A fresh directory per test, removed at the end.
+class ConfigTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::temp_directory_path() / (std::string("lat_test_config_") + info->name() + "_" +
+                                        std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  /// Writes `text` to dir/name and returns the path.
+  std::string write(const std::string& name, const std::string& text) {
+    const std::string path = (dir_ / name).string();
+    std::ofstream(path) << text;
+    return path;
+  }
+
+  fs::path dir_;
+};
+
+/// The message of the ConfigError thrown by `f`; fails the test when none is thrown.
+std::string config_error(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const lat::ConfigError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected a ConfigError";
+  return "";
+}
+
+/// parse_config of `yaml` with a data.path line prepended (it is required), as "run.yaml".
+/// The data line is line 1, so the snippet's first line is line 2.
+lat::Config parse(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
+  return lat::parse_config("data.path: corpus.txt\n" + yaml, "run.yaml", overrides);
+}
+
+std::string parse_error(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
+  return config_error([&] { parse(yaml, overrides); });
+}
+
+TEST(Config, ErrorTypeIsALatError) {
+  lat::ConfigError e("x");
+  const lat::Error& base = e;
+  EXPECT_STREQ(base.what(), "x");
+}
+
+TEST(Config, DefaultsMatchTheSchemaTable) {
+  const lat::Config c;
+  EXPECT_EQ(c.model.vocab_size, 0);
+  EXPECT_EQ(c.model.d_model, 128);
+  EXPECT_EQ(c.model.n_layers, 4);
+  EXPECT_EQ(c.model.n_heads, 4);
+  EXPECT_EQ(c.model.layers, "gdn,gdn,gdn,attn");
+  EXPECT_EQ(c.model.expand_v, 1.0);
+  EXPECT_EQ(c.model.mlp_ratio, 4.0);
+  EXPECT_EQ(c.model.norm_eps, 1e-6);
+  EXPECT_FALSE(c.model.tie_embeddings);
+  EXPECT_EQ(c.model.attn.window_size, 0);
+  EXPECT_EQ(c.model.attn.rope_theta, 10000.0);
+  EXPECT_EQ(c.model.linear.feature_map, "elu1");
+  EXPECT_FALSE(c.model.linear.normalize);
+  EXPECT_TRUE(c.model.linear.use_short_conv);
+  EXPECT_EQ(c.model.linear.conv_size, 4);
+  EXPECT_TRUE(c.model.linear.use_gate);
+  EXPECT_EQ(c.model.linear.chunk_size, 64);
+  EXPECT_EQ(c.data.format, "auto");
+  EXPECT_EQ(c.data.tokenizer, "char");
+  EXPECT_EQ(c.data.bin_dtype, "uint16");
+  EXPECT_EQ(c.data.h5_dataset, "tokens");
+  EXPECT_EQ(c.data.block_size, 256);
+  EXPECT_EQ(c.data.val_fraction, 0.1);
+  EXPECT_EQ(c.train.batch_size, 12);
+  EXPECT_EQ(c.train.grad_accum, 1);
+  EXPECT_EQ(c.train.max_steps, 2000);
+  EXPECT_EQ(c.train.stop_at, 0);
+  EXPECT_EQ(c.train.optimizer, "adamw");
+  EXPECT_EQ(c.train.lr, 1e-3);
+  EXPECT_EQ(c.train.min_lr, 1e-4);
+  EXPECT_EQ(c.train.warmup, 100);
+  EXPECT_EQ(c.train.schedule, "cosine");
+  EXPECT_EQ(c.train.betas[0], 0.9);
+  EXPECT_EQ(c.train.betas[1], 0.99);
+  EXPECT_EQ(c.train.eps, 1e-8);
+  EXPECT_EQ(c.train.weight_decay, 0.1);
+  EXPECT_EQ(c.train.momentum, 0.9);
+  EXPECT_EQ(c.train.grad_clip, 1.0);
+  EXPECT_EQ(c.train.eval_every, 250);
+  EXPECT_EQ(c.train.eval_batches, 20);
+  EXPECT_EQ(c.train.log_every, 10);
+  EXPECT_EQ(c.train.ckpt_every, 500);
+  EXPECT_EQ(c.train.keep_last, 3);
+  EXPECT_EQ(c.train.resume, "auto");
+  EXPECT_EQ(c.train.seed, 1337);
+  EXPECT_EQ(c.train.device, "cpu");
+  EXPECT_EQ(c.train.threads, 0);
+  EXPECT_TRUE(c.init_from.empty());
+  EXPECT_TRUE(c.init_from_strict);
+  EXPECT_TRUE(c.freeze.empty());
+  EXPECT_TRUE(c.lr_mult.empty());
+}
+
+TEST(Config, MinimalFileResolvesDerivedDefaults) {
+  const lat::Config c = lat::parse_config("data:\n  path: corpus.txt\n", "configs/tiny_run.yaml");
+  EXPECT_EQ(c.data.path, "corpus.txt");
+  EXPECT_EQ(c.model.head_dim, 32);          // d_model / n_heads
+  EXPECT_EQ(c.model.attn.n_kv_heads, 4);    // n_heads
+  EXPECT_EQ(c.train.out_dir, "runs/tiny_run");
+  lat::Config expected;
+  expected.data.path = "corpus.txt";
+  expected.model.head_dim = 32;
+  expected.model.attn.n_kv_heads = 4;
+  expected.train.out_dir = "runs/tiny_run";
+  EXPECT_EQ(c, expected);
+}
+
+TEST_F(ConfigTest, FullValidFile) {
+  write("base.h5", "not read by the config");
+  const std::string path = write("full.yaml", R"(# every section, nested and dotted forms
+model:
+  vocab_size: 65
+  d_model: 96
+  n_layers: 6
+  n_heads: 3
+  head_dim: 40
+  layers: "gdn, attn ,delta_net"
+  expand_v: 2
+  mlp_ratio: 3.5
+  norm_eps: 1e-5
+  tie_embeddings: true
+  attn:
+    window_size: 128
+    n_kv_heads: 1
+    rope_theta: 500000.0
+  linear: {feature_map: relu, normalize: true, use_short_conv: false, conv_size: 3, use_gate: false, chunk_size: 32}
+data:
+  path: data/tiny.bin
+  format: bin
+  tokenizer: byte
+  bin_dtype: uint32
+  h5_dataset: ids
+  block_size: 64
+  val_fraction: 0.05
+train.batch_size: 8
+train:
+  grad_accum: 2
+  max_steps: 1e4
+  stop_at: 100
+  optimizer: sgd
+  lr: 3e-4
+  min_lr: 0
+  warmup: 0
+  schedule: linear
+  betas: [0.8, 0.95]
+  eps: 1e-6
+  weight_decay: 0.0
+  momentum: 0.5
+  grad_clip: 0
+  eval_every: 0
+  eval_batches: 5
+  log_every: 1
+  ckpt_every: 1
+  keep_last: 0
+  out_dir: somewhere/else
+  resume: never
+  seed: 7
+  device: cuda:1
+  threads: 2
+init_from: )" + (dir_ / "base.h5").string() + R"(
+init_from_strict: false
+freeze: ["layers.0.*", embeddings.weight]
+lr_mult:
+  "layers.1.*": 0.5
+  "*norm*": 0
+)");
+  const lat::Config c = lat::load_config(path);
+  EXPECT_EQ(c.model.vocab_size, 65);
+  EXPECT_EQ(c.model.d_model, 96);
+  EXPECT_EQ(c.model.n_layers, 6);
+  EXPECT_EQ(c.model.n_heads, 3);
+  EXPECT_EQ(c.model.head_dim, 40);
+  EXPECT_EQ(c.model.layers, "gdn, attn ,delta_net");
+  EXPECT_EQ(lat::layer_mixers(c.model),
+            (std::vector<std::string>{"gdn", "attn", "delta_net", "gdn", "attn", "delta_net"}));
+  EXPECT_EQ(c.model.expand_v, 2.0);
+  EXPECT_EQ(c.model.mlp_ratio, 3.5);
+  EXPECT_EQ(c.model.norm_eps, 1e-5);
+  EXPECT_TRUE(c.model.tie_embeddings);
+  EXPECT_EQ(c.model.attn.window_size, 128);
+  EXPECT_EQ(c.model.attn.n_kv_heads, 1);
+  EXPECT_EQ(c.model.attn.rope_theta, 500000.0);
+  EXPECT_EQ(c.model.linear.feature_map, "relu");
+  EXPECT_TRUE(c.model.linear.normalize);
+  EXPECT_FALSE(c.model.linear.use_short_conv);
+  EXPECT_EQ(c.model.linear.conv_size, 3);
+  EXPECT_FALSE(c.model.linear.use_gate);
+  EXPECT_EQ(c.model.linear.chunk_size, 32);
+  EXPECT_EQ(c.data.path, "data/tiny.bin");
+  EXPECT_EQ(c.data.format, "bin");
+  EXPECT_EQ(c.data.tokenizer, "byte");
+  EXPECT_EQ(c.data.bin_dtype, "uint32");
+  EXPECT_EQ(c.data.h5_dataset, "ids");
+  EXPECT_EQ(c.data.block_size, 64);
+  EXPECT_EQ(c.data.val_fraction, 0.05);
+  EXPECT_EQ(c.train.batch_size, 8);
+  EXPECT_EQ(c.train.grad_accum, 2);
+  EXPECT_EQ(c.train.max_steps, 10000);
+  EXPECT_EQ(c.train.stop_at, 100);
+  EXPECT_EQ(c.train.optimizer, "sgd");
+  EXPECT_EQ(c.train.lr, 3e-4);
+  EXPECT_EQ(c.train.min_lr, 0.0);
+  EXPECT_EQ(c.train.warmup, 0);
+  EXPECT_EQ(c.train.schedule, "linear");
+  EXPECT_EQ(c.train.betas[0], 0.8);
+  EXPECT_EQ(c.train.betas[1], 0.95);
+  EXPECT_EQ(c.train.eps, 1e-6);
+  EXPECT_EQ(c.train.weight_decay, 0.0);
+  EXPECT_EQ(c.train.momentum, 0.5);
+  EXPECT_EQ(c.train.grad_clip, 0.0);
+  EXPECT_EQ(c.train.eval_every, 0);
+  EXPECT_EQ(c.train.eval_batches, 5);
+  EXPECT_EQ(c.train.log_every, 1);
+  EXPECT_EQ(c.train.ckpt_every, 1);
+  EXPECT_EQ(c.train.keep_last, 0);
+  EXPECT_EQ(c.train.out_dir, "somewhere/else");
+  EXPECT_EQ(c.train.resume, "never");
+  EXPECT_EQ(c.train.seed, 7);
+  EXPECT_EQ(c.train.device, "cuda:1");
+  EXPECT_EQ(c.train.threads, 2);
+  EXPECT_EQ(c.init_from, (dir_ / "base.h5").string());
+  EXPECT_FALSE(c.init_from_strict);
+  EXPECT_EQ(c.freeze, (std::vector<std::string>{"layers.0.*", "embeddings.weight"}));
+  ASSERT_EQ(c.lr_mult.size(), 2u);
+  EXPECT_EQ(c.lr_mult[0], (std::pair<std::string, double>{"layers.1.*", 0.5}));
+  EXPECT_EQ(c.lr_mult[1], (std::pair<std::string, double>{"*norm*", 0.0}));
+}
+
+TEST_F(ConfigTest, OutDirDefaultsToConfigFileName) {
+  const std::string path = write("shakespeare_small.yaml", "data.path: x.txt\n");
+  EXPECT_EQ(lat::load_config(path).train.out_dir, "runs/shakespeare_small");
+}
+
+TEST_F(ConfigTest, MissingFileAndSyntaxErrorNameTheFile) {
+  const std::string missing = (dir_ / "nope.yaml").string();
+  std::string message = config_error([&] { lat::load_config(missing); });
+  EXPECT_NE(message.find(missing), std::string::npos) << message;
+  EXPECT_NE(message.find("no such file"), std::string::npos) << message;
+
+  const std::string bad = write("bad.yaml", "data:\n  path: x\ntrain: [1, 2\n");
+  message = config_error([&] { lat::load_config(bad); });
+  EXPECT_NE(message.find("YAML syntax error"), std::string::npos) << message;
+  EXPECT_NE(message.find(bad + ":"), std::string::npos) << message;
+
+  message = config_error([&] { lat::parse_config("- a\n- b\n", "list.yaml"); });
+  EXPECT_NE(message.find("expected a map of keys at the top level, got a list"), std::string::npos) << message;
+}
+
+TEST(Config, UnknownKeySuggestsNearName) {
+  EXPECT_EQ(parse_error("model:\n  d_modle: 64\n"),
+            "model.d_modle: unknown key, did you mean 'model.d_model'? (run.yaml:3)");
+  // A key in the wrong section is found by its last component.
+  EXPECT_EQ(parse_error("lr: 0.1\n"), "lr: unknown key, did you mean 'train.lr'? (run.yaml:2)");
+  EXPECT_EQ(parse_error("train:\n  batchsize: 4\n"),
+            "train.batchsize: unknown key, did you mean 'train.batch_size'? (run.yaml:3)");
+  EXPECT_EQ(parse_error("model:\n  atn:\n    window_size: 4\n"),
+            "model.atn: unknown key, did you mean 'model.attn'? (run.yaml:3)");
+  // Nothing near: no suggestion.
+  EXPECT_EQ(parse_error("\n\nqqqqzzzz: 1\n"), "qqqqzzzz: unknown key (run.yaml:4)");
+}
+
+TEST(Config, DuplicateKeysNameTheSecondLine) {
+  EXPECT_EQ(parse_error("train:\n  lr: 1e-3\n  seed: 1\n  lr: 2e-3\n"),
+            "train.lr: duplicate key, first set at line 3 (run.yaml:5)");
+  // The same key in nested and dotted form.
+  EXPECT_EQ(parse_error("train:\n  lr: 1e-3\ntrain.lr: 2e-3\n"),
+            "train.lr: duplicate key, first set at run.yaml:3 (run.yaml:4)");
+  // A repeated section.
+  EXPECT_EQ(parse_error("model:\n  d_model: 64\nmodel:\n  n_layers: 2\n"),
+            "model: duplicate key, first set at line 2 (run.yaml:4)");
+  EXPECT_EQ(parse_error("lr_mult:\n  \"a.*\": 1\n  \"a.*\": 2\n"), "lr_mult: duplicate pattern 'a.*' (run.yaml:4)");
+}
+
+TEST(Config, WrongTypesNameKeyValueAndLine) {
+  EXPECT_EQ(parse_error("train:\n  lr: fast\n"), "train.lr: expected a float, got 'fast' (run.yaml:3)");
+  EXPECT_EQ(parse_error("model.d_model: 64.5\n"), "model.d_model: expected an int, got '64.5' (run.yaml:2)");
+  EXPECT_EQ(parse_error("model.tie_embeddings: maybe\n"),
+            "model.tie_embeddings: expected true or false, got 'maybe' (run.yaml:2)");
+  EXPECT_EQ(parse_error("train.betas: 0.9\n"), "train.betas: expected a list of 2 floats, got '0.9' (run.yaml:2)");
+  EXPECT_EQ(parse_error("train.betas: [0.9, 0.99, 0.999]\n"),
+            "train.betas: expected a list of 2 floats, got a list (run.yaml:2)");
+  EXPECT_EQ(parse_error("freeze: {a: 1}\n"), "freeze: expected a list of strings, got a map (run.yaml:2)");
+  EXPECT_EQ(parse_error("lr_mult:\n  \"x.*\": high\n"), "lr_mult: expected a float, got 'high' (run.yaml:3)");
+  EXPECT_EQ(parse_error("train:\n  optimizer: [adamw]\n"),
+            "train.optimizer: expected a string, got a list (run.yaml:3)");
+  EXPECT_EQ(parse_error("train: 5\n"), "train: expected a map of keys, got '5' (run.yaml:2)");
+  EXPECT_EQ(parse_error("train:\n  lr: .nan\n"), "train.lr: expected a float, got '.nan' (run.yaml:3)");
+}
+
+/// Each impossible value is rejected, naming the key and its line.
+TEST(Config, ImpossibleValues) {
+  struct Case {
+    std::string yaml;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {"model:\n  d_model: 130\n  n_heads: 4\n",
+       "model.n_heads: model.d_model (130) is not divisible by model.n_heads (4); set model.head_dim or change one "
+       "of them (run.yaml:4)"},
+      {"model.n_layers: 0\n", "model.n_layers: expected an int >= 1, got 0 (run.yaml:2)"},
+      {"model.layers: gdn,gdm\n",
+       "model.layers: unknown mixer 'gdm', did you mean 'gdn'? (expected attn, linear_attn, simple_gla, retention, "
+       "delta_net, gdn) (run.yaml:2)"},
+      {"model.layers: gdn,,attn\n", "model.layers: empty mixer name in 'gdn,,attn' (run.yaml:2)"},
+      {"model.attn.n_kv_heads: 3\n",
+       "model.attn.n_kv_heads: model.n_heads (4) is not a multiple of model.attn.n_kv_heads (3) (run.yaml:2)"},
+      {"model.linear.feature_map: elu\n",
+       "model.linear.feature_map: unknown value 'elu', did you mean 'elu1'? (expected one of elu1, relu, identity) "
+       "(run.yaml:2)"},
+      {"model.expand_v: 0.3\n", "model.expand_v: head_dim (32) * expand_v must be a whole number >= 1 (run.yaml:2)"},
+      {"train.schedule: cosin\n",
+       "train.schedule: unknown value 'cosin', did you mean 'cosine'? (expected one of cosine, linear, constant) "
+       "(run.yaml:2)"},
+      {"train.optimizer: adam\n",
+       "train.optimizer: unknown value 'adam', did you mean 'adamw'? (expected one of adamw, sgd) (run.yaml:2)"},
+      {"train.device: gpu\n", "train.device: unknown device 'gpu' (expected cpu, cuda or cuda:N) (run.yaml:2)"},
+      {"data.format: txt\n",
+       "data.format: unknown value 'txt', did you mean 'text'? (expected one of auto, text, bin, h5) (run.yaml:2)"},
+      {"data.tokenizer: word\n",
+       "data.tokenizer: unknown value 'word' (expected one of char, byte) (run.yaml:2)"},
+      {"train.lr: -0.001\n", "train.lr: expected a float > 0, got -0.001 (run.yaml:2)"},
+      {"train.min_lr: 0.01\n", "train.min_lr: min_lr (0.01) is above train.lr (0.001) (run.yaml:2)"},
+      {"data.val_fraction: 0\n", "data.val_fraction: expected a float in (0, 1), got 0 (run.yaml:2)"},
+      {"data.val_fraction: 1\n", "data.val_fraction: expected a float in (0, 1), got 1 (run.yaml:2)"},
+      {"data.block_size: 0\n", "data.block_size: expected an int >= 1, got 0 (run.yaml:2)"},
+      {"train.batch_size: 0\n", "train.batch_size: expected an int >= 1, got 0 (run.yaml:2)"},
+      {"train.betas: [0.9, 1.0]\n", "train.betas: expected floats in [0, 1), got 1 (run.yaml:2)"},
+      {"train.keep_last: -1\n", "train.keep_last: expected an int >= 0, got -1 (run.yaml:2)"},
+      {"train.resume: nevr\n",
+       "train.resume: expected auto, never or an existing checkpoint path, got 'nevr', did you mean 'never'? "
+       "(run.yaml:2)"},
+  };
+  for (const Case& c : cases) {
+    // Path checks only happen in load_config: go through a file.
+    const fs::path path = fs::temp_directory_path() / ("lat_test_config_impossible_" + std::to_string(::getpid()));
+    fs::create_directories(path);
+    const std::string file = (path / "run.yaml").string();
+    std::ofstream(file) << "data.path: corpus.txt\n" << c.yaml;
+    std::string message = config_error([&] { lat::load_config(file); });
+    const std::string expected = std::string(c.expected).replace(c.expected.rfind("run.yaml"), 8, file);
+    EXPECT_EQ(message, expected) << "for:\n" << c.yaml;
+    fs::remove_all(path);
+  }
+  // d_model not divisible by n_heads is fine once head_dim is set.
+  EXPECT_EQ(parse("model:\n  d_model: 130\n  n_heads: 4\n  head_dim: 32\n").model.head_dim, 32);
+  // data.path is required.
+  EXPECT_EQ(config_error([] { lat::parse_config("train.lr: 0.1\n", "run.yaml"); }),
+            "data.path: required: the corpus to train on is not set (default)");
+}
+
+TEST(Config, SetOverridesAnyKey) {
+  const lat::Config c = parse("train:\n  lr: 0.01\n",
+                              {"train.lr=0.002", "model.layers=gdn,attn", "freeze=[\"layers.0.*\"]",
+                               "lr_mult={\"a.*\": 0.5}", "model={d_model: 64, n_heads: 2}", "init_from_strict=false",
+                               "train.lr=0.003"});
+  EXPECT_EQ(c.train.lr, 0.003);  // later overrides win
+  EXPECT_EQ(c.model.layers, "gdn,attn");
+  EXPECT_EQ(c.freeze, std::vector<std::string>{"layers.0.*"});
+  ASSERT_EQ(c.lr_mult.size(), 1u);
+  EXPECT_EQ(c.lr_mult[0].second, 0.5);
+  EXPECT_EQ(c.model.d_model, 64);
+  EXPECT_EQ(c.model.head_dim, 32);
+  EXPECT_FALSE(c.init_from_strict);
+}
+
+TEST(Config, SetErrorsNameTheSetKey) {
+  EXPECT_EQ(parse_error("", {"model.d_modle=64"}),
+            "model.d_modle: unknown key, did you mean 'model.d_model'? (--set model.d_modle)");
+  EXPECT_EQ(parse_error("", {"train.lr=fast"}), "train.lr: expected a float, got 'fast' (--set train.lr)");
+  EXPECT_EQ(parse_error("", {"train.lr"}), "--set 'train.lr': expected key=value");
+  EXPECT_EQ(parse_error("", {"=3"}), "--set '=3': expected key=value");
+  // An impossible value set on the command line names the --set key, not the file.
+  EXPECT_EQ(parse_error("model.n_layers: 2\n", {"model.n_layers=0"}),
+            "model.n_layers: expected an int >= 1, got 0 (--set model.n_layers)");
+  EXPECT_EQ(parse_error("", {"model={d_modl: 3}"}),
+            "model.d_modl: unknown key, did you mean 'model.d_model'? (--set model)");
+}
+
+TEST_F(ConfigTest, RoundTripThroughToYaml) {
+  const lat::Config c = parse(R"(model:
+  vocab_size: 65
+  d_model: 96
+  n_heads: 3
+  layers: "retention,attn"
+  norm_eps: 1.5e-7
+  attn: {rope_theta: 12345.678}
+train:
+  lr: 3.0e-4
+  min_lr: 1.0e-5
+  betas: [0.85, 0.975]
+  out_dir: "runs/a b: c"
+  seed: 0
+freeze: ["*", "layers.1.*"]
+lr_mult: {"*norm*": 0.1, "embeddings.*": 2}
+)");
+  const std::string yaml = lat::to_yaml(c);
+  const lat::Config back = lat::parse_config(yaml, "saved.yaml");
+  EXPECT_EQ(back, c) << yaml;
+  EXPECT_EQ(lat::to_yaml(back), yaml);
+  // Every schema key appears in the resolved YAML, including the derived defaults.
+  for (const char* key : {"vocab_size:", "head_dim: 32", "n_kv_heads: 3", "feature_map:", "chunk_size:",
+                          "h5_dataset:", "threads:", "init_from: ~", "init_from_strict:", "out_dir:"})
+    EXPECT_NE(yaml.find(key), std::string::npos) << key << " missing from\n" << yaml;
+
+  // Through a file, with the defaults only.
+  const lat::Config defaults = parse("");
+  const std::string file = write("resolved.yaml", lat::to_yaml(defaults));
+  EXPECT_EQ(lat::load_config(file), defaults);
+}
+
+TEST(Config, ResumeIncompatibleKeys) {
+  const lat::Config saved = parse("");
+  EXPECT_TRUE(lat::resume_incompatible_keys(saved, saved).empty());
+
+  // train.* keys may change, except batch_size, grad_accum and seed.
+  lat::Config now = saved;
+  now.train.lr = 0.5;
+  now.train.max_steps = 5000;
+  now.train.stop_at = 10;
+  now.train.out_dir = "elsewhere";
+  now.train.resume = "never";
+  EXPECT_TRUE(lat::resume_incompatible_keys(saved, now).empty());
+
+  now.train.batch_size = 3;
+  now.train.seed = 5;
+  now.model.d_model = 64;
+  now.model.attn.window_size = 16;
+  now.data.block_size = 32;
+  now.freeze = {"layers.0.*"};
+  now.train.grad_accum = 4;
+  EXPECT_EQ(lat::resume_incompatible_keys(saved, now),
+            (std::vector<std::string>{"model.d_model", "model.attn.window_size", "data.block_size",
+                                      "train.batch_size", "train.grad_accum", "train.seed", "freeze"}));
+}
+
+TEST(Config, LayerMixersRepeatThePattern) {
+  lat::ModelConfig model;
+  model.layers = "gdn, attn";
+  model.n_layers = 3;
+  EXPECT_EQ(lat::layer_mixers(model), (std::vector<std::string>{"gdn", "attn", "gdn"}));
+  model.layers = "gdn,gdn,gdn,attn";
+  model.n_layers = 2;
+  EXPECT_EQ(lat::layer_mixers(model), (std::vector<std::string>{"gdn", "gdn"}));
+}
+
+}  // namespace
