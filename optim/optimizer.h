@@ -50,8 +50,8 @@ class Optimizer {
   /// Scales the learning rate of parameter `name` (config `lr_mult`). Throws on an unknown name.
   void set_lr_mult(const std::string& name, double mult);
 
-  /// The state buffers (the optimizer's own tensors: copy them before the next step if
-  /// they must not change, as a checkpoint writer does when it writes them at once).
+  /// The state buffers: handles to the optimizer's own tensors, not copies (the next step
+  /// updates them in place; a checkpoint writer writes them before that).
   OptimizerState export_state() const;
   /// Replaces the state with a deep copy of `state` and sets the step counter: the next
   /// step is then bit-identical to the one of the optimizer that exported it. Throws
