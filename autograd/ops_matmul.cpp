@@ -116,6 +116,7 @@ Tensor matmul_forward(const Tensor& a, const Tensor& b, bool transpose_a, bool t
   if (b_count == 1 && !transpose_a) {
     // One b shared by every batch item and a's rows contiguous: a single [total*M, K] product.
     c.M = total * M;
+    c.stride_c = total * M * N;  // a real stride gives oneDNN a plain layout even for batch 1
     run_gemm(c, a, b, out);
   } else if (b_count == 1 || (a_count == total && b_count == total)) {
     c.batch = total;
@@ -138,6 +139,7 @@ Tensor matmul_forward(const Tensor& a, const Tensor& b, bool transpose_a, bool t
       c.offset_a = offset_a;
       c.offset_b = offset_b;
       c.offset_c = i * M * N;
+      c.stride_c = M * N;
       run_gemm(c, a, b, out);
     }
   }
