@@ -1,0 +1,74 @@
+// The `lat` binary's contract (DESIGN.md, "The command line"): --help and --version exit 0
+// on stdout; bad usage exits 2 with one stderr line starting "error: ".
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "lat/version.h"
+
+namespace {
+
+struct Result {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Runs build/lat with `args` (shell words), capturing stdout and stderr separately.
+Result run_lat(const std::string& args) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    ("lat_test_cli_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string command = std::string("'") + LAT_BINARY_DIR + "/lat' " + args + " >'" +
+                              (dir / "out").string() + "' 2>'" + (dir / "err").string() + "'";
+  const int status = std::system(command.c_str());
+  Result r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = read_file(dir / "out");
+  r.err = read_file(dir / "err");
+  std::filesystem::remove_all(dir);
+  return r;
+}
+
+TEST(Cli, HelpExitsZero) {
+  Result r = run_lat("--help");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("Usage: lat"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--version"), std::string::npos) << r.out;
+  EXPECT_EQ(r.err, "");
+}
+
+TEST(Cli, VersionExitsZero) {
+  Result r = run_lat("--version");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, std::string("lat ") + LAT_VERSION + "\n");
+}
+
+TEST(Cli, UnknownOptionExitsTwoWithOneErrorLine) {
+  Result r = run_lat("--no-such-option");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err.rfind("error: ", 0), 0u) << r.err;
+  EXPECT_NE(r.err.find("--no-such-option"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "one line: " << r.err;
+  EXPECT_EQ(r.out, "");
+}
+
+TEST(Cli, UnknownCommandExitsTwo) {
+  Result r = run_lat("no-such-command");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err.rfind("error: ", 0), 0u) << r.err;
+}
+
+}  // namespace
