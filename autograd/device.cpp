@@ -40,7 +40,16 @@ void* device_alloc(size_t nbytes, Device device) {
     }
     case DeviceType::cuda:
 #ifdef LAT_WITH_CUDA
+    {
+      // Checked here so that a machine without a GPU (or driver) gets a message naming the
+      // device rather than the CUDA runtime's error from the first call. The count is fixed
+      // for the process (CUDA_VISIBLE_DEVICES is read once by the runtime).
+      static const int visible = cuda::device_count();
+      LAT_CHECK(device.index >= 0 && device.index < visible,
+                "Storage: device " << device.str() << " requested, but " << visible
+                                   << " CUDA device(s) are visible to this process");
       return cuda::allocate(nbytes, device.index);
+    }
 #else
       LAT_CHECK(false, "Storage: device " << device.str() << " requested but lat was built without CUDA");
 #endif

@@ -353,7 +353,6 @@ TEST(TensorDevice, CudaWithoutGpuIsAnError) {
     EXPECT_EQ(dev.to_vector(), host.to_vector());
     return;
   }
-  EXPECT_EQ(cuda_device_count(), 0);
   std::string msg = error_message([] { Tensor::zeros({2, 3}, DType::f32, Device::cuda()); });
   EXPECT_NE(msg.find("cuda:0"), std::string::npos) << msg;
   if (!cuda_built()) {
