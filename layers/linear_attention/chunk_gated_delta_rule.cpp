@@ -53,7 +53,7 @@ LinearAttentionOutput gated_delta_rule_chunk_op(const char* op, const Tensor& q,
   }
 
   GatedDeltaRuleChunkParams p;
-  p.BH = BH, p.NT = num_chunks(d.T, C), p.C = C, p.K = d.K, p.V = d.V;
+  p.BH = BH, p.T = d.T, p.NT = num_chunks(d.T, C), p.C = C, p.K = d.K, p.V = d.V;
   p.scale = resolve_scale(scale, d.K);
   p.q = qc.data<float>(), p.k = kc.data<float>(), p.v = vc.data<float>();
   p.g = data_or_null(gc), p.beta = bc.data<float>(), p.h0 = data_or_null(initial_state);

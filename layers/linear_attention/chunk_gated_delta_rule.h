@@ -19,7 +19,7 @@ namespace lat::linear_attention {
 /// One problem in the per-head chunked layout of common.h ([BH, NT*C, D], rows t >= T
 /// zero, including g and beta). f32 throughout.
 struct GatedDeltaRuleChunkParams {
-  int64_t BH = 0, NT = 0, C = 0, K = 0, V = 0;
+  int64_t BH = 0, T = 0, NT = 0, C = 0, K = 0, V = 0;  // T: valid rows per head
   float scale = 1.0f;
   const float* q = nullptr;     // [BH, NT*C, K] (already L2-normalized when asked for)
   const float* k = nullptr;     // [BH, NT*C, K]

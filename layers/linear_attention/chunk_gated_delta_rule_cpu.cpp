@@ -20,7 +20,8 @@
 //   P = scale (dO V_new^T) o Gamma o M
 //   dQ = scale diag(gamma) dO S_c^T + P K
 //   dK = diag(e^{Lambda - G}) V_new dh_c^T + P^T Q        (+ the WY terms below)
-//   dG_i = q_i . dq_i - k_i . dk_i  (+ at i = C-1: e^Lambda <S_c, dh_c> + sum_j k_j . dk_j^inter)
+//   dG: every G-dependent factor's gradient times the factor: the score pairs i > j, the
+//       readout decay gamma_i, the state decay e^Lambda and the write decays e^{Lambda - G_j}
 //   dW = -dV_new S_c^T, dU = dV_new
 //   dT = [dW | dU] [diag(beta gamma) K | diag(beta) V]^T, strictly lower;  dA = -T^T dT T^T
 //   [dKbg | dVb] = T^T [dW | dU]:  dk += beta gamma dKbg,  dv = beta dVb,
@@ -264,7 +265,7 @@ void gated_delta_rule_chunk_backward_cpu(const GatedDeltaRuleChunkParams& p, con
   const int64_t BH = f.BH, NT = f.NT, N = f.N, C = f.C, K = f.K, V = f.V, KV1 = f.KV1, KV = K * V;
   const float* h = f.h.get();
   const float* vnew = f.wu.get() + K;  // V_new rows, stride KV1
-  Buffer tile(N * C * C), tile2(N * C * C), dwu(N * C * KV1), dh(N * KV), dG(N * C), last(N);
+  Buffer tile(N * C * C), tile2(N * C * C), dwu(N * C * KV1), dh(N * KV), dG(N * C);
   Buffer dh0_scratch(grads.dh0 ? 0 : BH * KV);
   float* dh0 = grads.dh0 ? grads.dh0 : dh0_scratch.get();
   float* dvnew = dwu.get() + K;  // dU = dV_new, the right part of [dW | dU]
@@ -299,50 +300,75 @@ void gated_delta_rule_chunk_backward_cpu(const GatedDeltaRuleChunkParams& p, con
          prev_stride, -1.0f, 1.0f);
   }
 
-  // P = scale (dO V_new^T) o Gamma o M.
-  float* P = tile.get();
-  masked_scores(f, {d_o, V, C * V}, {vnew, KV1, C * KV1, true}, V, p.scale, P);
-  // dQ = scale diag(gamma) dO S_c^T + P K.
+  // dG, the gradient w.r.t. the chunk-local cumsum G, is summed from terms that each carry
+  // their own decay factor (Gamma_ij for pairs i > j, gamma_i, e^{Lambda - G_j}), never as
+  // q . dq - k . dk: that difference cancels O(1) diagonal terms and loses every digit of a
+  // dg that strong decay makes tiny (the pairwise form of ALGORITHMS.md 2.3, precision note).
+  // Output scores, pairs i > j: scale Gamma_ij (q_i . k_j)(dO_i . V_new_j) adds to dG_i and
+  // subtracts from dG_j. Then P = scale (dO V_new^T) o Gamma o M in place.
+  const float* scores = tile.get();
+  float* P = tile2.get();
+  gemm(N, C, C, V, {d_o, V, C * V}, {vnew, KV1, C * KV1, true}, P, C, C * C);
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* sc = scores + n * C * C;
+    const float* D = f.decay.get() + n * C * C;
+    float* pn = P + n * C * C;
+    float* dg = dG.get() + n * C;
+    std::fill(dg, dg + C, 0.0f);
+    for (int64_t i = 0; i < C; ++i) {
+      float acc = 0.0f;
+      for (int64_t j = 0; j < i; ++j) {
+        const float t = sc[i * C + j] * pn[i * C + j];
+        acc += t;
+        dg[j] -= t;
+      }
+      dg[i] += acc;
+      for (int64_t j = 0; j < C; ++j) pn[i * C + j] = D[i * C + j] != 0.0f ? p.scale * pn[i * C + j] * D[i * C + j] : 0.0f;
+    }
+  }
+  // dQ = scale diag(gamma) dO S_c^T + P K; the first term gives dG_i += q_i . dq_i^inter.
   gemm(N, C, K, V, {d_o, V, C * V}, {h, V, KV, true}, grads.dq, K, C * K);
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n)
     for (int64_t i = 0; i < C; ++i) {
-      const float s = p.scale * exp_nonpositive(f.G.get()[n * C + i]);
-      float* dq = grads.dq + (n * C + i) * K;
+      const int64_t r = n * C + i;
+      const float s = p.scale * exp_nonpositive(f.G.get()[r]);
+      float* dq = grads.dq + r * K;
       for (int64_t x = 0; x < K; ++x) dq[x] *= s;
+      dG.get()[r] += dot(p.q + r * K, dq, K);
     }
   gemm(N, C, K, C, {P, C, C * C}, {p.k, K, C * K}, grads.dq, K, C * K, 1.0f, 1.0f);
-  // dK = diag(e^{Lambda - G}) V_new dh_c^T (+ P^T Q below); the decay of the state and of
-  // the inter-chunk writes puts e^Lambda <S_c, dh_c> + sum_j k_j . dk_j^inter on Lambda.
+  // dK = diag(e^{Lambda - G}) V_new dh_c^T + P^T Q. The state decay e^Lambda and the write
+  // decays e^{Lambda - G_j} put e^Lambda <S_c, dh_c> on Lambda = G_last and the pairs
+  // (last, j), j < last, with k_j . dk_j^inter (last: the last valid row; the pair
+  // (last, last) has no decay and is left out).
   gemm(N, C, K, V, {vnew, KV1, C * KV1}, {dh.get(), V, KV, true}, grads.dk, K, C * K);
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     const float* G = f.G.get() + n * C;
     const float lambda = G[C - 1];
+    const int64_t last = std::min(C, p.T - (n % NT) * C) - 1;
+    float* dg = dG.get() + n * C;
     float acc = exp_nonpositive(lambda) * dot(h + n * KV, dh.get() + n * KV, KV);
     for (int64_t i = 0; i < C; ++i) {
       const float s = exp_nonpositive(lambda - G[i]);
       float* dk = grads.dk + (n * C + i) * K;
       for (int64_t x = 0; x < K; ++x) dk[x] *= s;
-      acc += dot(p.k + (n * C + i) * K, dk, K);
+      if (i < last) {
+        const float t = dot(p.k + (n * C + i) * K, dk, K);
+        acc += t;
+        dg[i] -= t;
+      }
     }
-    last.get()[n] = acc;
+    dg[last] += acc;
   }
   gemm(N, C, K, C, {P, C, C * C, true}, {p.q, K, C * K}, grads.dk, K, C * K, 1.0f, 1.0f);
-#pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < N; ++n) {
-    float* dg = dG.get() + n * C;
-    for (int64_t i = 0; i < C; ++i) {
-      const int64_t r = (n * C + i) * K;
-      dg[i] = dot(p.q + r, grads.dq + r, K) - dot(p.k + r, grads.dk + r, K);
-    }
-    dg[C - 1] += last.get()[n];
-  }
 
   // dW = -dV_new S_c^T, the left part of [dW | dU].
   gemm(N, C, K, V, {dvnew, KV1, C * KV1}, {h, V, KV, true}, dwu.get(), KV1, C * KV1, -1.0f);
   // WY backward: dT (strictly lower), dA = -T^T dT T^T, [dKbg | dVb] = T^T [dW | dU].
-  float* dT = tile.get();
+  float* dT = tile.get();  // the scores are no longer needed
   gemm(N, C, C, KV1, {dwu.get(), KV1, C * KV1}, {f.kvb.get(), KV1, C * KV1, true}, dT, C, C * C);
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n)

@@ -1,0 +1,120 @@
+// Test helpers for the (gated) delta-rule ops, on top of linear_attention_testing.h: the
+// extra beta input, keys L2-normalized as the layers feed them, one forward+backward with
+// random upstream gradients on o and final_state, and per-tensor comparison (relative error
+// ||a - b|| / ||b||) that also records the largest error seen per tensor name, printed at
+// exit for the record. Letters as in include/lat/linear_attention.h.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <string>
+
+#include "tests/linear_attention_testing.h"
+
+namespace lat::testing {
+
+/// A delta-rule case: the shared Case plus the in-kernel L2 norm flag and the chunk size.
+struct DeltaCase {
+  Case base;
+  bool l2norm_in_kernel = false;  // raw q, k, normalized by the op; else k pre-normalized
+  int chunk_size = 64;
+};
+
+inline std::string delta_case_name(const DeltaCase& c) {
+  return case_name(c.base) + (c.l2norm_in_kernel ? "_l2" : "") +
+         (c.chunk_size != 64 ? "_C" + std::to_string(c.chunk_size) : "");
+}
+
+struct DeltaInputs {
+  Inputs base;  // q, k, v, g, initial_state, d_o, d_final_state
+  Tensor beta;  // [B, T, H] ~ U(0.01, 0.99)
+};
+
+/// Rows of x [..., D] divided by their L2 norm (in place, f32): the keys the layers feed.
+inline void normalize_rows(Tensor& x) {
+  const int64_t D = x.size(-1);
+  float* p = x.data<float>();
+  for (int64_t r = 0; r < x.numel() / D; ++r) {
+    double s = 0.0;
+    for (int64_t i = 0; i < D; ++i) s += double(p[r * D + i]) * p[r * D + i];
+    const float inv = static_cast<float>(1.0 / std::sqrt(s));
+    for (int64_t i = 0; i < D; ++i) p[r * D + i] *= inv;
+  }
+}
+
+/// Seeded inputs of make_inputs (state_v = V) plus beta; k L2-normalized unless the op
+/// normalizes it itself.
+inline DeltaInputs make_delta_inputs(const DeltaCase& c) {
+  DeltaInputs in{make_inputs(c.base, c.base.V), Tensor()};
+  Generator gen(c.base.seed * 104729 + 3);
+  in.beta = Tensor::uniform({c.base.B, c.base.T, c.base.H}, gen, 0.01, 0.99);
+  if (!c.l2norm_in_kernel) normalize_rows(in.base.k);
+  return in;
+}
+
+struct DeltaResult {
+  Result base;  // o, final_state, dq, dk, dv, dg, d_initial_state
+  Tensor dbeta;
+};
+
+/// An op under test: (q, k, v, g, beta, initial_state) -> {o, final_state}.
+using DeltaOp = std::function<LinearAttentionOutput(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                                    const Tensor&, const Tensor&)>;
+
+/// Runs `op` on leaf copies converted to `dtype`, then backward from
+/// sum(o * d_o) + sum(final_state * d_final_state).
+inline DeltaResult run_delta(const DeltaOp& op, const DeltaInputs& in, DType dtype) {
+  Tensor beta = in.beta.to(dtype).clone().detach();
+  beta.set_requires_grad(true);
+  Op wrapped = [&](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& h0) {
+    return op(q, k, v, g, beta, h0);
+  };
+  Result r = run(wrapped, in.base, dtype);
+  return {r, beta.grad()};
+}
+
+/// Largest relative error seen per tensor name (for the report printed at exit).
+inline std::map<std::string, double>& max_errors() {
+  static std::map<std::string, double> errors;
+  return errors;
+}
+
+/// Prints max_errors() when the test program ends.
+class PrintMaxErrors : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    for (const auto& [name, err] : max_errors()) std::printf("max relative error %-28s %.3g\n", name.c_str(), err);
+  }
+};
+
+/// Registered at start-up, so every test program that includes this header prints them.
+inline ::testing::Environment* const kPrintMaxErrors = ::testing::AddGlobalTestEnvironment(new PrintMaxErrors);
+
+/// Expects every defined tensor of `actual` within `tol` of `expected`; `label` prefixes
+/// the names recorded in max_errors().
+inline void expect_delta_close(const DeltaResult& actual, const DeltaResult& expected, double tol,
+                               const std::string& label) {
+  auto check = [&](const char* name, const Tensor& a, const Tensor& b) {
+    ASSERT_EQ(a.defined(), b.defined()) << name;
+    if (!a.defined()) return;
+    ASSERT_EQ(a.shape(), b.shape()) << name;
+    const double err = relative_error(a, b);
+    double& worst = max_errors()[label + " " + name];
+    worst = std::max(worst, err);
+    EXPECT_LT(err, tol) << label << " " << name << ": relative error " << err;
+  };
+  const Result &a = actual.base, &b = expected.base;
+  check("o", a.o, b.o);
+  check("final_state", a.final_state, b.final_state);
+  check("dq", a.dq, b.dq);
+  check("dk", a.dk, b.dk);
+  check("dv", a.dv, b.dv);
+  check("dg", a.dg, b.dg);
+  check("dbeta", actual.dbeta, expected.dbeta);
+  check("d_initial_state", a.d_initial_state, b.d_initial_state);
+}
+
+}  // namespace lat::testing

@@ -1,0 +1,219 @@
+// chunk_gated_delta_rule and fused_recurrent_gated_delta_rule against the float64
+// reference naive_gated_delta_rule: outputs, final states and every input gradient (q, k,
+// v, g, beta, initial_state) with random upstream gradients on o and final_state; finite
+// differences of the reference; chaining of segments; recurrent_step against
+// fused_recurrent; errors. Letters as in include/lat/linear_attention.h.
+#include <gtest/gtest.h>
+
+#include "tests/delta_rule_testing.h"
+
+namespace lat {
+namespace {
+
+using testing::Case;
+using testing::DeltaCase;
+using testing::Gate;
+
+constexpr double kTol = 1e-4;  // DESIGN.md: float32 against the float64 reference
+
+// The sweep: every T in {1, 2, 63, 64, 65, 200} with (16,16) and (48,80), each gate and
+// with/without initial state; (64,64), (128,128), T = 1000, the in-kernel L2 norm and other
+// chunk sizes on a subset.
+std::vector<DeltaCase> sweep() {
+  std::vector<DeltaCase> cases;
+  uint64_t seed = 1;
+  for (int64_t T : {1, 2, 63, 64, 65, 200})
+    for (auto [K, V] : {std::pair<int64_t, int64_t>{16, 16}, {48, 80}})
+      for (Gate gate : {Gate::zero, Gate::mild, Gate::strong})
+        for (bool h0 : {false, true}) cases.push_back({{2, T, 2, K, V, gate, h0, false, seed++}});
+  for (int64_t T : {1, 65, 200})
+    for (Gate gate : {Gate::mild, Gate::strong}) cases.push_back({{1, T, 2, 64, 64, gate, T != 65, false, seed++}});
+  cases.push_back({{1, 1000, 1, 64, 64, Gate::mild, true, false, seed++}});
+  cases.push_back({{1, 1000, 1, 48, 80, Gate::zero, false, false, seed++}});
+  cases.push_back({{1, 1000, 1, 16, 16, Gate::strong, true, false, seed++}});
+  cases.push_back({{1, 1000, 1, 128, 128, Gate::mild, true, false, seed++}});
+  cases.push_back({{1, 63, 1, 128, 128, Gate::zero, true, false, seed++}});
+  cases.push_back({{1, 200, 1, 128, 128, Gate::strong, false, false, seed++}});
+  cases.push_back({{1, 1, 2, 16, 16, Gate::mild, true, false, seed++}, true});
+  cases.push_back({{2, 65, 1, 16, 16, Gate::mild, true, false, seed++}, true});
+  cases.push_back({{1, 200, 2, 48, 80, Gate::strong, false, false, seed++}, true});
+  cases.push_back({{1, 64, 1, 64, 64, Gate::zero, true, false, seed++}, true});
+  cases.push_back({{1, 100, 2, 16, 24, Gate::mild, true, false, seed++}, false, 16});
+  cases.push_back({{1, 100, 1, 24, 16, Gate::strong, true, false, seed++}, true, 32});
+  return cases;
+}
+
+testing::DeltaOp chunk_op(const DeltaCase& c) {
+  return [c](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+             const Tensor& h0) {
+    return chunk_gated_delta_rule(q, k, v, g, beta, {}, h0, true, c.l2norm_in_kernel, c.chunk_size);
+  };
+}
+testing::DeltaOp recurrent_op(const DeltaCase& c) {
+  return [c](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+             const Tensor& h0) {
+    return fused_recurrent_gated_delta_rule(q, k, v, g, beta, {}, h0, true, c.l2norm_in_kernel);
+  };
+}
+testing::DeltaOp naive_op(const DeltaCase& c) {
+  return [c](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+             const Tensor& h0) { return naive_gated_delta_rule(q, k, v, g, beta, {}, h0, true, c.l2norm_in_kernel); };
+}
+
+class GatedDeltaRuleSweep : public ::testing::TestWithParam<DeltaCase> {};
+
+TEST_P(GatedDeltaRuleSweep, ChunkAndRecurrentMatchFloat64Reference) {
+  const DeltaCase& c = GetParam();
+  testing::DeltaInputs in = testing::make_delta_inputs(c);
+  testing::DeltaResult ref = testing::run_delta(naive_op(c), in, DType::f64);
+  testing::expect_delta_close(testing::run_delta(chunk_op(c), in, DType::f32), ref, kTol, "chunk");
+  testing::expect_delta_close(testing::run_delta(recurrent_op(c), in, DType::f32), ref, kTol, "fused_recurrent");
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, GatedDeltaRuleSweep, ::testing::ValuesIn(sweep()),
+                         [](const ::testing::TestParamInfo<DeltaCase>& info) {
+                           return testing::delta_case_name(info.param);
+                         });
+
+// Finite differences of the float64 reference, with and without the in-kernel L2 norm
+// (g away from 0 and beta inside (0, 1), so the +-eps probes stay valid inputs).
+TEST(GatedDeltaRule, ReferenceMatchesFiniteDifferences) {
+  for (bool l2 : {false, true}) {
+    SCOPED_TRACE(l2 ? "l2norm_in_kernel" : "plain");
+    Generator gen(5);
+    const int64_t B = 1, T = 5, H = 2, K = 3, V = 4;
+    Tensor q = Tensor::randn({B, T, H, K}, gen, DType::f64), k = Tensor::randn({B, T, H, K}, gen, DType::f64);
+    if (!l2) k = k * rsqrt(sum(k * k, -1, true));
+    Tensor v = Tensor::randn({B, T, H, V}, gen, DType::f64);
+    Tensor g = Tensor::uniform({B, T, H}, gen, -1.0, -0.05, DType::f64);
+    Tensor beta = Tensor::uniform({B, T, H}, gen, 0.1, 0.9, DType::f64);
+    Tensor h0 = Tensor::randn({B, H, K, V}, gen, DType::f64);
+    std::vector<Tensor> inputs{q, k, v, g, beta, h0};
+    for (Tensor& t : inputs) t.set_requires_grad(true);
+    auto f = [l2](const std::vector<Tensor>& x) {
+      LinearAttentionOutput out = naive_gated_delta_rule(x[0], x[1], x[2], x[3], x[4], 0.7, x[5], true, l2);
+      return concat({out.o.reshape({-1}), out.final_state.reshape({-1})}, 0);
+    };
+    GradCheckResult r = grad_check(f, inputs);
+    for (size_t i = 0; i < r.rel_error.size(); ++i) EXPECT_LT(r.rel_error[i], 1e-6) << "input " << i;
+  }
+}
+
+// One call over T tokens equals two calls over T/2 chained through final_state ->
+// initial_state: outputs, final state and every gradient (through the chained state).
+void expect_chaining(const std::function<LinearAttentionOutput(const Tensor&, const Tensor&, const Tensor&,
+                                                               const Tensor&, const Tensor&, const Tensor&)>& op) {
+  const DeltaCase c{{2, 150, 2, 16, 24, Gate::mild, true, false, 31}};
+  testing::DeltaInputs in = testing::make_delta_inputs(c);
+  testing::DeltaResult whole = testing::run_delta(op, in, DType::f32);
+  auto two_halves = [&](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                        const Tensor& h0) {
+    auto half = [](const Tensor& x, int64_t i) { return slice(x, 1, i * 75, (i + 1) * 75); };
+    LinearAttentionOutput first = op(half(q, 0), half(k, 0), half(v, 0), half(g, 0), half(beta, 0), h0);
+    LinearAttentionOutput second =
+        op(half(q, 1), half(k, 1), half(v, 1), half(g, 1), half(beta, 1), first.final_state);
+    return LinearAttentionOutput{concat({first.o, second.o}, 1), second.final_state};
+  };
+  testing::DeltaResult chained = testing::run_delta(two_halves, in, DType::f32);
+  // Both sides are float32 computations of the same recurrence, cut at different chunks.
+  testing::expect_delta_close(chained, whole, 1e-5, "chaining");
+}
+
+TEST(GatedDeltaRule, ChunkChainsThroughFinalState) {
+  expect_chaining([](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                     const Tensor& h0) { return chunk_gated_delta_rule(q, k, v, g, beta, {}, h0, true); });
+}
+
+TEST(GatedDeltaRule, RecurrentChainsThroughFinalState) {
+  expect_chaining([](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                     const Tensor& h0) { return fused_recurrent_gated_delta_rule(q, k, v, g, beta, {}, h0, true); });
+}
+
+// Strong decay over a long sequence: finite outputs and gradients, chunk equals recurrent.
+TEST(GatedDeltaRule, StrongDecayLongSequenceStaysFinite) {
+  const DeltaCase c{{1, 4096, 1, 16, 16, Gate::strong, true, false, 77}};
+  testing::DeltaInputs in = testing::make_delta_inputs(c);
+  testing::DeltaResult chunk = testing::run_delta(chunk_op(c), in, DType::f32);
+  testing::DeltaResult recurrent = testing::run_delta(recurrent_op(c), in, DType::f32);
+  for (const Tensor& t : {chunk.base.o, chunk.base.final_state, chunk.base.dq, chunk.base.dk, chunk.base.dv,
+                          chunk.base.dg, chunk.dbeta, chunk.base.d_initial_state})
+    EXPECT_TRUE(testing::all_finite(t));
+  testing::expect_delta_close(chunk, recurrent, kTol, "chunk_vs_recurrent_long");
+}
+
+// recurrent_step_gated_delta_rule token by token reproduces fused_recurrent (same f32 math).
+TEST(GatedDeltaRule, RecurrentStepMatchesFusedRecurrent) {
+  for (bool l2 : {false, true}) {
+    SCOPED_TRACE(l2 ? "l2norm_in_kernel" : "plain");
+    const DeltaCase c{{2, 70, 3, 12, 20, Gate::mild, true, false, 41}, l2};
+    testing::DeltaInputs in = testing::make_delta_inputs(c);
+    const testing::Inputs& b = in.base;
+    const float scale = 0.4f;
+    LinearAttentionOutput ref =
+        fused_recurrent_gated_delta_rule(b.q, b.k, b.v, b.g, in.beta, scale, b.initial_state, true, l2);
+    Tensor state = b.initial_state.clone();
+    std::vector<Tensor> o_t;
+    for (int64_t t = 0; t < c.base.T; ++t) {
+      auto at = [t](const Tensor& x) {
+        Shape s = x.shape();
+        s.erase(s.begin() + 1);
+        return slice(x, 1, t, t + 1).reshape(s);
+      };
+      o_t.push_back(recurrent_step_gated_delta_rule(at(b.q), at(b.k), at(b.v), at(b.g), at(in.beta), scale, state, l2)
+                        .reshape({c.base.B, 1, c.base.H, c.base.V}));
+    }
+    EXPECT_LT(relative_error(concat(o_t, 1), ref.o), 1e-6);
+    EXPECT_LT(relative_error(state, ref.final_state), 1e-6);
+  }
+}
+
+TEST(GatedDeltaRule, BadInputsThrowClearErrors) {
+  const DeltaCase c{{1, 4, 2, 8, 6, Gate::mild, true, false, 3}};
+  testing::DeltaInputs in = testing::make_delta_inputs(c);
+  const testing::Inputs& b = in.base;
+  using testing::expect_error;
+  for (const char* name : {"chunk_gated_delta_rule", "fused_recurrent_gated_delta_rule"}) {
+    SCOPED_TRACE(name);
+    const bool chunk = std::string(name) == "chunk_gated_delta_rule";
+    auto call = [chunk](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                        const Tensor& h0) {
+      if (chunk) return chunk_gated_delta_rule(q, k, v, g, beta, {}, h0, true);
+      return fused_recurrent_gated_delta_rule(q, k, v, g, beta, {}, h0, true);
+    };
+    Generator gen(2);
+    expect_error([&] { call(b.q, Tensor::randn({1, 4, 2, 7}, gen), b.v, b.g, in.beta, b.initial_state); },
+                 {name, "k", "expected shape [1, 4, 2, 8]", "got [1, 4, 2, 7]"});
+    expect_error([&] { call(b.q, b.k, Tensor::randn({1, 5, 2, 6}, gen), b.g, in.beta, b.initial_state); },
+                 {name, "v", "expected shape [1, 4, 2, 6]", "got [1, 5, 2, 6]"});
+    expect_error([&] { call(b.q.reshape({4, 2, 8}), b.k, b.v, b.g, in.beta, b.initial_state); },
+                 {name, "q", "rank 4", "[4, 2, 8]"});
+    Tensor positive = b.g.clone();
+    positive.set({0, 2, 1}, 0.5);
+    expect_error([&] { call(b.q, b.k, b.v, positive, in.beta, b.initial_state); },
+                 {name, "g", "<= 0", "0.5", "[0, 2, 1]"});
+    expect_error([&] { call(b.q, b.k, b.v, b.g.reshape({1, 8}), in.beta, b.initial_state); },
+                 {name, "g", "[1, 4, 2]", "got [1, 8]"});
+    expect_error([&] { call(b.q, b.k, b.v, Tensor(), in.beta, b.initial_state); }, {name, "g", "undefined"});
+    expect_error([&] { call(b.q, b.k, b.v, b.g, Tensor::full({1, 4, 2}, 1.5), b.initial_state); },
+                 {name, "beta", "[0, 1]", "1.5"});
+    expect_error([&] { call(b.q, b.k, b.v, b.g, in.beta.reshape({4, 2}), b.initial_state); },
+                 {name, "beta", "[1, 4, 2]", "got [4, 2]"});
+    expect_error([&] { call(b.q, b.k, b.v, b.g, in.beta, Tensor::zeros({1, 2, 6, 8})); },
+                 {name, "initial_state", "[1, 2, 8, 6]", "got [1, 2, 6, 8]"});
+    expect_error([&] { call(b.q.to(DType::f64), b.k, b.v, b.g, in.beta, b.initial_state); }, {name, "q", "f32"});
+  }
+  expect_error([&] { chunk_gated_delta_rule(b.q, b.k, b.v, b.g, in.beta, {}, {}, false, false, 0); },
+               {"chunk_gated_delta_rule", "chunk_size", "> 0", "got 0"});
+  Tensor state = Tensor::zeros({1, 2, 8, 6});
+  Tensor q_t = Tensor::zeros({1, 2, 8}), v_t = Tensor::zeros({1, 2, 6}), g_t = Tensor::zeros({1, 2});
+  expect_error([&] { recurrent_step_gated_delta_rule(q_t, q_t, v_t, Tensor::full({1, 2}, 0.1), g_t, 1.0f, state); },
+               {"recurrent_step_gated_delta_rule", "g_t", "<= 0"});
+  expect_error([&] { recurrent_step_gated_delta_rule(q_t, q_t, v_t, g_t, Tensor::zeros({2}), 1.0f, state); },
+               {"recurrent_step_gated_delta_rule", "beta_t", "[1, 2]"});
+  Tensor bad_state = Tensor::zeros({1, 2, 6, 8});
+  expect_error([&] { recurrent_step_gated_delta_rule(q_t, q_t, v_t, g_t, g_t, 1.0f, bad_state); },
+               {"recurrent_step_gated_delta_rule", "state", "[1, 2, 8, 6]"});
+}
+
+}  // namespace
+}  // namespace lat
