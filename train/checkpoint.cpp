@@ -127,7 +127,8 @@ void write_attr_strings(hid_t loc, const char* name, const std::vector<std::stri
               std::string("cannot create attribute '") + name + "'");
   std::vector<const char*> pointers;
   for (const std::string& value : values) pointers.push_back(value.c_str());
-  check(H5Awrite(attr, type, pointers.data()), std::string("cannot write attribute '") + name + "'");
+  if (!pointers.empty())  // an empty list (no frozen parameters) is a zero-length attribute
+    check(H5Awrite(attr, type, pointers.data()), std::string("cannot write attribute '") + name + "'");
 }
 
 void write_attr_string(hid_t loc, const char* name, const std::string& value) {

@@ -1,0 +1,542 @@
+// Checkpoints (train/checkpoint.h): bit-exact round trip, the HDF5 layout of DESIGN.md read
+// back with the HDF5 C API, bad files, version check, atomic save, and the run directory's
+// latest / prune / stale tmp / metrics.jsonl handling.
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <hdf5.h>
+
+#include "lat/version.h"
+#include "train/checkpoint.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+class CheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::temp_directory_path() /
+           (std::string("lat_test_ckpt_") + info->name() + "_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  fs::path dir_;
+};
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+/// The message of the lat::Error thrown by `f`; fails the test when none is thrown.
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const lat::Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected a lat::Error";
+  return "";
+}
+
+bool bit_equal(const lat::Tensor& a, const lat::Tensor& b) {
+  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
+  return std::memcmp(a.raw_data(), b.raw_data(), static_cast<size_t>(a.numel()) * sizeof(float)) == 0;
+}
+
+/// A checkpoint with every part filled: odd shapes, a scalar, special float values, a
+/// frozen parameter without optimizer state, a non-ASCII vocabulary and a config larger
+/// than an HDF5 attribute could hold (64 KiB).
+lat::Checkpoint sample_checkpoint() {
+  lat::Generator gen(7);
+  lat::Checkpoint ckpt;
+  ckpt.step = 1234;
+  ckpt.tokens_seen = 9876543210LL;
+  ckpt.val_loss = 1.5432109876543211;
+  ckpt.best_val_loss = 1.25;
+  ckpt.lat_version = "9.9.9-test";
+  ckpt.created = "2025-01-31T12:34:56Z";
+  ckpt.frozen = {"embeddings.weight"};
+  ckpt.world_size = 4;
+  ckpt.config_yaml = "model:\n  d_model: 8\n# " + std::string(100000, 'x') + "\n";
+  ckpt.tokenizer_type = "char";
+  ckpt.tokenizer_vocab = "\n !,.:;?ABCabcé→";
+  lat::Tensor special = lat::Tensor::from_vector(
+      std::vector<float>{0.0f, -0.0f, 1e-45f, -3.4e38f, std::numeric_limits<float>::infinity(), std::nanf("")}, {2, 3});
+  ckpt.model = {
+      {"embeddings.weight", lat::Tensor::randn({5, 3}, gen)},
+      {"layers.0.attn.q_proj.weight", lat::Tensor::randn({4, 3}, gen)},
+      {"layers.0.attn.A_log", lat::Tensor::randn({2}, gen)},
+      {"layers.0.attn.q_conv1d.weight", lat::Tensor::randn({4, 1, 3}, gen)},
+      {"norm.scale", lat::Tensor::scalar(0.75)},
+      {"a_special", special},
+  };
+  ckpt.optimizer.type = "adamw";
+  ckpt.optimizer.step = 1234;
+  for (size_t i = 1; i < ckpt.model.size(); ++i) {
+    const auto& [name, weight] = ckpt.model[i];
+    ckpt.optimizer.params.push_back(
+        {name,
+         {{"exp_avg", lat::Tensor::randn(weight.shape(), gen)}, {"exp_avg_sq", lat::Tensor::randn(weight.shape(), gen)}}});
+  }
+  gen.normal();
+  ckpt.rng_state = gen.state();
+  ckpt.data.counters = {{"epoch", 3}, {"position", 123456789012LL}};
+  lat::Generator loader_gen(99);
+  loader_gen.uniform();
+  ckpt.data.state = loader_gen.state();
+  return ckpt;
+}
+
+void expect_equal(const lat::Checkpoint& a, const lat::Checkpoint& b) {
+  EXPECT_EQ(a.step, b.step);
+  EXPECT_EQ(a.tokens_seen, b.tokens_seen);
+  EXPECT_EQ(std::memcmp(&a.val_loss, &b.val_loss, sizeof(double)), 0);
+  EXPECT_EQ(std::memcmp(&a.best_val_loss, &b.best_val_loss, sizeof(double)), 0);
+  EXPECT_EQ(a.lat_version, b.lat_version);
+  EXPECT_EQ(a.created, b.created);
+  EXPECT_EQ(a.frozen, b.frozen);
+  EXPECT_EQ(a.world_size, b.world_size);
+  EXPECT_EQ(a.config_yaml, b.config_yaml);
+  EXPECT_EQ(a.tokenizer_type, b.tokenizer_type);
+  EXPECT_EQ(a.tokenizer_vocab, b.tokenizer_vocab);
+  ASSERT_EQ(a.model.size(), b.model.size());
+  for (size_t i = 0; i < a.model.size(); ++i) {
+    EXPECT_EQ(a.model[i].first, b.model[i].first);  // the saved order, not sorted by name
+    EXPECT_TRUE(bit_equal(a.model[i].second, b.model[i].second)) << a.model[i].first;
+  }
+  EXPECT_EQ(a.optimizer.type, b.optimizer.type);
+  EXPECT_EQ(a.optimizer.step, b.optimizer.step);
+  ASSERT_EQ(a.optimizer.params.size(), b.optimizer.params.size());
+  for (size_t i = 0; i < a.optimizer.params.size(); ++i) {
+    const lat::ParamState& pa = a.optimizer.params[i];
+    const lat::ParamState& pb = b.optimizer.params[i];
+    EXPECT_EQ(pa.name, pb.name);
+    ASSERT_EQ(pa.buffers.size(), pb.buffers.size());
+    for (size_t j = 0; j < pa.buffers.size(); ++j) {
+      EXPECT_EQ(pa.buffers[j].first, pb.buffers[j].first);
+      EXPECT_TRUE(bit_equal(pa.buffers[j].second, pb.buffers[j].second)) << pa.name << "/" << pa.buffers[j].first;
+    }
+  }
+  EXPECT_EQ(a.rng_state, b.rng_state);
+  EXPECT_EQ(a.data.counters, b.data.counters);
+  EXPECT_EQ(a.data.state, b.data.state);
+}
+
+TEST_F(CheckpointTest, RoundTripIsBitExact) {
+  const lat::Checkpoint saved = sample_checkpoint();
+  lat::save_checkpoint(path("ckpt_00001234.h5"), saved);
+  const lat::Checkpoint loaded = lat::load_checkpoint(path("ckpt_00001234.h5"));
+  expect_equal(loaded, saved);
+  EXPECT_EQ(loaded.model[4].second.shape(), lat::Shape{});  // scalar stays a scalar
+  EXPECT_FALSE(fs::exists(path("ckpt_00001234.h5.tmp")));
+
+  // The restored generator continues the saved sequence.
+  lat::Generator original(7), restored(0);
+  original.set_state(saved.rng_state);
+  restored.set_state(loaded.rng_state);
+  EXPECT_EQ(original.normal(), restored.normal());
+}
+
+TEST_F(CheckpointTest, DefaultsFillVersionAndCreatedAndAllowNoOptimizer) {
+  lat::Checkpoint ckpt;
+  ckpt.tokenizer_type = "byte";
+  ckpt.model = {{"w", lat::Tensor::from_vector(std::vector<float>{1, 2}, {2})}};
+  lat::save_checkpoint(path("c.h5"), ckpt);
+  const lat::Checkpoint loaded = lat::load_checkpoint(path("c.h5"));
+  EXPECT_EQ(loaded.lat_version, lat::version());
+  EXPECT_TRUE(std::regex_match(loaded.created, std::regex(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)"))) << loaded.created;
+  EXPECT_TRUE(std::isnan(loaded.val_loss));
+  EXPECT_TRUE(loaded.frozen.empty());
+  EXPECT_TRUE(loaded.optimizer.type.empty());
+  EXPECT_TRUE(loaded.optimizer.params.empty());
+  EXPECT_TRUE(loaded.tokenizer_vocab.empty());
+  EXPECT_EQ(loaded.tokenizer_type, "byte");
+}
+
+// ---- the layout, read with the HDF5 C API ---------------------------------------------------
+
+std::set<std::string> attribute_names(hid_t loc) {
+  std::set<std::string> names;
+  H5Aiterate2(
+      loc, H5_INDEX_NAME, H5_ITER_INC, nullptr,
+      [](hid_t, const char* name, const H5A_info_t*, void* out) -> herr_t {
+        static_cast<std::set<std::string>*>(out)->insert(name);
+        return 0;
+      },
+      &names);
+  return names;
+}
+
+/// Class, size, variable-length-string and UTF-8 flags, and element count of an attribute.
+struct AttrInfo {
+  H5T_class_t type_class;
+  size_t size;
+  bool variable_string;
+  bool utf8;
+  hssize_t count;
+  int rank;
+};
+
+AttrInfo attr_info(hid_t loc, const char* name) {
+  hid_t attr = H5Aopen(loc, name, H5P_DEFAULT);
+  EXPECT_GE(attr, 0) << name;
+  hid_t type = H5Aget_type(attr);
+  hid_t space = H5Aget_space(attr);
+  AttrInfo info{H5Tget_class(type), H5Tget_size(type), false, false, H5Sget_simple_extent_npoints(space),
+                H5Sget_simple_extent_ndims(space)};
+  if (info.type_class == H5T_STRING) {
+    info.variable_string = H5Tis_variable_str(type) > 0;
+    info.utf8 = H5Tget_cset(type) == H5T_CSET_UTF8;
+  }
+  H5Sclose(space);
+  H5Tclose(type);
+  H5Aclose(attr);
+  return info;
+}
+
+std::string read_vlen_attr(hid_t loc, const char* name) {
+  hid_t attr = H5Aopen(loc, name, H5P_DEFAULT);
+  hid_t type = H5Tcopy(H5T_C_S1);
+  H5Tset_size(type, H5T_VARIABLE);
+  char* value = nullptr;
+  EXPECT_GE(H5Aread(attr, type, &value), 0);
+  std::string out = value ? value : "";
+  H5free_memory(value);
+  H5Tclose(type);
+  H5Aclose(attr);
+  return out;
+}
+
+TEST_F(CheckpointTest, FileLayoutMatchesDesign) {
+  const lat::Checkpoint ckpt = sample_checkpoint();
+  lat::save_checkpoint(path("c.h5"), ckpt);
+  hid_t file = H5Fopen(path("c.h5").c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  ASSERT_GE(file, 0);
+
+  EXPECT_EQ(attribute_names(file),
+            (std::set<std::string>{"format", "version", "step", "tokens_seen", "val_loss", "best_val_loss",
+                                   "lat_version", "created", "frozen", "world_size"}));
+  for (const char* name : {"format", "lat_version", "created"}) {
+    AttrInfo info = attr_info(file, name);
+    EXPECT_EQ(info.type_class, H5T_STRING) << name;
+    EXPECT_TRUE(info.variable_string) << name;
+    EXPECT_TRUE(info.utf8) << name;
+  }
+  EXPECT_EQ(read_vlen_attr(file, "format"), "lat-checkpoint");
+  for (const char* name : {"version", "step", "tokens_seen", "world_size"}) {
+    AttrInfo info = attr_info(file, name);
+    EXPECT_EQ(info.type_class, H5T_INTEGER) << name;
+    EXPECT_EQ(info.size, 8u) << name;
+  }
+  int64_t version = 0, step = 0;
+  hid_t attr = H5Aopen(file, "version", H5P_DEFAULT);
+  H5Aread(attr, H5T_NATIVE_INT64, &version);
+  H5Aclose(attr);
+  attr = H5Aopen(file, "step", H5P_DEFAULT);
+  H5Aread(attr, H5T_NATIVE_INT64, &step);
+  H5Aclose(attr);
+  EXPECT_EQ(version, 1);
+  EXPECT_EQ(step, 1234);
+  for (const char* name : {"val_loss", "best_val_loss"}) {
+    AttrInfo info = attr_info(file, name);
+    EXPECT_EQ(info.type_class, H5T_FLOAT) << name;
+    EXPECT_EQ(info.size, 8u) << name;
+  }
+  AttrInfo frozen = attr_info(file, "frozen");
+  EXPECT_EQ(frozen.type_class, H5T_STRING);
+  EXPECT_TRUE(frozen.variable_string);
+  EXPECT_EQ(frozen.rank, 1);
+  EXPECT_EQ(frozen.count, 1);
+
+  // /config: a string dataset (not an attribute: it is over 64 KiB).
+  {
+    H5O_info_t info;
+    ASSERT_GE(H5Oget_info_by_name(file, "config", &info, H5P_DEFAULT), 0);
+    EXPECT_EQ(info.type, H5O_TYPE_DATASET);
+    hid_t dataset = H5Dopen2(file, "config", H5P_DEFAULT);
+    hid_t type = H5Dget_type(dataset);
+    EXPECT_EQ(H5Tget_class(type), H5T_STRING);
+    EXPECT_GT(H5Tis_variable_str(type), 0);
+    EXPECT_EQ(H5Tget_cset(type), H5T_CSET_UTF8);
+    H5Tclose(type);
+    H5Dclose(dataset);
+  }
+
+  // /model/<dotted name>: f32 datasets with the tensor's shape, directly under /model.
+  for (const auto& [name, tensor] : ckpt.model) {
+    const std::string link = "/model/" + name;
+    hid_t dataset = H5Dopen2(file, link.c_str(), H5P_DEFAULT);
+    ASSERT_GE(dataset, 0) << link;
+    hid_t type = H5Dget_type(dataset);
+    EXPECT_EQ(H5Tget_class(type), H5T_FLOAT) << link;
+    EXPECT_EQ(H5Tget_size(type), 4u) << link;
+    hid_t space = H5Dget_space(dataset);
+    std::vector<hsize_t> dims(static_cast<size_t>(H5Sget_simple_extent_ndims(space)));
+    H5Sget_simple_extent_dims(space, dims.data(), nullptr);
+    EXPECT_EQ(lat::Shape(dims.begin(), dims.end()), tensor.shape()) << link;
+    H5Sclose(space);
+    H5Tclose(type);
+    H5Dclose(dataset);
+  }
+  H5G_info_t model_info;
+  H5Gget_info_by_name(file, "model", &model_info, H5P_DEFAULT);
+  EXPECT_EQ(model_info.nlinks, ckpt.model.size());
+
+  // /optimizer: attrs type and step; per-parameter groups with exp_avg, exp_avg_sq.
+  hid_t optimizer = H5Gopen2(file, "optimizer", H5P_DEFAULT);
+  ASSERT_GE(optimizer, 0);
+  EXPECT_EQ(read_vlen_attr(optimizer, "type"), "adamw");
+  EXPECT_EQ(attr_info(optimizer, "step").type_class, H5T_INTEGER);
+  H5Gclose(optimizer);
+  EXPECT_GT(H5Lexists(file, "/optimizer/layers.0.attn.q_proj.weight", H5P_DEFAULT), 0);
+  EXPECT_GT(H5Oexists_by_name(file, "/optimizer/layers.0.attn.q_proj.weight/exp_avg", H5P_DEFAULT), 0);
+  EXPECT_GT(H5Oexists_by_name(file, "/optimizer/layers.0.attn.q_proj.weight/exp_avg_sq", H5P_DEFAULT), 0);
+  EXPECT_EQ(H5Lexists(file, "/optimizer/embeddings.weight", H5P_DEFAULT), 0);  // frozen: no state
+
+  // /tokenizer: attr type, dataset vocab; /rng and /data present.
+  hid_t tokenizer = H5Gopen2(file, "tokenizer", H5P_DEFAULT);
+  EXPECT_EQ(read_vlen_attr(tokenizer, "type"), "char");
+  EXPECT_GT(H5Lexists(tokenizer, "vocab", H5P_DEFAULT), 0);
+  H5Gclose(tokenizer);
+  EXPECT_GT(H5Lexists(file, "rng", H5P_DEFAULT), 0);
+  EXPECT_GT(H5Lexists(file, "data", H5P_DEFAULT), 0);
+  H5Fclose(file);
+}
+
+// ---- bad files ------------------------------------------------------------------------------
+
+TEST_F(CheckpointTest, MissingTextAndTruncatedFilesAreErrorsNamingTheFile) {
+  const std::string missing = path("missing.h5");
+  std::string message = error_of([&] { lat::load_checkpoint(missing); });
+  EXPECT_NE(message.find("'" + missing + "'"), std::string::npos) << message;
+  EXPECT_NE(message.find("no such file"), std::string::npos) << message;
+
+  const std::string text = path("notes.h5");
+  write_bytes(text, "this is not an HDF5 file\n");
+  message = error_of([&] { lat::load_checkpoint(text); });
+  EXPECT_NE(message.find("'" + text + "'"), std::string::npos) << message;
+  EXPECT_NE(message.find("not an HDF5 file"), std::string::npos) << message;
+  EXPECT_EQ(read_bytes(text), "this is not an HDF5 file\n");
+
+  lat::save_checkpoint(path("full.h5"), sample_checkpoint());
+  const std::string bytes = read_bytes(path("full.h5"));
+  for (size_t keep : {bytes.size() / 2, bytes.size() - 100, size_t{100}}) {
+    const std::string truncated = path("truncated.h5");
+    write_bytes(truncated, bytes.substr(0, keep));
+    message = error_of([&] { lat::load_checkpoint(truncated); });
+    EXPECT_NE(message.find("'" + truncated + "'"), std::string::npos) << message;
+    EXPECT_EQ(read_bytes(truncated), bytes.substr(0, keep)) << "the file was modified";
+  }
+}
+
+TEST_F(CheckpointTest, OtherHdf5FilesAreNotCheckpoints) {
+  const std::string plain = path("plain.h5");
+  hid_t file = H5Fcreate(plain.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  H5Fclose(file);
+  EXPECT_NE(error_of([&] { lat::load_checkpoint(plain); }).find("not a lat checkpoint (no 'format' attribute)"),
+            std::string::npos);
+
+  lat::save_checkpoint(path("other.h5"), sample_checkpoint());
+  file = H5Fopen(path("other.h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  H5Adelete(file, "format");
+  hid_t type = H5Tcopy(H5T_C_S1);
+  H5Tset_size(type, H5T_VARIABLE);
+  hid_t space = H5Screate(H5S_SCALAR);
+  hid_t attr = H5Acreate2(file, "format", type, space, H5P_DEFAULT, H5P_DEFAULT);
+  const char* value = "something-else";
+  H5Awrite(attr, type, &value);
+  H5Aclose(attr);
+  H5Sclose(space);
+  H5Tclose(type);
+  H5Fclose(file);
+  const std::string message = error_of([&] { lat::load_checkpoint(path("other.h5")); });
+  EXPECT_NE(message.find("format is 'something-else', expected 'lat-checkpoint'"), std::string::npos) << message;
+}
+
+TEST_F(CheckpointTest, NewerVersionIsAnError) {
+  const std::string file_path = path("v2.h5");
+  lat::save_checkpoint(file_path, sample_checkpoint());
+  hid_t file = H5Fopen(file_path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(file, 0);
+  hid_t attr = H5Aopen(file, "version", H5P_DEFAULT);
+  const int64_t two = 2;
+  H5Awrite(attr, H5T_NATIVE_INT64, &two);
+  H5Aclose(attr);
+  H5Fclose(file);
+  const std::string message = error_of([&] { lat::load_checkpoint(file_path); });
+  EXPECT_NE(message.find("checkpoint version 2 is newer than this lat supports (1)"), std::string::npos) << message;
+  EXPECT_NE(message.find(file_path), std::string::npos) << message;
+}
+
+// ---- atomic save --------------------------------------------------------------------------
+
+TEST_F(CheckpointTest, FailedSaveLeavesTheCompleteCheckpointUntouched) {
+  const std::string target = path("ckpt_00000001.h5");
+  lat::Checkpoint first = sample_checkpoint();
+  lat::save_checkpoint(target, first);
+  const std::string original = read_bytes(target);
+
+  // A failure in the middle of writing (the third model tensor is not f32): the error names
+  // the file, the partial temporary file is removed, the checkpoint keeps its bytes.
+  lat::Checkpoint broken = sample_checkpoint();
+  broken.step = 2;
+  broken.model[2].second = lat::Tensor::from_vector(std::vector<int64_t>{1, 2}, {2});
+  std::string message = error_of([&] { lat::save_checkpoint(target, broken); });
+  EXPECT_NE(message.find(target), std::string::npos) << message;
+  EXPECT_NE(message.find("expected dtype f32, got i64"), std::string::npos) << message;
+  EXPECT_FALSE(fs::exists(target + ".tmp"));
+  EXPECT_EQ(read_bytes(target), original);
+
+  // The temporary path cannot be created (a directory is in the way).
+  fs::create_directories(target + ".tmp/blocker");
+  message = error_of([&] { lat::save_checkpoint(target, broken); });
+  EXPECT_NE(message.find(target + ".tmp"), std::string::npos) << message;
+  EXPECT_TRUE(fs::is_directory(target + ".tmp/blocker"));  // not ours: left alone
+  EXPECT_EQ(read_bytes(target), original);
+  expect_equal(lat::load_checkpoint(target), first);
+  fs::remove_all(target + ".tmp");
+
+  // A successful save replaces the checkpoint and leaves no temporary file.
+  lat::Checkpoint second = sample_checkpoint();
+  second.step = 2;
+  lat::save_checkpoint(target, second);
+  EXPECT_EQ(lat::load_checkpoint(target).step, 2);
+  EXPECT_FALSE(fs::exists(target + ".tmp"));
+}
+
+TEST_F(CheckpointTest, InvalidNamesAreRejectedBeforeWriting) {
+  lat::Checkpoint ckpt;
+  ckpt.model = {{"a/b", lat::Tensor::from_vector(std::vector<float>{1}, {1})}};
+  EXPECT_NE(error_of([&] { lat::save_checkpoint(path("x.h5"), ckpt); }).find("invalid name 'a/b'"), std::string::npos);
+  ckpt.model = {{"w", lat::Tensor::from_vector(std::vector<float>{1}, {1})},
+                {"w", lat::Tensor::from_vector(std::vector<float>{2}, {1})}};
+  EXPECT_NE(error_of([&] { lat::save_checkpoint(path("x.h5"), ckpt); }).find("duplicate name 'w'"), std::string::npos);
+  ckpt.model.pop_back();
+  ckpt.tokenizer_vocab = std::string("a\0b", 3);
+  EXPECT_NE(error_of([&] { lat::save_checkpoint(path("x.h5"), ckpt); }).find("tokenizer_vocab"), std::string::npos);
+  EXPECT_FALSE(fs::exists(path("x.h5")));
+  EXPECT_FALSE(fs::exists(path("x.h5.tmp")));
+}
+
+// ---- the run directory ---------------------------------------------------------------------
+
+void touch(const fs::path& file) { std::ofstream(file) << "x"; }
+
+TEST_F(CheckpointTest, FileNamesLatestAndResolve) {
+  EXPECT_EQ(lat::checkpoint_file_name(100), "ckpt_00000100.h5");
+  EXPECT_EQ(lat::checkpoint_file_name(0), "ckpt_00000000.h5");
+  EXPECT_EQ(lat::checkpoint_file_name(123456789), "ckpt_123456789.h5");
+
+  // Empty run directory: nothing to resume, and resolving is an error naming it.
+  EXPECT_FALSE(lat::find_latest_checkpoint(dir_.string()).has_value());
+  std::string message = error_of([&] { lat::resolve_checkpoint(dir_.string()); });
+  EXPECT_NE(message.find("no checkpoint in this run directory"), std::string::npos) << message;
+  message = error_of([&] { lat::resolve_checkpoint(path("nowhere")); });
+  EXPECT_NE(message.find("no such file or directory"), std::string::npos) << message;
+
+  // Without `latest`, the highest step wins (not the last name in directory order).
+  touch(dir_ / "ckpt_00000900.h5");
+  touch(dir_ / "ckpt_00001000.h5");
+  touch(dir_ / "ckpt_00000100.h5");
+  EXPECT_EQ(lat::find_latest_checkpoint(dir_.string()), path("ckpt_00001000.h5"));
+
+  // `latest` wins, and a file path resolves to itself.
+  lat::write_latest(dir_.string(), "ckpt_00000900.h5");
+  EXPECT_EQ(read_bytes(path("latest")), "ckpt_00000900.h5\n");
+  EXPECT_FALSE(fs::exists(path("latest.tmp")));
+  EXPECT_EQ(lat::resolve_checkpoint(dir_.string()), path("ckpt_00000900.h5"));
+  EXPECT_EQ(lat::resolve_checkpoint(path("ckpt_00000100.h5")), path("ckpt_00000100.h5"));
+
+  // `latest` naming a missing file is an error, not a silent fallback.
+  lat::write_latest(dir_.string(), "ckpt_00000500.h5");
+  message = error_of([&] { lat::resolve_checkpoint(dir_.string()); });
+  EXPECT_NE(message.find("ckpt_00000500.h5"), std::string::npos) << message;
+  EXPECT_NE(message.find("does not exist"), std::string::npos) << message;
+
+  EXPECT_NE(error_of([&] { lat::write_latest(dir_.string(), "../x.h5"); }).find("expected ckpt_<step>.h5"),
+            std::string::npos);
+}
+
+TEST_F(CheckpointTest, PruneKeepsTheNewestAndLatest) {
+  for (int step : {100, 200, 300, 400, 500}) touch(dir_ / lat::checkpoint_file_name(step));
+  touch(dir_ / "notes.h5");
+  touch(dir_ / "ckpt_final.h5");
+  lat::write_latest(dir_.string(), "ckpt_00000200.h5");  // e.g. resumed from an older step
+
+  EXPECT_TRUE(lat::prune_checkpoints(dir_.string(), 0).empty());  // 0 = keep all
+  EXPECT_EQ(lat::prune_checkpoints(dir_.string(), 2),
+            (std::vector<std::string>{"ckpt_00000100.h5", "ckpt_00000300.h5"}));
+  for (const char* kept : {"ckpt_00000200.h5", "ckpt_00000400.h5", "ckpt_00000500.h5", "notes.h5", "ckpt_final.h5"})
+    EXPECT_TRUE(fs::exists(dir_ / kept)) << kept;
+  EXPECT_FALSE(fs::exists(dir_ / "ckpt_00000100.h5"));
+  EXPECT_FALSE(fs::exists(dir_ / "ckpt_00000300.h5"));
+
+  lat::write_latest(dir_.string(), "ckpt_00000500.h5");
+  EXPECT_EQ(lat::prune_checkpoints(dir_.string(), 1),
+            (std::vector<std::string>{"ckpt_00000200.h5", "ckpt_00000400.h5"}));
+  EXPECT_TRUE(fs::exists(dir_ / "ckpt_00000500.h5"));
+}
+
+TEST_F(CheckpointTest, StaleTmpFilesAreRemoved) {
+  for (const char* name : {"ckpt_00000010.h5.tmp", "latest.tmp", "metrics.jsonl.tmp", "config.yaml.tmp",
+                           "ckpt_00000010.h5", "notes.tmp", "latest"})
+    touch(dir_ / name);
+  EXPECT_EQ(lat::clean_stale_tmp(dir_.string()),
+            (std::vector<std::string>{"ckpt_00000010.h5.tmp", "config.yaml.tmp", "latest.tmp", "metrics.jsonl.tmp"}));
+  for (const char* kept : {"ckpt_00000010.h5", "notes.tmp", "latest"}) EXPECT_TRUE(fs::exists(dir_ / kept)) << kept;
+  EXPECT_TRUE(lat::clean_stale_tmp(dir_.string()).empty());
+}
+
+TEST_F(CheckpointTest, MetricsAreTruncatedToTheCheckpointStep) {
+  const std::string metrics = path("metrics.jsonl");
+  write_bytes(metrics,
+              "{\"step\": 10, \"loss\": 3.1}\n"
+              "{\"step\": 20, \"loss\": 2.9}\n"
+              "{\"step\": 20, \"val_loss\": 2.95, \"val_bpc\": 4.2}\n"
+              "{\"step\": 30, \"loss\": 2.7}\n"
+              "{\"step\": 40, \"lo");
+  EXPECT_EQ(lat::truncate_metrics(metrics, 20), 2);
+  EXPECT_EQ(read_bytes(metrics),
+            "{\"step\": 10, \"loss\": 3.1}\n"
+            "{\"step\": 20, \"loss\": 2.9}\n"
+            "{\"step\": 20, \"val_loss\": 2.95, \"val_bpc\": 4.2}\n");
+  EXPECT_FALSE(fs::exists(metrics + ".tmp"));
+  EXPECT_EQ(lat::truncate_metrics(metrics, 20), 0);
+
+  // A complete last record missing only its newline is kept, and the newline added.
+  write_bytes(metrics, "{\"step\": 10, \"loss\": 3.1}\n{\"step\": 11, \"loss\": 3.0}");
+  EXPECT_EQ(lat::truncate_metrics(metrics, 20), 0);
+  EXPECT_EQ(read_bytes(metrics), "{\"step\": 10, \"loss\": 3.1}\n{\"step\": 11, \"loss\": 3.0}\n");
+
+  // Resuming from step 0 drops every record; a missing file stays missing.
+  EXPECT_EQ(lat::truncate_metrics(metrics, 0), 2);
+  EXPECT_EQ(read_bytes(metrics), "");
+  EXPECT_EQ(lat::truncate_metrics(path("none.jsonl"), 5), 0);
+  EXPECT_FALSE(fs::exists(path("none.jsonl")));
+}
+
+}  // namespace
