@@ -6,8 +6,8 @@
 // O = P V, lse_i = log sum_j exp(S_ij). Backward with dO:
 //   delta_i = dO_i . O_i,  P_ij = exp(S_ij - lse_i),  dP = dO V^T,
 //   dS_ij = P_ij (dP_ij - delta_i),  dQ = scale dS K,  dK = scale dS^T Q,  dV = P^T dO.
-// Tiles are kBr queries x kBc keys; every inner loop runs over a contiguous axis of a
-// tile buffer (keys of a transposed K tile, or the head dim), so it vectorizes.
+// Tiles are kBr queries x kBc keys, copied into small row-major buffers; every product is
+// the same register-blocked micro-kernel (out[r, :] += sum_k a[r, k] b[k, :]) over them.
 #include "layers/attention_op_cpu.h"
 
 #include <bit>
@@ -57,33 +57,81 @@ constexpr S neg_inf() {
   return -std::numeric_limits<S>::infinity();
 }
 
-// out[r * kBc + c] = sum_d a[r * n + d] * bt[d * kBc + c] for r < rows, all kBc columns
-// (bt is zero-padded past the valid columns). a: rows x n row-major, bt: n x kBc.
+// 64-byte SIMD vectors through the compiler's vector extension: AVX-512 registers with
+// -march=native on this machine, split into narrower ones elsewhere.
 template <class S>
-void tile_product(const S* __restrict a, const S* __restrict bt, int64_t rows, int64_t n, S* __restrict out) {
-  for (int64_t r = 0; r < rows; ++r) {
-    S* o = out + r * kBc;
-    for (int64_t c = 0; c < kBc; ++c) o[c] = 0;
-    for (int64_t d = 0; d < n; ++d) {
-      const S x = a[r * n + d];
-      const S* b = bt + d * kBc;
-      for (int64_t c = 0; c < kBc; ++c) o[c] += x * b[c];
+struct Simd;
+template <>
+struct Simd<float> {
+  typedef float V __attribute__((vector_size(64)));
+};
+template <>
+struct Simd<double> {
+  typedef double V __attribute__((vector_size(64)));
+};
+
+constexpr int64_t kCW = 32;  // output columns per micro-kernel pass (one or more vectors)
+
+// Widths of the tile buffers that serve as the right-hand side of a product are padded to
+// a multiple of kCW (the padding stays zero).
+inline int64_t padded(int64_t n) { return (n + kCW - 1) / kCW * kCW; }
+
+// out[r, 0:kCW] = (accumulate ? out[r, 0:kCW] : 0) + sum_{k < K} a[r, k] * b[k, 0:kCW] for
+// r < rows; a, b and out row-major with leading dimensions lda, ldb, ldo. Four rows at a
+// time keep 4 x kCW accumulators in registers, so each loaded row of b feeds four FMAs.
+template <class S>
+inline void micro_kernel(const S* a, int64_t lda, const S* b, int64_t ldb, int64_t K, int64_t rows, S* out,
+                         int64_t ldo, bool accumulate) {
+  using V = typename Simd<S>::V;
+  constexpr int64_t L = sizeof(V) / sizeof(S), NV = kCW / L, R = 4;
+  int64_t r = 0;
+  for (; r + R <= rows; r += R) {
+    V acc[R][NV];
+    for (int64_t i = 0; i < R; ++i)
+      for (int64_t j = 0; j < NV; ++j) {
+        if (accumulate)
+          std::memcpy(&acc[i][j], out + (r + i) * ldo + j * L, sizeof(V));
+        else
+          acc[i][j] = V{};
+      }
+    for (int64_t k = 0; k < K; ++k) {
+      V bv[NV];
+      for (int64_t j = 0; j < NV; ++j) std::memcpy(&bv[j], b + k * ldb + j * L, sizeof(V));
+      for (int64_t i = 0; i < R; ++i) {
+        const S x = a[(r + i) * lda + k];
+        for (int64_t j = 0; j < NV; ++j) acc[i][j] += x * bv[j];
+      }
     }
+    for (int64_t i = 0; i < R; ++i)
+      for (int64_t j = 0; j < NV; ++j) std::memcpy(out + (r + i) * ldo + j * L, &acc[i][j], sizeof(V));
+  }
+  for (; r < rows; ++r) {
+    V acc[NV];
+    for (int64_t j = 0; j < NV; ++j) {
+      if (accumulate)
+        std::memcpy(&acc[j], out + r * ldo + j * L, sizeof(V));
+      else
+        acc[j] = V{};
+    }
+    for (int64_t k = 0; k < K; ++k) {
+      const S x = a[r * lda + k];
+      for (int64_t j = 0; j < NV; ++j) {
+        V bv;
+        std::memcpy(&bv, b + k * ldb + j * L, sizeof(V));
+        acc[j] += x * bv;
+      }
+    }
+    for (int64_t j = 0; j < NV; ++j) std::memcpy(out + r * ldo + j * L, &acc[j], sizeof(V));
   }
 }
 
-// acc[r * n + :] += sum_{c < cols} p[r * kBc + c] * b[c * n + :] for r < rows.
+// out[r, 0:width] (+)= sum_{k < K} a[r, k] * b[k, 0:width] for r < rows; width a multiple
+// of kCW. The one product shape of every tile step (scores, P V, dS K, ...).
 template <class S>
-void tile_accumulate(const S* __restrict p, const S* __restrict b, int64_t rows, int64_t cols, int64_t n,
-                     S* __restrict acc) {
-  for (int64_t r = 0; r < rows; ++r) {
-    S* o = acc + r * n;
-    for (int64_t c = 0; c < cols; ++c) {
-      const S x = p[r * kBc + c];
-      const S* br = b + c * n;
-      for (int64_t d = 0; d < n; ++d) o[d] += x * br[d];
-    }
-  }
+void tile_gemm(const S* a, int64_t lda, const S* b, int64_t ldb, int64_t K, int64_t rows, int64_t width, S* out,
+               int64_t ldo, bool accumulate) {
+  for (int64_t c0 = 0; c0 < width; c0 += kCW)
+    micro_kernel(a, lda, b + c0, ldb, K, rows, out + c0, ldo, accumulate);
 }
 
 // dst[d * kBc + c] = rows[c][d] for c < count, zero for count <= c < kBc (a transposed tile).
@@ -99,12 +147,12 @@ void load_transposed(RowFn row, int64_t count, int64_t n, S* dst) {
   }
 }
 
-// dst[c * n + :] = row(c)[:] * factor for c < count (a row-major tile).
+// dst[c * ld + :n] = row(c)[:n] * factor for c < count (a row-major tile, leading dim ld).
 template <class S, class RowFn>
-void load_rows(RowFn row, int64_t count, int64_t n, S factor, S* dst) {
+void load_rows(RowFn row, int64_t count, int64_t n, int64_t ld, S factor, S* dst) {
   for (int64_t c = 0; c < count; ++c) {
     const S* src = row(c);
-    for (int64_t d = 0; d < n; ++d) dst[c * n + d] = src[d] * factor;
+    for (int64_t d = 0; d < n; ++d) dst[c * ld + d] = src[d] * factor;
   }
 }
 
@@ -118,17 +166,19 @@ bool tile_fully_visible(const Args<S>& a, int64_t i0, int64_t nr, int64_t j0, in
 
 template <class S>
 void forward(const Args<S>& a, S* o, S* lse) {
-  const int64_t D = a.D, Dv = a.Dv, group = a.H / a.Hkv;
+  const int64_t D = a.D, Dv = a.Dv, DvP = padded(Dv), group = a.H / a.Hkv;
   const int64_t n_qt = (a.Tq + kBr - 1) / kBr;
   const int64_t tasks = a.B * a.H * n_qt;
 #pragma omp parallel if (tasks > 1)
   {
-    std::vector<S> qs(kBr * D), kt(D * kBc), vs(kBc * Dv), s(kBr * kBc), acc(kBr * Dv), m(kBr), l(kBr);
+    // qs: scale * Q tile [kBr, D]; kt: K^T tile [D, kBc]; vs: V tile [kBc, DvP];
+    // s: scores, then probabilities [kBr, kBc]; acc: unnormalized output [kBr, DvP].
+    std::vector<S> qs(kBr * D), kt(D * kBc), vs(kBc * DvP), s(kBr * kBc), acc(kBr * DvP), m(kBr), l(kBr);
 #pragma omp for schedule(dynamic)
     for (int64_t task = 0; task < tasks; ++task) {
       const int64_t qt = task % n_qt, h = (task / n_qt) % a.H, b = task / (n_qt * a.H), hk = h / group;
       const int64_t i0 = qt * kBr, nr = std::min(kBr, a.Tq - i0);
-      load_rows<S>([&](int64_t r) { return a.q_row(b, i0 + r, h); }, nr, D, a.scale, qs.data());
+      load_rows<S>([&](int64_t r) { return a.q_row(b, i0 + r, h); }, nr, D, D, a.scale, qs.data());
       std::fill(acc.begin(), acc.end(), S(0));
       std::fill(m.begin(), m.end(), neg_inf<S>());
       std::fill(l.begin(), l.end(), S(0));
@@ -136,8 +186,8 @@ void forward(const Args<S>& a, S* o, S* lse) {
       for (int64_t j0 = kb; j0 < ke; j0 += kBc) {
         const int64_t nc = std::min(kBc, ke - j0);
         load_transposed<S>([&](int64_t c) { return a.k_row(b, j0 + c, hk); }, nc, D, kt.data());
-        load_rows<S>([&](int64_t c) { return a.v_row(b, j0 + c, hk); }, nc, Dv, S(1), vs.data());
-        tile_product(qs.data(), kt.data(), nr, D, s.data());
+        load_rows<S>([&](int64_t c) { return a.v_row(b, j0 + c, hk); }, nc, Dv, DvP, S(1), vs.data());
+        tile_gemm(qs.data(), D, kt.data(), kBc, D, nr, kBc, s.data(), kBc, false);
         const bool full = tile_fully_visible(a, i0, nr, j0, nc);
         for (int64_t r = 0; r < nr; ++r) {
           S* sr = s.data() + r * kBc;
@@ -162,16 +212,16 @@ void forward(const Args<S>& a, S* o, S* lse) {
           }
           l[r] = l[r] * alpha + sum;
           m[r] = m_new;
-          S* ar = acc.data() + r * Dv;
+          S* ar = acc.data() + r * DvP;
           for (int64_t d = 0; d < Dv; ++d) ar[d] *= alpha;
         }
-        tile_accumulate(s.data(), vs.data(), nr, nc, Dv, acc.data());
+        tile_gemm(s.data(), kBc, vs.data(), DvP, nc, nr, DvP, acc.data(), DvP, true);
       }
       for (int64_t r = 0; r < nr; ++r) {
         // Every query sees at least its own position (q_offset <= Tk - Tq), so l > 0.
         const S inv = S(1) / l[r];
         S* out = o + ((b * a.Tq + i0 + r) * a.H + h) * Dv;
-        for (int64_t d = 0; d < Dv; ++d) out[d] = acc[r * Dv + d] * inv;
+        for (int64_t d = 0; d < Dv; ++d) out[d] = acc[r * DvP + d] * inv;
         if (lse != nullptr) lse[(b * a.H + h) * a.Tq + i0 + r] = m[r] + std::log(l[r]);
       }
     }
@@ -180,7 +230,7 @@ void forward(const Args<S>& a, S* o, S* lse) {
 
 template <class S>
 void backward(const Args<S>& a, const S* o, const S* lse, const S* do_, S* dq, S* dk, S* dv) {
-  const int64_t D = a.D, Dv = a.Dv, H = a.H, Tq = a.Tq, group = a.H / a.Hkv;
+  const int64_t D = a.D, Dv = a.Dv, DP = padded(D), DvP = padded(Dv), H = a.H, Tq = a.Tq, group = a.H / a.Hkv;
   auto o_row = [&](const S* base, int64_t b, int64_t i, int64_t h) { return base + ((b * Tq + i) * H + h) * Dv; };
 
   // delta[b, h, i] = dO_i . O_i, the row term of the softmax backward.
@@ -202,25 +252,27 @@ void backward(const Args<S>& a, const S* o, const S* lse, const S* do_, S* dq, S
   const int64_t q_tasks = a.B * H * n_qt;
 #pragma omp parallel if (q_tasks > 1)
   {
-    std::vector<S> qs(kBr * D), dos(kBr * Dv), kt(D * kBc), ks(kBc * D), vt(Dv * kBc), s(kBr * kBc),
-        dp(kBr * kBc), dqa(kBr * D);
+    // qs: scale * Q [kBr, D]; dos: dO [kBr, Dv]; kt: K^T [D, kBc]; vt: V^T [Dv, kBc];
+    // ks: K [kBc, DP]; s: scores, then dS [kBr, kBc]; dp: dP [kBr, kBc]; dqa: dQ / scale [kBr, DP].
+    std::vector<S> qs(kBr * D), dos(kBr * Dv), kt(D * kBc), vt(Dv * kBc), ks(kBc * DP), s(kBr * kBc),
+        dp(kBr * kBc), dqa(kBr * DP);
 #pragma omp for schedule(dynamic)
     for (int64_t task = 0; task < q_tasks; ++task) {
       const int64_t qt = task % n_qt, h = (task / n_qt) % H, b = task / (n_qt * H), hk = h / group;
       const int64_t i0 = qt * kBr, nr = std::min(kBr, Tq - i0);
       const S* lse_r = lse + (b * H + h) * Tq + i0;
       const S* delta_r = delta.data() + (b * H + h) * Tq + i0;
-      load_rows<S>([&](int64_t r) { return a.q_row(b, i0 + r, h); }, nr, D, a.scale, qs.data());
-      load_rows<S>([&](int64_t r) { return o_row(do_, b, i0 + r, h); }, nr, Dv, S(1), dos.data());
+      load_rows<S>([&](int64_t r) { return a.q_row(b, i0 + r, h); }, nr, D, D, a.scale, qs.data());
+      load_rows<S>([&](int64_t r) { return o_row(do_, b, i0 + r, h); }, nr, Dv, Dv, S(1), dos.data());
       std::fill(dqa.begin(), dqa.end(), S(0));
       const int64_t kb = a.key_begin(i0), ke = a.key_end(i0 + nr - 1);
       for (int64_t j0 = kb; j0 < ke; j0 += kBc) {
         const int64_t nc = std::min(kBc, ke - j0);
         load_transposed<S>([&](int64_t c) { return a.k_row(b, j0 + c, hk); }, nc, D, kt.data());
-        load_rows<S>([&](int64_t c) { return a.k_row(b, j0 + c, hk); }, nc, D, S(1), ks.data());
+        load_rows<S>([&](int64_t c) { return a.k_row(b, j0 + c, hk); }, nc, D, DP, S(1), ks.data());
         load_transposed<S>([&](int64_t c) { return a.v_row(b, j0 + c, hk); }, nc, Dv, vt.data());
-        tile_product(qs.data(), kt.data(), nr, D, s.data());
-        tile_product(dos.data(), vt.data(), nr, Dv, dp.data());
+        tile_gemm(qs.data(), D, kt.data(), kBc, D, nr, kBc, s.data(), kBc, false);
+        tile_gemm(dos.data(), Dv, vt.data(), kBc, Dv, nr, kBc, dp.data(), kBc, false);
         const bool full = tile_fully_visible(a, i0, nr, j0, nc);
         for (int64_t r = 0; r < nr; ++r) {
           S* sr = s.data() + r * kBc;
@@ -235,11 +287,11 @@ void backward(const Args<S>& a, const S* o, const S* lse, const S* do_, S* dq, S
             for (int64_t c = 0; c < nc; ++c)
               if (!a.visible(i0 + r, j0 + c)) sr[c] = 0;
         }
-        tile_accumulate(s.data(), ks.data(), nr, nc, D, dqa.data());
+        tile_gemm(s.data(), kBc, ks.data(), DP, nc, nr, DP, dqa.data(), DP, true);
       }
       for (int64_t r = 0; r < nr; ++r) {
         S* out = dq + ((b * Tq + i0 + r) * H + h) * D;
-        for (int64_t d = 0; d < D; ++d) out[d] = dqa[r * D + d] * a.scale;
+        for (int64_t d = 0; d < D; ++d) out[d] = dqa[r * DP + d] * a.scale;
       }
     }
   }
@@ -249,15 +301,18 @@ void backward(const Args<S>& a, const S* o, const S* lse, const S* do_, S* dq, S
   const int64_t k_tasks = a.B * a.Hkv * n_kt;
 #pragma omp parallel if (k_tasks > 1)
   {
-    // Same tile helpers with the roles swapped: keys are the rows, queries the columns.
-    std::vector<S> ks(kBc * D), vs(kBc * Dv), qt(D * kBr), qs(kBr * D), dot(Dv * kBr), dos(kBr * Dv),
-        st(kBc * kBr), dpt(kBc * kBr), dka(kBc * D), dva(kBc * Dv);
+    // The same steps transposed: keys are the rows, queries the columns.
+    // ks: scale * K [kBc, D]; vs: V [kBc, Dv]; qt: Q^T [D, kBr]; dot: dO^T [Dv, kBr];
+    // qs: Q [kBr, DP]; dos: dO [kBr, DvP]; st: P^T [kBc, kBr]; dpt: dP^T, then dS^T;
+    // dka: dK / scale [kBc, DP]; dva: dV [kBc, DvP].
+    std::vector<S> ks(kBc * D), vs(kBc * Dv), qt(D * kBr), dot(Dv * kBr), qs(kBr * DP), dos(kBr * DvP),
+        st(kBc * kBr), dpt(kBc * kBr), dka(kBc * DP), dva(kBc * DvP);
 #pragma omp for schedule(dynamic)
     for (int64_t task = 0; task < k_tasks; ++task) {
       const int64_t kt_i = task % n_kt, hk = (task / n_kt) % a.Hkv, b = task / (n_kt * a.Hkv);
       const int64_t j0 = kt_i * kBc, nc = std::min(kBc, a.Tk - j0);
-      load_rows<S>([&](int64_t c) { return a.k_row(b, j0 + c, hk); }, nc, D, a.scale, ks.data());
-      load_rows<S>([&](int64_t c) { return a.v_row(b, j0 + c, hk); }, nc, Dv, S(1), vs.data());
+      load_rows<S>([&](int64_t c) { return a.k_row(b, j0 + c, hk); }, nc, D, D, a.scale, ks.data());
+      load_rows<S>([&](int64_t c) { return a.v_row(b, j0 + c, hk); }, nc, Dv, Dv, S(1), vs.data());
       std::fill(dka.begin(), dka.end(), S(0));
       std::fill(dva.begin(), dva.end(), S(0));
       const int64_t qb = a.query_begin(j0), qe = a.query_end(j0 + nc - 1);
@@ -267,13 +322,12 @@ void backward(const Args<S>& a, const S* o, const S* lse, const S* do_, S* dq, S
         for (int64_t i0 = qb; i0 < qe; i0 += kBr) {
           const int64_t nr = std::min(kBr, qe - i0);
           load_transposed<S>([&](int64_t r) { return a.q_row(b, i0 + r, h); }, nr, D, qt.data());
-          load_rows<S>([&](int64_t r) { return a.q_row(b, i0 + r, h); }, nr, D, S(1), qs.data());
+          load_rows<S>([&](int64_t r) { return a.q_row(b, i0 + r, h); }, nr, D, DP, S(1), qs.data());
           load_transposed<S>([&](int64_t r) { return o_row(do_, b, i0 + r, h); }, nr, Dv, dot.data());
-          load_rows<S>([&](int64_t r) { return o_row(do_, b, i0 + r, h); }, nr, Dv, S(1), dos.data());
-          tile_product(ks.data(), qt.data(), nc, D, st.data());
-          tile_product(vs.data(), dot.data(), nc, Dv, dpt.data());
+          load_rows<S>([&](int64_t r) { return o_row(do_, b, i0 + r, h); }, nr, Dv, DvP, S(1), dos.data());
+          tile_gemm(ks.data(), D, qt.data(), kBr, D, nc, kBr, st.data(), kBr, false);
+          tile_gemm(vs.data(), Dv, dot.data(), kBr, Dv, nc, kBr, dpt.data(), kBr, false);
           const bool full = tile_fully_visible(a, i0, nr, j0, nc);
-          // st becomes P^T, dpt becomes dS^T.
           for (int64_t c = 0; c < nc; ++c) {
             S* pr = st.data() + c * kBr;
             S* dsr = dpt.data() + c * kBr;
@@ -287,15 +341,15 @@ void backward(const Args<S>& a, const S* o, const S* lse, const S* do_, S* dq, S
               for (int64_t r = 0; r < nr; ++r)
                 if (!a.visible(i0 + r, j0 + c)) pr[r] = dsr[r] = 0;
           }
-          tile_accumulate(st.data(), dos.data(), nc, nr, Dv, dva.data());
-          tile_accumulate(dpt.data(), qs.data(), nc, nr, D, dka.data());
+          tile_gemm(st.data(), kBr, dos.data(), DvP, nr, nc, DvP, dva.data(), DvP, true);
+          tile_gemm(dpt.data(), kBr, qs.data(), DP, nr, nc, DP, dka.data(), DP, true);
         }
       }
       for (int64_t c = 0; c < nc; ++c) {
         S* dk_out = dk + ((b * a.Tk + j0 + c) * a.Hkv + hk) * D;
         S* dv_out = dv + ((b * a.Tk + j0 + c) * a.Hkv + hk) * Dv;
-        for (int64_t d = 0; d < D; ++d) dk_out[d] = dka[c * D + d] * a.scale;
-        for (int64_t d = 0; d < Dv; ++d) dv_out[d] = dva[c * Dv + d];
+        for (int64_t d = 0; d < D; ++d) dk_out[d] = dka[c * DP + d] * a.scale;
+        for (int64_t d = 0; d < Dv; ++d) dv_out[d] = dva[c * DvP + d];
       }
     }
   }

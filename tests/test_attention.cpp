@@ -1,0 +1,380 @@
+// Fused causal attention (layers/attention_op.h) against a naive float64 reference built from
+// core ops (matmul, additive causal mask, softmax), for outputs and dq, dk, dv; GQA, sliding
+// windows, odd lengths, decoding offsets; linear memory at 32k tokens; and the Attention
+// mixer's step() against its forward().
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "lat/lat.h"
+#include "layers/attention.h"
+#include "layers/attention_op.h"
+#include "layers/rope.h"
+
+namespace lat {
+namespace {
+
+constexpr double kMasked = -1e30;  // additive mask: exp underflows to exactly 0 in float64
+
+// Naive reference: o = softmax(scale q k^T + mask) v per (batch, head), query i at key
+// position i + q_offset; kv heads repeated for grouped-query attention. Any float dtype.
+Tensor naive_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, int64_t window,
+                       int64_t q_offset) {
+  const int64_t Tq = q.size(1), H = q.size(2), Tk = k.size(1), group = H / k.size(2);
+  std::vector<Tensor> k_heads, v_heads;
+  for (int64_t h = 0; h < H; ++h) {
+    k_heads.push_back(slice(k, 2, h / group, h / group + 1));
+    v_heads.push_back(slice(v, 2, h / group, h / group + 1));
+  }
+  Tensor qh = permute(q, {0, 2, 1, 3});                   // [B, H, Tq, D]
+  Tensor kh = permute(concat(k_heads, 2), {0, 2, 1, 3});  // [B, H, Tk, D]
+  Tensor vh = permute(concat(v_heads, 2), {0, 2, 1, 3});  // [B, H, Tk, Dv]
+  std::vector<double> mask(static_cast<size_t>(Tq * Tk));
+  for (int64_t i = 0; i < Tq; ++i)
+    for (int64_t j = 0; j < Tk; ++j) {
+      const int64_t p = i + q_offset;
+      const bool visible = j <= p && (window == 0 || j > p - window);
+      mask[i * Tk + j] = visible ? 0.0 : kMasked;
+    }
+  Tensor m = Tensor::from_vector(mask, {Tq, Tk}).to(q.dtype());
+  Tensor p = softmax(matmul(qh, kh, false, true) * scale + m);
+  return permute(matmul(p, vh), {0, 2, 1, 3});  // [B, Tq, H, Dv]
+}
+
+// A float64 leaf copy of t that requires grad.
+Tensor f64_leaf(const Tensor& t) {
+  Tensor c = t.detach().to(DType::f64);
+  c.set_requires_grad(true);
+  return c;
+}
+
+struct Case {
+  int64_t B, Tq, Tk, H, Hkv, D, Dv, window;
+  double q_std = 1.0;  // larger values make the softmax peakier (stresses the online rescaling)
+};
+
+struct Result {
+  Tensor o, dq, dk, dv;
+};
+
+// Runs loss = sum(attention(q, k, v) * w) and backward with the given attention function.
+template <class Fn>
+Result run(Fn attention, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& w) {
+  Tensor o = attention(q, k, v);
+  backward(sum(o * w));
+  return {o, q.grad(), k.grad(), v.grad()};
+}
+
+// Compares the fused op in `dtype` with the float64 naive reference on the same inputs.
+void check_against_naive(const Case& c, DType dtype, double tol, uint64_t seed = 1) {
+  SCOPED_TRACE(::testing::Message() << "B=" << c.B << " Tq=" << c.Tq << " Tk=" << c.Tk << " H=" << c.H
+                                    << " Hkv=" << c.Hkv << " D=" << c.D << " Dv=" << c.Dv << " window=" << c.window
+                                    << " dtype=" << dtype_name(dtype));
+  Generator gen(seed);
+  Tensor q = Tensor::randn({c.B, c.Tq, c.H, c.D}, gen, dtype, 0.0, c.q_std).set_requires_grad(true);
+  Tensor k = Tensor::randn({c.B, c.Tk, c.Hkv, c.D}, gen, dtype).set_requires_grad(true);
+  Tensor v = Tensor::randn({c.B, c.Tk, c.Hkv, c.Dv}, gen, dtype).set_requires_grad(true);
+  Tensor w = Tensor::randn({c.B, c.Tq, c.H, c.Dv}, gen, dtype);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(c.D));
+  const int64_t offset = c.Tk - c.Tq;
+
+  Result fused = run(
+      [&](const Tensor& a, const Tensor& b, const Tensor& d) { return causal_attention(a, b, d, {}, c.window, offset); },
+      q, k, v, w);
+  Result ref = run(
+      [&](const Tensor& a, const Tensor& b, const Tensor& d) { return naive_attention(a, b, d, scale, c.window, offset); },
+      f64_leaf(q), f64_leaf(k), f64_leaf(v), w.to(DType::f64));
+  EXPECT_LT(relative_error(fused.o, ref.o), tol) << "o";
+  EXPECT_LT(relative_error(fused.dq, ref.dq), tol) << "dq";
+  EXPECT_LT(relative_error(fused.dk, ref.dk), tol) << "dk";
+  EXPECT_LT(relative_error(fused.dv, ref.dv), tol) << "dv";
+}
+
+std::vector<Case> training_cases() {
+  return {
+      {1, 1, 1, 1, 1, 16, 16, 0},        // a single token
+      {2, 63, 63, 4, 2, 32, 32, 0},      // GQA, T just below a tile
+      {1, 65, 65, 2, 2, 64, 48, 0},      // T just above a tile, Dv != D
+      {2, 200, 200, 4, 1, 32, 32, 0},    // multi-query, several tiles
+      {1, 200, 200, 2, 2, 32, 32, 50},   // sliding window inside tiles
+      {2, 130, 130, 4, 2, 16, 16, 64},   // window equal to the tile size
+      {1, 200, 200, 2, 1, 32, 32, 2},    // window 2: each query sees itself and one key before
+      {1, 150, 150, 2, 2, 32, 32, 0, 4.0},  // peaky softmax
+  };
+}
+
+TEST(CausalAttention, Float32MatchesFloat64Reference) {
+  for (const Case& c : training_cases()) check_against_naive(c, DType::f32, 1e-5);
+}
+
+TEST(CausalAttention, Float64MatchesReferenceTightly) {
+  for (const Case& c : training_cases()) check_against_naive(c, DType::f64, 1e-11);
+}
+
+TEST(CausalAttention, QueriesAfterACacheOfKeys) {
+  // Decoding and chunked prefill: the last Tq of Tk tokens are the queries.
+  check_against_naive({2, 1, 70, 4, 2, 32, 32, 0}, DType::f32, 1e-5);
+  check_against_naive({1, 5, 70, 2, 1, 16, 24, 0}, DType::f32, 1e-5);
+  check_against_naive({1, 66, 200, 4, 4, 32, 32, 0}, DType::f32, 1e-5);
+  check_against_naive({2, 7, 150, 2, 1, 32, 32, 20}, DType::f32, 1e-5);
+  check_against_naive({1, 3, 130, 2, 2, 16, 16, 0}, DType::f64, 1e-11);
+}
+
+TEST(CausalAttention, WindowOneCopiesValues) {
+  // Each query sees only its own key, so o = v (the kv head of its group), exactly.
+  Generator gen(2);
+  Tensor q = Tensor::randn({2, 70, 4, 16}, gen);
+  Tensor k = Tensor::randn({2, 70, 2, 16}, gen);
+  Tensor v = Tensor::randn({2, 70, 2, 16}, gen);
+  Tensor o = causal_attention(q, k, v, {}, 1);
+  Tensor expected = concat({slice(v, 2, 0, 1), slice(v, 2, 0, 1), slice(v, 2, 1, 2), slice(v, 2, 1, 2)}, 2);
+  EXPECT_LT(relative_error(o, expected), 1e-7);
+}
+
+TEST(CausalAttention, ExplicitQueryOffset) {
+  // Tq = 4 queries at key positions 2..5 of Tk = 9 keys: keys 6..8 are never seen.
+  Generator gen(3);
+  Tensor q = Tensor::randn({1, 4, 2, 8}, gen, DType::f64);
+  Tensor k = Tensor::randn({1, 9, 2, 8}, gen, DType::f64);
+  Tensor v = Tensor::randn({1, 9, 2, 8}, gen, DType::f64);
+  Tensor o = causal_attention(q, k, v, 0.5, 0, 2);
+  EXPECT_LT(relative_error(o, naive_attention(q, k, v, 0.5, 0, 2)), 1e-12);
+}
+
+TEST(CausalAttention, GradCheckOfNaiveReference) {
+  Generator gen(4);
+  std::vector<Tensor> inputs = {Tensor::randn({1, 5, 2, 4}, gen, DType::f64).set_requires_grad(true),
+                                Tensor::randn({1, 5, 1, 4}, gen, DType::f64).set_requires_grad(true),
+                                Tensor::randn({1, 5, 1, 3}, gen, DType::f64).set_requires_grad(true)};
+  GradCheckResult r = grad_check(
+      [](const std::vector<Tensor>& x) { return naive_attention(x[0], x[1], x[2], 0.5, 3, 0); }, inputs);
+  EXPECT_LT(r.max_rel_error, 1e-6);
+}
+
+TEST(CausalAttention, GradCheckOfFusedOp) {
+  Generator gen(5);
+  for (int64_t window : {0, 3}) {
+    std::vector<Tensor> inputs = {Tensor::randn({2, 6, 4, 4}, gen, DType::f64).set_requires_grad(true),
+                                  Tensor::randn({2, 6, 2, 4}, gen, DType::f64).set_requires_grad(true),
+                                  Tensor::randn({2, 6, 2, 6}, gen, DType::f64).set_requires_grad(true)};
+    GradCheckResult r = grad_check(
+        [window](const std::vector<Tensor>& x) { return causal_attention(x[0], x[1], x[2], {}, window); }, inputs);
+    EXPECT_LT(r.max_rel_error, 1e-6) << "window " << window;
+  }
+}
+
+TEST(CausalAttention, CachedFormReadsTheBufferInPlace) {
+  // A cache buffer longer than its valid rows: rows past `length` hold garbage (NaN).
+  Generator gen(6);
+  const int64_t B = 2, cap = 40, len = 33, Hkv = 2, D = 16;
+  Tensor k_cache = Tensor::full({B, cap, Hkv, D}, std::nan(""));
+  Tensor v_cache = Tensor::full({B, cap, Hkv, D}, std::nan(""));
+  Tensor k = Tensor::randn({B, len, Hkv, D}, gen);
+  Tensor v = Tensor::randn({B, len, Hkv, D}, gen);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t j = 0; j < len; ++j)
+      for (int64_t h = 0; h < Hkv; ++h)
+        for (int64_t d = 0; d < D; ++d) {
+          k_cache.set({b, j, h, d}, k.at({b, j, h, d}));
+          v_cache.set({b, j, h, d}, v.at({b, j, h, d}));
+        }
+  Tensor q = Tensor::randn({B, 3, 4, D}, gen);
+  for (int64_t window : {0, 7}) {
+    Tensor o = causal_attention_cached(q, k_cache, v_cache, len, {}, window);
+    Tensor ref = causal_attention(q, k, v, {}, window);
+    EXPECT_LT(relative_error(o, ref), 1e-7) << "window " << window;
+  }
+}
+
+// A "Key:  123 kB" field of /proc/self/status, in KiB.
+int64_t proc_status_kib(const std::string& key) {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line))
+    if (line.rfind(key, 0) == 0) return std::stoll(line.substr(key.size()));
+  ADD_FAILURE() << key << " not found in /proc/self/status";
+  return 0;
+}
+
+TEST(CausalAttention, Prefill32kTokensHasLinearMemory) {
+  // A T x T score matrix at T = 32768 would need 4 GiB in float32; the tiled kernel keeps
+  // O(T) memory. Peak resident memory may grow by the inputs and output (a few MiB) only.
+  const int64_t T = 32768, D = 8;
+  Generator gen(7);
+  Tensor q = Tensor::randn({1, T, 1, D}, gen);
+  Tensor k = Tensor::randn({1, T, 1, D}, gen);
+  Tensor v = Tensor::randn({1, T, 1, D}, gen);
+  // Writing 5 to /proc/self/clear_refs resets the peak (VmHWM) to the current RSS.
+  ASSERT_TRUE(static_cast<bool>(std::ofstream("/proc/self/clear_refs") << "5"));
+  const int64_t rss_before = proc_status_kib("VmRSS:");
+  const int64_t storages_before = Storage::live_count();
+  auto start = std::chrono::steady_clock::now();
+  Tensor o = causal_attention(q, k, v);
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const int64_t peak = proc_status_kib("VmHWM:");
+  EXPECT_EQ(Storage::live_count() - storages_before, 1);  // the output only
+  const double grown_mib = static_cast<double>(peak - rss_before) / 1024.0;
+  EXPECT_LT(grown_mib, 64.0);
+  std::printf("32k-token prefill (H=1, D=8): %.2f s, peak RSS +%.1f MiB\n", seconds, grown_mib);
+
+  // Spot-check rows against a direct float64 sum over all visible keys.
+  std::vector<float> qv = q.to_vector(), kv = k.to_vector(), vv = v.to_vector(), ov = o.to_vector();
+  for (int64_t i : {int64_t{0}, int64_t{4095}, T - 1}) {
+    std::vector<double> logits(static_cast<size_t>(i + 1));
+    double mx = -1e300;
+    for (int64_t j = 0; j <= i; ++j) {
+      double s = 0;
+      for (int64_t d = 0; d < D; ++d) s += static_cast<double>(qv[i * D + d]) * kv[j * D + d];
+      logits[j] = s / std::sqrt(static_cast<double>(D));
+      mx = std::max(mx, logits[j]);
+    }
+    std::vector<double> out(D, 0.0);
+    double denom = 0;
+    for (int64_t j = 0; j <= i; ++j) {
+      double p = std::exp(logits[j] - mx);
+      denom += p;
+      for (int64_t d = 0; d < D; ++d) out[d] += p * vv[j * D + d];
+    }
+    double err = 0, norm = 0;
+    for (int64_t d = 0; d < D; ++d) {
+      err += std::pow(ov[i * D + d] - out[d] / denom, 2);
+      norm += std::pow(out[d] / denom, 2);
+    }
+    EXPECT_LT(std::sqrt(err / norm), 1e-4) << "row " << i;
+  }
+}
+
+TEST(CausalAttention, BadArgumentsThrow) {
+  Tensor q = Tensor::zeros({1, 4, 3, 8}), k = Tensor::zeros({1, 4, 2, 8}), v = Tensor::zeros({1, 4, 2, 8});
+  EXPECT_THROW(causal_attention(q, k, v), Error);  // 3 heads over 2 kv heads
+  Tensor q4 = Tensor::zeros({1, 4, 4, 8});
+  EXPECT_THROW(causal_attention(q4, Tensor::zeros({1, 4, 2, 6}), v), Error);  // D mismatch
+  EXPECT_THROW(causal_attention(q4, k, Tensor::zeros({1, 5, 2, 8})), Error);  // Tk mismatch
+  EXPECT_THROW(causal_attention(q4, k, v, {}, -1), Error);                    // negative window
+  EXPECT_THROW(causal_attention(q4, k, v, {}, 0, 1), Error);                  // q_offset past Tk - Tq
+  EXPECT_THROW(causal_attention(Tensor::zeros({4, 4, 8}), k, v), Error);      // rank
+  EXPECT_THROW(causal_attention(q4, k.to(DType::f64), v), Error);             // dtype
+  try {
+    causal_attention(q4, k, v, {}, 0, 3);
+    FAIL() << "expected lat::Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("q_offset"), std::string::npos) << e.what();
+  }
+}
+
+// ---- the Attention mixer ----------------------------------------------------------------
+
+AttentionConfig small_config(int64_t window) {
+  AttentionConfig c;
+  c.d_model = 32;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.window_size = window;
+  c.init_std = 0.2;  // larger than GPT-2's 0.02 so the softmax is far from uniform
+  c.out_init_std = 0.2;
+  return c;
+}
+
+TEST(AttentionLayer, ParameterNamesAndShapes) {
+  Generator gen(8);
+  Attention attn(small_config(0), gen);
+  std::vector<NamedTensor> params = attn.named_parameters();
+  ASSERT_EQ(params.size(), 4u);
+  EXPECT_EQ(params[0].first, "q_proj.weight");
+  EXPECT_EQ(params[1].first, "k_proj.weight");
+  EXPECT_EQ(params[2].first, "v_proj.weight");
+  EXPECT_EQ(params[3].first, "o_proj.weight");
+  EXPECT_EQ(params[0].second.shape(), Shape({32, 32}));
+  EXPECT_EQ(params[1].second.shape(), Shape({16, 32}));
+  EXPECT_EQ(params[2].second.shape(), Shape({16, 32}));
+  EXPECT_EQ(params[3].second.shape(), Shape({32, 32}));
+}
+
+TEST(AttentionLayer, ForwardMatchesFloat64Composition) {
+  // The layer's wiring (head layout, RoPE on q and k, GQA, o_proj) against the same
+  // computation written out in float64 with the naive attention.
+  Generator gen(9);
+  Attention attn(small_config(6), gen);
+  const int64_t B = 2, T = 21;
+  Tensor x = Tensor::randn({B, T, 32}, gen);
+  Tensor y = attn.forward(x);
+  std::vector<NamedTensor> p = attn.named_parameters();
+  Tensor x64 = x.to(DType::f64);
+  auto proj = [&](int i, const Tensor& in) { return matmul(in, p[i].second.to(DType::f64), false, true); };
+  Tensor q = rotary_embedding(proj(0, x64).reshape({B, T, 4, 8}));
+  Tensor k = rotary_embedding(proj(1, x64).reshape({B, T, 2, 8}));
+  Tensor v = proj(2, x64).reshape({B, T, 2, 8});
+  Tensor ref = proj(3, naive_attention(q, k, v, 1.0 / std::sqrt(8.0), 6, 0).reshape({B, T, 32}));
+  EXPECT_LT(relative_error(y, ref), 1e-5);
+}
+
+// Feeds x [B, T, d] through step() in pieces of the given sizes and concatenates the outputs.
+Tensor run_steps(const Attention& attn, const Tensor& x, const std::vector<int64_t>& pieces, MixerState& state) {
+  std::vector<Tensor> outs;
+  int64_t t = 0;
+  for (int64_t n : pieces) {
+    outs.push_back(attn.step(slice(x, 1, t, t + n), state));
+    t += n;
+  }
+  return concat(outs, 1);
+}
+
+TEST(AttentionLayer, StepMatchesForwardTokenByToken) {
+  for (int64_t window : {0, 5}) {
+    Generator gen(10);
+    Attention attn(small_config(window), gen);
+    const int64_t B = 2, T = 37;
+    Tensor x = Tensor::randn({B, T, 32}, gen);
+    Tensor y = attn.forward(x);
+    auto state = attn.make_state(B);
+    Tensor y_steps = run_steps(attn, x, std::vector<int64_t>(T, 1), *state);
+    EXPECT_LT(relative_error(y_steps, y), 1e-5) << "window " << window;
+    auto& cache = dynamic_cast<KVCache&>(*state);
+    EXPECT_EQ(cache.position, T);
+    if (window > 0) {
+      EXPECT_LE(cache.k.size(1), 16);  // the sliding window keeps the cache bounded
+    }
+  }
+}
+
+TEST(AttentionLayer, PrefillThenStepsMatchesForward) {
+  for (int64_t window : {0, 5}) {
+    Generator gen(11);
+    Attention attn(small_config(window), gen);
+    const int64_t B = 1, T = 90;
+    Tensor x = Tensor::randn({B, T, 32}, gen);
+    Tensor y = attn.forward(x);
+    auto state = attn.make_state(B);
+    Tensor y_steps = run_steps(attn, x, {40, 1, 1, 20, 1, 27}, *state);
+    EXPECT_LT(relative_error(y_steps, y), 1e-5) << "window " << window;
+  }
+}
+
+TEST(AttentionLayer, StepRejectsForeignState) {
+  Generator gen(12);
+  Attention attn(small_config(0), gen);
+  struct OtherState : MixerState {};
+  OtherState other;
+  EXPECT_THROW(attn.step(Tensor::zeros({1, 1, 32}), other), Error);
+  auto state = attn.make_state(2);
+  EXPECT_THROW(attn.step(Tensor::zeros({1, 1, 32}), *state), Error);  // batch mismatch
+}
+
+TEST(AttentionLayer, BadConfigThrows) {
+  Generator gen(13);
+  AttentionConfig c = small_config(0);
+  c.n_kv_heads = 3;
+  EXPECT_THROW(Attention(c, gen), Error);
+  c = small_config(0);
+  c.head_dim = 7;
+  EXPECT_THROW(Attention(c, gen), Error);
+  c = small_config(-2);
+  EXPECT_THROW(Attention(c, gen), Error);
+}
+
+}  // namespace
+}  // namespace lat
