@@ -1,0 +1,206 @@
+// The linear-attention token mixers (model.layers kinds linear_attn, simple_gla, retention,
+// delta_net, gdn), each built from the kernel ops of lat/linear_attention.h, and make_mixer,
+// which builds any mixer kind (softmax "attn" included) from one MixerConfig.
+//
+// Letters: B batch, T tokens, H heads, K key head dim (head_dim), V value head dim
+// (head_dim * expand_v). Parametrization and parameter names follow flash-linear-attention's
+// layers (fla/layers/{linear_attn,simple_gla,delta_net,gated_deltanet}.py), so exported
+// weights map onto them; the parent model prefixes "layers.{i}.attn.".
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "layers/linear.h"
+#include "layers/mixer.h"
+#include "layers/rms_norm.h"
+#include "layers/short_conv.h"
+
+namespace lat {
+
+/// Sizes and options of any mixer (DESIGN.md config: model.*, model.attn.*, model.linear.*).
+struct MixerConfig {
+  int64_t d_model = 128;
+  int64_t n_heads = 4;
+  int64_t head_dim = 0;   // 0 = d_model / n_heads; the key head dim K of the linear mixers
+  double expand_v = 1.0;  // V = head_dim * expand_v (linear mixers); must give a whole number
+  // softmax attention ("attn")
+  int64_t n_kv_heads = 0;  // 0 = n_heads
+  int64_t window_size = 0;
+  double rope_theta = 10000.0;
+  // linear mixers
+  std::string feature_map = "elu1";  // linear_attn: elu1 (elu + 1), relu, identity
+  bool normalize = false;            // linear_attn: Katharopoulos' normalizer
+  bool use_short_conv = true;        // causal depthwise conv + SiLU on q, k, v
+  int64_t conv_size = 4;
+  bool use_gate = true;  // swish output gate g_proj before o_proj
+  int64_t chunk_size = 64;
+  double norm_eps = 1e-6;      // o_norm (model.norm_eps)
+  double init_std = 0.02;      // every projection but o_proj
+  double out_init_std = 0.02;  // o_proj (GPT-2: init_std / sqrt(2 n_layers))
+};
+
+/// Generation state of a linear mixer: the recurrent state plus, with short convolutions,
+/// the last conv_size - 1 inputs of each convolution. Made by LinearMixer::make_state.
+struct LinearMixerState : MixerState {
+  std::string kind;        // the mixer kind that made it
+  int64_t batch = 0;
+  int64_t tokens = 0;      // tokens seen so far
+  Tensor recurrent_state;  // [B, H, K, V] f32 (V + 1 for normalized linear_attn)
+  Tensor q_conv, k_conv, v_conv;  // [B, conv_size - 1, H*K | H*K | H*V]; undefined without short conv
+};
+
+/// Shared body of the linear mixers: config checks, the pieces every kind combines
+/// (projections, short convolutions, Mamba-2 decay, beta, gated output norm) and the
+/// forward/step plumbing. A kind implements run(); forward() is run without a state, step()
+/// is run with one. Prompts in step() go through the chunk op when longer than chunk_size,
+/// the fused recurrent op otherwise, and single tokens through the recurrent_step op, as
+/// flash-linear-attention does.
+class LinearMixer : public Mixer {
+ public:
+  /// x: [B, T, d_model] f32 -> [B, T, d_model]. Throws lat::Error on a wrong shape.
+  Tensor forward(const Tensor& x) const override;
+  /// A LinearMixerState with zero recurrent and conv states for `batch` sequences.
+  std::unique_ptr<MixerState> make_state(int64_t batch) const override;
+  /// Continues the sequences of `state` (a LinearMixerState of this kind) by x [B, T, d_model].
+  Tensor step(const Tensor& x, MixerState& state) const override;
+
+  const std::string& kind() const { return kind_; }
+  const MixerConfig& config() const { return config_; }
+  int64_t key_dim() const { return config_.head_dim; }
+  int64_t value_dim() const { return value_dim_; }
+
+ protected:
+  /// Checks and resolves the config (head_dim, V). Throws lat::Error for non-positive sizes,
+  /// d_model not divisible by n_heads (without head_dim), head_dim * expand_v not a whole
+  /// number, K or V above 256 (the kernels' limit), conv_size < 1 or chunk_size < 1.
+  LinearMixer(std::string kind, const MixerConfig& config);
+
+  /// The mixer on x [B, T, d_model]; `state` is null in forward() (recorded on the tape) and
+  /// the generation state in step() (run under NoGradGuard; updates the state).
+  virtual Tensor run(const Tensor& x, LinearMixerState* state) const = 0;
+  /// Columns of the recurrent state: V, or V + 1 for normalized linear attention.
+  virtual int64_t state_columns() const { return value_dim_; }
+
+  // ---- registration, in flash-linear-attention's order -------------------------------
+  /// q_proj [H*K, d_model], k_proj [H*K, d_model], v_proj [H*V, d_model].
+  void add_qkv_proj(Generator& gen);
+  /// a_proj [H, d_model], A_log [H], dt_bias [H], initialized as Mamba-2 (init_mamba2_decay).
+  void add_mamba2_decay(Generator& gen);
+  /// b_proj [H, d_model].
+  void add_beta_proj(Generator& gen);
+  /// q_conv1d, k_conv1d, v_conv1d (when config.use_short_conv).
+  void add_short_convs(Generator& gen);
+  /// g_proj [H*V, d_model] (when config.use_gate) and o_norm [V].
+  void add_output_norm(Generator& gen);
+  /// o_proj [d_model, H*V].
+  void add_o_proj(Generator& gen);
+
+  // ---- forward pieces ------------------------------------------------------------
+  struct QKV {
+    Tensor q, k, v;  // [B, T, H, K], [B, T, H, K], [B, T, H, V]
+  };
+  /// Projections, then the short convolutions (continuing the conv states of `state` when
+  /// given). Without short convolutions, `silu_without_conv` applies SiLU instead (fla's
+  /// DeltaNet and GatedDeltaNet do; its SimpleGLA does not).
+  QKV project_qkv(const Tensor& x, LinearMixerState* state, bool silu_without_conv) const;
+  /// g [B, T, H] = -exp(A_log) * softplus(x a_proj^T + dt_bias).
+  Tensor mamba2_log_decay(const Tensor& x) const;
+  /// beta [B, T, H] = sigmoid(x b_proj^T).
+  Tensor beta(const Tensor& x) const;
+  /// o [B, T, H, V] -> o_proj(o_norm(o) * silu(x g_proj^T)) (without the gate: o_proj(o_norm(o))).
+  Tensor gated_output(const Tensor& o, const Tensor& x) const;
+  /// o [B, T, H, V] -> o_proj(o) [B, T, d_model].
+  Tensor output(const Tensor& o) const;
+  /// The kernel's default scale K^-0.5, for the recurrent_step ops.
+  float scale() const;
+  /// Which kernel runs T tokens: the chunk op in training and for prompts longer than
+  /// chunk_size; otherwise (generation) the fused recurrent op for T > 1, recurrent_step for 1.
+  bool use_chunk(int64_t T, const LinearMixerState* state) const;
+  /// t [B, 1, ...] -> [B, ...] (a view), the per-token layout of the recurrent_step ops.
+  static Tensor token(const Tensor& t);
+
+  MixerConfig config_;  // head_dim resolved
+  int64_t value_dim_ = 0;
+
+ private:
+  std::string kind_;
+  Linear* q_proj_ = nullptr;
+  Linear* k_proj_ = nullptr;
+  Linear* v_proj_ = nullptr;
+  Linear* a_proj_ = nullptr;
+  Linear* b_proj_ = nullptr;
+  Linear* g_proj_ = nullptr;
+  Linear* o_proj_ = nullptr;
+  ShortConvolution* q_conv1d_ = nullptr;
+  ShortConvolution* k_conv1d_ = nullptr;
+  ShortConvolution* v_conv1d_ = nullptr;
+  RMSNorm* o_norm_ = nullptr;
+  Tensor A_log_, dt_bias_;
+};
+
+/// "linear_attn": causal linear attention (Katharopoulos et al. 2020, sec. 3.2-3.4) with the
+/// feature map phi (config.feature_map) on q and k, optional normalizer (config.normalize).
+/// Parameters q_proj, k_proj, v_proj, o_proj.
+class LinearAttention : public LinearMixer {
+ public:
+  /// Throws lat::Error for an unknown feature map (besides LinearMixer's checks).
+  LinearAttention(const MixerConfig& config, Generator& gen);
+
+ protected:
+  Tensor run(const Tensor& x, LinearMixerState* state) const override;
+  int64_t state_columns() const override;
+};
+
+/// "simple_gla" (Mamba-2-style decay: g_t = -exp(A_log) softplus(x_t a_proj^T + dt_bias), Dao &
+/// Gu 2024) and "retention" (RetNet, Sun et al. 2023: fixed g_h = log(1 - 2^(-5-h))):
+/// short convolutions, chunk_simple_gla, gated output RMSNorm, o_proj. Parameters q_proj,
+/// k_proj, v_proj, [a_proj, A_log, dt_bias], [q_conv1d, k_conv1d, v_conv1d], [g_proj], o_norm,
+/// o_proj.
+class SimpleGLA : public LinearMixer {
+ public:
+  /// retention = true: the fixed RetNet decay, no a_proj / A_log / dt_bias.
+  SimpleGLA(const MixerConfig& config, Generator& gen, bool retention = false);
+
+  /// The log-decay g [B, T, H] (<= 0) this layer applies to x [B, T, d_model].
+  Tensor log_decay(const Tensor& x) const;
+
+ protected:
+  Tensor run(const Tensor& x, LinearMixerState* state) const override;
+
+ private:
+  bool retention_;
+};
+
+/// "delta_net" (DeltaNet, Schlag et al. 2021; Yang et al. 2024) and "gdn" (Gated DeltaNet, Yang
+/// et al. 2025): short convolutions, L2-normalized q and k (inside the kernel,
+/// use_qk_l2norm_in_kernel), beta = sigmoid(x b_proj^T), for gdn the Mamba-2 decay, chunk
+/// (gated) delta rule, gated output RMSNorm, o_proj. Parameters q_proj, k_proj, v_proj,
+/// b_proj, [a_proj, A_log, dt_bias], [q_conv1d, k_conv1d, v_conv1d], [g_proj], o_norm, o_proj.
+class DeltaNet : public LinearMixer {
+ public:
+  DeltaNet(const MixerConfig& config, Generator& gen);
+
+ protected:
+  /// gated = true builds GatedDeltaNet.
+  DeltaNet(const MixerConfig& config, Generator& gen, bool gated);
+  Tensor run(const Tensor& x, LinearMixerState* state) const override;
+
+ private:
+  bool gated_;
+};
+
+/// "gdn": DeltaNet with the Mamba-2 decay (see DeltaNet).
+class GatedDeltaNet : public DeltaNet {
+ public:
+  GatedDeltaNet(const MixerConfig& config, Generator& gen);
+
+  /// The log-decay g [B, T, H] (<= 0) this layer applies to x [B, T, d_model].
+  Tensor log_decay(const Tensor& x) const { return mamba2_log_decay(x); }
+};
+
+/// The mixer of model.layers kind `kind`: attn, linear_attn, simple_gla, retention, delta_net,
+/// gdn. Throws lat::Error naming an unknown kind and listing the valid ones.
+std::unique_ptr<Mixer> make_mixer(const std::string& kind, const MixerConfig& config, Generator& gen);
+
+}  // namespace lat
