@@ -127,23 +127,6 @@ TEST(SimpleGla, StrongDecayLongSequenceIsFinite) {
   testing::expect_close(chunk, testing::run(recurrent_op, in, DType::f32), kTol);
 }
 
-TEST(SimpleGla, RecurrentStepReproducesFusedRecurrent) {
-  Case c{2, 20, 3, 8, 5, Gate::mild, true, false, 21};
-  testing::Inputs in = testing::make_inputs(c, c.V);
-  LinearAttentionOutput full = fused_recurrent_simple_gla(in.q, in.k, in.v, in.g, 0.5f, in.initial_state, true);
-  Tensor state = in.initial_state.clone();
-  for (int64_t t = 0; t < c.T; ++t) {
-    auto at = [t](const Tensor& x) {
-      Shape s = x.shape();
-      s.erase(s.begin() + 1);
-      return slice(x, 1, t, t + 1).reshape(s);
-    };
-    Tensor o_t = recurrent_step_simple_gla(at(in.q), at(in.k), at(in.v), at(in.g), 0.5f, state);
-    EXPECT_LT(relative_error(o_t, at(full.o)), 1e-6) << "t=" << t;
-  }
-  EXPECT_LT(relative_error(state, full.final_state), 1e-6);
-}
-
 TEST(SimpleGla, NoGradRecordsNothing) {
   Case c{1, 70, 2, 8, 8, Gate::mild, false, false, 4};
   testing::Inputs in = testing::make_inputs(c, c.V);

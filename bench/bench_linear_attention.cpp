@@ -1,0 +1,177 @@
+// Forward+backward time of the chunkwise linear-attention ops (issue 3 benchmark) at
+// B = 4, H = 4, K = V = 64, T in {256, 512, 2048, 8192}: median milliseconds, GFLOP/s
+// counted with the per-chunk FLOP formulas of ALGORITHMS.md, and that as a fraction of
+// the sgemm peak (GFLOP/s of one 2048^3 lat::cpu::gemm_batched, measured here); also
+// the fused_recurrent form at the same shapes.
+//
+//   bench_linear_attention [--op linear_attn|simple_gla|delta_rule|gated_delta_rule]...
+//                          [--T N]... [--reps N] [--no-recurrent]
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "autograd/cpu/gemm.h"
+#include "lat/lat.h"
+
+namespace {
+
+using lat::LinearAttentionOutput;
+using lat::Tensor;
+
+constexpr int64_t kB = 4, kH = 4, kK = 64, kV = 64, kC = 64;
+
+double now_ms() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Median wall time of `reps` runs after one warm-up run.
+double median_ms(const std::function<void()>& fn, int reps) {
+  fn();
+  std::vector<double> times;
+  for (int i = 0; i < reps; ++i) {
+    double t0 = now_ms();
+    fn();
+    times.push_back(now_ms() - t0);
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+// GFLOP/s of C = A B with M = N = K = 2048 through the gemm every kernel uses.
+double sgemm_peak_gflops() {
+  const int64_t n = 2048;
+  lat::Generator gen(1);
+  Tensor a = Tensor::randn({n, n}, gen), b = Tensor::randn({n, n}, gen), c = Tensor::empty({n, n});
+  lat::cpu::GemmBatch g;
+  g.M = g.N = g.K = n;
+  g.A = a.data<float>(), g.lda = n, g.stride_a = n * n;
+  g.B = b.data<float>(), g.ldb = n, g.stride_b = n * n;
+  g.C = c.data<float>(), g.ldc = n, g.stride_c = n * n;
+  double ms = median_ms([&] { lat::cpu::gemm_batched(g); }, 5);
+  return 2.0 * n * n * n / (ms * 1e6);
+}
+
+// FLOPs per chunk per (batch, head), forward + backward, ALGORITHMS.md: 2.3 for simple_gla
+// (forward 4CKV + 2C^2(K+V), backward 10CKV + 2C^2(3K+2V)); linear attention has the
+// same chunk structure (2.2's forward count is the same; 2.3's backward is used);
+// 2.4 for the delta rules (forward 6CKV + 2C^2(3K+2V) + 2/3 C^3, backward
+// 16CKV + 2C^2(9K+5V) + 4C^3).
+double flops_per_chunk(const std::string& op) {
+  const double C = kC, K = kK, V = kV;
+  if (op == "linear_attn" || op == "simple_gla")
+    return (4 * C * K * V + 2 * C * C * (K + V)) + (10 * C * K * V + 2 * C * C * (3 * K + 2 * V));
+  return (6 * C * K * V + 2 * C * C * (3 * K + 2 * V) + 2.0 / 3.0 * C * C * C) +
+         (16 * C * K * V + 2 * C * C * (9 * K + 5 * V) + 4 * C * C * C);
+}
+
+struct Inputs {
+  Tensor q, k, v, g, beta, d_o;
+};
+
+Inputs make_inputs(int64_t T) {
+  lat::Generator gen(7);
+  Inputs in;
+  auto leaf = [](Tensor t) {
+    t.set_requires_grad(true);
+    return t;
+  };
+  in.q = leaf(Tensor::randn({kB, T, kH, kK}, gen));
+  // Unit-norm keys: the delta rules need them (ALGORITHMS.md 2.4), the others do not mind.
+  Tensor k = Tensor::randn({kB, T, kH, kK}, gen);
+  {
+    float* p = k.data<float>();
+    for (int64_t r = 0; r < kB * T * kH; ++r) {
+      double norm = 0.0;
+      for (int64_t i = 0; i < kK; ++i) norm += p[r * kK + i] * p[r * kK + i];
+      for (int64_t i = 0; i < kK; ++i) p[r * kK + i] = static_cast<float>(p[r * kK + i] / std::sqrt(norm));
+    }
+  }
+  in.k = leaf(k);
+  in.v = leaf(Tensor::randn({kB, T, kH, kV}, gen));
+  in.g = leaf(Tensor::uniform({kB, T, kH}, gen, -0.1, -0.01));
+  in.beta = leaf(Tensor::uniform({kB, T, kH}, gen, 0.05, 0.95));
+  in.d_o = Tensor::randn({kB, T, kH, kV}, gen);
+  return in;
+}
+
+LinearAttentionOutput run_op(const std::string& op, bool chunk, const Inputs& in) {
+  if (op == "linear_attn")
+    return chunk ? lat::chunk_linear_attn(in.q, in.k, in.v) : lat::fused_recurrent_linear_attn(in.q, in.k, in.v);
+  if (op == "simple_gla")
+    return chunk ? lat::chunk_simple_gla(in.q, in.k, in.v, in.g)
+                 : lat::fused_recurrent_simple_gla(in.q, in.k, in.v, in.g);
+  if (op == "delta_rule")
+    return chunk ? lat::chunk_delta_rule(in.q, in.k, in.v, in.beta)
+                 : lat::fused_recurrent_delta_rule(in.q, in.k, in.v, in.beta);
+  return chunk ? lat::chunk_gated_delta_rule(in.q, in.k, in.v, in.g, in.beta)
+               : lat::fused_recurrent_gated_delta_rule(in.q, in.k, in.v, in.g, in.beta);
+}
+
+// One forward + backward (o's upstream gradient d_o); input gradients are dropped.
+void forward_backward(const std::string& op, bool chunk, const Inputs& in) {
+  LinearAttentionOutput out = run_op(op, chunk, in);
+  lat::backward(out.o, in.d_o);
+  for (Tensor t : {in.q, in.k, in.v, in.g, in.beta}) t.zero_grad();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> ops;
+  std::vector<int64_t> lengths;
+  int reps = 7;
+  bool recurrent = true;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--op" && i + 1 < argc) {
+      ops.push_back(argv[++i]);
+    } else if (arg == "--T" && i + 1 < argc) {
+      lengths.push_back(std::stoll(argv[++i]));
+    } else if (arg == "--reps" && i + 1 < argc) {
+      reps = std::max(1, std::stoi(argv[++i]));
+    } else if (arg == "--no-recurrent") {
+      recurrent = false;
+    } else {
+      std::fprintf(stderr,
+                   "usage: %s [--op linear_attn|simple_gla|delta_rule|gated_delta_rule]... [--T N]... [--reps N] "
+                   "[--no-recurrent]\n",
+                   argv[0]);
+      return 2;
+    }
+  }
+  if (ops.empty()) ops = {"linear_attn", "simple_gla", "delta_rule", "gated_delta_rule"};
+  if (lengths.empty()) lengths = {256, 512, 2048, 8192};
+  for (const std::string& op : ops)
+    if (op != "linear_attn" && op != "simple_gla" && op != "delta_rule" && op != "gated_delta_rule") {
+      std::fprintf(stderr, "error: unknown --op %s\n", op.c_str());
+      return 2;
+    }
+
+  double peak = sgemm_peak_gflops();
+  std::printf("threads %d, sgemm 2048^3 peak %.1f GFLOP/s; B=%lld H=%lld K=%lld V=%lld C=%lld, forward+backward\n",
+              lat::get_num_threads(), peak, static_cast<long long>(kB), static_cast<long long>(kH),
+              static_cast<long long>(kK), static_cast<long long>(kV), static_cast<long long>(kC));
+  std::printf("%-17s %6s %10s %9s %8s %12s %14s %8s\n", "op", "T", "chunk ms", "GFLOP/s", "of peak", "us/token",
+              "recurrent ms", "speedup");
+  for (const std::string& op : ops)
+    for (int64_t T : lengths) {
+      Inputs in = make_inputs(T);
+      double chunk_ms = median_ms([&] { forward_backward(op, true, in); }, reps);
+      double flops = flops_per_chunk(op) * static_cast<double>((T + kC - 1) / kC) * kB * kH;
+      double gflops = flops / (chunk_ms * 1e6);
+      std::printf("%-17s %6lld %10.2f %9.1f %7.1f%% %12.3f", op.c_str(), static_cast<long long>(T), chunk_ms, gflops,
+                  100.0 * gflops / peak, 1e3 * chunk_ms / static_cast<double>(T));
+      if (recurrent) {
+        double rec_ms = median_ms([&] { forward_backward(op, false, in); }, std::max(1, reps / 3));
+        std::printf(" %14.2f %7.1fx", rec_ms, rec_ms / chunk_ms);
+      }
+      std::printf("\n");
+      std::fflush(stdout);
+    }
+  return 0;
+}
