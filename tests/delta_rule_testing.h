@@ -117,4 +117,23 @@ inline void expect_delta_close(const DeltaResult& actual, const DeltaResult& exp
   check("d_initial_state", a.d_initial_state, b.d_initial_state);
 }
 
+/// One call over T = 150 tokens equals two calls over 75 chained through final_state ->
+/// initial_state: outputs, final state and every gradient (through the chained state).
+inline void expect_chaining(Gate gate, const DeltaOp& op) {
+  const DeltaCase c{{2, 150, 2, 16, 24, gate, true, false, 31}};
+  DeltaInputs in = make_delta_inputs(c);
+  DeltaResult whole = run_delta(op, in, DType::f32);
+  auto two_halves = [&](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                        const Tensor& h0) {
+    auto half = [](const Tensor& x, int64_t i) { return x.defined() ? slice(x, 1, i * 75, (i + 1) * 75) : x; };
+    LinearAttentionOutput first = op(half(q, 0), half(k, 0), half(v, 0), half(g, 0), half(beta, 0), h0);
+    LinearAttentionOutput second =
+        op(half(q, 1), half(k, 1), half(v, 1), half(g, 1), half(beta, 1), first.final_state);
+    return LinearAttentionOutput{concat({first.o, second.o}, 1), second.final_state};
+  };
+  DeltaResult chained = run_delta(two_halves, in, DType::f32);
+  // Both sides are float32 computations of the same recurrence, cut at different chunks.
+  expect_delta_close(chained, whole, 1e-5, "chaining");
+}
+
 }  // namespace lat::testing

@@ -99,34 +99,12 @@ TEST(GatedDeltaRule, ReferenceMatchesFiniteDifferences) {
   }
 }
 
-// One call over T tokens equals two calls over T/2 chained through final_state ->
-// initial_state: outputs, final state and every gradient (through the chained state).
-void expect_chaining(const std::function<LinearAttentionOutput(const Tensor&, const Tensor&, const Tensor&,
-                                                               const Tensor&, const Tensor&, const Tensor&)>& op) {
-  const DeltaCase c{{2, 150, 2, 16, 24, Gate::mild, true, false, 31}};
-  testing::DeltaInputs in = testing::make_delta_inputs(c);
-  testing::DeltaResult whole = testing::run_delta(op, in, DType::f32);
-  auto two_halves = [&](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
-                        const Tensor& h0) {
-    auto half = [](const Tensor& x, int64_t i) { return slice(x, 1, i * 75, (i + 1) * 75); };
-    LinearAttentionOutput first = op(half(q, 0), half(k, 0), half(v, 0), half(g, 0), half(beta, 0), h0);
-    LinearAttentionOutput second =
-        op(half(q, 1), half(k, 1), half(v, 1), half(g, 1), half(beta, 1), first.final_state);
-    return LinearAttentionOutput{concat({first.o, second.o}, 1), second.final_state};
-  };
-  testing::DeltaResult chained = testing::run_delta(two_halves, in, DType::f32);
-  // Both sides are float32 computations of the same recurrence, cut at different chunks.
-  testing::expect_delta_close(chained, whole, 1e-5, "chaining");
-}
-
 TEST(GatedDeltaRule, ChunkChainsThroughFinalState) {
-  expect_chaining([](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
-                     const Tensor& h0) { return chunk_gated_delta_rule(q, k, v, g, beta, {}, h0, true); });
+  testing::expect_chaining(Gate::mild, chunk_op(DeltaCase{}));
 }
 
 TEST(GatedDeltaRule, RecurrentChainsThroughFinalState) {
-  expect_chaining([](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
-                     const Tensor& h0) { return fused_recurrent_gated_delta_rule(q, k, v, g, beta, {}, h0, true); });
+  testing::expect_chaining(Gate::mild, recurrent_op(DeltaCase{}));
 }
 
 // Strong decay over a long sequence: finite outputs and gradients, chunk equals recurrent.
