@@ -220,8 +220,11 @@ AttrInfo attr_info(hid_t loc, const char* name) {
 
 std::string read_vlen_attr(hid_t loc, const char* name) {
   hid_t attr = H5Aopen(loc, name, H5P_DEFAULT);
+  hid_t stored = H5Aget_type(attr);
   hid_t type = H5Tcopy(H5T_C_S1);
   H5Tset_size(type, H5T_VARIABLE);
+  H5Tset_cset(type, H5Tget_cset(stored));
+  H5Tclose(stored);
   char* value = nullptr;
   EXPECT_GE(H5Aread(attr, type, &value), 0);
   std::string out = value ? value : "";
@@ -375,6 +378,26 @@ TEST_F(CheckpointTest, OtherHdf5FilesAreNotCheckpoints) {
   H5Fclose(file);
   const std::string message = error_of([&] { lat::load_checkpoint(path("other.h5")); });
   EXPECT_NE(message.find("format is 'something-else', expected 'lat-checkpoint'"), std::string::npos) << message;
+}
+
+// Other writers (h5py with numpy bytes, older files) store fixed-length ASCII strings.
+TEST_F(CheckpointTest, FixedLengthAsciiStringsAreRead) {
+  const lat::Checkpoint saved = sample_checkpoint();
+  lat::save_checkpoint(path("fixed.h5"), saved);
+  hid_t file = H5Fopen(path("fixed.h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(file, 0);
+  H5Adelete(file, "format");
+  hid_t type = H5Tcopy(H5T_C_S1);
+  H5Tset_size(type, 20);  // longer than the text: NUL padded
+  hid_t space = H5Screate(H5S_SCALAR);
+  hid_t attr = H5Acreate2(file, "format", type, space, H5P_DEFAULT, H5P_DEFAULT);
+  char value[20] = "lat-checkpoint";
+  H5Awrite(attr, type, value);
+  H5Aclose(attr);
+  H5Sclose(space);
+  H5Tclose(type);
+  H5Fclose(file);
+  expect_equal(lat::load_checkpoint(path("fixed.h5")), saved);
 }
 
 TEST_F(CheckpointTest, NewerVersionIsAnError) {

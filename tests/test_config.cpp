@@ -373,7 +373,7 @@ TEST(Config, ImpossibleValues) {
   EXPECT_EQ(parse("model:\n  d_model: 130\n  n_heads: 4\n  head_dim: 32\n").model.head_dim, 32);
   // data.path is required.
   EXPECT_EQ(config_error([] { lat::parse_config("train.lr: 0.1\n", "run.yaml"); }),
-            "data.path: required: the corpus to train on is not set (default)");
+            "data.path: required: the text or token file to train on (not set in run.yaml)");
 }
 
 TEST(Config, SetOverridesAnyKey) {

@@ -243,8 +243,12 @@ std::vector<std::string> read_strings(hid_t stored_type, hid_t space, const Read
   const hssize_t n = H5Sget_simple_extent_npoints(space);
   if (n < 0) fail(what + ": cannot read its size" + hdf5_detail());
   std::vector<std::string> out;
+  // The memory type takes the stored character set: HDF5 converts no strings between ASCII
+  // and UTF-8, and files written by other tools (h5py, older lat) may use either.
+  const H5T_cset_t cset = H5Tget_cset(stored_type);
   if (H5Tis_variable_str(stored_type) > 0) {
     Handle type = vlen_string_type();
+    check(H5Tset_cset(type, cset), "cannot set the character set of a string type");
     std::vector<char*> pointers(static_cast<size_t>(n), nullptr);
     if (n > 0) check(read(type, pointers.data()), "cannot read " + what);
     for (char* p : pointers) out.emplace_back(p ? p : "");
@@ -253,6 +257,7 @@ std::vector<std::string> read_strings(hid_t stored_type, hid_t space, const Read
     const size_t size = H5Tget_size(stored_type);
     Handle type(H5Tcopy(H5T_C_S1), H5Tclose, "cannot create a string type");
     check(H5Tset_size(type, size), "cannot size a string type");
+    check(H5Tset_cset(type, cset), "cannot set the character set of a string type");
     std::vector<char> buffer(size * static_cast<size_t>(n));
     if (n > 0) check(read(type, buffer.data()), "cannot read " + what);
     for (hssize_t i = 0; i < n; ++i) {

@@ -251,10 +251,12 @@ class Loader {
 
   Config& config() { return config_; }
 
-  /// "file:line" or "--set key" where `key` was last set; "default" when never set.
+  explicit Loader(std::string source) : source_(std::move(source)) {}
+
+  /// "file:line" or "--set key" where `key` was last set; "not set in <source>" otherwise.
   std::string where(const std::string& key) const {
     auto it = where_.find(key);
-    return it == where_.end() ? "default" : it->second;
+    return it == where_.end() ? "not set in " + source_ : it->second;
   }
 
   bool was_set(const std::string& key) const { return where_.count(key) != 0; }
@@ -362,6 +364,7 @@ class Loader {
         spec.field(config_));
   }
 
+  std::string source_;
   Config config_;
   std::map<std::string, std::string> where_;
 };
@@ -437,7 +440,7 @@ void resolve_and_check(Loader& loader, const std::string& config_name, bool chec
   at_least("model.linear.chunk_size", c.model.linear.chunk_size, 1);
 
   // data
-  if (c.data.path.empty()) fail("data.path", "required: the corpus to train on is not set");
+  if (c.data.path.empty()) fail("data.path", "required: the text or token file to train on");
   one_of("data.format", c.data.format, {"auto", "text", "bin", "h5"});
   one_of("data.tokenizer", c.data.tokenizer, {"char", "byte"});
   one_of("data.bin_dtype", c.data.bin_dtype, {"uint16", "uint32"});
@@ -504,7 +507,7 @@ fail("train.device", "unknown device '" + device + "' (expected cpu, cuda or cud
 
 Config build(const YAML::Node* root, const std::string& source, const std::vector<std::string>& overrides,
              bool check_paths) {
-  Loader loader;
+  Loader loader(source);
   if (root) loader.apply_document(*root, source);
   for (const std::string& assignment : overrides) loader.apply_override(assignment);
   resolve_and_check(loader, std::filesystem::path(source).stem().string(), check_paths);
