@@ -74,6 +74,17 @@ TEST(Permute, LargeTensorUsesParallelPathCorrectly) {
   Tensor back = lat::permute(p, {0, 2, 1, 3});
   EXPECT_EQ(back.to_vector<float>(), a.to_vector<float>());
   EXPECT_EQ(p.at({1, 7, 128, 32}), a.at({1, 128, 7, 32}));
+  // The last dim moves: the tiled path, with partial tiles (129 and 33 are not multiples of 32).
+  Tensor q = lat::permute(a, {3, 1, 0, 2});
+  ASSERT_EQ(q.shape(), (Shape{33, 129, 2, 8}));
+  std::vector<float> av = a.to_vector<float>(), qv = q.to_vector<float>();
+  int64_t mismatches = 0;
+  for (int64_t i0 = 0; i0 < 2; ++i0)
+    for (int64_t i1 = 0; i1 < 129; ++i1)
+      for (int64_t i2 = 0; i2 < 8; ++i2)
+        for (int64_t i3 = 0; i3 < 33; ++i3)
+          mismatches += av[((i0 * 129 + i1) * 8 + i2) * 33 + i3] != qv[((i3 * 129 + i1) * 2 + i0) * 8 + i2];
+  EXPECT_EQ(mismatches, 0);
 }
 
 TEST(Permute, GradCheck) {
