@@ -215,6 +215,9 @@ bool parse_int_text(std::string text, int64_t& out) {
 /// Builds a Config from defaults, files and overrides, remembering where each key was set.
 class Loader {
  public:
+  /// `source` (the file or string name) is named for keys that were never set.
+  explicit Loader(std::string source) : source_(std::move(source)) {}
+
   /// Applies a parsed document (the whole file) read from `file`.
   void apply_document(const YAML::Node& root, const std::string& file) {
     if (root.IsNull()) return;
@@ -250,8 +253,6 @@ class Loader {
   }
 
   Config& config() { return config_; }
-
-  explicit Loader(std::string source) : source_(std::move(source)) {}
 
   /// "file:line" or "--set key" where `key` was last set; "not set in <source>" otherwise.
   std::string where(const std::string& key) const {
