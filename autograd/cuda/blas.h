@@ -1,0 +1,31 @@
+// Batched matrix products on CUDA through cuBLAS (plain-struct launch API, no tensors).
+#pragma once
+#include <cstdint>
+
+#include "lat/dtype.h"
+
+namespace lat::cuda {
+
+/// C[b] = alpha * op(A[b]) * op(B[b]) + beta * C[b] for b in [0, batch), row-major, on
+/// device `device`, with the conventions of lat::cpu::GemmBatch (autograd/cpu/gemm.h):
+/// op(A) is M x K (A stored M x K with row stride lda, or K x M when trans_a), op(B) is
+/// K x N, stride_* in elements between batch items (0 shares one matrix). dtype f32
+/// (TF32 tensor cores only when lat::cuda::allow_tf32()) or f64. Throws lat::Error on a
+/// cuBLAS failure or sizes beyond cuBLAS's 32-bit limits.
+struct GemmArgs {
+  DType dtype = DType::f32;
+  int device = 0;
+  int64_t batch = 1, M = 0, N = 0, K = 0;
+  const void* A = nullptr;
+  int64_t lda = 0, stride_a = 0;
+  bool trans_a = false;
+  const void* B = nullptr;
+  int64_t ldb = 0, stride_b = 0;
+  bool trans_b = false;
+  void* C = nullptr;
+  int64_t ldc = 0, stride_c = 0;
+  double alpha = 1.0, beta = 0.0;
+};
+void gemm_batched(const GemmArgs& g);
+
+}  // namespace lat::cuda
