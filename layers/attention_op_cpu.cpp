@@ -25,7 +25,7 @@ constexpr int64_t kBc = 64;  // keys per tile
 static_assert(kBr == kBc, "tile helpers assume square tiles");
 
 // exp(x) in float for the softmax, where x <= 0 up to rounding: Cephes' expf reduction
-// x = n ln2 + r, |r| <= ln2/2, with its degree-6 polynomial for exp(r) (relative error
+// x = n ln2 + r, |r| <= ln2/2, with its minimax polynomial for exp(r) (relative error
 // about 1e-7, the float rounding level). Written branch-free so loops over it vectorize
 // (std::exp does not without -ffast-math). Inputs below -87.3 (including -inf) give 0.
 inline float softmax_exp(float x) {
@@ -134,6 +134,40 @@ void tile_gemm(const S* a, int64_t lda, const S* b, int64_t ldb, int64_t K, int6
     micro_kernel(a, lda, b + c0, ldb, K, rows, out + c0, ldo, accumulate);
 }
 
+// max and sum of a full score row x[0:kBc], lane-parallel (a plain loop stays scalar:
+// without -ffast-math the compiler may not reorder float max and +).
+template <class S>
+S row_max(const S* x) {
+  using V = typename Simd<S>::V;
+  constexpr int64_t L = sizeof(V) / sizeof(S);
+  V m;
+  std::memcpy(&m, x, sizeof(V));
+  for (int64_t j = L; j < kBc; j += L) {
+    V v;
+    std::memcpy(&v, x + j, sizeof(V));
+    m = v > m ? v : m;
+  }
+  S out = m[0];
+  for (int64_t i = 1; i < L; ++i) out = std::max(out, m[i]);
+  return out;
+}
+
+template <class S>
+S row_sum(const S* x) {
+  using V = typename Simd<S>::V;
+  constexpr int64_t L = sizeof(V) / sizeof(S);
+  V acc;
+  std::memcpy(&acc, x, sizeof(V));
+  for (int64_t j = L; j < kBc; j += L) {
+    V v;
+    std::memcpy(&v, x + j, sizeof(V));
+    acc += v;
+  }
+  S out = 0;
+  for (int64_t i = 0; i < L; ++i) out += acc[i];
+  return out;
+}
+
 // dst[d * kBc + c] = rows[c][d] for c < count, zero for count <= c < kBc (a transposed tile).
 template <class S, class RowFn>
 void load_transposed(RowFn row, int64_t count, int64_t n, S* dst) {
@@ -156,11 +190,6 @@ void load_rows(RowFn row, int64_t count, int64_t n, int64_t ld, S factor, S* dst
   }
 }
 
-// Whether every (query, key) pair of the tile [i0, i0+nr) x [j0, j0+nc) is visible.
-template <class S>
-bool tile_fully_visible(const Args<S>& a, int64_t i0, int64_t nr, int64_t j0, int64_t nc) {
-  return a.visible(i0, j0 + nc - 1) && a.visible(i0 + nr - 1, j0);
-}
 
 }  // namespace
 
@@ -188,29 +217,25 @@ void forward(const Args<S>& a, S* o, S* lse) {
         load_transposed<S>([&](int64_t c) { return a.k_row(b, j0 + c, hk); }, nc, D, kt.data());
         load_rows<S>([&](int64_t c) { return a.v_row(b, j0 + c, hk); }, nc, Dv, DvP, S(1), vs.data());
         tile_gemm(qs.data(), D, kt.data(), kBc, D, nr, kBc, s.data(), kBc, false);
-        const bool full = tile_fully_visible(a, i0, nr, j0, nc);
         for (int64_t r = 0; r < nr; ++r) {
           S* sr = s.data() + r * kBc;
-          if (!full)
-            for (int64_t c = 0; c < nc; ++c)
-              if (!a.visible(i0 + r, j0 + c)) sr[c] = neg_inf<S>();
-          S mx = neg_inf<S>();
-#pragma omp simd reduction(max : mx)
-          for (int64_t c = 0; c < nc; ++c) mx = std::max(mx, sr[c]);
-          if (mx == neg_inf<S>()) {  // no visible key for this query in this tile
-            std::fill(sr, sr + nc, S(0));
+          // Whole rows of kBc scores: the columns outside the visible keys [lo, hi) of this
+          // query (masked, or past nc) become -inf, hence probability 0, so every loop
+          // below has a fixed length and vectorizes.
+          const int64_t lo = std::clamp(a.key_begin(i0 + r) - j0, int64_t{0}, nc);
+          const int64_t hi = std::clamp(a.key_end(i0 + r) - j0, lo, nc);
+          if (lo == hi) {  // no visible key for this query in this tile
+            std::fill(sr, sr + kBc, S(0));
             continue;
           }
+          std::fill(sr, sr + lo, neg_inf<S>());
+          std::fill(sr + hi, sr + kBc, neg_inf<S>());
+          const S mx = row_max(sr);
           // Online softmax: rescale what was accumulated under the old running max.
           const S m_new = std::max(m[r], mx);
           const S alpha = softmax_exp(m[r] - m_new);
-          S sum = 0;
-#pragma omp simd reduction(+ : sum)
-          for (int64_t c = 0; c < nc; ++c) {
-            sr[c] = softmax_exp(sr[c] - m_new);
-            sum += sr[c];
-          }
-          l[r] = l[r] * alpha + sum;
+          for (int64_t c = 0; c < kBc; ++c) sr[c] = softmax_exp(sr[c] - m_new);
+          l[r] = l[r] * alpha + row_sum(sr);
           m[r] = m_new;
           S* ar = acc.data() + r * DvP;
           for (int64_t d = 0; d < Dv; ++d) ar[d] *= alpha;
@@ -273,19 +298,19 @@ void backward(const Args<S>& a, const S* o, const S* lse, const S* do_, S* dq, S
         load_transposed<S>([&](int64_t c) { return a.v_row(b, j0 + c, hk); }, nc, Dv, vt.data());
         tile_gemm(qs.data(), D, kt.data(), kBc, D, nr, kBc, s.data(), kBc, false);
         tile_gemm(dos.data(), Dv, vt.data(), kBc, Dv, nr, kBc, dp.data(), kBc, false);
-        const bool full = tile_fully_visible(a, i0, nr, j0, nc);
         for (int64_t r = 0; r < nr; ++r) {
           S* sr = s.data() + r * kBc;
           const S* dpr = dp.data() + r * kBc;
           const S lr = lse_r[r], dr = delta_r[r];
-#pragma omp simd
-          for (int64_t c = 0; c < nc; ++c) {
+          // Columns past nc hold finite values that the product below does not read.
+          for (int64_t c = 0; c < kBc; ++c) {
             const S p = softmax_exp(sr[c] - lr);
             sr[c] = p * (dpr[c] - dr);  // dS
           }
-          if (!full)
-            for (int64_t c = 0; c < nc; ++c)
-              if (!a.visible(i0 + r, j0 + c)) sr[c] = 0;
+          const int64_t lo = std::clamp(a.key_begin(i0 + r) - j0, int64_t{0}, nc);
+          const int64_t hi = std::clamp(a.key_end(i0 + r) - j0, lo, nc);
+          std::fill(sr, sr + lo, S(0));
+          std::fill(sr + hi, sr + nc, S(0));
         }
         tile_gemm(s.data(), kBc, ks.data(), DP, nc, nr, DP, dqa.data(), DP, true);
       }
@@ -327,8 +352,7 @@ void backward(const Args<S>& a, const S* o, const S* lse, const S* do_, S* dq, S
           load_rows<S>([&](int64_t r) { return o_row(do_, b, i0 + r, h); }, nr, Dv, DvP, S(1), dos.data());
           tile_gemm(ks.data(), D, qt.data(), kBr, D, nc, kBr, st.data(), kBr, false);
           tile_gemm(vs.data(), Dv, dot.data(), kBr, Dv, nc, kBr, dpt.data(), kBr, false);
-          const bool full = tile_fully_visible(a, i0, nr, j0, nc);
-          for (int64_t c = 0; c < nc; ++c) {
+            for (int64_t c = 0; c < nc; ++c) {
             S* pr = st.data() + c * kBr;
             S* dsr = dpt.data() + c * kBr;
 #pragma omp simd
@@ -337,9 +361,13 @@ void backward(const Args<S>& a, const S* o, const S* lse, const S* do_, S* dq, S
               pr[r] = p;
               dsr[r] = p * (dsr[r] - delta_h[i0 + r]);
             }
-            if (!full)
-              for (int64_t r = 0; r < nr; ++r)
-                if (!a.visible(i0 + r, j0 + c)) pr[r] = dsr[r] = 0;
+            // Queries outside [lo, hi) do not see key j0 + c.
+            const int64_t lo = std::clamp(a.query_begin(j0 + c) - i0, int64_t{0}, nr);
+            const int64_t hi = std::clamp(a.query_end(j0 + c) - i0, lo, nr);
+            std::fill(pr, pr + lo, S(0));
+            std::fill(pr + hi, pr + nr, S(0));
+            std::fill(dsr, dsr + lo, S(0));
+            std::fill(dsr + hi, dsr + nr, S(0));
           }
           tile_gemm(st.data(), kBr, dos.data(), DvP, nr, nc, DvP, dva.data(), DvP, true);
           tile_gemm(dpt.data(), kBr, qs.data(), DP, nr, nc, DP, dka.data(), DP, true);

@@ -24,12 +24,8 @@ struct Args {
   const S* q_row(int64_t b, int64_t i, int64_t h) const { return q + b * q_batch_stride + (i * H + h) * D; }
   const S* k_row(int64_t b, int64_t j, int64_t hk) const { return k + b * k_batch_stride + (j * Hkv + hk) * D; }
   const S* v_row(int64_t b, int64_t j, int64_t hk) const { return v + b * v_batch_stride + (j * Hkv + hk) * Dv; }
-  /// Whether query i sees key j.
-  bool visible(int64_t i, int64_t j) const {
-    int64_t p = i + q_offset;
-    return j <= p && (window == 0 || j > p - window);
-  }
-  /// Keys seen by query i: [key_begin(i), key_end(i)).
+  /// Keys seen by query i (at key position p = i + q_offset): j <= p and, with a window,
+  /// j > p - window; that is [key_begin(i), key_end(i)).
   int64_t key_begin(int64_t i) const { return window > 0 ? std::max<int64_t>(0, i + q_offset - window + 1) : 0; }
   int64_t key_end(int64_t i) const { return std::min(Tk, i + q_offset + 1); }
   /// Queries that see key j: [query_begin(j), query_end(j)).
