@@ -11,8 +11,6 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
-#include <memory>
 #include <optional>
 
 #include "lat/tensor.h"
@@ -89,21 +87,28 @@ inline float exp_nonpositive(float x) {
 
 /// An uninitialized, 64-byte aligned float array for kernel workspaces and saved
 /// activations (no autograd, no poisoning: kernels write every element they read).
+/// Blocks come from a process-wide cache of freed blocks of the same size (up to 2 GiB
+/// kept): the chunk kernels need a dozen buffers of the same sizes at every step, and
+/// fresh pages from the OS cost more (faults and zeroing) than the kernels' own work.
+/// Large blocks ask for transparent huge pages. Thread-safe.
 class AlignedBuffer {
  public:
   AlignedBuffer() = default;
-  explicit AlignedBuffer(int64_t n)
-      : data_(static_cast<float*>(std::aligned_alloc(64, ((n * sizeof(float) + 63) / 64) * 64 + 64))), size_(n) {}
-  float* data() { return data_.get(); }
-  const float* data() const { return data_.get(); }
+  explicit AlignedBuffer(int64_t n);
+  ~AlignedBuffer();
+  AlignedBuffer(AlignedBuffer&& other) noexcept;
+  AlignedBuffer& operator=(AlignedBuffer&& other) noexcept;
+  AlignedBuffer(const AlignedBuffer&) = delete;
+  AlignedBuffer& operator=(const AlignedBuffer&) = delete;
+
+  float* data() { return data_; }
+  const float* data() const { return data_; }
   int64_t size() const { return size_; }
 
  private:
-  struct Free {
-    void operator()(float* p) const { std::free(p); }
-  };
-  std::unique_ptr<float, Free> data_;
+  float* data_ = nullptr;
   int64_t size_ = 0;
+  size_t bytes_ = 0;  // the block's size in the cache
 };
 
 /// [B, T, H, D] -> [B*H, NT*C, D]: dst row (b*H + h, t) = src[b, t, h, :]; rows
