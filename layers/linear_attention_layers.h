@@ -45,7 +45,6 @@ struct MixerConfig {
 struct LinearMixerState : MixerState {
   std::string kind;        // the mixer kind that made it
   int64_t batch = 0;
-  int64_t tokens = 0;      // tokens seen so far
   Tensor recurrent_state;  // [B, H, K, V] f32 (V + 1 for normalized linear_attn)
   Tensor q_conv, k_conv, v_conv;  // [B, conv_size - 1, H*K | H*K | H*V]; undefined without short conv
 };
@@ -162,7 +161,8 @@ class SimpleGLA : public LinearMixer {
   /// retention = true: the fixed RetNet decay, no a_proj / A_log / dt_bias.
   SimpleGLA(const MixerConfig& config, Generator& gen, bool retention = false);
 
-  /// The log-decay g [B, T, H] (<= 0) this layer applies to x [B, T, d_model].
+  /// The log-decay g [B, T, H] (<= 0) this layer applies to x [B, T, d_model]. Throws
+  /// lat::Error on a wrong shape.
   Tensor log_decay(const Tensor& x) const;
 
  protected:

@@ -186,9 +186,7 @@ Tensor LinearMixer::step(const Tensor& x, MixerState& state) const {
             kind_ << "::step: x: expected shape [" << s->batch << ", T >= 1, " << config_.d_model << "], got "
                   << shape_str(x.shape()));
   NoGradGuard no_grad;
-  Tensor y = run(x, s);
-  s->tokens += x.size(1);
-  return y;
+  return run(x, s);
 }
 
 }  // namespace lat

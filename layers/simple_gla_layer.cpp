@@ -18,6 +18,8 @@ SimpleGLA::SimpleGLA(const MixerConfig& config, Generator& gen, bool retention)
 }
 
 Tensor SimpleGLA::log_decay(const Tensor& x) const {
+  LAT_CHECK(x.dim() == 3 && x.size(2) == config_.d_model,
+            kind() << "::log_decay: x: expected shape [B, T, " << config_.d_model << "], got " << shape_str(x.shape()));
   if (!retention_) return mamba2_log_decay(x);
   // RetNet's multi-scale decay gamma_h = 1 - 2^(-5-h) (Sun et al. 2023, sec. 2.2), the same
   // for every token; log1p keeps the small 2^(-5-h) exact.
