@@ -1,0 +1,116 @@
+// CUDA kernels of the single-token decoding steps (recurrent_step_*): one block per
+// (batch, head), one thread per state column, the state [K, Vs] updated in place in f32.
+// Each column of the state evolves on its own in both recurrences, so no thread waits for
+// another once q and k are in shared memory.
+#include "autograd/cuda/cuda_check.h"
+#include "autograd/cuda/launch.cuh"
+#include "autograd/cuda/stream.h"
+#include "layers/linear_attention/chunk_cuda.h"
+
+namespace lat::linear_attention::cuda {
+namespace {
+
+constexpr int kMaxK = 256;
+
+// S = a S + k [v, 1?]^T, r = scale S^T q; o = r[:V] or r[:V] / (r[V] + eps).
+__global__ void step_decay_kernel(int64_t K, int64_t V, bool normalize, float eps, const float* q, const float* k,
+                                  const float* v, const float* g, float scale, float* state, float* o) {
+  __shared__ float qs[kMaxK], ks[kMaxK];
+  extern __shared__ float r[];  // Vs readouts
+  const int64_t bh = blockIdx.x, Vs = normalize ? V + 1 : V;
+  for (int64_t i = threadIdx.x; i < K; i += blockDim.x) {
+    qs[i] = q[bh * K + i];
+    ks[i] = k[bh * K + i];
+  }
+  __syncthreads();
+  const float a = g != nullptr ? expf(g[bh]) : 1.0f;
+  float* S = state + bh * K * Vs;
+  for (int64_t col = threadIdx.x; col < Vs; col += blockDim.x) {
+    const float vv = col < V ? v[bh * V + col] : 1.0f;
+    float acc = 0.0f;
+    for (int64_t i = 0; i < K; ++i) {
+      const float s = a * S[i * Vs + col] + ks[i] * vv;
+      S[i * Vs + col] = s;
+      acc += qs[i] * s;
+    }
+    r[col] = scale * acc;
+  }
+  __syncthreads();
+  for (int64_t col = threadIdx.x; col < V; col += blockDim.x)
+    o[bh * V + col] = normalize ? r[col] / (r[V] + eps) : r[col];
+}
+
+// L2 norm of a shared vector of length K in place (eps 1e-6, as the chunk ops).
+__device__ void l2norm_shared(float* x, int64_t K, float* partial) {
+  float s = 0.0f;
+  for (int64_t i = threadIdx.x; i < K; i += blockDim.x) s += x[i] * x[i];
+  for (int offset = 16; offset > 0; offset /= 2) s += __shfl_xor_sync(0xffffffffu, s, offset);
+  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = s;
+  __syncthreads();
+  float total = 0.0f;
+  for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w) total += partial[w];
+  const float inv = 1.0f / sqrtf(total + 1e-6f);
+  __syncthreads();
+  for (int64_t i = threadIdx.x; i < K; i += blockDim.x) x[i] *= inv;
+  __syncthreads();
+}
+
+// S_a = a S, u = beta (v - S_a^T k), S = S_a + k u^T, o = scale S^T q (per column).
+__global__ void step_delta_kernel(int64_t K, int64_t V, bool l2norm, const float* q, const float* k, const float* v,
+                                  const float* g, const float* beta, float scale, float* state, float* o) {
+  __shared__ float qs[kMaxK], ks[kMaxK], partial[lat::cuda::kBlock / 32];
+  const int64_t bh = blockIdx.x;
+  for (int64_t i = threadIdx.x; i < K; i += blockDim.x) {
+    qs[i] = q[bh * K + i];
+    ks[i] = k[bh * K + i];
+  }
+  __syncthreads();
+  if (l2norm) {
+    l2norm_shared(qs, K, partial);
+    l2norm_shared(ks, K, partial);
+  }
+  const float a = g != nullptr ? expf(g[bh]) : 1.0f, b = beta[bh];
+  float* S = state + bh * K * V;
+  for (int64_t col = threadIdx.x; col < V; col += blockDim.x) {
+    float p = 0.0f;
+    for (int64_t i = 0; i < K; ++i) p += a * S[i * V + col] * ks[i];
+    const float u = b * (v[bh * V + col] - p);
+    float acc = 0.0f;
+    for (int64_t i = 0; i < K; ++i) {
+      const float s = a * S[i * V + col] + ks[i] * u;
+      S[i * V + col] = s;
+      acc += qs[i] * s;
+    }
+    o[bh * V + col] = scale * acc;
+  }
+}
+
+void check_step(int64_t BH, int64_t K) {
+  LAT_CHECK(K >= 1 && K <= kMaxK, "recurrent step (cuda): K: expected 1.." << kMaxK << ", got " << K);
+  LAT_CHECK(BH >= 1 && BH < (int64_t{1} << 31), "recurrent step (cuda): B*H = " << BH << " out of range");
+}
+
+}  // namespace
+
+void recurrent_step_decay(int64_t BH, int64_t K, int64_t V, bool normalize, float eps, const float* q,
+                          const float* k, const float* v, const float* g, float scale, float* state, float* o,
+                          int device) {
+  check_step(BH, K);
+  lat::cuda::DeviceGuard guard(device);
+  const size_t smem = static_cast<size_t>(normalize ? V + 1 : V) * sizeof(float);
+  step_decay_kernel<<<static_cast<unsigned>(BH), lat::cuda::kBlock, smem, lat::cuda::current_stream(device)>>>(
+      K, V, normalize, eps, q, k, v, g, scale, state, o);
+  LAT_CUDA_CHECK_LAUNCH();
+}
+
+void recurrent_step_delta(int64_t BH, int64_t K, int64_t V, bool l2norm, const float* q, const float* k,
+                          const float* v, const float* g, const float* beta, float scale, float* state, float* o,
+                          int device) {
+  check_step(BH, K);
+  lat::cuda::DeviceGuard guard(device);
+  step_delta_kernel<<<static_cast<unsigned>(BH), lat::cuda::kBlock, 0, lat::cuda::current_stream(device)>>>(
+      K, V, l2norm, q, k, v, g, beta, scale, state, o);
+  LAT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace lat::linear_attention::cuda
