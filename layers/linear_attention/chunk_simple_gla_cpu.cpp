@@ -186,6 +186,7 @@ void state_grad_scan(const Sizes& s, const float* W, const float* G, const float
       const float* h = H + n * s.KV;
       float* out = dH + n * s.KV;
       float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
       for (int64_t e = 0; e < s.KV; ++e) {
         out[e] = acc[e];
         dot += acc[e] * h[e];
@@ -210,11 +211,10 @@ void intra_backward(float* P, const float* A, const float* G, const float* qdq, 
       const float* arow = A + (n * s.C + i) * s.C;
       if (dG) {
         // column[j] = Σ_{i' >= i} dP_{i'j} A_{i'j}; rect_i = Σ_{j < i} column[j].
+        for (int64_t j = 0; j <= i; ++j) column[j] += prow[j] * arow[j];
         float r = 0.0f;
-        for (int64_t j = 0; j <= i; ++j) {
-          column[j] += prow[j] * arow[j];
-          if (j < i) r += column[j];
-        }
+#pragma omp simd reduction(+ : r)
+        for (int64_t j = 0; j < i; ++j) r += column[j];
         rect[i] = r;
       }
       float gi = gn[i];
@@ -243,6 +243,7 @@ void row_dots(const float* x, const float* y, int64_t rows, int64_t D, float* do
 #pragma omp parallel for
   for (int64_t r = 0; r < rows; ++r) {
     float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
     for (int64_t d = 0; d < D; ++d) acc += x[r * D + d] * y[r * D + d];
     dot[r] = acc;
   }

@@ -7,9 +7,7 @@
 // one head contiguously (rows t >= T are zero), so every per-chunk product is one
 // batched gemm with a single batch stride over (b, h, chunk).
 #pragma once
-#include <algorithm>
 #include <bit>
-#include <cmath>
 #include <cstdint>
 #include <optional>
 
@@ -66,14 +64,22 @@ double resolve_scale(std::optional<double> scale, int64_t K);
 /// Number of chunks ceil(T / C).
 inline int64_t num_chunks(int64_t T, int64_t C) { return (T + C - 1) / C; }
 
-/// exp(x) for x <= 0, written so that loops over it vectorize (no libm call): Cephes'
-/// expf range reduction and polynomial, about 2 ulp; 0 below -87 (where exp underflows
-/// the normal range). Decay factors are always exp of a non-positive number
-/// (ALGORITHMS.md 2.3, stability rules), so this is the only exp the kernels need.
+/// exp(x) for x <= 0, written so that loops over it vectorize (no libm call, and no
+/// float compare, which GCC will not if-convert under -ftrapping-math): Cephes' expf
+/// range reduction and polynomial, within 1e-7 relative; exactly 0 at and below -87
+/// (where exp leaves the normal range) and for -inf. Decay factors are always exp of a
+/// non-positive number (ALGORITHMS.md 2.3, stability rules), so this is the only exp
+/// the kernels need.
 inline float exp_nonpositive(float x) {
-  float xc = std::max(x, -87.0f);
-  float n = std::floor(xc * 1.44269504088896341f + 0.5f);
-  float r = xc - n * 0.693359375f + n * 2.12194440e-4f;
+  // As unsigned integers, the non-positive floats order by magnitude: x <= -87 exactly
+  // when its bits are >= those of -87.0f (and +-0 stay below).
+  constexpr uint32_t kMinus87 = 0xC2AE0000u;
+  uint32_t bits = std::bit_cast<uint32_t>(x);
+  bool in_range = bits < kMinus87;
+  float xc = std::bit_cast<float>(in_range ? bits : kMinus87);
+  int32_t n = static_cast<int32_t>(xc * 1.44269504088896341f - 0.5f);  // round(x / ln 2) for x <= 0
+  float nf = static_cast<float>(n);
+  float r = xc - nf * 0.693359375f + nf * 2.12194440e-4f;  // x - n ln 2 in two parts
   float p = 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
   p = p * r + 8.3334519073e-3f;
@@ -81,8 +87,8 @@ inline float exp_nonpositive(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   float y = p * r * r + r + 1.0f;
-  float two_n = std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
-  return x < -87.0f ? 0.0f : y * two_n;
+  uint32_t two_n = in_range ? static_cast<uint32_t>(n + 127) << 23 : 0u;  // 2^n, or 0
+  return y * std::bit_cast<float>(two_n);
 }
 
 /// An uninitialized, 64-byte aligned float array for kernel workspaces and saved
