@@ -43,7 +43,8 @@ Cached make_primitive(const GemmBatch& g, dnnl::engine& eng) {
   int64_t b_batch = g.stride_b == 0 ? 1 : g.batch;
   auto a_md = strided_desc(g.batch, g.M, g.K, g.lda, g.stride_a == 0 ? g.M * g.K : g.stride_a, g.trans_a);
   auto b_md = strided_desc(b_batch, g.K, g.N, g.ldb, g.stride_b == 0 ? g.K * g.N : g.stride_b, g.trans_b);
-  auto c_md = strided_desc(g.batch, g.M, g.N, g.ldc, g.stride_c, false);
+  // A zero batch stride on C (batch 1) makes oneDNN fall back to a slower kernel.
+  auto c_md = strided_desc(g.batch, g.M, g.N, g.ldc, g.stride_c == 0 ? g.M * g.ldc : g.stride_c, false);
   dnnl::primitive_attr attr;
   if (g.alpha != 1.0f) attr.set_output_scales(0, {g.alpha});
   if (g.beta != 0.0f) {
@@ -63,6 +64,7 @@ void check_gemm(const GemmBatch& g) {
   LAT_CHECK(g.lda >= (g.trans_a ? g.M : g.K), "gemm_batched: lda " << g.lda << " too small");
   LAT_CHECK(g.ldb >= (g.trans_b ? g.K : g.N), "gemm_batched: ldb " << g.ldb << " too small");
   LAT_CHECK(g.ldc >= g.N, "gemm_batched: ldc " << g.ldc << " too small");
+  LAT_CHECK(g.batch == 1 || g.stride_c != 0, "gemm_batched: stride_c must be non-zero when batch > 1");
 }
 
 }  // namespace
