@@ -1,11 +1,13 @@
 // Elementwise ops: binary arithmetic with NumPy broadcasting, tensor-scalar arithmetic and
 // the unary math and activation functions. Each op validates, computes through one device
-// switch (CPU loops in autograd/cpu/elementwise_cpu.h; CUDA not yet), and records one tape
-// node whose backward is written with these same ops (it runs under NoGradGuard).
+// switch (CPU loops in autograd/cpu/elementwise_cpu.h, CUDA kernels in
+// autograd/cuda/elementwise.h), and records one tape node whose backward is written with
+// these same ops (it runs under NoGradGuard).
 #include <algorithm>
 #include <cmath>
 
 #include "autograd/cpu/elementwise_cpu.h"
+#include "autograd/cuda/elementwise.h"
 #include "autograd/float_checks.h"
 #include "lat/ops.h"
 #include "lat/tape.h"
@@ -15,9 +17,11 @@ namespace {
 
 using Grads = std::vector<Tensor>;
 
-// out = f(a) elementwise, without a tape node. f is a generic lambda (float and double).
+// out = f(a) elementwise, without a tape node. f is a generic lambda (float and double);
+// `code` (with `scalar`) names the same function for the CUDA kernel.
 template <class F>
-Tensor map_unary(const Tensor& a, const char* op, F f) {
+Tensor map_unary(const Tensor& a, const char* op, F f, [[maybe_unused]] cuda::UnaryOp code,
+                 [[maybe_unused]] double scalar = 0.0) {
   detail::check_float(a, op, "a");
   Tensor out = Tensor::empty(a.shape(), a.dtype(), a.device());
   switch (a.device().type) {
@@ -29,14 +33,19 @@ Tensor map_unary(const Tensor& a, const char* op, F f) {
       }
       return out;
     case DeviceType::cuda:
+#ifdef LAT_WITH_CUDA
+      cuda::unary({code, scalar, a.dtype(), a.raw_data(), out.raw_data(), a.numel(), a.device().index});
+      return out;
+#else
       break;
+#endif
   }
   detail::not_implemented_on(op, a.device());
 }
 
-// out = f(a, b) with broadcasting, without a tape node.
+// out = f(a, b) with broadcasting, without a tape node; `code` names f for the CUDA kernel.
 template <class F>
-Tensor map_binary(const Tensor& a, const Tensor& b, const char* op, F f) {
+Tensor map_binary(const Tensor& a, const Tensor& b, const char* op, F f, [[maybe_unused]] cuda::BinaryOp code) {
   detail::check_float_pair(a, b, op);
   const Shape out_shape = broadcast_shape(a.shape(), b.shape(), op);
   Tensor out = Tensor::empty(out_shape, a.dtype(), a.device());
@@ -49,7 +58,13 @@ Tensor map_binary(const Tensor& a, const Tensor& b, const char* op, F f) {
       }
       return out;
     case DeviceType::cuda:
+#ifdef LAT_WITH_CUDA
+      cuda::binary({code, a.dtype(), a.raw_data(), b.raw_data(), out.raw_data(), a.shape(), b.shape(), out_shape,
+                    a.device().index});
+      return out;
+#else
       break;
+#endif
   }
   detail::not_implemented_on(op, a.device());
 }
@@ -112,7 +127,7 @@ Shape broadcast_shape(const Shape& a, const Shape& b, const char* op) {
 
 // ---- binary, tensor-tensor -----------------------------------------------------------------
 Tensor add(const Tensor& a, const Tensor& b) {
-  Tensor out = map_binary(a, b, "add", [](auto x, auto y) { return x + y; });
+  Tensor out = map_binary(a, b, "add", [](auto x, auto y) { return x + y; }, cuda::BinaryOp::add);
   if (needs_grad({&a, &b})) {
     record("add", {a, b}, {out},
            [as = a.shape(), bs = b.shape(), da = a.requires_grad(), db = b.requires_grad()](const Grads& g) {
@@ -123,7 +138,7 @@ Tensor add(const Tensor& a, const Tensor& b) {
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
-  Tensor out = map_binary(a, b, "sub", [](auto x, auto y) { return x - y; });
+  Tensor out = map_binary(a, b, "sub", [](auto x, auto y) { return x - y; }, cuda::BinaryOp::sub);
   if (needs_grad({&a, &b})) {
     record("sub", {a, b}, {out},
            [as = a.shape(), bs = b.shape(), da = a.requires_grad(), db = b.requires_grad()](const Grads& g) {
@@ -134,7 +149,7 @@ Tensor sub(const Tensor& a, const Tensor& b) {
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
-  Tensor out = map_binary(a, b, "mul", [](auto x, auto y) { return x * y; });
+  Tensor out = map_binary(a, b, "mul", [](auto x, auto y) { return x * y; }, cuda::BinaryOp::mul);
   if (needs_grad({&a, &b})) {
     const bool da = a.requires_grad(), db = b.requires_grad();
     // d(a b)/da = b and d(a b)/db = a: each input is saved only for the other's gradient.
@@ -148,7 +163,7 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor div(const Tensor& a, const Tensor& b) {
-  Tensor out = map_binary(a, b, "div", [](auto x, auto y) { return x / y; });
+  Tensor out = map_binary(a, b, "div", [](auto x, auto y) { return x / y; }, cuda::BinaryOp::div);
   if (needs_grad({&a, &b})) {
     // d(a/b)/da = 1/b, d(a/b)/db = -a/b^2.
     record("div", {a, b}, {out}, [a, b, da = a.requires_grad(), db = b.requires_grad()](const Grads& g) {
@@ -161,37 +176,37 @@ Tensor div(const Tensor& a, const Tensor& b) {
 
 // ---- binary, tensor-scalar ------------------------------------------------------------------
 Tensor add(const Tensor& a, double s) {
-  Tensor y = map_unary(a, "add", [s](auto x) { return x + static_cast<decltype(x)>(s); });
+  Tensor y = map_unary(a, "add", [s](auto x) { return x + static_cast<decltype(x)>(s); }, cuda::UnaryOp::add_scalar, s);
   if (needs_grad({&a})) record_unary("add_scalar", a, y, [](const Tensor& g) { return g; });
   return y;
 }
 
 Tensor sub(const Tensor& a, double s) {
-  Tensor y = map_unary(a, "sub", [s](auto x) { return x - static_cast<decltype(x)>(s); });
+  Tensor y = map_unary(a, "sub", [s](auto x) { return x - static_cast<decltype(x)>(s); }, cuda::UnaryOp::sub_scalar, s);
   if (needs_grad({&a})) record_unary("sub_scalar", a, y, [](const Tensor& g) { return g; });
   return y;
 }
 
 Tensor rsub(const Tensor& a, double s) {
-  Tensor y = map_unary(a, "rsub", [s](auto x) { return static_cast<decltype(x)>(s) - x; });
+  Tensor y = map_unary(a, "rsub", [s](auto x) { return static_cast<decltype(x)>(s) - x; }, cuda::UnaryOp::rsub_scalar, s);
   if (needs_grad({&a})) record_unary("rsub", a, y, [](const Tensor& g) { return neg(g); });
   return y;
 }
 
 Tensor mul(const Tensor& a, double s) {
-  Tensor y = map_unary(a, "mul", [s](auto x) { return x * static_cast<decltype(x)>(s); });
+  Tensor y = map_unary(a, "mul", [s](auto x) { return x * static_cast<decltype(x)>(s); }, cuda::UnaryOp::mul_scalar, s);
   if (needs_grad({&a})) record_unary("mul_scalar", a, y, [s](const Tensor& g) { return mul(g, s); });
   return y;
 }
 
 Tensor div(const Tensor& a, double s) {
-  Tensor y = map_unary(a, "div", [s](auto x) { return x / static_cast<decltype(x)>(s); });
+  Tensor y = map_unary(a, "div", [s](auto x) { return x / static_cast<decltype(x)>(s); }, cuda::UnaryOp::div_scalar, s);
   if (needs_grad({&a})) record_unary("div_scalar", a, y, [s](const Tensor& g) { return div(g, s); });
   return y;
 }
 
 Tensor rdiv(const Tensor& a, double s) {
-  Tensor y = map_unary(a, "rdiv", [s](auto x) { return static_cast<decltype(x)>(s) / x; });
+  Tensor y = map_unary(a, "rdiv", [s](auto x) { return static_cast<decltype(x)>(s) / x; }, cuda::UnaryOp::rdiv_scalar, s);
   // d(s/a)/da = -s/a^2.
   if (needs_grad({&a})) record_unary("rdiv", a, y, [a, s](const Tensor& g) { return mul(div(g, mul(a, a)), -s); });
   return y;
@@ -214,32 +229,32 @@ Tensor operator-(const Tensor& a) { return neg(a); }
 
 // ---- unary -------------------------------------------------------------------------------
 Tensor neg(const Tensor& a) {
-  Tensor y = map_unary(a, "neg", [](auto x) { return -x; });
+  Tensor y = map_unary(a, "neg", [](auto x) { return -x; }, cuda::UnaryOp::neg);
   if (needs_grad({&a})) record_unary("neg", a, y, [](const Tensor& g) { return neg(g); });
   return y;
 }
 
 Tensor exp(const Tensor& a) {
-  Tensor y = map_unary(a, "exp", [](auto x) { return std::exp(x); });
+  Tensor y = map_unary(a, "exp", [](auto x) { return std::exp(x); }, cuda::UnaryOp::exp);
   if (needs_grad({&a})) record_unary("exp", a, y, [y = y.detach()](const Tensor& g) { return mul(g, y); });
   return y;
 }
 
 Tensor log(const Tensor& a) {
-  Tensor y = map_unary(a, "log", [](auto x) { return std::log(x); });
+  Tensor y = map_unary(a, "log", [](auto x) { return std::log(x); }, cuda::UnaryOp::log);
   if (needs_grad({&a})) record_unary("log", a, y, [a](const Tensor& g) { return div(g, a); });
   return y;
 }
 
 Tensor sqrt(const Tensor& a) {
-  Tensor y = map_unary(a, "sqrt", [](auto x) { return std::sqrt(x); });
+  Tensor y = map_unary(a, "sqrt", [](auto x) { return std::sqrt(x); }, cuda::UnaryOp::sqrt);
   // d sqrt(a) = 1 / (2 sqrt(a)).
   if (needs_grad({&a})) record_unary("sqrt", a, y, [y = y.detach()](const Tensor& g) { return div(g, mul(y, 2.0)); });
   return y;
 }
 
 Tensor rsqrt(const Tensor& a) {
-  Tensor y = map_unary(a, "rsqrt", [](auto x) { return decltype(x)(1) / std::sqrt(x); });
+  Tensor y = map_unary(a, "rsqrt", [](auto x) { return decltype(x)(1) / std::sqrt(x); }, cuda::UnaryOp::rsqrt);
   // d a^(-1/2) = -a^(-3/2) / 2 = -y^3 / 2.
   if (needs_grad({&a}))
     record_unary("rsqrt", a, y, [y = y.detach()](const Tensor& g) { return mul(g, mul(mul(y, mul(y, y)), -0.5)); });
@@ -247,7 +262,7 @@ Tensor rsqrt(const Tensor& a) {
 }
 
 Tensor pow(const Tensor& a, double p) {
-  Tensor y = map_unary(a, "pow", [p](auto x) { return std::pow(x, static_cast<decltype(x)>(p)); });
+  Tensor y = map_unary(a, "pow", [p](auto x) { return std::pow(x, static_cast<decltype(x)>(p)); }, cuda::UnaryOp::pow, p);
   if (needs_grad({&a})) {
     // d a^p = p a^(p-1); p = 0 is a constant (and 0 * a^-1 would be NaN at a = 0).
     record_unary("pow", a, y, [a, p](const Tensor& g) {
@@ -258,21 +273,21 @@ Tensor pow(const Tensor& a, double p) {
 }
 
 Tensor tanh(const Tensor& a) {
-  Tensor y = map_unary(a, "tanh", [](auto x) { return std::tanh(x); });
+  Tensor y = map_unary(a, "tanh", [](auto x) { return std::tanh(x); }, cuda::UnaryOp::tanh);
   if (needs_grad({&a}))
     record_unary("tanh", a, y, [y = y.detach()](const Tensor& g) { return mul(g, rsub(mul(y, y), 1.0)); });
   return y;
 }
 
 Tensor sigmoid(const Tensor& a) {
-  Tensor y = map_unary(a, "sigmoid", [](auto x) { return stable_sigmoid(x); });
+  Tensor y = map_unary(a, "sigmoid", [](auto x) { return stable_sigmoid(x); }, cuda::UnaryOp::sigmoid);
   if (needs_grad({&a}))
     record_unary("sigmoid", a, y, [y = y.detach()](const Tensor& g) { return mul(g, mul(y, rsub(y, 1.0))); });
   return y;
 }
 
 Tensor silu(const Tensor& a) {
-  Tensor y = map_unary(a, "silu", [](auto x) { return x * stable_sigmoid(x); });
+  Tensor y = map_unary(a, "silu", [](auto x) { return x * stable_sigmoid(x); }, cuda::UnaryOp::silu);
   if (needs_grad({&a})) {
     // d (x s(x)) = s (1 + x (1 - s)).
     record_unary("silu", a, y, [a](const Tensor& g) {
@@ -280,17 +295,17 @@ Tensor silu(const Tensor& a) {
                    using T = decltype(x);
                    const T s = stable_sigmoid(x);
                    return s * (T(1) + x * (T(1) - s));
-                 }));
+                 }, cuda::UnaryOp::silu_grad));
     });
   }
   return y;
 }
 
 Tensor gelu(const Tensor& a) {
-  Tensor y = map_unary(a, "gelu", [](auto x) { return gelu_of(x); });
+  Tensor y = map_unary(a, "gelu", [](auto x) { return gelu_of(x); }, cuda::UnaryOp::gelu);
   if (needs_grad({&a})) {
     record_unary("gelu", a, y, [a](const Tensor& g) {
-      return mul(g, map_unary(a, "gelu", [](auto x) { return gelu_grad_of(x); }));
+      return mul(g, map_unary(a, "gelu", [](auto x) { return gelu_grad_of(x); }, cuda::UnaryOp::gelu_grad));
     });
   }
   return y;
@@ -302,7 +317,7 @@ Tensor softplus(const Tensor& a) {
   Tensor y = map_unary(a, "softplus", [](auto x) {
     using T = decltype(x);
     return std::max(x, T(0)) + std::log1p(std::exp(-std::abs(x)));
-  });
+  }, cuda::UnaryOp::softplus);
   if (needs_grad({&a})) record_unary("softplus", a, y, [a](const Tensor& g) { return mul(g, sigmoid(a)); });
   return y;
 }
@@ -311,27 +326,27 @@ Tensor elu(const Tensor& a, double alpha) {
   Tensor y = map_unary(a, "elu", [alpha](auto x) {
     using T = decltype(x);
     return x > T(0) ? x : static_cast<T>(alpha) * std::expm1(x);
-  });
+  }, cuda::UnaryOp::elu, alpha);
   if (needs_grad({&a})) {
     record_unary("elu", a, y, [a, alpha](const Tensor& g) {
       return mul(g, map_unary(a, "elu", [alpha](auto x) {
                    using T = decltype(x);
                    return x > T(0) ? T(1) : static_cast<T>(alpha) * std::exp(x);
-                 }));
+                 }, cuda::UnaryOp::elu_grad, alpha));
     });
   }
   return y;
 }
 
 Tensor relu(const Tensor& a) {
-  Tensor y = map_unary(a, "relu", [](auto x) { return std::max(x, decltype(x)(0)); });
+  Tensor y = map_unary(a, "relu", [](auto x) { return std::max(x, decltype(x)(0)); }, cuda::UnaryOp::relu);
   if (needs_grad({&a})) {
     // The derivative at exactly 0 is taken as 0.
     record_unary("relu", a, y, [a](const Tensor& g) {
       return mul(g, map_unary(a, "relu", [](auto x) {
                    using T = decltype(x);
                    return x > T(0) ? T(1) : T(0);
-                 }));
+                 }, cuda::UnaryOp::relu_grad));
     });
   }
   return y;
