@@ -1,11 +1,14 @@
 // Reductions: sum and mean (all elements or one axis), max over one axis, and sum_to (the
 // inverse of broadcasting, used by every broadcasting backward). A reduction over `axis`
 // views the contiguous input as [outer, n, inner] with n = shape[axis]; the loops are in
-// autograd/cpu/reduce_cpu.h.
+// autograd/cpu/reduce_cpu.h (CUDA: autograd/cuda/reduce.h).
 #include <cstdint>
 
 #include "autograd/cpu/reduce_cpu.h"
 #include "autograd/float_checks.h"
+#ifdef LAT_WITH_CUDA
+#include "autograd/cuda/reduce.h"
+#endif
 #include "lat/ops.h"
 #include "lat/tape.h"
 
@@ -59,7 +62,12 @@ Tensor sum_raw(const Tensor& a, const AxisView& v, const Shape& out_shape, doubl
       }
       return out;
     case DeviceType::cuda:
+#ifdef LAT_WITH_CUDA
+      cuda::sum_axis({a.dtype(), v.outer, v.n, v.inner, scale, a.device().index}, a.raw_data(), out.raw_data());
+      return out;
+#else
       break;
+#endif
   }
   detail::not_implemented_on(op, a.device());
 }
@@ -76,7 +84,12 @@ Tensor expand_raw(const Tensor& g, const AxisView& v, const Shape& shape, double
       }
       return out;
     case DeviceType::cuda:
+#ifdef LAT_WITH_CUDA
+      cuda::expand_axis({g.dtype(), v.outer, v.n, v.inner, scale, g.device().index}, g.raw_data(), out.raw_data());
+      return out;
+#else
       break;
+#endif
   }
   detail::not_implemented_on(op, g.device());
 }
@@ -134,7 +147,13 @@ Tensor max(const Tensor& a, int64_t axis, bool keepdim) {
       }
       break;
     case DeviceType::cuda:
+#ifdef LAT_WITH_CUDA
+      cuda::max_axis({a.dtype(), v.outer, v.n, v.inner, 1.0, a.device().index}, a.raw_data(), out.raw_data(),
+                     arg.data<int64_t>());
+      break;
+#else
       detail::not_implemented_on("max", a.device());
+#endif
   }
   if (needs_grad({&a})) {
     record("max", {a}, {out}, [v, arg, shape = a.shape()](const Grads& g) {
@@ -149,7 +168,13 @@ Tensor max(const Tensor& a, int64_t axis, bool keepdim) {
           }
           break;
         case DeviceType::cuda:
+#ifdef LAT_WITH_CUDA
+          cuda::max_axis_backward({dx.dtype(), v.outer, v.n, v.inner, 1.0, dx.device().index}, g[0].raw_data(),
+                                  arg.data<int64_t>(), dx.raw_data());
+          break;
+#else
           detail::not_implemented_on("max", dx.device());
+#endif
       }
       return Grads{dx};
     });
