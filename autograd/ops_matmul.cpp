@@ -1,10 +1,14 @@
 // lat::matmul: batched matrix product with transpose flags and broadcast batch dimensions.
 // f32 goes through the cached oneDNN primitive (lat::cpu::gemm_batched), f64 through the
-// reference loop (gemm_batched_f64). Shapes: op(a) is [..., M, K], op(b) is [..., K, N].
+// reference loop (gemm_batched_f64); on CUDA both through cuBLAS (autograd/cuda/blas.h). Shapes: op(a) is [..., M, K], op(b) is [..., K, N].
 #include <algorithm>
 #include <vector>
 
 #include "autograd/cpu/gemm.h"
+#ifdef LAT_WITH_CUDA
+#include "autograd/cuda/blas.h"
+#include "autograd/cuda/elementwise.h"
+#endif
 #include "lat/ops.h"
 #include "lat/tape.h"
 
@@ -22,6 +26,36 @@ struct GemmCall {
 };
 
 void run_gemm(const GemmCall& c, const Tensor& a, const Tensor& b, Tensor& out) {
+#ifdef LAT_WITH_CUDA
+  if (out.device().is_cuda()) {
+    const int device = out.device().index;
+    if (c.K == 0) {  // an empty sum: every product is 0
+      cuda::fill(out.raw_data(), out.dtype(), out.numel(), 0.0, device);
+      return;
+    }
+    const size_t esize = dtype_size(out.dtype());
+    cuda::GemmArgs g;
+    g.dtype = out.dtype();
+    g.device = device;
+    g.batch = c.batch;
+    g.M = c.M;
+    g.N = c.N;
+    g.K = c.K;
+    g.A = static_cast<const char*>(a.raw_data()) + c.offset_a * esize;
+    g.lda = c.lda;
+    g.stride_a = c.stride_a;
+    g.trans_a = c.trans_a;
+    g.B = static_cast<const char*>(b.raw_data()) + c.offset_b * esize;
+    g.ldb = c.ldb;
+    g.stride_b = c.stride_b;
+    g.trans_b = c.trans_b;
+    g.C = static_cast<char*>(out.raw_data()) + c.offset_c * esize;
+    g.ldc = c.ldc;
+    g.stride_c = c.stride_c;
+    cuda::gemm_batched(g);
+    return;
+  }
+#endif
   if (out.dtype() == DType::f32) {
     cpu::GemmBatch g;
     g.batch = c.batch;
@@ -66,7 +100,9 @@ void check_operand(const Tensor& t, const char* arg) {
   LAT_CHECK(t.defined(), "matmul: " << arg << ": undefined tensor");
   LAT_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::f64,
             "matmul: " << arg << ": expected f32 or f64, got " << dtype_name(t.dtype()));
+#ifndef LAT_WITH_CUDA
   LAT_CHECK(t.device().is_cpu(), "matmul: " << arg << ": expected a cpu tensor, got " << t.device().str());
+#endif
   LAT_CHECK(t.dim() >= 2, "matmul: " << arg << ": expected at least 2 dims, got shape " << shape_str(t.shape()));
 }
 
@@ -76,6 +112,8 @@ Tensor matmul_forward(const Tensor& a, const Tensor& b, bool transpose_a, bool t
   check_operand(b, "b");
   LAT_CHECK(a.dtype() == b.dtype(), "matmul: b: expected dtype " << dtype_name(a.dtype()) << " like a, got "
                                                                  << dtype_name(b.dtype()));
+  LAT_CHECK(a.device() == b.device(), "matmul: b: expected device " << a.device().str() << " like a, got "
+                                                                   << b.device().str());
   const int64_t a_rows = a.size(-2), a_cols = a.size(-1), b_rows = b.size(-2), b_cols = b.size(-1);
   const int64_t M = transpose_a ? a_cols : a_rows, K = transpose_a ? a_rows : a_cols;
   const int64_t K_b = transpose_b ? b_cols : b_rows, N = transpose_b ? b_rows : b_cols;
@@ -99,7 +137,7 @@ Tensor matmul_forward(const Tensor& a, const Tensor& b, bool transpose_a, bool t
   Shape out_shape = out_batch;
   out_shape.push_back(M);
   out_shape.push_back(N);
-  Tensor out = Tensor::empty(out_shape, a.dtype());
+  Tensor out = Tensor::empty(out_shape, a.dtype(), a.device());
   if (out.numel() == 0) return out;
 
   const int64_t total = shape_numel(out_batch);
