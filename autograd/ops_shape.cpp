@@ -11,6 +11,10 @@
 
 #include "lat/ops.h"
 #include "lat/tape.h"
+#ifdef LAT_WITH_CUDA
+#include "autograd/cuda/nn.h"
+#include "autograd/cuda/shape.h"
+#endif
 
 namespace lat {
 namespace {
@@ -18,9 +22,12 @@ namespace {
 // Copies below this many bytes stay on one thread: forking costs more than it saves.
 constexpr int64_t kParallelBytes = 1 << 18;
 
-void check_cpu(const Tensor& t, const char* op, const char* arg) {
+/// `t` is defined and on a device this build has kernels for (the CPU, or CUDA when built).
+void check_device(const Tensor& t, const char* op, const char* arg) {
   LAT_CHECK(t.defined(), op << ": " << arg << ": undefined tensor");
+#ifndef LAT_WITH_CUDA
   LAT_CHECK(t.device().is_cpu(), op << ": " << arg << ": expected a cpu tensor, got " << t.device().str());
+#endif
 }
 
 /// Normalizes a possibly negative axis against `ndim` dims; throws naming op and argument.
@@ -38,9 +45,17 @@ int64_t prod(const Shape& shape, size_t begin, size_t end) {
 
 /// For each of `outer` blocks: dst[o, dst_start : dst_start + count, :] = src[o, src_start : src_start + count, :],
 /// where src has src_len and dst has dst_len entries along the axis and `inner` elements
-/// follow the axis. Element size `esize` bytes.
+/// follow the axis. Element size `esize` bytes; src and dst on `device`.
 void copy_along_axis(const void* src, int64_t src_len, int64_t src_start, void* dst, int64_t dst_len,
-                     int64_t dst_start, int64_t count, int64_t outer, int64_t inner, size_t esize) {
+                     int64_t dst_start, int64_t count, int64_t outer, int64_t inner, size_t esize, Device device) {
+#ifdef LAT_WITH_CUDA
+  if (device.is_cuda()) {
+    cuda::copy_along_axis({src, src_len, src_start, dst, dst_len, dst_start, count, outer, inner, esize, device.index});
+    return;
+  }
+#else
+  (void)device;
+#endif
   const auto* s = static_cast<const char*>(src);
   auto* d = static_cast<char*>(dst);
   const size_t block = static_cast<size_t>(count * inner) * esize;
@@ -127,7 +142,7 @@ void permute_copy(const E* src, E* dst, const Shape& in_shape, const std::vector
 }
 
 Tensor permute_impl(const Tensor& a, const std::vector<int64_t>& perm_in, const char* op) {
-  check_cpu(a, op, "a");
+  check_device(a, op, "a");
   const int64_t n = a.dim();
   LAT_CHECK(static_cast<int64_t>(perm_in.size()) == n,
             op << ": perm: expected " << n << " entries for shape " << shape_str(a.shape()) << ", got "
@@ -141,7 +156,12 @@ Tensor permute_impl(const Tensor& a, const std::vector<int64_t>& perm_in, const 
   }
   Shape out_shape(n);
   for (int64_t i = 0; i < n; ++i) out_shape[i] = a.shape()[perm[i]];
-  Tensor out = Tensor::empty(out_shape, a.dtype());
+  Tensor out = Tensor::empty(out_shape, a.dtype(), a.device());
+#ifdef LAT_WITH_CUDA
+  if (a.device().is_cuda()) {
+    cuda::permute(a.raw_data(), out.raw_data(), a.shape(), perm, dtype_size(a.dtype()), a.device().index);
+  } else
+#endif
   if (out.numel() > 0) {
     if (dtype_size(a.dtype()) == 4)
       permute_copy(static_cast<const uint32_t*>(a.raw_data()), static_cast<uint32_t*>(out.raw_data()), a.shape(), perm);
@@ -161,7 +181,7 @@ Tensor permute_impl(const Tensor& a, const std::vector<int64_t>& perm_in, const 
 }  // namespace
 
 Tensor transpose(const Tensor& a, int64_t dim0, int64_t dim1) {
-  check_cpu(a, "transpose", "a");
+  check_device(a, "transpose", "a");
   const int64_t n = a.dim();
   int64_t d0 = normalize_axis(dim0, n, "transpose", "dim0", a.shape());
   int64_t d1 = normalize_axis(dim1, n, "transpose", "dim1", a.shape());
@@ -176,7 +196,7 @@ Tensor permute(const Tensor& a, const std::vector<int64_t>& perm) { return permu
 Tensor concat(const std::vector<Tensor>& tensors, int64_t axis) {
   LAT_CHECK(!tensors.empty(), "concat: tensors: expected at least one tensor, got none");
   const Tensor& first = tensors[0];
-  check_cpu(first, "concat", "tensors[0]");
+  check_device(first, "concat", "tensors[0]");
   const int64_t n = first.dim();
   LAT_CHECK(n >= 1, "concat: tensors[0]: expected at least 1 dim, got shape " << shape_str(first.shape()));
   const int64_t ax = normalize_axis(axis, n, "concat", "axis", first.shape());
@@ -186,9 +206,11 @@ Tensor concat(const std::vector<Tensor>& tensors, int64_t axis) {
   for (size_t i = 0; i < tensors.size(); ++i) {
     const Tensor& t = tensors[i];
     std::string arg = "tensors[" + std::to_string(i) + "]";
-    check_cpu(t, "concat", arg.c_str());
+    check_device(t, "concat", arg.c_str());
     LAT_CHECK(t.dtype() == first.dtype(), "concat: " << arg << ": expected dtype " << dtype_name(first.dtype())
                                                      << ", got " << dtype_name(t.dtype()));
+    LAT_CHECK(t.device() == first.device(), "concat: " << arg << ": expected device " << first.device().str()
+                                                       << ", got " << t.device().str());
     bool compatible = t.dim() == n;
     for (int64_t d = 0; compatible && d < n; ++d) compatible = d == ax || t.shape()[d] == first.shape()[d];
     LAT_CHECK(compatible, "concat: " << arg << ": expected shape " << shape_str(first.shape()) << " except along axis "
@@ -196,12 +218,12 @@ Tensor concat(const std::vector<Tensor>& tensors, int64_t axis) {
     sizes.push_back(t.shape()[ax]);
     out_shape[ax] += t.shape()[ax];
   }
-  Tensor out = Tensor::empty(out_shape, first.dtype());
+  Tensor out = Tensor::empty(out_shape, first.dtype(), first.device());
   const int64_t outer = prod(out_shape, 0, ax), inner = prod(out_shape, ax + 1, out_shape.size());
   int64_t offset = 0;
   for (const Tensor& t : tensors) {
     copy_along_axis(t.raw_data(), t.shape()[ax], 0, out.raw_data(), out_shape[ax], offset, t.shape()[ax], outer, inner,
-                    dtype_size(t.dtype()));
+                    dtype_size(t.dtype()), t.device());
     offset += t.shape()[ax];
   }
   if (needs_grad(tensors)) {
@@ -211,7 +233,7 @@ Tensor concat(const std::vector<Tensor>& tensors, int64_t axis) {
 }
 
 std::vector<Tensor> split(const Tensor& a, const std::vector<int64_t>& sizes, int64_t axis) {
-  check_cpu(a, "split", "a");
+  check_device(a, "split", "a");
   LAT_CHECK(a.dim() >= 1, "split: a: expected at least 1 dim, got shape " << shape_str(a.shape()));
   const int64_t ax = normalize_axis(axis, a.dim(), "split", "axis", a.shape());
   int64_t total = 0;
@@ -229,8 +251,9 @@ std::vector<Tensor> split(const Tensor& a, const std::vector<int64_t>& sizes, in
   for (int64_t s : sizes) {
     Shape shape = a.shape();
     shape[ax] = s;
-    Tensor out = Tensor::empty(shape, a.dtype());
-    copy_along_axis(a.raw_data(), a.shape()[ax], offset, out.raw_data(), s, 0, s, outer, inner, dtype_size(a.dtype()));
+    Tensor out = Tensor::empty(shape, a.dtype(), a.device());
+    copy_along_axis(a.raw_data(), a.shape()[ax], offset, out.raw_data(), s, 0, s, outer, inner, dtype_size(a.dtype()),
+                    a.device());
     outs.push_back(out);
     offset += s;
   }
@@ -241,7 +264,7 @@ std::vector<Tensor> split(const Tensor& a, const std::vector<int64_t>& sizes, in
 }
 
 Tensor slice(const Tensor& a, int64_t axis, int64_t start, int64_t end) {
-  check_cpu(a, "slice", "a");
+  check_device(a, "slice", "a");
   LAT_CHECK(a.dim() >= 1, "slice: a: expected at least 1 dim, got shape " << shape_str(a.shape()));
   const int64_t ax = normalize_axis(axis, a.dim(), "slice", "axis", a.shape());
   const int64_t len = a.shape()[ax];
@@ -251,16 +274,16 @@ Tensor slice(const Tensor& a, int64_t axis, int64_t start, int64_t end) {
   Shape shape = a.shape();
   shape[ax] = end - start;
   const int64_t outer = prod(a.shape(), 0, ax), inner = prod(a.shape(), ax + 1, a.shape().size());
-  Tensor out = Tensor::empty(shape, a.dtype());
+  Tensor out = Tensor::empty(shape, a.dtype(), a.device());
   copy_along_axis(a.raw_data(), len, start, out.raw_data(), end - start, 0, end - start, outer, inner,
-                  dtype_size(a.dtype()));
+                  dtype_size(a.dtype()), a.device());
   if (needs_grad({&a})) {
     Shape in_shape = a.shape();
     DType dtype = a.dtype();
     record("slice", {a}, {out}, [in_shape, dtype, ax, start, end, len, outer, inner](const std::vector<Tensor>& g) {
-      Tensor da = Tensor::zeros(in_shape, dtype);
+      Tensor da = Tensor::zeros(in_shape, dtype, g[0].device());
       copy_along_axis(g[0].raw_data(), end - start, 0, da.raw_data(), len, start, end - start, outer, inner,
-                      dtype_size(dtype));
+                      dtype_size(dtype), g[0].device());
       return std::vector<Tensor>{da};
     });
   }
@@ -300,22 +323,42 @@ void embedding_backward(const T* g, const int64_t* ids, int64_t count, int64_t d
 }  // namespace
 
 Tensor embedding(const Tensor& weight, const Tensor& ids) {
-  check_cpu(weight, "embedding", "weight");
-  check_cpu(ids, "embedding", "ids");
+  check_device(weight, "embedding", "weight");
+  check_device(ids, "embedding", "ids");
   LAT_CHECK(weight.dtype() == DType::f32 || weight.dtype() == DType::f64,
             "embedding: weight: expected f32 or f64, got " << dtype_name(weight.dtype()));
   LAT_CHECK(weight.dim() == 2, "embedding: weight: expected shape [num_embeddings, dim], got "
                                    << shape_str(weight.shape()));
   LAT_CHECK(ids.dtype() == DType::i64, "embedding: ids: expected i64, got " << dtype_name(ids.dtype()));
   const int64_t num = weight.size(0), dim = weight.size(1), count = ids.numel();
-  const int64_t* id = ids.data<int64_t>();
+  // The ids are checked on the host; on a device they are read where the weight lives.
+  const Tensor ids_host = ids.to(Device::cpu());
+  const int64_t* id = ids_host.data<int64_t>();
   for (int64_t i = 0; i < count; ++i)
     LAT_CHECK(id[i] >= 0 && id[i] < num, "embedding: ids: id " << id[i] << " at position "
                                                                << position_str(i, ids.shape())
                                                                << " is out of range [0, " << num << ")");
   Shape out_shape = ids.shape();
   out_shape.push_back(dim);
-  Tensor out = Tensor::empty(out_shape, weight.dtype());
+  Tensor out = Tensor::empty(out_shape, weight.dtype(), weight.device());
+#ifdef LAT_WITH_CUDA
+  if (weight.device().is_cuda()) {
+    const Tensor ids_device = ids.to(weight.device());
+    cuda::embedding_forward(weight.dtype(), weight.raw_data(), ids_device.data<int64_t>(), count, dim,
+                            out.raw_data(), weight.device().index);
+    if (needs_grad({&weight})) {
+      Shape weight_shape = weight.shape();
+      record("embedding", {weight}, {out}, [ids_device, weight_shape](const std::vector<Tensor>& g) {
+        const Tensor& go = g[0];
+        Tensor dweight = Tensor::empty(weight_shape, go.dtype(), go.device());
+        cuda::embedding_backward(go.dtype(), go.raw_data(), ids_device.data<int64_t>(), ids_device.numel(),
+                                 weight_shape[1], weight_shape[0], dweight.raw_data(), go.device().index);
+        return std::vector<Tensor>{dweight};
+      });
+    }
+    return out;
+  }
+#endif
   const size_t esize = dtype_size(weight.dtype());
   const auto* w = static_cast<const char*>(weight.raw_data());
   auto* o = static_cast<char*>(out.raw_data());
@@ -324,7 +367,7 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
   for (int64_t i = 0; i < count; ++i) std::memcpy(o + i * row, w + id[i] * row, row);
 
   if (needs_grad({&weight})) {
-    Tensor saved_ids = ids.detach();
+    Tensor saved_ids = ids_host.detach();
     Shape weight_shape = weight.shape();
     record("embedding", {weight}, {out}, [saved_ids, weight_shape](const std::vector<Tensor>& g) {
       const Tensor& go = g[0];
