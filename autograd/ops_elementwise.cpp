@@ -188,7 +188,8 @@ Tensor sub(const Tensor& a, double s) {
 }
 
 Tensor rsub(const Tensor& a, double s) {
-  Tensor y = map_unary(a, "rsub", [s](auto x) { return static_cast<decltype(x)>(s) - x; }, cuda::UnaryOp::rsub_scalar, s);
+  Tensor y =
+      map_unary(a, "rsub", [s](auto x) { return static_cast<decltype(x)>(s) - x; }, cuda::UnaryOp::rsub_scalar, s);
   if (needs_grad({&a})) record_unary("rsub", a, y, [](const Tensor& g) { return neg(g); });
   return y;
 }
@@ -206,7 +207,8 @@ Tensor div(const Tensor& a, double s) {
 }
 
 Tensor rdiv(const Tensor& a, double s) {
-  Tensor y = map_unary(a, "rdiv", [s](auto x) { return static_cast<decltype(x)>(s) / x; }, cuda::UnaryOp::rdiv_scalar, s);
+  Tensor y =
+      map_unary(a, "rdiv", [s](auto x) { return static_cast<decltype(x)>(s) / x; }, cuda::UnaryOp::rdiv_scalar, s);
   // d(s/a)/da = -s/a^2.
   if (needs_grad({&a})) record_unary("rdiv", a, y, [a, s](const Tensor& g) { return mul(div(g, mul(a, a)), -s); });
   return y;
@@ -262,7 +264,8 @@ Tensor rsqrt(const Tensor& a) {
 }
 
 Tensor pow(const Tensor& a, double p) {
-  Tensor y = map_unary(a, "pow", [p](auto x) { return std::pow(x, static_cast<decltype(x)>(p)); }, cuda::UnaryOp::pow, p);
+  Tensor y =
+      map_unary(a, "pow", [p](auto x) { return std::pow(x, static_cast<decltype(x)>(p)); }, cuda::UnaryOp::pow, p);
   if (needs_grad({&a})) {
     // d a^p = p a^(p-1); p = 0 is a constant (and 0 * a^-1 would be NaN at a = 0).
     record_unary("pow", a, y, [a, p](const Tensor& g) {

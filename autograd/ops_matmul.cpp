@@ -1,6 +1,7 @@
 // lat::matmul: batched matrix product with transpose flags and broadcast batch dimensions.
 // f32 goes through the cached oneDNN primitive (lat::cpu::gemm_batched), f64 through the
-// reference loop (gemm_batched_f64); on CUDA both through cuBLAS (autograd/cuda/blas.h). Shapes: op(a) is [..., M, K], op(b) is [..., K, N].
+// reference loop (gemm_batched_f64); on CUDA both through cuBLAS (autograd/cuda/blas.h).
+// Shapes: op(a) is [..., M, K], op(b) is [..., K, N].
 #include <algorithm>
 #include <vector>
 
