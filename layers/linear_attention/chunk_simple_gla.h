@@ -44,7 +44,8 @@ struct ChunkGrads {
 };
 
 /// Backward from dr [B, T, H, Vs] and dht [B, H, K, Vs] (null: zero), using forward's
-/// payload. Writes every element of every non-null gradient in `grads`.
+/// payload and reading q, k, v, g again through p (the caller keeps them alive and
+/// unchanged). Writes every element of every non-null gradient in `grads`.
 void chunk_decay_backward_cpu(const ChunkParams& p, const ChunkSaved& saved, const float* dr, const float* dht,
                               const ChunkGrads& grads);
 

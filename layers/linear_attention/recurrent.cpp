@@ -153,6 +153,7 @@ void recurrent_backward(const RecurrentParams& p, const float* checkpoints, cons
             const float* sp = S_prev + i * Vs;
             float qi = p.scale * q[i], ki = k[i];
             float acc_q = 0.0f, acc_k = 0.0f;
+#pragma omp simd reduction(+ : acc_q, acc_k, da)
             for (int64_t j = 0; j < Vs; ++j) {
               ds[j] += qi * dr[j];
               acc_q += s[j] * dr[j];
