@@ -1,20 +1,25 @@
 // Fused neural-network ops over the last axis: RMSNorm, softmax, log-softmax and
-// cross-entropy. Each validates its inputs, runs a kernel of autograd/cpu/nn_cpu.h and
-// records one tape node that keeps only what its backward needs.
+// cross-entropy. Each validates its inputs, runs a kernel of autograd/cpu/nn_cpu.h (CUDA:
+// autograd/cuda/nn.h) and records one tape node that keeps only what its backward needs.
 #include <vector>
 
 #include "autograd/cpu/nn_cpu.h"
 #include "lat/ops.h"
 #include "lat/tape.h"
+#ifdef LAT_WITH_CUDA
+#include "autograd/cuda/nn.h"
+#endif
 
 namespace lat {
 namespace {
 
-void check_float_cpu(const Tensor& t, const char* op, const char* arg) {
+void check_float_rows(const Tensor& t, const char* op, const char* arg) {
   LAT_CHECK(t.defined(), op << ": " << arg << ": undefined tensor");
   LAT_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::f64,
             op << ": " << arg << ": expected f32 or f64, got " << dtype_name(t.dtype()));
+#ifndef LAT_WITH_CUDA
   LAT_CHECK(t.device().is_cpu(), op << ": " << arg << ": expected a cpu tensor, got " << t.device().str());
+#endif
   LAT_CHECK(t.dim() >= 1, op << ": " << arg << ": expected at least 1 dim, got shape " << shape_str(t.shape()));
 }
 
@@ -27,21 +32,32 @@ Rows rows_of(const Tensor& t) {
   return {dim == 0 ? 0 : t.numel() / dim, dim};
 }
 
+#ifdef LAT_WITH_CUDA
+cuda::RowsArgs cuda_rows(const Tensor& t, const Rows& r) { return {t.dtype(), r.rows, r.dim, t.device().index}; }
+#endif
+
 }  // namespace
 
 Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
-  check_float_cpu(x, "rms_norm", "x");
-  check_float_cpu(weight, "rms_norm", "weight");
+  check_float_rows(x, "rms_norm", "x");
+  check_float_rows(weight, "rms_norm", "weight");
   LAT_CHECK(weight.dtype() == x.dtype(), "rms_norm: weight: expected dtype " << dtype_name(x.dtype()) << " like x, got "
                                                                              << dtype_name(weight.dtype()));
   LAT_CHECK(weight.shape() == Shape{x.size(-1)}, "rms_norm: weight: expected shape [" << x.size(-1) << "] for x "
                                                                                      << shape_str(x.shape()) << ", got "
                                                                                      << shape_str(weight.shape()));
+  LAT_CHECK(weight.device() == x.device(), "rms_norm: weight: expected device " << x.device().str() << " like x, got "
+                                                                               << weight.device().str());
   LAT_CHECK(eps >= 0.0, "rms_norm: eps: expected >= 0, got " << eps);
   const auto [rows, dim] = rows_of(x);
-  Tensor y = Tensor::empty(x.shape(), x.dtype());
-  Tensor rstd = Tensor::empty({rows}, DType::f64);
-  if (x.dtype() == DType::f32)
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  Tensor rstd = Tensor::empty({rows}, DType::f64, x.device());
+  if (x.device().is_cuda()) {
+#ifdef LAT_WITH_CUDA
+    cuda::rms_norm_forward(cuda_rows(x, {rows, dim}), x.raw_data(), weight.raw_data(), eps, y.raw_data(),
+                           rstd.data<double>());
+#endif
+  } else if (x.dtype() == DType::f32)
     cpu::rms_norm_forward(x.data<float>(), weight.data<float>(), rows, dim, eps, y.data<float>(), rstd.data<double>());
   else
     cpu::rms_norm_forward(x.data<double>(), weight.data<double>(), rows, dim, eps, y.data<double>(),
@@ -50,9 +66,14 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
     const bool need_x = x.requires_grad(), need_w = weight.requires_grad();
     Tensor sx = x.detach(), sw = weight.detach();
     record("rms_norm", {x, weight}, {y}, [sx, sw, rstd, need_x, need_w, rows, dim](const std::vector<Tensor>& g) {
-      Tensor dx = need_x ? Tensor::empty(sx.shape(), sx.dtype()) : Tensor();
-      Tensor dw = need_w ? Tensor::empty(sw.shape(), sw.dtype()) : Tensor();
-      if (sx.dtype() == DType::f32)
+      Tensor dx = need_x ? Tensor::empty(sx.shape(), sx.dtype(), sx.device()) : Tensor();
+      Tensor dw = need_w ? Tensor::empty(sw.shape(), sw.dtype(), sw.device()) : Tensor();
+      if (sx.device().is_cuda()) {
+#ifdef LAT_WITH_CUDA
+        cuda::rms_norm_backward(cuda_rows(sx, {rows, dim}), sx.raw_data(), sw.raw_data(), rstd.data<double>(),
+                                g[0].raw_data(), need_x ? dx.raw_data() : nullptr, need_w ? dw.raw_data() : nullptr);
+#endif
+      } else if (sx.dtype() == DType::f32)
         cpu::rms_norm_backward(sx.data<float>(), sw.data<float>(), rstd.data<double>(), g[0].data<float>(), rows, dim,
                                need_x ? dx.data<float>() : nullptr, need_w ? dw.data<float>() : nullptr);
       else
@@ -65,18 +86,26 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
 }
 
 Tensor softmax(const Tensor& x) {
-  check_float_cpu(x, "softmax", "x");
+  check_float_rows(x, "softmax", "x");
   const auto [rows, dim] = rows_of(x);
-  Tensor y = Tensor::empty(x.shape(), x.dtype());
-  if (x.dtype() == DType::f32)
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  if (x.device().is_cuda()) {
+#ifdef LAT_WITH_CUDA
+    cuda::softmax_forward(cuda_rows(x, {rows, dim}), x.raw_data(), y.raw_data());
+#endif
+  } else if (x.dtype() == DType::f32)
     cpu::softmax_forward(x.data<float>(), rows, dim, y.data<float>());
   else
     cpu::softmax_forward(x.data<double>(), rows, dim, y.data<double>());
   if (needs_grad({&x})) {
     Tensor sy = y.detach();
     record("softmax", {x}, {y}, [sy, rows, dim](const std::vector<Tensor>& g) {
-      Tensor dx = Tensor::empty(sy.shape(), sy.dtype());
-      if (sy.dtype() == DType::f32)
+      Tensor dx = Tensor::empty(sy.shape(), sy.dtype(), sy.device());
+      if (sy.device().is_cuda()) {
+#ifdef LAT_WITH_CUDA
+        cuda::softmax_backward(cuda_rows(sy, {rows, dim}), sy.raw_data(), g[0].raw_data(), dx.raw_data());
+#endif
+      } else if (sy.dtype() == DType::f32)
         cpu::softmax_backward(sy.data<float>(), g[0].data<float>(), rows, dim, dx.data<float>());
       else
         cpu::softmax_backward(sy.data<double>(), g[0].data<double>(), rows, dim, dx.data<double>());
@@ -87,18 +116,26 @@ Tensor softmax(const Tensor& x) {
 }
 
 Tensor log_softmax(const Tensor& x) {
-  check_float_cpu(x, "log_softmax", "x");
+  check_float_rows(x, "log_softmax", "x");
   const auto [rows, dim] = rows_of(x);
-  Tensor y = Tensor::empty(x.shape(), x.dtype());
-  if (x.dtype() == DType::f32)
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  if (x.device().is_cuda()) {
+#ifdef LAT_WITH_CUDA
+    cuda::log_softmax_forward(cuda_rows(x, {rows, dim}), x.raw_data(), y.raw_data());
+#endif
+  } else if (x.dtype() == DType::f32)
     cpu::log_softmax_forward(x.data<float>(), rows, dim, y.data<float>());
   else
     cpu::log_softmax_forward(x.data<double>(), rows, dim, y.data<double>());
   if (needs_grad({&x})) {
     Tensor sy = y.detach();
     record("log_softmax", {x}, {y}, [sy, rows, dim](const std::vector<Tensor>& g) {
-      Tensor dx = Tensor::empty(sy.shape(), sy.dtype());
-      if (sy.dtype() == DType::f32)
+      Tensor dx = Tensor::empty(sy.shape(), sy.dtype(), sy.device());
+      if (sy.device().is_cuda()) {
+#ifdef LAT_WITH_CUDA
+        cuda::log_softmax_backward(cuda_rows(sy, {rows, dim}), sy.raw_data(), g[0].raw_data(), dx.raw_data());
+#endif
+      } else if (sy.dtype() == DType::f32)
         cpu::log_softmax_backward(sy.data<float>(), g[0].data<float>(), rows, dim, dx.data<float>());
       else
         cpu::log_softmax_backward(sy.data<double>(), g[0].data<double>(), rows, dim, dx.data<double>());
@@ -109,11 +146,12 @@ Tensor log_softmax(const Tensor& x) {
 }
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
-  check_float_cpu(logits, "cross_entropy", "logits");
+  check_float_rows(logits, "cross_entropy", "logits");
   LAT_CHECK(logits.dim() == 2, "cross_entropy: logits: expected shape [N, vocab], got " << shape_str(logits.shape()));
   LAT_CHECK(targets.defined(), "cross_entropy: targets: undefined tensor");
-  LAT_CHECK(targets.device().is_cpu(),
-            "cross_entropy: targets: expected a cpu tensor, got " << targets.device().str());
+  LAT_CHECK(targets.device().is_cpu() || targets.device() == logits.device(),
+            "cross_entropy: targets: expected a cpu tensor or one on " << logits.device().str() << ", got "
+                                                                      << targets.device().str());
   LAT_CHECK(targets.dtype() == DType::i64, "cross_entropy: targets: expected i64, got " << dtype_name(targets.dtype()));
   const int64_t rows = logits.size(0), dim = logits.size(1);
   LAT_CHECK(targets.shape() == Shape{rows}, "cross_entropy: targets: expected shape [" << rows << "] for logits "
@@ -122,11 +160,37 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
                                                                                        << shape_str(targets.shape()));
   LAT_CHECK(dim >= 1 || rows == 0, "cross_entropy: logits: expected vocab >= 1, got shape "
                                        << shape_str(logits.shape()));
-  const int64_t* t = targets.data<int64_t>();
+  // Targets are checked on the host (a copy when they live on a device).
+  const Tensor targets_host = targets.to(Device::cpu());
+  const int64_t* t = targets_host.data<int64_t>();
   for (int64_t r = 0; r < rows; ++r)
     LAT_CHECK(t[r] == ignore_index || (t[r] >= 0 && t[r] < dim),
               "cross_entropy: targets: target " << t[r] << " at position " << r << " is out of range [0, " << dim
                                                 << ") and not ignore_index " << ignore_index);
+#ifdef LAT_WITH_CUDA
+  if (logits.device().is_cuda()) {
+    int64_t count = 0;
+    for (int64_t r = 0; r < rows; ++r) count += t[r] != ignore_index;
+    const double inv_count = count > 0 ? 1.0 / static_cast<double>(count) : 0.0;
+    const Tensor targets_device = targets.to(logits.device());
+    Tensor lse = Tensor::empty({rows}, DType::f64, logits.device());
+    Tensor loss = Tensor::empty({}, logits.dtype(), logits.device());
+    cuda::cross_entropy_forward(cuda_rows(logits, {rows, dim}), logits.raw_data(), targets_device.data<int64_t>(),
+                                ignore_index, count, lse.data<double>(), loss.raw_data());
+    if (needs_grad({&logits})) {
+      Tensor sl = logits.detach();
+      record("cross_entropy", {logits}, {loss},
+             [sl, targets_device, lse, inv_count, rows, dim, ignore_index](const std::vector<Tensor>& g) {
+               Tensor dl = Tensor::empty(sl.shape(), sl.dtype(), sl.device());
+               cuda::cross_entropy_backward(cuda_rows(sl, {rows, dim}), sl.raw_data(), targets_device.data<int64_t>(),
+                                            lse.data<double>(), ignore_index, g[0].raw_data(), inv_count,
+                                            dl.raw_data());
+               return std::vector<Tensor>{dl};
+             });
+    }
+    return loss;
+  }
+#endif
 
   Tensor lse = Tensor::empty({rows}, DType::f64);
   int64_t count = 0;
@@ -137,7 +201,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
                                                         lse.data<double>(), &count);
   Tensor loss = Tensor::scalar(count > 0 ? total / static_cast<double>(count) : 0.0, logits.dtype());
   if (needs_grad({&logits})) {
-    Tensor sl = logits.detach(), st = targets.detach();
+    Tensor sl = logits.detach(), st = targets_host.detach();
     record("cross_entropy", {logits}, {loss},
            [sl, st, lse, count, rows, dim, ignore_index](const std::vector<Tensor>& g) {
              Tensor dl = Tensor::empty(sl.shape(), sl.dtype());
