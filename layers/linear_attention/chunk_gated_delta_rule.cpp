@@ -3,6 +3,7 @@
 // backward. chunk_delta_rule.cpp calls the same op with g undefined.
 #include "layers/linear_attention/chunk_gated_delta_rule.h"
 
+#include "layers/linear_attention/chunk_cuda_ops.h"
 #include "layers/linear_attention/common.h"
 #include "layers/linear_attention/qk_l2norm.h"
 #include "lat/tape.h"
@@ -37,6 +38,9 @@ LinearAttentionOutput gated_delta_rule_chunk_op(const char* op, const Tensor& q,
   check_beta(op, beta, q, d);
   check_initial_state(op, initial_state, q, d, d.V);
   check_chunk_size(op, chunk_size);
+  if (q.device().is_cuda())
+    return gated_delta_rule_cuda(op, q, k, v, g, beta, resolve_scale(scale, d.K), initial_state, output_final_state,
+                                 use_qk_l2norm_in_kernel, chunk_size);
   LAT_CHECK(q.device().is_cpu(), op << ": q: expected a CPU tensor (no device kernel for this op), got "
                                     << q.device().str());
 

@@ -4,6 +4,7 @@
 // column (state [K, V + 1], z last), then chunk_linear_attn.h divides by it.
 #include "layers/linear_attention/chunk_linear_attn.h"
 
+#include "layers/linear_attention/chunk_cuda_ops.h"
 #include "layers/linear_attention/chunk_simple_gla.h"
 #include "layers/linear_attention/common.h"
 #include "lat/linear_attention.h"
@@ -20,6 +21,9 @@ LinearAttentionOutput chunk_linear_attn(const Tensor& q, const Tensor& k, const 
   int64_t Vs = normalize ? d.V + 1 : d.V;
   check_initial_state(op, initial_state, q, d, Vs);
   check_chunk_size(op, chunk_size);
+  if (q.device().is_cuda())
+    return chunk_decay_cuda(op, q, k, v, Tensor(), resolve_scale(scale, d.K), normalize, initial_state,
+                            output_final_state, chunk_size);
   check_cpu(op, q);
 
   ChunkParams p;

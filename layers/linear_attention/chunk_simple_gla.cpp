@@ -2,6 +2,7 @@
 // hand-written backward (ALGORITHMS.md 2.3; kernel in chunk_simple_gla_cpu.cpp).
 #include "layers/linear_attention/chunk_simple_gla.h"
 
+#include "layers/linear_attention/chunk_cuda_ops.h"
 #include "layers/linear_attention/common.h"
 #include "lat/linear_attention.h"
 #include "lat/tape.h"
@@ -17,6 +18,9 @@ LinearAttentionOutput chunk_simple_gla(const Tensor& q, const Tensor& k, const T
   check_g(op, g, q, d);
   check_initial_state(op, initial_state, q, d, d.V);
   check_chunk_size(op, chunk_size);
+  if (q.device().is_cuda())
+    return chunk_decay_cuda(op, q, k, v, g, resolve_scale(scale, d.K), false, initial_state, output_final_state,
+                            chunk_size);
   check_cpu(op, q);
 
   ChunkParams p;

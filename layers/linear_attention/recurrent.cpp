@@ -18,6 +18,7 @@
 #include <cstring>
 #include <vector>
 
+#include "layers/linear_attention/chunk_cuda_ops.h"
 #include "layers/linear_attention/chunk_linear_attn.h"
 #include "layers/linear_attention/common.h"
 #include "lat/linear_attention.h"
@@ -229,6 +230,8 @@ Tensor recurrent_step(const char* op, const Tensor& q_t, const Tensor& k_t, cons
                       float scale, bool normalize, Tensor& state) {
   Dims d = linear_attention::check_step(op, q_t, k_t, v_t, state, normalize ? 1 : 0);
   if (g_t.defined()) linear_attention::check_step_g(op, g_t, d);
+  if (q_t.device().is_cuda())
+    return linear_attention::recurrent_step_decay_cuda(q_t, k_t, v_t, g_t, scale, normalize, state);
   linear_attention::check_cpu(op, q_t);
   int64_t K = d.K, V = d.V, Vs = normalize ? V + 1 : V;
   RecurrentParams p;

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <vector>
 
+#include "layers/linear_attention/chunk_cuda_ops.h"
 #include "layers/linear_attention/common.h"
 #include "layers/linear_attention/qk_l2norm.h"
 #include "lat/linear_attention.h"
@@ -248,6 +249,9 @@ Tensor recurrent_step_delta(const char* op, const Tensor& q_t, const Tensor& k_t
   const Dims d = linear_attention::check_step(op, q_t, k_t, v_t, state);
   if (g_t.defined()) linear_attention::check_step_g(op, g_t, d);
   linear_attention::check_step_beta(op, beta_t, d);
+  if (q_t.device().is_cuda())
+    return linear_attention::recurrent_step_delta_cuda(q_t, k_t, v_t, g_t, beta_t, scale, state,
+                                                       use_qk_l2norm_in_kernel);
   check_cpu(op, q_t);
   const int64_t K = d.K, V = d.V, KV = K * V;
   const float* q = q_t.data<float>();
