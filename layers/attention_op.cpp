@@ -5,6 +5,9 @@
 
 #include "lat/tape.h"
 #include "layers/attention_op_cpu.h"
+#ifdef LAT_WITH_CUDA
+#include "layers/attention_op_cuda.h"
+#endif
 
 namespace lat {
 namespace {
@@ -34,9 +37,15 @@ Dims check_args(const char* op, const Tensor& q, const Tensor& k, const Tensor& 
             op << ": q: expected f32 or f64, got " << dtype_name(q.dtype()));
   LAT_CHECK(k.dtype() == q.dtype(), op << ": k: expected " << dtype_name(q.dtype()) << ", got " << dtype_name(k.dtype()));
   LAT_CHECK(v.dtype() == q.dtype(), op << ": v: expected " << dtype_name(q.dtype()) << ", got " << dtype_name(v.dtype()));
-  LAT_CHECK(q.device().is_cpu() && k.device().is_cpu() && v.device().is_cpu(),
-            op << ": expected CPU tensors, got q on " << q.device().str() << ", k on " << k.device().str() << ", v on "
-               << v.device().str());
+  LAT_CHECK(k.device() == q.device() && v.device() == q.device(),
+            op << ": expected q, k and v on one device, got q on " << q.device().str() << ", k on " << k.device().str()
+               << ", v on " << v.device().str());
+#ifdef LAT_WITH_CUDA
+  LAT_CHECK(q.device().is_cpu() || q.dtype() == DType::f32,
+            op << ": q: expected f32 on " << q.device().str() << ", got " << dtype_name(q.dtype()));
+#else
+  LAT_CHECK(q.device().is_cpu(), op << ": expected CPU tensors, got q on " << q.device().str());
+#endif
   LAT_CHECK(window_size >= 0, op << ": window_size: expected >= 0 (0 = full), got " << window_size);
   return d;
 }
@@ -57,6 +66,25 @@ attention_cpu::Args<S> make_args(const Tensor& q, const Tensor& k, const Tensor&
   a.scale = static_cast<S>(scale);
   return a;
 }
+
+#ifdef LAT_WITH_CUDA
+attention_cuda::Args make_cuda_args(const Tensor& q, const Tensor& k, const Tensor& v, const Dims& d, int64_t tk,
+                                    double scale, int64_t window_size, int64_t q_offset) {
+  attention_cuda::Args a;
+  a.q = q.data<float>();
+  a.k = k.data<float>();
+  a.v = v.data<float>();
+  a.B = d.B, a.Tq = d.Tq, a.Tk = tk, a.H = d.H, a.Hkv = d.Hkv, a.D = d.D, a.Dv = d.Dv;
+  a.q_batch_stride = d.Tq * d.H * d.D;
+  a.k_batch_stride = k.size(1) * d.Hkv * d.D;
+  a.v_batch_stride = v.size(1) * d.Hkv * d.Dv;
+  a.q_offset = q_offset;
+  a.window = window_size;
+  a.scale = static_cast<float>(scale);
+  a.device = q.device().index;
+  return a;
+}
+#endif
 
 template <class S>
 void run_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Dims& d, int64_t tk, double scale,
@@ -88,8 +116,27 @@ Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, std::
   const double s = scale.value_or(1.0 / std::sqrt(static_cast<double>(d.D)));
 
   const bool grad = needs_grad({&q, &k, &v});
-  Tensor o = Tensor::empty({d.B, d.Tq, d.H, d.Dv}, q.dtype());
-  Tensor lse = grad ? Tensor::empty({d.B, d.H, d.Tq}, q.dtype()) : Tensor();
+  Tensor o = Tensor::empty({d.B, d.Tq, d.H, d.Dv}, q.dtype(), q.device());
+  Tensor lse = grad ? Tensor::empty({d.B, d.H, d.Tq}, q.dtype(), q.device()) : Tensor();
+#ifdef LAT_WITH_CUDA
+  if (q.device().is_cuda()) {
+    attention_cuda::forward(make_cuda_args(q, k, v, d, d.Tk, s, window_size, offset), o.data<float>(),
+                            grad ? lse.data<float>() : nullptr);
+    if (grad) {
+      auto backward_fn = [q, k, v, d, s, window_size, offset, o, lse](const std::vector<Tensor>& g) {
+        Tensor dq = Tensor::empty(q.shape(), q.dtype(), q.device());
+        Tensor dk = Tensor::empty(k.shape(), k.dtype(), k.device());
+        Tensor dv = Tensor::empty(v.shape(), v.dtype(), v.device());
+        attention_cuda::backward(make_cuda_args(q, k, v, d, d.Tk, s, window_size, offset), o.data<float>(),
+                                 lse.data<float>(), g[0].data<float>(), dq.data<float>(), dk.data<float>(),
+                                 dv.data<float>());
+        return std::vector<Tensor>{dq, dk, dv};
+      };
+      record("causal_attention", {q, k, v}, {o}, backward_fn);
+    }
+    return o;
+  }
+#endif
   if (q.dtype() == DType::f32)
     run_forward<float>(q, k, v, d, d.Tk, s, window_size, offset, o, grad ? &lse : nullptr);
   else
@@ -112,7 +159,14 @@ Tensor causal_attention_cached(const Tensor& q, const Tensor& k_cache, const Ten
   LAT_CHECK(length >= d.Tq && length <= d.Tk, "causal_attention_cached: length: expected a value in [Tq, capacity] = ["
                                                   << d.Tq << ", " << d.Tk << "], got " << length);
   const double s = scale.value_or(1.0 / std::sqrt(static_cast<double>(d.D)));
-  Tensor o = Tensor::empty({d.B, d.Tq, d.H, d.Dv}, q.dtype());
+  Tensor o = Tensor::empty({d.B, d.Tq, d.H, d.Dv}, q.dtype(), q.device());
+#ifdef LAT_WITH_CUDA
+  if (q.device().is_cuda()) {
+    attention_cuda::forward(make_cuda_args(q, k_cache, v_cache, d, length, s, window_size, length - d.Tq),
+                            o.data<float>(), nullptr);
+    return o;
+  }
+#endif
   run_forward<float>(q, k_cache, v_cache, d, length, s, window_size, length - d.Tq, o, nullptr);
   return o;
 }
