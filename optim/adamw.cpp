@@ -5,6 +5,9 @@
 #include <sstream>
 
 #include "optim/weight_decay.h"
+#ifdef LAT_WITH_CUDA
+#include "optim/adamw_cuda.h"
+#endif
 
 namespace lat {
 namespace {
@@ -57,12 +60,23 @@ std::string AdamW::describe_groups() const {
   return os.str();
 }
 
+bool AdamW::supports(const Device& device) const { return device.is_cpu() || (device.is_cuda() && cuda_built()); }
+
 void AdamW::update(size_t index, double lr) {
   Tensor& p = params_[index].tensor;
   Tensor g = p.grad();
   Tensor m = state_buffer(index, "exp_avg", true);
   Tensor v = state_buffer(index, "exp_avg_sq", true);
   double weight_decay = decay_[index] ? options_.weight_decay : 0.0;
+#ifdef LAT_WITH_CUDA
+  if (p.device().is_cuda()) {
+    const AdamWStep<double> s = step_scalars<double>(options_, lr, weight_decay, step_count());
+    optim_cuda::adamw_update(p.dtype(), p.raw_data(), g.raw_data(), m.raw_data(), v.raw_data(), p.numel(),
+                             {s.decay_factor, s.beta1, s.beta2, s.step_size, s.inv_bc2_sqrt, s.eps},
+                             p.device().index);
+    return;
+  }
+#endif
   if (p.dtype() == DType::f32) {
     adamw_update_cpu<float>(p.data<float>(), g.data<float>(), m.data<float>(), v.data<float>(), p.numel(),
                             step_scalars<float>(options_, lr, weight_decay, step_count()));

@@ -33,6 +33,7 @@ class AdamW : public Optimizer {
 
  protected:
   void update(size_t index, double lr) override;
+  bool supports(const Device& device) const override;
 
  private:
   AdamWOptions options_;

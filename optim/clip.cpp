@@ -1,6 +1,11 @@
 // Global-norm clipping: a deterministic chunked sum of squares, then one scaling pass.
 #include "optim/clip.h"
 
+#ifdef LAT_WITH_CUDA
+#include "autograd/cuda/elementwise.h"
+#include "autograd/cuda/reduce.h"
+#endif
+
 #include <algorithm>
 #include <cmath>
 
@@ -40,6 +45,12 @@ double grad_norm(const std::vector<NamedParameter>& params) {
   for (const NamedParameter& p : params) {
     Tensor g = p.tensor.grad();
     if (!g.defined()) continue;
+#ifdef LAT_WITH_CUDA
+    if (g.device().is_cuda()) {
+      total += cuda::sum_of_squares(g.raw_data(), g.dtype(), g.numel(), g.device().index);
+      continue;
+    }
+#endif
     LAT_CHECK(g.device().is_cpu(), "grad_norm: parameter '" << p.name << "': not implemented on " << g.device().str());
     if (g.dtype() == DType::f32) {
       total += sum_of_squares(g.data<float>(), g.numel());
@@ -60,6 +71,13 @@ ClipResult clip_grad_norm(const std::vector<NamedParameter>& params, double max_
   for (const NamedParameter& p : params) {
     Tensor g = p.tensor.grad();
     if (!g.defined()) continue;
+#ifdef LAT_WITH_CUDA
+    if (g.device().is_cuda()) {
+      cuda::unary({cuda::UnaryOp::mul_scalar, factor, g.dtype(), g.raw_data(), g.raw_data(), g.numel(),
+                   g.device().index});
+      continue;
+    }
+#endif
     if (g.dtype() == DType::f32) {
       scale_in_place(g.data<float>(), g.numel(), static_cast<float>(factor));
     } else {

@@ -28,8 +28,8 @@ void Optimizer::step(double lr) {
               type() << ".step: parameter '" << params_[i].name << "': gradient " << shape_str(g.shape()) << " "
                      << dtype_name(g.dtype()) << " on " << g.device().str() << ", expected "
                      << shape_str(p.shape()) << " " << dtype_name(p.dtype()) << " on " << p.device().str());
-    LAT_CHECK(p.device().is_cpu(), type() << ".step: parameter '" << params_[i].name
-                                          << "': not implemented on " << p.device().str());
+    LAT_CHECK(supports(p.device()), type() << ".step: parameter '" << params_[i].name
+                                           << "': not implemented on " << p.device().str());
     update(i, lr * lr_mult_[i]);
   }
 }

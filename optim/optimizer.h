@@ -23,7 +23,8 @@ using OptimizerState = std::map<std::string, std::map<std::string, Tensor>>;
 
 /// Base of SGD and AdamW. `step(lr)` counts one optimizer step (the first is step 1) and
 /// updates every parameter that has a gradient; parameters without one (frozen, unused)
-/// are skipped and keep their state. Parameters and gradients are f32 or f64, on CPU.
+/// are skipped and keep their state. Parameters and gradients are f32 or f64, on the CPU
+/// (AdamW: also on CUDA).
 class Optimizer {
  public:
   /// Throws lat::Error on an undefined tensor, an integer dtype or a duplicate name.
@@ -61,6 +62,8 @@ class Optimizer {
  protected:
   /// Updates parameter `index` (its gradient is defined) at step `step_count()`.
   virtual void update(size_t index, double lr) = 0;
+  /// Whether update() has a kernel for parameters on `device` (the CPU; AdamW also CUDA).
+  virtual bool supports(const Device& device) const { return device.is_cpu(); }
   /// The buffer `buffer` of parameter `index`, created as zeros on first use when `create`.
   /// Undefined when absent and !create.
   Tensor state_buffer(size_t index, const std::string& buffer, bool create);
