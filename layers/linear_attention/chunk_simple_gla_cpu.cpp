@@ -21,13 +21,14 @@
 // influences (the intra part is Mamba-2's pairwise form, 2.3 precision note). Every
 // exponent is <= 0, so g of -20 per step over any T stays finite.
 //
-// Schedule. Each pass walks the chunks in blocks of kBlock (chunk n = (b*H + h)*NT + c):
-// the block's rows are gathered from the [B, T, H, D] inputs into [nb, C, D] buffers, and
-// every per-chunk product of the block is ONE batched oneDNN gemm over its (batch, head,
-// chunk) items. Blocks keep the working set in cache, so time per token does not grow
-// with T; only U/W, the states S_[c] and their gradients (per chunk, needed by the
-// sequential scans) and A (saved for backward) go through memory. The scans are the
-// only sequential part, elementwise, parallel over (b, h).
+// Schedule. One pass over the chunks in blocks of kBlock (chunk n = (b*H + h)*NT + c;
+// ascending n in forward, descending in backward, so each (b, h) meets its chunks in
+// scan order): the block's rows are gathered from the [B, T, H, D] inputs into
+// [nb, C, D] buffers, every per-chunk product of the block is ONE batched oneDNN gemm
+// over its (batch, head, chunk) items, and the state scan advances through the block
+// with a carried state per (b, h) (elementwise, parallel over state elements). The
+// working set stays in cache, so time per token does not grow with T; only the inputs,
+// outputs, the states S_[c] and A (saved for backward) go through memory.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -65,12 +66,6 @@ void gemm(int64_t nb, int64_t M, int64_t N, int64_t K, const float* A, int64_t l
   g.B = B, g.ldb = ldb, g.stride_b = stride_b, g.trans_b = trans_b;
   g.C = C, g.ldc = ldc, g.stride_c = stride_c, g.beta = beta;
   cpu::gemm_batched(g);
-}
-
-// Calls f(n0, nb) for consecutive blocks of at most kBlock chunks.
-template <class F>
-void for_each_block(const Sizes& s, F f) {
-  for (int64_t n0 = 0; n0 < s.N; n0 += kBlock) f(n0, std::min(kBlock, s.N - n0));
 }
 
 // G [N, C]: chunk-local inclusive cumsum of g; zeros without a gate. Padding rows add
@@ -125,52 +120,52 @@ void mask_scores(float* A, const float* G, int64_t nb, int64_t C, float scale) {
   }
 }
 
-// Forward state pass: H[n] = S_[c] for every chunk, from U[n]; the final state into ht
-// when set.
-void state_scan(const ChunkParams& p, const Sizes& s, const float* U, const float* G, float* H, float* ht) {
+// Forward scan through the chunks [n0, n0 + nb) of a block, ascending: H[n] = S_[c]
+// (the carried state of its (b, h)), then carry <- e^Λ carry + U[n]; after the last
+// chunk of a sequence the carry is its final state (into ht when set). Parallel over
+// tiles of state elements: each element's scan is independent.
+void scan_block(const Sizes& s, int64_t n0, int64_t nb, const float* U, const float* G, float* carry, float* H,
+                float* ht) {
+  constexpr int64_t kTile = 512;
 #pragma omp parallel for
-  for (int64_t bh = 0; bh < s.BH; ++bh) {
-    float* h = H + bh * s.NT * s.KV;
-    if (p.h0)
-      std::memcpy(h, p.h0 + bh * s.KV, s.KV * sizeof(float));
-    else
-      std::fill(h, h + s.KV, 0.0f);
-    for (int64_t c = 0; c < s.NT; ++c) {
-      int64_t n = bh * s.NT + c;
-      float* next = c + 1 < s.NT ? H + (n + 1) * s.KV : ht ? ht + bh * s.KV : nullptr;
-      if (!next) break;
+  for (int64_t e0 = 0; e0 < s.KV; e0 += kTile) {
+    int64_t e1 = std::min(s.KV, e0 + kTile);
+    for (int64_t i = 0; i < nb; ++i) {
+      int64_t n = n0 + i, bh = n / s.NT;
       float decay = exp_nonpositive(G[n * s.C + s.C - 1]);
-      const float* prev = H + n * s.KV;
-      const float* u = U + n * s.KV;
-      for (int64_t e = 0; e < s.KV; ++e) next[e] = decay * prev[e] + u[e];
+      float* state = carry + bh * s.KV;
+      float* h = H + n * s.KV;
+      const float* u = U + i * s.KV;
+      for (int64_t e = e0; e < e1; ++e) {
+        h[e] = state[e];
+        state[e] = decay * state[e] + u[e];
+      }
+      if (ht && n % s.NT == s.NT - 1) std::copy(state + e0, state + e1, ht + bh * s.KV + e0);
     }
   }
 }
 
-// Backward state pass: dH[n] = dL/dS_[c+1] for every chunk, from W[n] = Q^T dÕ; dh0 and
-// last[n] = e^Λ <dH_c, S_[c]> (the gate gradient's state term) on the way.
-void state_grad_scan(const Sizes& s, const float* W, const float* G, const float* H, const float* dht, float* dH,
-                     float* dh0, float* last) {
+// Backward scan through the chunks of a block, descending: dH[i] = dL/dS_[c+1] (the
+// carried gradient of its (b, h)), then carry <- e^Λ carry + W[i]; after chunk 0 of a
+// sequence the carry is d initial_state (into dh0 when set).
+void grad_scan_block(const Sizes& s, int64_t n0, int64_t nb, const float* W, const float* G, float* carry,
+                     float* dH, float* dh0) {
+  constexpr int64_t kTile = 512;
 #pragma omp parallel for
-  for (int64_t bh = 0; bh < s.BH; ++bh) {
-    std::vector<float> acc(s.KV, 0.0f);
-    if (dht) std::memcpy(acc.data(), dht + bh * s.KV, s.KV * sizeof(float));
-    for (int64_t c = s.NT - 1; c >= 0; --c) {
-      int64_t n = bh * s.NT + c;
+  for (int64_t e0 = 0; e0 < s.KV; e0 += kTile) {
+    int64_t e1 = std::min(s.KV, e0 + kTile);
+    for (int64_t i = nb - 1; i >= 0; --i) {
+      int64_t n = n0 + i, bh = n / s.NT;
       float decay = exp_nonpositive(G[n * s.C + s.C - 1]);
-      const float* w = W + n * s.KV;
-      const float* h = H + n * s.KV;
-      float* out = dH + n * s.KV;
-      float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-      for (int64_t e = 0; e < s.KV; ++e) {
-        out[e] = acc[e];
-        dot += acc[e] * h[e];
-        acc[e] = decay * acc[e] + w[e];
+      float* grad = carry + bh * s.KV;
+      float* dh = dH + i * s.KV;
+      const float* w = W + i * s.KV;
+      for (int64_t e = e0; e < e1; ++e) {
+        dh[e] = grad[e];
+        grad[e] = decay * grad[e] + w[e];
       }
-      last[n] = decay * dot;
+      if (dh0 && n % s.NT == 0) std::copy(grad + e0, grad + e1, dh0 + bh * s.KV + e0);
     }
-    if (dh0) std::memcpy(dh0 + bh * s.KV, acc.data(), s.KV * sizeof(float));
   }
 }
 
@@ -184,9 +179,10 @@ float row_dot(const float* x, const float* y, int64_t D) {
 
 // Per chunk of a block, in place: dP -> P = scale (dP ⊙ D); with dG set, also the gate
 // gradient (see the file comment) from the inter-chunk parts of dq and dk (dq, dk
-// before the P terms are added) and last = e^Λ <dH_c, S_[c]>.
+// before the P terms are added) and e^Λ <dH_c, S_[c]> (dH, H: the block's [nb, KV]).
 void intra_backward(float* P, const float* A, const float* G, const float* q, const float* dq, const float* k,
-                    const float* dk, const float* last, int64_t nb, int64_t C, int64_t K, float scale, float* dG) {
+                    const float* dk, const float* dH, const float* H, int64_t nb, int64_t C, int64_t K,
+                    int64_t KV, float scale, float* dG) {
 #pragma omp parallel for
   for (int64_t i = 0; i < nb; ++i) {
     const float* gn = G + i * C;
@@ -213,7 +209,7 @@ void intra_backward(float* P, const float* A, const float* G, const float* q, co
       suffix += row_dot(q + (i * C + r) * K, dq + (i * C + r) * K, K);
       out[r] = suffix + rect[r];
     }
-    float prefix = last[i];
+    float prefix = exp_nonpositive(gn[C - 1]) * row_dot(dH + i * KV, H + i * KV, KV);
     for (int64_t r = 0; r < C; ++r) {
       out[r] += prefix;
       prefix += row_dot(k + (i * C + r) * K, dk + (i * C + r) * K, K);
@@ -234,31 +230,33 @@ std::shared_ptr<const ChunkSaved> chunk_decay_forward_cpu(const ChunkParams& p, 
   float *G = saved->g.data(), *H = saved->h.data(), *A = saved->a.data();
   gate_cumsum(p, s, G);
 
+  AlignedBuffer carry(s.BH * KV);
+  if (p.h0)
+    std::memcpy(carry.data(), p.h0, s.BH * KV * sizeof(float));
+  else
+    std::fill(carry.data(), carry.data() + s.BH * KV, 0.0f);
   const int64_t blk = std::min(kBlock, s.N);
-  AlignedBuffer q(blk * CK), k(blk * CK), v(blk * CV), work(blk * std::max(CK, CV)), o(blk * CV);
-  // Pass 1: scores A (saved) and the chunks' state contributions U.
-  AlignedBuffer U(s.N * KV);
-  for_each_block(s, [&](int64_t n0, int64_t nb) {
+  AlignedBuffer q(blk * CK), k(blk * CK), v(blk * CV), work(blk * CK), U(blk * KV), o(blk * CV);
+  for (int64_t n0 = 0; n0 < s.N; n0 += kBlock) {
+    const int64_t nb = std::min(kBlock, s.N - n0);
+    const float* g_blk = G + n0 * C;
+    float* a_blk = A + n0 * CC;
+    float* h_blk = H + n0 * KV;
     gather_chunks(p.q, p.T, p.H, K, C, n0, nb, q.data());
     gather_chunks(p.k, p.T, p.H, K, C, n0, nb, k.data());
     gather_chunks(p.v, p.T, p.H, s.V, C, n0, nb, v.data(), ones);
-    gemm(nb, C, C, K, q.data(), K, CK, false, k.data(), K, CK, true, A + n0 * CC, C, CC);
-    mask_scores(A + n0 * CC, G + n0 * C, nb, C, p.scale);
-    float* kdec = work.data();
-    scale_rows(k.data(), K, G + n0 * C, nb, C, Decay::tail, 1.0f, kdec);
-    gemm(nb, K, Vs, C, kdec, K, CK, true, v.data(), Vs, CV, false, U.data() + n0 * KV, Vs, KV);
-  });
-  state_scan(p, s, U.data(), G, H, ht);
-  // Pass 2: outputs O = A V + diag(scale e^G) Q S_[c].
-  for_each_block(s, [&](int64_t n0, int64_t nb) {
-    gather_chunks(p.q, p.T, p.H, K, C, n0, nb, q.data());
-    gather_chunks(p.v, p.T, p.H, s.V, C, n0, nb, v.data(), ones);
-    float* qdec = work.data();
-    scale_rows(q.data(), K, G + n0 * C, nb, C, Decay::head, p.scale, qdec);
-    gemm(nb, C, Vs, C, A + n0 * CC, C, CC, false, v.data(), Vs, CV, false, o.data(), Vs, CV);
-    gemm(nb, C, Vs, K, qdec, K, CK, false, H + n0 * KV, Vs, KV, false, o.data(), Vs, CV, 1.0f);
+    // State contributions U = (diag(e^{Λ-G}) K)^T V, then the scan gives S_[c].
+    scale_rows(k.data(), K, g_blk, nb, C, Decay::tail, 1.0f, work.data());
+    gemm(nb, K, Vs, C, work.data(), K, CK, true, v.data(), Vs, CV, false, U.data(), Vs, KV);
+    scan_block(s, n0, nb, U.data(), G, carry.data(), H, ht);
+    // O = A V + diag(scale e^G) Q S_[c], A = scale (Q K^T ⊙ D).
+    gemm(nb, C, C, K, q.data(), K, CK, false, k.data(), K, CK, true, a_blk, C, CC);
+    mask_scores(a_blk, g_blk, nb, C, p.scale);
+    scale_rows(q.data(), K, g_blk, nb, C, Decay::head, p.scale, work.data());
+    gemm(nb, C, Vs, C, a_blk, C, CC, false, v.data(), Vs, CV, false, o.data(), Vs, CV);
+    gemm(nb, C, Vs, K, work.data(), K, CK, false, h_blk, Vs, KV, false, o.data(), Vs, CV, 1.0f);
     scatter_chunks(o.data(), Vs, p.T, p.H, Vs, C, n0, nb, r);
-  });
+  }
   return save ? saved : nullptr;
 }
 
@@ -270,26 +268,19 @@ void chunk_decay_backward_cpu(const ChunkParams& p, const ChunkSaved& saved, con
   const float *G = saved.g.data(), *H = saved.h.data(), *A = saved.a.data();
   float* dG_out = p.g ? grads.dg : nullptr;
 
+  AlignedBuffer carry(s.BH * KV);
+  if (dht)
+    std::memcpy(carry.data(), dht, s.BH * KV * sizeof(float));
+  else
+    std::fill(carry.data(), carry.data() + s.BH * KV, 0.0f);
   const int64_t blk = std::min(kBlock, s.N);
-  AlignedBuffer q(blk * CK), k(blk * CK), v(blk * CV), d_o(blk * CV), d_odec(blk * CV);
-  // Pass 1: W = Q^T dÕ, then the reverse state pass.
-  AlignedBuffer dH(s.N * KV), last(s.N);
-  {
-    AlignedBuffer W(s.N * KV);
-    for_each_block(s, [&](int64_t n0, int64_t nb) {
-      gather_chunks(p.q, p.T, p.H, K, C, n0, nb, q.data());
-      gather_chunks(dr, p.T, p.H, Vs, C, n0, nb, d_o.data());
-      scale_rows(d_o.data(), Vs, G + n0 * C, nb, C, Decay::head, p.scale, d_odec.data());
-      gemm(nb, K, Vs, C, q.data(), K, CK, true, d_odec.data(), Vs, CV, false, W.data() + n0 * KV, Vs, KV);
-    });
-    state_grad_scan(s, W.data(), G, H, dht, dH.data(), grads.dh0, last.data());
-  }
-  // Pass 2: dQ, dK, dV (and dg) per block.
-  AlignedBuffer kdec(blk * CK), vdec(blk * CV), dq(blk * CK), dk(blk * CK), dv(blk * CV), P(blk * CC), dG(blk * C);
-  for_each_block(s, [&](int64_t n0, int64_t nb) {
+  AlignedBuffer q(blk * CK), k(blk * CK), v(blk * CV), d_o(blk * CV), d_odec(blk * CV), kdec(blk * CK),
+      vdec(blk * CV), W(blk * KV), dH(blk * KV), dq(blk * CK), dk(blk * CK), dv(blk * CV), P(blk * CC), dG(blk * C);
+  const int64_t first_block = (s.N - 1) / kBlock * kBlock;
+  for (int64_t n0 = first_block; n0 >= 0; n0 -= kBlock) {
+    const int64_t nb = std::min(kBlock, s.N - n0);
     const float* g_blk = G + n0 * C;
     const float* h_blk = H + n0 * KV;
-    const float* dh_blk = dH.data() + n0 * KV;
     const float* a_blk = A + n0 * CC;
     gather_chunks(p.q, p.T, p.H, K, C, n0, nb, q.data());
     gather_chunks(p.k, p.T, p.H, K, C, n0, nb, k.data());
@@ -298,21 +289,24 @@ void chunk_decay_backward_cpu(const ChunkParams& p, const ChunkSaved& saved, con
     scale_rows(d_o.data(), Vs, g_blk, nb, C, Decay::head, p.scale, d_odec.data());
     scale_rows(v.data(), Vs, g_blk, nb, C, Decay::tail, 1.0f, vdec.data());
     scale_rows(k.data(), K, g_blk, nb, C, Decay::tail, 1.0f, kdec.data());
+    // W = Q^T dÕ, then the reverse scan gives dH_c = dL/dS_[c+1].
+    gemm(nb, K, Vs, C, q.data(), K, CK, true, d_odec.data(), Vs, CV, false, W.data(), Vs, KV);
+    grad_scan_block(s, n0, nb, W.data(), G, carry.data(), dH.data(), grads.dh0);
     // Inter-chunk parts of dQ and dK first: the gate gradient needs them alone.
     gemm(nb, C, K, Vs, d_odec.data(), Vs, CV, false, h_blk, Vs, KV, true, dq.data(), K, CK);
-    gemm(nb, C, K, Vs, vdec.data(), Vs, CV, false, dh_blk, Vs, KV, true, dk.data(), K, CK);
+    gemm(nb, C, K, Vs, vdec.data(), Vs, CV, false, dH.data(), Vs, KV, true, dk.data(), K, CK);
     gemm(nb, C, C, Vs, d_o.data(), Vs, CV, false, v.data(), Vs, CV, true, P.data(), C, CC);
-    intra_backward(P.data(), a_blk, g_blk, q.data(), dq.data(), k.data(), dk.data(), last.data() + n0, nb, C, K,
-                   p.scale, dG_out ? dG.data() : nullptr);
+    intra_backward(P.data(), a_blk, g_blk, q.data(), dq.data(), k.data(), dk.data(), dH.data(), h_blk, nb, C, K,
+                   KV, p.scale, dG_out ? dG.data() : nullptr);
     gemm(nb, C, K, C, P.data(), C, CC, false, k.data(), K, CK, false, dq.data(), K, CK, 1.0f);
     gemm(nb, C, K, C, P.data(), C, CC, true, q.data(), K, CK, false, dk.data(), K, CK, 1.0f);
-    gemm(nb, C, Vs, K, kdec.data(), K, CK, false, dh_blk, Vs, KV, false, dv.data(), Vs, CV);
+    gemm(nb, C, Vs, K, kdec.data(), K, CK, false, dH.data(), Vs, KV, false, dv.data(), Vs, CV);
     gemm(nb, C, Vs, C, a_blk, C, CC, true, d_o.data(), Vs, CV, false, dv.data(), Vs, CV, 1.0f);
     scatter_chunks(dq.data(), K, p.T, p.H, K, C, n0, nb, grads.dq);
     scatter_chunks(dk.data(), K, p.T, p.H, K, C, n0, nb, grads.dk);
     scatter_chunks(dv.data(), Vs, p.T, p.H, s.V, C, n0, nb, grads.dv);
     if (dG_out) scatter_chunks(dG.data(), 1, p.T, p.H, 1, C, n0, nb, dG_out);
-  });
+  }
 }
 
 }  // namespace lat::linear_attention
