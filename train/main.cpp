@@ -10,6 +10,7 @@
 
 #include "lat/lat.h"
 #include "train/cli/command.h"
+#include "train/config.h"
 
 namespace {
 
@@ -29,10 +30,14 @@ int main(int argc, char** argv) {
   CLI::App app{"lat: train small hybrid linear-attention language models", "lat"};
   app.set_version_flag("--version", std::string("lat ") + lat::version());
   app.require_subcommand(0, 1);
-  app.footer("Commands arrive with the trainer: train, generate, eval, export, info.");
+  app.footer("Run `lat COMMAND --help` for a command's options. Exit codes: 0 success, 1 failure while running, "
+             "2 bad usage or config.");
 
   // Each subcommand registers itself here (train/cli/command.h).
   std::vector<lat::cli::Command> commands;
+  commands.push_back(lat::cli::add_train_command(app));
+  commands.push_back(lat::cli::add_generate_command(app));
+  commands.push_back(lat::cli::add_eval_command(app));
 
   try {
     app.parse(argc, argv);
@@ -52,6 +57,9 @@ int main(int argc, char** argv) {
       if (command.app->parsed()) return command.run();
     std::cout << app.help();
     return 0;
+  } catch (const lat::ConfigError& e) {
+    std::cerr << "error: " << one_line(e.what()) << "\n";
+    return kExitUsage;
   } catch (const std::exception& e) {
     std::cerr << "error: " << one_line(e.what()) << "\n";
     return kExitFailure;

@@ -17,4 +17,11 @@ struct Command {
   std::function<int()> run;
 };
 
+/// `lat train CONFIG.yaml [--set key=value ...]` (train/cli/train.cpp).
+Command add_train_command(CLI::App& app);
+/// `lat generate --checkpoint CKPT [--prompt ...] ...` (train/cli/generate.cpp).
+Command add_generate_command(CLI::App& app);
+/// `lat eval --checkpoint CKPT [--data PATH]` (train/cli/eval.cpp).
+Command add_eval_command(CLI::App& app);
+
 }  // namespace lat::cli

@@ -1,0 +1,92 @@
+// HybridLM: blocks of (RMSNorm -> mixer -> residual, RMSNorm -> SwiGLU -> residual).
+#include "layers/hybrid_lm.h"
+
+#include <cmath>
+
+#include "lat/ops.h"
+#include "lat/tape.h"
+
+namespace lat {
+
+HybridBlock::HybridBlock(const std::string& kind, const MixerConfig& mixer, double mlp_ratio,
+                         double mlp_out_init_std, Generator& gen) {
+  attn_norm_ = &register_module("attn_norm", std::make_unique<RMSNorm>(mixer.d_model, mixer.norm_eps));
+  attn_ = &register_module("attn", make_mixer(kind, mixer, gen));
+  mlp_norm_ = &register_module("mlp_norm", std::make_unique<RMSNorm>(mixer.d_model, mixer.norm_eps));
+  mlp_ = &register_module("mlp", std::make_unique<SwiGLU>(mixer.d_model, mlp_ratio, gen, mixer.init_std,
+                                                          mlp_out_init_std));
+}
+
+Tensor HybridBlock::forward(const Tensor& x) const {
+  Tensor h = x + attn_->forward(attn_norm_->forward(x));
+  return h + mlp_->forward(mlp_norm_->forward(h));
+}
+
+Tensor HybridBlock::step(const Tensor& x, MixerState& state) const {
+  Tensor h = x + attn_->step(attn_norm_->forward(x), state);
+  return h + mlp_->forward(mlp_norm_->forward(h));
+}
+
+HybridLM::HybridLM(const HybridLMConfig& config, Generator& gen) : config_(config) {
+  HybridLMConfig& c = config_;
+  LAT_CHECK(c.vocab_size >= 1, "HybridLM: vocab_size: expected >= 1, got " << c.vocab_size);
+  LAT_CHECK(!c.layers.empty(), "HybridLM: layers: expected at least one mixer kind");
+  // GPT-2 (Radford et al. 2019, sec. 2.3): residual-stream output projections are scaled by
+  // 1/sqrt(N) for N residual additions, here 2 per block.
+  const double out_std = c.init_std / std::sqrt(2.0 * static_cast<double>(c.layers.size()));
+  c.mixer.norm_eps = c.norm_eps;
+  c.mixer.init_std = c.init_std;
+  c.mixer.out_init_std = out_std;
+  const int64_t D = c.mixer.d_model;
+  embeddings_ = &register_module("embeddings", std::make_unique<Embedding>(c.vocab_size, D, gen, c.init_std));
+  auto& list = register_module("layers", std::make_unique<ModuleList>());
+  for (const std::string& kind : c.layers)
+    blocks_.push_back(&list.append(std::make_unique<HybridBlock>(kind, c.mixer, c.mlp_ratio, out_std, gen)));
+  norm_ = &register_module("norm", std::make_unique<RMSNorm>(D, c.norm_eps));
+  if (!c.tie_embeddings)
+    lm_head_ = &register_module("lm_head", std::make_unique<Linear>(D, c.vocab_size, gen, c.init_std));
+}
+
+void HybridLM::check_ids(const Tensor& ids, const char* where) const {
+  LAT_CHECK(ids.defined() && ids.dim() == 2 && ids.dtype() == DType::i64,
+            "HybridLM::" << where << ": ids: expected [B, T] i64, got "
+                         << (ids.defined() ? shape_str(ids.shape()) + " " + dtype_name(ids.dtype())
+                                           : std::string("an undefined tensor")));
+}
+
+Tensor HybridLM::head(const Tensor& h) const {
+  Tensor y = norm_->forward(h);
+  if (lm_head_ != nullptr) return lm_head_->forward(y);
+  const int64_t B = y.size(0), T = y.size(1), D = y.size(2);
+  return matmul(y.reshape({B * T, D}), embeddings_->weight(), false, true).reshape({B, T, config_.vocab_size});
+}
+
+Tensor HybridLM::forward(const Tensor& ids) const {
+  check_ids(ids, "forward");
+  Tensor h = embeddings_->forward(ids);
+  for (const HybridBlock* block : blocks_) h = block->forward(h);
+  return head(h);
+}
+
+HybridLMState HybridLM::make_states(int64_t batch) const {
+  LAT_CHECK(batch >= 1, "HybridLM::make_states: batch: expected >= 1, got " << batch);
+  HybridLMState state;
+  state.batch = batch;
+  for (const HybridBlock* block : blocks_) state.layers.push_back(block->mixer().make_state(batch));
+  return state;
+}
+
+Tensor HybridLM::step(const Tensor& ids, HybridLMState& state) const {
+  check_ids(ids, "step");
+  LAT_CHECK(ids.size(0) == state.batch && ids.size(1) >= 1 && state.layers.size() == blocks_.size(),
+            "HybridLM::step: ids: expected [" << state.batch << ", T >= 1] for a state of " << state.layers.size()
+                                              << " layers (model: " << blocks_.size() << "), got "
+                                              << shape_str(ids.shape()));
+  NoGradGuard no_grad;
+  Tensor h = embeddings_->forward(ids);
+  for (size_t i = 0; i < blocks_.size(); ++i) h = blocks_[i]->step(h, *state.layers[i]);
+  state.tokens += ids.size(1);
+  return head(h);
+}
+
+}  // namespace lat

@@ -1,0 +1,103 @@
+// HybridLM: the language model of lat (issue 4). Token embedding -> n_layers pre-norm
+// blocks, each a token mixer of the kind its model.layers entry names (softmax attention or
+// one of the linear-attention family) and a SwiGLU MLP, both with residuals -> final RMSNorm
+// -> LM head. Parameter names follow flash-linear-attention's models (DESIGN.md,
+// Checkpoint): embeddings.weight, layers.{i}.attn_norm.weight, layers.{i}.attn.<...>,
+// layers.{i}.mlp_norm.weight, layers.{i}.mlp.{gate_proj,up_proj,down_proj}.weight,
+// norm.weight, lm_head.weight (absent when the embeddings are tied).
+//
+// Letters: B batch, T tokens, D d_model.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "layers/embedding.h"
+#include "layers/linear.h"
+#include "layers/linear_attention_layers.h"
+#include "layers/mixer.h"
+#include "layers/module.h"
+#include "layers/rms_norm.h"
+#include "layers/swiglu.h"
+
+namespace lat {
+
+/// Sizes and options of a HybridLM (DESIGN.md model.*).
+struct HybridLMConfig {
+  int64_t vocab_size = 0;           // > 0
+  std::vector<std::string> layers;  // one mixer kind per layer (n_layers = layers.size())
+  MixerConfig mixer;                // d_model, heads and the mixer options; init stds are set by HybridLM
+  double mlp_ratio = 4.0;
+  double norm_eps = 1e-6;           // attn_norm, mlp_norm, norm and the mixers' o_norm
+  bool tie_embeddings = false;      // logits use embeddings.weight; no lm_head
+  double init_std = 0.02;           // GPT-2: every weight N(0, init_std^2) ...
+                                    // ... but o_proj and mlp.down_proj: init_std / sqrt(2 n_layers)
+};
+
+/// One pre-norm block: x + mixer(attn_norm(x)), then h + mlp(mlp_norm(h)).
+/// Children attn_norm, attn (the mixer), mlp_norm, mlp.
+class HybridBlock : public Module {
+ public:
+  HybridBlock(const std::string& kind, const MixerConfig& mixer, double mlp_ratio, double mlp_out_init_std,
+              Generator& gen);
+
+  /// x: [B, T, D] -> [B, T, D]; recorded on the tape.
+  Tensor forward(const Tensor& x) const;
+  /// Generation form: continues the sequences of `state` (made by mixer().make_state).
+  Tensor step(const Tensor& x, MixerState& state) const;
+
+  const Mixer& mixer() const { return *attn_; }
+
+ private:
+  RMSNorm* attn_norm_;
+  Mixer* attn_;
+  RMSNorm* mlp_norm_;
+  SwiGLU* mlp_;
+};
+
+/// Per-layer generation states of a HybridLM: a KV cache for each attention layer, the
+/// recurrent (and short-convolution) state for each linear layer.
+struct HybridLMState {
+  int64_t batch = 0;
+  int64_t tokens = 0;  // tokens fed so far
+  std::vector<std::unique_ptr<MixerState>> layers;
+};
+
+/// The model. Children embeddings, layers (layers.0 ... layers.{n-1}), norm, [lm_head].
+class HybridLM : public Module {
+ public:
+  /// Throws lat::Error for vocab_size < 1, no layers, an unknown mixer kind (listing the
+  /// valid ones) or sizes a mixer rejects.
+  HybridLM(const HybridLMConfig& config, Generator& gen);
+
+  /// ids: [B, T] i64 -> logits [B, T, vocab_size] f32; recorded on the tape.
+  /// Throws lat::Error on a wrong shape or dtype, or an id outside [0, vocab_size).
+  Tensor forward(const Tensor& ids) const;
+
+  /// Empty generation states (no tokens seen) for `batch` sequences.
+  HybridLMState make_states(int64_t batch) const;
+  /// Continues the sequences of `state` by ids [B, T] (T >= 1: a prompt, then one token at
+  /// a time) and returns their logits [B, T, vocab_size]. Feeding a sequence in pieces gives
+  /// the logits of forward() on the whole sequence. Not recorded on the tape. Throws
+  /// lat::Error when the batch size differs from the state's.
+  Tensor step(const Tensor& ids, HybridLMState& state) const;
+
+  const HybridLMConfig& config() const { return config_; }
+  int64_t vocab_size() const { return config_.vocab_size; }
+  int64_t n_layers() const { return static_cast<int64_t>(blocks_.size()); }
+  const HybridBlock& block(int64_t i) const { return *blocks_.at(static_cast<size_t>(i)); }
+
+ private:
+  void check_ids(const Tensor& ids, const char* where) const;
+  /// h [B, T, D] -> logits [B, T, vocab]: final norm, then lm_head or the tied embeddings.
+  Tensor head(const Tensor& h) const;
+
+  HybridLMConfig config_;
+  Embedding* embeddings_;
+  std::vector<HybridBlock*> blocks_;
+  RMSNorm* norm_;
+  Linear* lm_head_ = nullptr;
+};
+
+}  // namespace lat

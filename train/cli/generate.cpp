@@ -1,0 +1,30 @@
+// `lat generate --checkpoint CKPT [--prompt TEXT] [--max-new-tokens 200] [--temperature 0.8]
+//               [--top-k 0] [--top-p 1.0] [--seed 0]`.
+#include <iostream>
+#include <memory>
+
+#include "train/cli/command.h"
+#include "train/generate.h"
+
+namespace lat::cli {
+
+Command add_generate_command(CLI::App& app) {
+  CLI::App* sub = app.add_subcommand("generate", "Sample text from a trained model; prompt + continuation to stdout");
+  auto o = std::make_shared<GenerateOptions>();
+  sub->add_option("--checkpoint", o->checkpoint, "a checkpoint (.h5) or a run directory (its latest checkpoint)")
+      ->required();
+  sub->add_option("--prompt", o->prompt, "text to continue (default: start from a newline)");
+  sub->add_option("--max-new-tokens", o->max_new_tokens, "tokens to generate")->capture_default_str();
+  sub->add_option("--temperature", o->sampling.temperature, "softmax temperature; 0 = greedy")
+      ->capture_default_str();
+  sub->add_option("--top-k", o->sampling.top_k, "sample among the k most likely tokens; 0 = off")
+      ->capture_default_str();
+  sub->add_option("--top-p", o->sampling.top_p, "nucleus sampling mass; 1 = off")->capture_default_str();
+  sub->add_option("--seed", o->seed, "random seed of the sampler")->capture_default_str();
+  return {sub, [o] {
+            generate(*o, std::cout);
+            return 0;
+          }};
+}
+
+}  // namespace lat::cli

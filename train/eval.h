@@ -1,0 +1,45 @@
+// Validation loss of a HybridLM: on a few random val batches (periodic evals during
+// training) or on the whole val split (the end of a run, `lat eval`).
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "data/loader.h"
+#include "layers/hybrid_lm.h"
+
+namespace lat {
+
+/// A token-weighted mean loss and the number of targets it covers.
+struct EvalResult {
+  double loss = 0.0;    // mean cross-entropy per target, nats
+  int64_t tokens = 0;   // targets scored
+  /// Bits per token (per character with the char tokenizer): loss / ln 2.
+  double bpc() const;
+};
+
+/// The summed cross-entropy (nats) of `batch` under `model` (no tape), on `device`.
+double batch_loss_sum(const HybridLM& model, const Batch& batch, Device device);
+
+/// Mean loss over val batches 0 .. batches-1 of `loader` (BatchLoader::eval_batch: the same
+/// windows at every eval), `batch_size` rows each. Throws lat::Error when batches < 1.
+EvalResult evaluate_val_batches(const HybridLM& model, const BatchLoader& loader, int64_t batches,
+                                int64_t batch_size, Device device);
+
+/// Mean loss over the whole val split of `dataset`, cut into consecutive block_size windows
+/// (SequentialEval): every val token after the first is a target exactly once.
+EvalResult evaluate_val_split(const HybridLM& model, const Dataset& dataset, int64_t batch_size, Device device);
+
+/// What `lat eval` reports.
+struct CheckpointEval {
+  std::string checkpoint;  // the file read
+  int64_t step = 0;
+  std::string data_path;
+  EvalResult result;
+};
+
+/// `lat eval`: the loss of a checkpoint (.h5 or run directory) on the whole val split of its
+/// data (data.path, or `data_path` when not empty; split and block size from its config; text
+/// encoded with the checkpoint's tokenizer), on the CPU with train.threads threads.
+CheckpointEval evaluate_checkpoint(const std::string& checkpoint, const std::string& data_path = "");
+
+}  // namespace lat

@@ -1,0 +1,39 @@
+// metrics.jsonl (DESIGN.md, "The command line and the files a run writes"): one JSON object
+// per line, appended and flushed record by record, keys in the documented order.
+#pragma once
+#include <cstdint>
+#include <fstream>
+#include <string>
+
+namespace lat {
+
+/// A training log record: {"step", "loss", "lr", "grad_norm", "tokens_seen", "tokens_per_s", "time_s"}.
+struct LogRecord {
+  int64_t step = 0;         // completed optimizer steps
+  double loss = 0.0;        // token-weighted mean training loss of this step
+  double lr = 0.0;          // learning rate of this step
+  double grad_norm = 0.0;   // global norm before clipping (null in JSON when not finite)
+  int64_t tokens_seen = 0;  // training targets so far, over the whole run (resumes included)
+  double tokens_per_s = 0;  // since the previous log record of this process
+  double time_s = 0;        // wall time since this process started training
+};
+
+/// Appends records to a metrics.jsonl file.
+class MetricsWriter {
+ public:
+  /// Opens `path` for appending (creating it). Throws lat::Error naming it when it cannot.
+  explicit MetricsWriter(const std::string& path);
+
+  void log(const LogRecord& r);
+  /// {"step", "val_loss", "val_bpc"}, val_bpc = val_loss / ln 2 (bits per token: per
+  /// character for the char tokenizer).
+  void eval(int64_t step, double val_loss);
+
+ private:
+  void write_line(const std::string& line);
+
+  std::string path_;
+  std::ofstream out_;
+};
+
+}  // namespace lat

@@ -1,0 +1,82 @@
+// TrainOptimizer, the optimizer side (see train_optimizer.h for why it is split).
+#include "train/train_optimizer.h"
+
+#include "optim/adamw.h"
+#include "optim/clip.h"
+#include "optim/sgd.h"
+#include "train/config.h"
+
+namespace lat {
+namespace {
+
+std::vector<NamedParameter> as_named_parameters(const std::vector<NamedTensor>& params) {
+  std::vector<NamedParameter> out;
+  out.reserve(params.size());
+  for (const auto& [name, tensor] : params) out.push_back({name, tensor});
+  return out;
+}
+
+}  // namespace
+
+TrainOptimizer::TrainOptimizer(const TrainConfig& train, const std::vector<NamedTensor>& params) {
+  if (train.optimizer == "adamw") {
+    AdamWOptions o;
+    o.beta1 = train.betas[0];
+    o.beta2 = train.betas[1];
+    o.eps = train.eps;
+    o.weight_decay = train.weight_decay;
+    optimizer_ = std::make_unique<AdamW>(as_named_parameters(params), o);
+  } else {
+    LAT_CHECK(train.optimizer == "sgd",
+              "TrainOptimizer: train.optimizer: expected adamw or sgd, got '" << train.optimizer << "'");
+    SgdOptions o;
+    o.momentum = train.momentum;
+    o.weight_decay = train.weight_decay;
+    optimizer_ = std::make_unique<Sgd>(as_named_parameters(params), o);
+  }
+}
+
+TrainOptimizer::~TrainOptimizer() = default;
+
+GradNorm TrainOptimizer::clip_grad_norm(double max_norm) {
+  ClipResult r = lat::clip_grad_norm(optimizer_->parameters(), max_norm);
+  return {r.norm, r.finite};
+}
+
+void TrainOptimizer::step(double lr) {
+  optimizer_->step(lr);
+  optimizer_->zero_grad();
+}
+
+void TrainOptimizer::zero_grad() { optimizer_->zero_grad(); }
+
+int64_t TrainOptimizer::step_count() const { return optimizer_->step_count(); }
+
+std::string TrainOptimizer::type() const { return optimizer_->type(); }
+
+std::string TrainOptimizer::describe_groups() const { return optimizer_->describe_groups(); }
+
+OptimizerSnapshot TrainOptimizer::snapshot() const {
+  OptimizerSnapshot s;
+  s.type = optimizer_->type();
+  s.step = optimizer_->step_count();
+  const OptimizerState state = optimizer_->export_state();
+  for (const NamedParameter& p : optimizer_->parameters()) {
+    auto it = state.find(p.name);
+    if (it == state.end()) continue;
+    std::vector<std::pair<std::string, Tensor>> buffers(it->second.begin(), it->second.end());
+    s.params.emplace_back(p.name, std::move(buffers));
+  }
+  return s;
+}
+
+void TrainOptimizer::restore(const OptimizerSnapshot& snapshot) {
+  LAT_CHECK(snapshot.type == optimizer_->type(), "TrainOptimizer::restore: expected " << optimizer_->type()
+                                                     << " state, got '" << snapshot.type << "'");
+  OptimizerState state;
+  for (const auto& [name, buffers] : snapshot.params)
+    for (const auto& [buffer, tensor] : buffers) state[name][buffer] = tensor;
+  optimizer_->import_state(state, snapshot.step);
+}
+
+}  // namespace lat

@@ -1,0 +1,381 @@
+// The training loop: start or resume, steps with gradient accumulation, logs, evals,
+// checkpoints, graceful stop.
+#include "train/trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+
+#include "data/dataset.h"
+#include "data/loader.h"
+#include "lat/ops.h"
+#include "lat/tape.h"
+#include "optim/schedule.h"
+#include "train/checkpoint.h"
+#include "train/eval.h"
+#include "train/metrics.h"
+#include "train/model.h"
+#include "train/progress.h"
+#include "train/signals.h"
+#include "train/train_optimizer.h"
+
+namespace fs = std::filesystem;
+
+namespace lat {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+std::string join(const std::vector<std::string>& items, const char* sep) {
+  std::string out;
+  for (const std::string& s : items) out += (out.empty() ? "" : sep) + s;
+  return out;
+}
+
+std::string fixed(double value, int digits) {
+  std::ostringstream os;
+  os.setf(std::ios::fixed);
+  os.precision(digits);
+  os << value;
+  return os.str();
+}
+
+// config.yaml through a temporary file and a rename, like the other run files.
+void write_text_atomically(const fs::path& path, const std::string& text) {
+  const fs::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << text;
+    out.flush();
+    LAT_CHECK(out.good(), "train: cannot write '" << tmp.string() << "'");
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  LAT_CHECK(!ec, "train: cannot rename '" << tmp.string() << "' to '" << path.string() << "': " << ec.message());
+}
+
+// The loader counters saved in /data: the step is the data position (the loader is a pure
+// function of (seed, step, micro-batch, row)); the rest records what that position means.
+DataState data_state(const TrainConfig& train, int64_t step) {
+  DataState d;
+  d.counters = {{"step", step}, {"seed", train.seed}, {"batch_size", train.batch_size},
+                {"grad_accum", train.grad_accum}};
+  d.state = BatchLoader::sampler();
+  return d;
+}
+
+class Run {
+ public:
+  Run(const Config& config, const TrainOptions& options)
+      : config_(config),
+        train_(config_.train),
+        progress_(options.live_progress ? ProgressLine(options.log, *options.live_progress)
+                                        : ProgressLine(options.log)),
+        out_dir_(train_.out_dir),
+        gen_(static_cast<uint64_t>(train_.seed)) {}
+
+  TrainSummary run();
+
+ private:
+  void check_supported();
+  std::optional<std::string> resume_source();
+  void prepare(const std::optional<std::string>& resume_path);
+  double train_step(int64_t step, double lr, GradNorm& norm);
+  void periodic_eval(int64_t step);
+  void final_eval();
+  void save(int64_t step);
+  void log(const std::string& text) { progress_.message(text); }
+
+  Config config_;
+  const TrainConfig& train_;
+  ProgressLine progress_;
+  fs::path out_dir_;
+  Generator gen_;
+  Device device_ = Device::cpu();
+  LrSchedule schedule_;
+  std::optional<LoadedData> data_;
+  std::unique_ptr<BatchLoader> loader_;
+  std::unique_ptr<HybridLM> model_;
+  std::unique_ptr<TrainOptimizer> optimizer_;
+  std::unique_ptr<MetricsWriter> metrics_;
+  TrainSummary summary_;
+  int64_t step_ = 0;
+  int64_t tokens_seen_ = 0;
+  double val_loss_ = std::numeric_limits<double>::quiet_NaN();
+  double best_val_loss_ = std::numeric_limits<double>::quiet_NaN();
+  int64_t saved_step_ = -1;  // step of the last checkpoint this process wrote
+};
+
+void Run::check_supported() {
+  if (!config_.init_from.empty() || !config_.freeze.empty() || !config_.lr_mult.empty())
+    throw ConfigError("init_from, freeze, lr_mult: fine-tuning is not implemented in this trainer yet");
+  device_ = parse_device(train_.device);
+}
+
+// The checkpoint to continue from, if any (train.resume).
+std::optional<std::string> Run::resume_source() {
+  const std::string& resume = train_.resume;
+  if (resume != "auto" && resume != "never") return resolve_checkpoint(resume);
+  std::error_code ec;
+  if (!fs::is_directory(out_dir_, ec)) return std::nullopt;
+  std::optional<std::string> latest = find_latest_checkpoint(out_dir_.string());
+  if (resume == "auto" || !latest) return latest;
+  throw ConfigError("train.resume: never, but train.out_dir '" + out_dir_.string() + "' already holds " +
+                    fs::path(*latest).filename().string() +
+                    ": remove its checkpoints, choose another train.out_dir, or resume with train.resume: auto");
+}
+
+void Run::prepare(const std::optional<std::string>& resume_path) {
+  // Read everything that can fail before any file of out_dir is touched: a bad checkpoint
+  // stays as it is, for the user to inspect.
+  std::optional<Checkpoint> ckpt;
+  std::optional<Tokenizer> tokenizer;
+  if (resume_path) {
+    ckpt = load_checkpoint(*resume_path);
+    const Config saved = parse_config(ckpt->config_yaml, *resume_path);
+    const std::vector<std::string> keys = resume_incompatible_keys(saved, config_);
+    if (!keys.empty())
+      throw ConfigError("resume: " + *resume_path + " was trained with another config; these keys may not change " +
+                        "on resume: " + join(keys, ", ") +
+                        " (restore them, or start a new run with another train.out_dir)");
+    if (ckpt->tokenizer_type == "char")
+      tokenizer = Tokenizer::char_from_vocab(ckpt->tokenizer_vocab);
+    else if (ckpt->tokenizer_type == "byte")
+      tokenizer = Tokenizer::byte();
+  }
+
+  DataOptions data_options;
+  data_options.path = config_.data.path;
+  data_options.format = config_.data.format;
+  data_options.tokenizer = config_.data.tokenizer;
+  data_options.bin_dtype = config_.data.bin_dtype;
+  data_options.h5_dataset = config_.data.h5_dataset;
+  data_options.block_size = config_.data.block_size;
+  data_options.val_fraction = config_.data.val_fraction;
+  data_options.vocab_size = config_.model.vocab_size;
+  data_.emplace(load_data(data_options, tokenizer));
+  const Dataset& dataset = data_->dataset;
+  const int64_t vocab_size = config_.model.vocab_size > 0 ? config_.model.vocab_size
+                             : data_->tokenizer        ? data_->tokenizer->vocab_size()
+                                                       : int64_t{dataset.max_id()} + 1;
+  loader_ = std::make_unique<BatchLoader>(dataset, static_cast<uint64_t>(train_.seed));
+
+  model_ = std::make_unique<HybridLM>(hybrid_lm_config(config_.model, vocab_size), gen_);
+  optimizer_ = std::make_unique<TrainOptimizer>(train_, model_->named_parameters());
+  schedule_ = LrSchedule{train_.schedule, train_.lr, train_.min_lr, train_.warmup, train_.max_steps};
+  schedule_.validate();
+
+  if (ckpt) {
+    load_weights(*model_, ckpt->model, *resume_path);
+    if (ckpt->optimizer.type == optimizer_->type())
+      optimizer_->load_from(*ckpt, *resume_path);
+    else
+      log("warning: " + *resume_path + " holds " + (ckpt->optimizer.type.empty() ? "no" : ckpt->optimizer.type) +
+          " optimizer state; " + optimizer_->type() + " starts from fresh state");
+    if (!ckpt->rng_state.empty()) gen_.set_state(ckpt->rng_state);
+    if (ckpt->data.state != BatchLoader::sampler())
+      log("warning: " + *resume_path + " was written with data sampler '" + ckpt->data.state + "', this lat uses '" +
+          BatchLoader::sampler() + "': the batches after the resume differ from an uninterrupted run");
+    step_ = ckpt->step;
+    tokens_seen_ = ckpt->tokens_seen;
+    val_loss_ = ckpt->val_loss;
+    best_val_loss_ = ckpt->best_val_loss;
+  }
+  move_parameters(*model_, device_);
+  summary_.start_step = step_;
+
+  fs::create_directories(out_dir_);
+  for (const std::string& name : clean_stale_tmp(out_dir_.string())) log("removed stale " + name);
+  const fs::path metrics_path = out_dir_ / "metrics.jsonl";
+  const int64_t dropped = truncate_metrics(metrics_path.string(), step_);
+  if (dropped > 0) log("metrics.jsonl: dropped " + std::to_string(dropped) + " records after step " + std::to_string(step_));
+  write_text_atomically(out_dir_ / "config.yaml", to_yaml(config_));
+  metrics_ = std::make_unique<MetricsWriter>(metrics_path.string());
+
+  const int64_t n_train = dataset.split_size(Split::train), n_val = dataset.split_size(Split::val);
+  log("lat train: " + (resume_path ? "resuming from " + *resume_path + " at step " + std::to_string(step_)
+                                   : std::string("fresh run")) +
+      ", out_dir " + out_dir_.string());
+  log("data: " + config_.data.path + " (" + data_->format +
+      (data_->tokenizer ? ", " + data_->tokenizer->type() + " tokenizer" : std::string()) + ", vocab " +
+      std::to_string(vocab_size) + "): " + std::to_string(n_train) + " train / " + std::to_string(n_val) +
+      " val tokens, block " + std::to_string(config_.data.block_size));
+  log("model: " + std::to_string(model_->n_layers()) + " layers (" + join(model_->config().layers, ",") +
+      "), d_model " + std::to_string(config_.model.d_model) + ", " + std::to_string(config_.model.n_heads) +
+      " heads: " + fixed(static_cast<double>(model_->num_parameters()) / 1e6, 3) + "M parameters");
+  log("optimizer: " + optimizer_->type() + ", lr " + fixed(train_.lr, 6) + " (" + train_.schedule + ", warmup " +
+      std::to_string(train_.warmup) + ", min " + fixed(train_.min_lr, 6) + "), batch " +
+      std::to_string(train_.batch_size) + " x " + std::to_string(train_.grad_accum) + " x " +
+      std::to_string(config_.data.block_size) + " tokens, " + std::to_string(get_num_threads()) + " threads, " +
+      device_.str());
+  std::istringstream groups(optimizer_->describe_groups());
+  for (std::string line; std::getline(groups, line);) log("  " + line);
+}
+
+// One optimizer step: forward/backward over the micro-batches, clipping, update. Returns
+// the step's token-weighted mean loss; `norm` receives the gradient norm.
+double Run::train_step(int64_t step, double lr, GradNorm& norm) {
+  std::vector<Batch> micro;
+  int64_t tokens = 0;
+  for (int64_t m = 0; m < train_.grad_accum; ++m) {
+    micro.push_back(loader_->train_batch(step, m, train_.batch_size));
+    tokens += micro.back().tokens;
+  }
+  double loss = 0.0;
+  for (const Batch& b : micro) {
+    Tensor logits = model_->forward(b.inputs.to(device_));
+    Tensor ce = cross_entropy(logits.reshape({-1, logits.size(-1)}), b.targets.to(device_).reshape({-1}), kIgnoreIndex);
+    // Each micro-batch's mean weighted by its share of the step's targets: the gradients
+    // sum to those of the mean over all the step's tokens.
+    const double weight = static_cast<double>(b.tokens) / static_cast<double>(tokens);
+    loss += ce.item() * weight;
+    backward(weight == 1.0 ? ce : ce * weight);
+  }
+  if (!std::isfinite(loss)) {
+    optimizer_->zero_grad();
+    throw Error("train: step " + std::to_string(step) + ": the training loss is " + (std::isnan(loss) ? "nan" : "inf") +
+                "; stopping. " +
+                (saved_step_ >= 0 || summary_.start_step > 0
+                     ? "The last good checkpoint is kept: " +
+                           (out_dir_ / checkpoint_file_name(std::max(saved_step_, summary_.start_step))).string()
+                     : std::string("No checkpoint was written yet.")) +
+                " Try a lower train.lr or train.grad_clip.");
+  }
+  norm = optimizer_->clip_grad_norm(train_.grad_clip);
+  if (!norm.finite) {
+    log("warning: step " + std::to_string(step) + ": gradient norm is " + std::to_string(norm.norm) +
+        "; step skipped (" + std::to_string(++summary_.skipped_steps) + " so far)");
+    optimizer_->zero_grad();
+  } else {
+    optimizer_->step(lr);
+  }
+  tokens_seen_ += tokens;
+  return loss;
+}
+
+void Run::periodic_eval(int64_t step) {
+  EvalResult r = evaluate_val_batches(*model_, *loader_, train_.eval_batches, train_.batch_size, device_);
+  val_loss_ = r.loss;
+  best_val_loss_ = std::isnan(best_val_loss_) ? r.loss : std::min(best_val_loss_, r.loss);
+  metrics_->eval(step, r.loss);
+  log("step " + std::to_string(step) + ": val loss " + fixed(r.loss, 4) + " (" + fixed(r.bpc(), 4) + " bpc, " +
+      std::to_string(train_.eval_batches) + " batches)");
+}
+
+void Run::final_eval() {
+  const auto t0 = Clock::now();
+  EvalResult r = evaluate_val_split(*model_, data_->dataset, train_.batch_size, device_);
+  val_loss_ = r.loss;
+  best_val_loss_ = std::isnan(best_val_loss_) ? r.loss : std::min(best_val_loss_, r.loss);
+  summary_.val_loss = r.loss;
+  metrics_->eval(step_, r.loss);
+  log("step " + std::to_string(step_) + ": val loss " + fixed(r.loss, 4) + " (" + fixed(r.bpc(), 4) +
+      " bpc) on the whole val split (" + std::to_string(r.tokens) + " tokens, " + fixed(seconds_since(t0), 1) + " s)");
+}
+
+void Run::save(int64_t step) {
+  Checkpoint c;
+  c.step = step;
+  c.tokens_seen = tokens_seen_;
+  c.val_loss = val_loss_;
+  c.best_val_loss = best_val_loss_;
+  c.world_size = 1;
+  c.config_yaml = to_yaml(config_);
+  if (data_->tokenizer) {
+    c.tokenizer_type = data_->tokenizer->type();
+    if (c.tokenizer_type == "char") c.tokenizer_vocab = data_->tokenizer->vocab_string();
+  } else {
+    c.tokenizer_type = "none";  // bin/h5 token ids: no tokenizer to save
+  }
+  for (auto& [name, tensor] : model_->named_parameters()) c.model.emplace_back(name, tensor);
+  optimizer_->save_to(c);
+  c.rng_state = gen_.state();
+  c.data = data_state(train_, step);
+  const std::string name = checkpoint_file_name(step);
+  save_checkpoint((out_dir_ / name).string(), c);
+  write_latest(out_dir_.string(), name);
+  prune_checkpoints(out_dir_.string(), train_.keep_last);
+  saved_step_ = step;
+  summary_.checkpoint = (out_dir_ / name).string();
+}
+
+TrainSummary Run::run() {
+  check_supported();
+  set_num_threads(static_cast<int>(train_.threads));
+  prepare(resume_source());
+
+  const int64_t end = train_.stop_at > 0 ? std::min(train_.stop_at, train_.max_steps) : train_.max_steps;
+  if (step_ >= end) {
+    log("nothing to do: the checkpoint is at step " + std::to_string(step_) + ", the run ends at step " +
+        std::to_string(end) + (train_.stop_at > 0 ? " (train.stop_at)" : " (train.max_steps)"));
+    summary_.step = step_;
+    summary_.end_reason = "nothing to do";
+    return summary_;
+  }
+
+  StopSignalScope signals;
+  const auto start = Clock::now();
+  const int64_t first_step = step_ + 1;
+  double window_seconds = 0.0, train_seconds = 0.0;  // time in train_step: since the last log, in total
+  int64_t window_tokens = 0;
+  int stopped_by = 0;
+  while (step_ < end) {
+    const int64_t step = step_ + 1;
+    const double lr = schedule_.at(step);
+    const int64_t tokens_before = tokens_seen_;
+    const auto t0 = Clock::now();
+    GradNorm norm;
+    const double loss = train_step(step, lr, norm);
+    const double dt = seconds_since(t0);
+    step_ = step;
+    window_seconds += dt;
+    train_seconds += dt;
+    window_tokens += tokens_seen_ - tokens_before;
+
+    const bool log_step = step % train_.log_every == 0;
+    const double tokens_per_s = window_seconds > 0 ? static_cast<double>(window_tokens) / window_seconds : 0.0;
+    if (log_step) {
+      metrics_->log({step, loss, lr, norm.norm, tokens_seen_, tokens_per_s, seconds_since(start)});
+      window_seconds = 0.0;
+      window_tokens = 0;
+    }
+    const double eta = train_seconds / static_cast<double>(step - first_step + 1) * static_cast<double>(end - step);
+    progress_.update({step, train_.max_steps, loss, lr, norm.norm, tokens_per_s, eta}, log_step);
+
+    if (train_.eval_every > 0 && step % train_.eval_every == 0 && step != train_.max_steps) periodic_eval(step);
+    stopped_by = stop_signal();
+    if (train_.ckpt_every > 0 && step % train_.ckpt_every == 0 && step != end && stopped_by == 0) save(step);
+    if (stopped_by != 0) break;
+  }
+  progress_.finish();
+
+  if (step_ == train_.max_steps) final_eval();
+  if (saved_step_ != step_) save(step_);
+  summary_.step = step_;
+  summary_.end_reason = stopped_by == SIGINT    ? "SIGINT"
+                        : stopped_by == SIGTERM ? "SIGTERM"
+                        : step_ == train_.max_steps ? "max_steps"
+                                                    : "stop_at";
+  const std::string how = stopped_by != 0 ? "stopped by " + summary_.end_reason + " after step "
+                                          : "finished at step ";
+  log(how + std::to_string(step_) + " in " + format_duration(seconds_since(start)) + "; checkpoint " +
+      summary_.checkpoint + (step_ < train_.max_steps ? " (run the same command to resume)" : ""));
+  if (summary_.skipped_steps > 0)
+    log("warning: " + std::to_string(summary_.skipped_steps) + " steps were skipped for a non-finite gradient norm");
+  return summary_;
+}
+
+}  // namespace
+
+TrainSummary train(const Config& config, const TrainOptions& options) {
+  Run run(config, options);
+  return run.run();
+}
+
+}  // namespace lat

@@ -1,0 +1,51 @@
+// `lat train`: the training loop of issue 4 (DESIGN.md "The command line and the files a run
+// writes", "Checkpoint", "Config").
+//
+// A run: resolve where to start (train.resume: auto = the newest checkpoint of out_dir,
+// never, or a path), load the data and build the model, then per optimizer step s = 1, 2, ...:
+// grad_accum micro-batches of batch_size windows (a pure function of (seed, s, micro), so the
+// step is the data position), the loss being the token-weighted mean over the whole step;
+// global-norm clipping (a non-finite norm skips the step with a warning); one AdamW/SGD update
+// at lr = schedule(s). Every log_every steps a metrics.jsonl record and a progress line;
+// every eval_every steps the loss on eval_batches random val batches; every ckpt_every steps a
+// checkpoint (keep_last pruning, `latest`). At max_steps the loss on the whole val split, then
+// a final checkpoint; a checkpoint is also written when the run ends at train.stop_at or on
+// SIGINT/SIGTERM (the step in progress is finished first; the process then exits 0).
+#pragma once
+#include <cstdint>
+#include <cstdio>
+#include <limits>
+#include <optional>
+#include <string>
+
+#include "train/config.h"
+
+namespace lat {
+
+/// Where progress and log messages go.
+struct TrainOptions {
+  std::FILE* log = stderr;
+  /// Rewrite one progress line in place; default: when `log` is a terminal.
+  std::optional<bool> live_progress;
+};
+
+/// How a run ended.
+struct TrainSummary {
+  int64_t start_step = 0;      // the checkpoint step it resumed from (0: a fresh run)
+  int64_t step = 0;            // completed optimizer steps at the end
+  std::string end_reason;      // "max_steps", "stop_at", "SIGINT", "SIGTERM", or "nothing to do"
+  int64_t skipped_steps = 0;   // steps skipped in this process for a non-finite gradient norm
+  double val_loss = std::numeric_limits<double>::quiet_NaN();  // whole val split at max_steps; NaN otherwise
+  std::string checkpoint;      // the last checkpoint written, empty when none
+};
+
+/// Trains as `config` says (a config from load_config: validated and resolved).
+/// Throws ConfigError (CLI exit 2) for a config that cannot run here: resuming with keys that
+/// may not change (listed), train.resume never with checkpoints in out_dir, CUDA in a build
+/// without it, or fine-tuning keys (init_from, freeze, lr_mult: not implemented yet).
+/// Throws lat::Error (exit 1) when a checkpoint cannot be read (naming the file, which is
+/// left untouched), data is bad, or the training loss is not finite (naming the step; the
+/// last good checkpoint is kept).
+TrainSummary train(const Config& config, const TrainOptions& options = {});
+
+}  // namespace lat
