@@ -4,8 +4,15 @@
 // the sgemm peak (GFLOP/s of one 2048^3 lat::cpu::gemm_batched, measured here); also
 // the fused_recurrent form at the same shapes.
 //
+// By default the benchmark raises glibc's mmap threshold to 1 GiB (mallopt), so freed
+// tensors of more than 32 MiB (T = 8192) are reused instead of being returned to the OS
+// and faulted in again, zero-filled, at the next allocation; --default-malloc keeps
+// glibc's defaults (then T = 8192 also measures page faults of lat's tensor storage).
+//
 //   bench_linear_attention [--op linear_attn|simple_gla|delta_rule|gated_delta_rule]...
-//                          [--T N]... [--reps N] [--no-recurrent]
+//                          [--T N]... [--reps N] [--no-recurrent] [--default-malloc]
+#include <malloc.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -126,6 +133,7 @@ int main(int argc, char** argv) {
   std::vector<int64_t> lengths;
   int reps = 7;
   bool recurrent = true;
+  bool tune_malloc = true;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--op" && i + 1 < argc) {
@@ -136,10 +144,12 @@ int main(int argc, char** argv) {
       reps = std::max(1, std::stoi(argv[++i]));
     } else if (arg == "--no-recurrent") {
       recurrent = false;
+    } else if (arg == "--default-malloc") {
+      tune_malloc = false;
     } else {
       std::fprintf(stderr,
                    "usage: %s [--op linear_attn|simple_gla|delta_rule|gated_delta_rule]... [--T N]... [--reps N] "
-                   "[--no-recurrent]\n",
+                   "[--no-recurrent] [--default-malloc]\n",
                    argv[0]);
       return 2;
     }
@@ -152,9 +162,14 @@ int main(int argc, char** argv) {
       return 2;
     }
 
+  if (tune_malloc) {
+    mallopt(M_MMAP_THRESHOLD, 1 << 30);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  }
   double peak = sgemm_peak_gflops();
-  std::printf("threads %d, sgemm 2048^3 peak %.1f GFLOP/s; B=%lld H=%lld K=%lld V=%lld C=%lld, forward+backward\n",
-              lat::get_num_threads(), peak, static_cast<long long>(kB), static_cast<long long>(kH),
+  std::printf("threads %d, sgemm 2048^3 peak %.1f GFLOP/s, malloc %s; B=%lld H=%lld K=%lld V=%lld C=%lld, "
+              "forward+backward\n",
+              lat::get_num_threads(), peak, tune_malloc ? "mmap threshold 1 GiB" : "glibc defaults", static_cast<long long>(kB), static_cast<long long>(kH),
               static_cast<long long>(kK), static_cast<long long>(kV), static_cast<long long>(kC));
   std::printf("%-17s %6s %10s %9s %8s %12s %14s %8s\n", "op", "T", "chunk ms", "GFLOP/s", "of peak", "us/token",
               "recurrent ms", "speedup");
