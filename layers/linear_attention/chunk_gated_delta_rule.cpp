@@ -3,6 +3,8 @@
 // backward. chunk_delta_rule.cpp calls the same op with g undefined.
 #include "layers/linear_attention/chunk_gated_delta_rule.h"
 
+#include <memory>
+
 #include "layers/linear_attention/chunk_cuda_ops.h"
 #include "layers/linear_attention/common.h"
 #include "layers/linear_attention/qk_l2norm.h"
@@ -11,21 +13,26 @@
 namespace lat::linear_attention {
 namespace {
 
-// [B, T, H, D] (D = 1 for [B, T, H]) -> a new [B*H, NT*C, D] tensor, zero padded.
-Tensor chunked(const Tensor& x, const Dims& d, int64_t D, int64_t C) {
-  Tensor out = Tensor::empty({d.B * d.H, num_chunks(d.T, C) * C, D});
-  to_chunked(x.data<float>(), d.B, d.T, d.H, D, C, out.data<float>());
+// The op's inputs in the per-head chunked layout (workspace buffers, so repeated calls do
+// not fault in fresh pages), q and k normalized when asked for, with their rstd. Forward
+// fills it; the tape node keeps it for the backward.
+struct ChunkedInputs {
+  AlignedBuffer q, k, v, g, beta, q_rstd, k_rstd;
+};
+
+// [B, T, H, D] (D = 1 for [B, T, H]) -> [B*H, NT*C, D], zero padded.
+AlignedBuffer chunked(const float* x, const Dims& d, int64_t D, int64_t C) {
+  AlignedBuffer out(d.B * d.H * num_chunks(d.T, C) * C * D);
+  to_chunked(x, d.B, d.T, d.H, D, C, out.data());
   return out;
 }
 
 // The inverse: [B*H, NT*C, D] -> a new tensor of `shape` ([B, T, H, D] or [B, T, H]).
-Tensor unchunked(const Tensor& x, const Dims& d, int64_t D, int64_t C, const Shape& shape) {
+Tensor unchunked(const AlignedBuffer& x, const Dims& d, int64_t D, int64_t C, const Shape& shape) {
   Tensor out = Tensor::empty(shape);
-  from_chunked(x.data<float>(), d.B, d.T, d.H, D, C, out.data<float>());
+  from_chunked(x.data(), d.B, d.T, d.H, D, C, out.data<float>());
   return out;
 }
-
-const float* data_or_null(const Tensor& t) { return t.defined() ? t.data<float>() : nullptr; }
 
 }  // namespace
 
@@ -41,60 +48,58 @@ LinearAttentionOutput gated_delta_rule_chunk_op(const char* op, const Tensor& q,
   if (q.device().is_cuda())
     return gated_delta_rule_cuda(op, q, k, v, g, beta, resolve_scale(scale, d.K), initial_state, output_final_state,
                                  use_qk_l2norm_in_kernel, chunk_size);
-  LAT_CHECK(q.device().is_cpu(), op << ": q: expected a CPU tensor (no device kernel for this op), got "
-                                    << q.device().str());
+  check_cpu(op, q);
 
-  const int64_t C = chunk_size, BH = d.B * d.H, rows = BH * num_chunks(d.T, C) * C;
-  Tensor qc = chunked(q, d, d.K, C), kc = chunked(k, d, d.K, C), vc = chunked(v, d, d.V, C);
-  Tensor gc = g.defined() ? chunked(g, d, 1, C) : Tensor();
-  Tensor bc = chunked(beta, d, 1, C);
-  Tensor q_rstd, k_rstd;
+  const int64_t C = chunk_size, BH = d.B * d.H, NT = num_chunks(d.T, C), rows = BH * NT * C;
+  auto in = std::make_shared<ChunkedInputs>();
+  in->q = chunked(q.data<float>(), d, d.K, C);
+  in->k = chunked(k.data<float>(), d, d.K, C);
+  in->v = chunked(v.data<float>(), d, d.V, C);
+  if (g.defined()) in->g = chunked(g.data<float>(), d, 1, C);
+  in->beta = chunked(beta.data<float>(), d, 1, C);
   if (use_qk_l2norm_in_kernel) {
-    q_rstd = Tensor::empty({rows});
-    k_rstd = Tensor::empty({rows});
-    l2norm_rows_forward(qc.data<float>(), rows, d.K, q_rstd.data<float>());
-    l2norm_rows_forward(kc.data<float>(), rows, d.K, k_rstd.data<float>());
+    in->q_rstd = AlignedBuffer(rows);
+    in->k_rstd = AlignedBuffer(rows);
+    l2norm_rows_forward(in->q.data(), rows, d.K, in->q_rstd.data());
+    l2norm_rows_forward(in->k.data(), rows, d.K, in->k_rstd.data());
   }
 
   GatedDeltaRuleChunkParams p;
-  p.BH = BH, p.T = d.T, p.NT = num_chunks(d.T, C), p.C = C, p.K = d.K, p.V = d.V;
+  p.BH = BH, p.T = d.T, p.NT = NT, p.C = C, p.K = d.K, p.V = d.V;
   p.scale = resolve_scale(scale, d.K);
-  p.q = qc.data<float>(), p.k = kc.data<float>(), p.v = vc.data<float>();
-  p.g = data_or_null(gc), p.beta = bc.data<float>(), p.h0 = data_or_null(initial_state);
+  p.q = in->q.data(), p.k = in->k.data(), p.v = in->v.data();
+  p.g = g.defined() ? in->g.data() : nullptr, p.beta = in->beta.data();
+  p.h0 = initial_state.defined() ? initial_state.data<float>() : nullptr;
 
-  Tensor oc = Tensor::empty({BH, p.NT * C, d.V});
+  AlignedBuffer oc(rows * d.V);
   Tensor final_state = output_final_state ? Tensor::empty({d.B, d.H, d.K, d.V}) : Tensor();
-  gated_delta_rule_chunk_forward_cpu(p, oc.data<float>(), output_final_state ? final_state.data<float>() : nullptr);
+  gated_delta_rule_chunk_forward_cpu(p, oc.data(), output_final_state ? final_state.data<float>() : nullptr);
   Tensor o = unchunked(oc, d, d.V, C, {d.B, d.T, d.H, d.V});
 
   if (needs_grad({&q, &k, &v, &g, &beta, &initial_state})) {
     std::vector<Tensor> outputs{o};
     if (output_final_state) outputs.push_back(final_state);
-    // p points into the chunked copies (and initial_state); the closure keeps them alive.
-    auto backward_fn = [p, d, C, qc, kc, vc, gc, bc, q_rstd, k_rstd, initial_state](
-                           const std::vector<Tensor>& grad_outputs) {
-      Tensor doc = chunked(grad_outputs[0], d, d.V, C);
+    // p points into `in` and initial_state: the closure keeps `in`, the node its inputs.
+    auto backward_fn = [p, d, rows, in, l2 = use_qk_l2norm_in_kernel](const std::vector<Tensor>& grad_outputs) {
+      const int64_t C = p.C;
+      AlignedBuffer d_o = chunked(grad_outputs[0].data<float>(), d, d.V, C);
       const float* dht = grad_outputs.size() > 1 ? grad_outputs[1].data<float>() : nullptr;
-      Tensor dqc = Tensor::empty(qc.shape()), dkc = Tensor::empty(kc.shape()), dvc = Tensor::empty(vc.shape());
-      Tensor dbc = Tensor::empty(bc.shape());
-      Tensor dgc = gc.defined() ? Tensor::empty(gc.shape()) : Tensor();
-      Tensor dh0 = initial_state.defined() ? Tensor::empty(initial_state.shape()) : Tensor();
+      AlignedBuffer dq(rows * d.K), dk(rows * d.K), dv(rows * d.V), dg(p.g ? rows : 0), dbeta(rows);
+      Tensor dh0 = p.h0 ? Tensor::empty({d.B, d.H, d.K, d.V}) : Tensor();
       GatedDeltaRuleChunkGrads out;
-      out.dq = dqc.data<float>(), out.dk = dkc.data<float>(), out.dv = dvc.data<float>();
-      out.dg = gc.defined() ? dgc.data<float>() : nullptr;
-      out.dbeta = dbc.data<float>();
-      out.dh0 = initial_state.defined() ? dh0.data<float>() : nullptr;
-      gated_delta_rule_chunk_backward_cpu(p, doc.data<float>(), dht, out);
-      if (q_rstd.defined()) {
-        const int64_t rows = q_rstd.numel();
-        l2norm_rows_backward(qc.data<float>(), q_rstd.data<float>(), rows, d.K, dqc.data<float>());
-        l2norm_rows_backward(kc.data<float>(), k_rstd.data<float>(), rows, d.K, dkc.data<float>());
+      out.dq = dq.data(), out.dk = dk.data(), out.dv = dv.data(), out.dbeta = dbeta.data();
+      out.dg = p.g ? dg.data() : nullptr;
+      out.dh0 = p.h0 ? dh0.data<float>() : nullptr;
+      gated_delta_rule_chunk_backward_cpu(p, d_o.data(), dht, out);
+      if (l2) {
+        l2norm_rows_backward(in->q.data(), in->q_rstd.data(), rows, d.K, dq.data());
+        l2norm_rows_backward(in->k.data(), in->k_rstd.data(), rows, d.K, dk.data());
       }
-      return std::vector<Tensor>{unchunked(dqc, d, d.K, C, {d.B, d.T, d.H, d.K}),
-                                 unchunked(dkc, d, d.K, C, {d.B, d.T, d.H, d.K}),
-                                 unchunked(dvc, d, d.V, C, {d.B, d.T, d.H, d.V}),
-                                 gc.defined() ? unchunked(dgc, d, 1, C, {d.B, d.T, d.H}) : Tensor(),
-                                 unchunked(dbc, d, 1, C, {d.B, d.T, d.H}), dh0};
+      return std::vector<Tensor>{unchunked(dq, d, d.K, C, {d.B, d.T, d.H, d.K}),
+                                 unchunked(dk, d, d.K, C, {d.B, d.T, d.H, d.K}),
+                                 unchunked(dv, d, d.V, C, {d.B, d.T, d.H, d.V}),
+                                 p.g ? unchunked(dg, d, 1, C, {d.B, d.T, d.H}) : Tensor(),
+                                 unchunked(dbeta, d, 1, C, {d.B, d.T, d.H}), dh0};
     };
     record(op, {q, k, v, g, beta, initial_state}, outputs, backward_fn);
   }

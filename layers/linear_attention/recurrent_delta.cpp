@@ -172,11 +172,6 @@ void delta_recurrent_backward(const DeltaRecurrentParams& p, const float* checkp
 
 const float* data_or_null(const Tensor& t) { return t.defined() ? t.data<float>() : nullptr; }
 
-void check_cpu(const char* op, const Tensor& q) {
-  LAT_CHECK(q.device().is_cpu(), op << ": q: expected a CPU tensor (no device kernel for this op), got "
-                                    << q.device().str());
-}
-
 // Shared body of fused_recurrent_delta_rule (g undefined) and fused_recurrent_gated_delta_rule.
 LinearAttentionOutput fused_recurrent_delta(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
                                             const Tensor& g, const Tensor& beta, std::optional<float> scale,
@@ -186,7 +181,7 @@ LinearAttentionOutput fused_recurrent_delta(const char* op, const Tensor& q, con
   if (g.defined()) linear_attention::check_g(op, g, q, d);
   linear_attention::check_beta(op, beta, q, d);
   linear_attention::check_initial_state(op, initial_state, q, d, d.V);
-  check_cpu(op, q);
+  linear_attention::check_cpu(op, q);
 
   // With the in-kernel L2 norm the kernel reads normalized copies; the node keeps them
   // and their rstd for the backward.
@@ -252,7 +247,7 @@ Tensor recurrent_step_delta(const char* op, const Tensor& q_t, const Tensor& k_t
   if (q_t.device().is_cuda())
     return linear_attention::recurrent_step_delta_cuda(q_t, k_t, v_t, g_t, beta_t, scale, state,
                                                        use_qk_l2norm_in_kernel);
-  check_cpu(op, q_t);
+  linear_attention::check_cpu(op, q_t);
   const int64_t K = d.K, V = d.V, KV = K * V;
   const float* q = q_t.data<float>();
   const float* k = k_t.data<float>();
