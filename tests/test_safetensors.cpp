@@ -1,0 +1,268 @@
+// safetensors (train/safetensors.h): f32 round trip bit for bit, bf16 rounding to nearest even
+// against a float64 reference, F16 reading, the byte layout (header length, 8-byte aligned data
+// section, offsets), metadata, and bad files (header overrunning the file, bad JSON, unknown
+// dtype, offsets out of range / overlapping / not matching the shape, a missing tensor).
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "train/safetensors.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+class SafetensorsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::temp_directory_path() / (std::string("lat_test_st_") + info->name() + "_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  fs::path dir_;
+};
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+void write_bytes(const std::string& path, const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; }
+
+/// A safetensors file from a header text and a data section, with the 8-byte length prefix.
+std::string make_file(const std::string& header, const std::string& data, uint64_t header_len) {
+  std::string bytes(8, '\0');
+  std::memcpy(bytes.data(), &header_len, 8);
+  return bytes + header + data;
+}
+std::string make_file(const std::string& header, const std::string& data) {
+  return make_file(header, data, header.size());
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const lat::Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no lat::Error thrown";
+  return "";
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+std::vector<float> random_values(size_t n, uint64_t seed) {
+  lat::Generator gen(seed);
+  std::vector<float> v(n);
+  for (float& x : v) x = static_cast<float>(gen.normal() * 3.0);
+  return v;
+}
+
+TEST_F(SafetensorsTest, F32RoundTripIsBitExactAndKeepsOrderShapesAndMetadata) {
+  std::vector<std::pair<std::string, lat::Tensor>> tensors = {
+      {"embeddings.weight", lat::Tensor::from_vector(random_values(35, 1), {7, 5})},
+      {"layers.0.attn.A_log", lat::Tensor::from_vector(random_values(3, 2), {3})},
+      {"norm.weight", lat::Tensor::from_vector(random_values(24, 3), {2, 3, 4})},
+      {"scalar", lat::Tensor::from_vector(std::vector<float>{-0.0f}, {})},
+      {"empty", lat::Tensor::from_vector(std::vector<float>{}, {0, 4})},
+  };
+  const std::map<std::string, std::string> metadata = {{"format", "pt"}, {"lat_version", "x"}};
+  lat::save_safetensors(path("m.safetensors"), tensors, lat::SafetensorsDType::f32, metadata);
+  EXPECT_FALSE(fs::exists(path("m.safetensors.tmp")));
+
+  const lat::SafetensorsFile file = lat::load_safetensors(path("m.safetensors"));
+  EXPECT_EQ(file.metadata, metadata);
+  ASSERT_EQ(file.tensors.size(), tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    EXPECT_EQ(file.tensors[i].first, tensors[i].first);
+    const lat::Tensor& t = file.at(tensors[i].first);
+    EXPECT_EQ(t.shape(), tensors[i].second.shape());
+    EXPECT_EQ(t.dtype(), lat::DType::f32);
+    const auto a = t.to_vector<float>(), b = tensors[i].second.to_vector<float>();
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << tensors[i].first;
+  }
+  EXPECT_TRUE(std::signbit(file.at("scalar").item()));
+}
+
+TEST_F(SafetensorsTest, LayoutHasLittleEndianLengthAlignedDataAndContiguousOffsets) {
+  // Names of every length mod 8, so the padding takes every value.
+  for (int extra = 0; extra < 8; ++extra) {
+    std::string name = "w";
+    name.append(static_cast<size_t>(extra), 'x');
+    const std::vector<float> values = {1.5f, -2.0f, 3.25f};
+    lat::save_safetensors(path("a.safetensors"),
+                          {{name, lat::Tensor::from_vector(values, {3})},
+                           {"b", lat::Tensor::from_vector(std::vector<float>{4.0f, 5.0f}, {1, 2})}});
+    const std::string bytes = read_bytes(path("a.safetensors"));
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(bytes[static_cast<size_t>(i)]);
+    EXPECT_EQ((8 + n) % 8, 0u) << "data section not 8-byte aligned for name " << name;
+    const std::string header = bytes.substr(8, n);
+    const size_t last = header.find_last_not_of(' ');  // padding: fewer than 8 trailing spaces
+    EXPECT_EQ(header[last], '}');
+    EXPECT_LT(header.size() - last - 1, 8u);
+    const nlohmann::json j = nlohmann::json::parse(header);
+    EXPECT_EQ(j[name]["dtype"], "F32");
+    EXPECT_EQ(j[name]["shape"], nlohmann::json({3}));
+    EXPECT_EQ(j[name]["data_offsets"], nlohmann::json({0, 12}));
+    EXPECT_EQ(j["b"]["shape"], nlohmann::json({1, 2}));
+    EXPECT_EQ(j["b"]["data_offsets"], nlohmann::json({12, 20}));
+    EXPECT_FALSE(j.contains("__metadata__"));
+    ASSERT_EQ(bytes.size(), 8 + n + 20);
+    float first[3];
+    std::memcpy(first, bytes.data() + 8 + n, 12);
+    EXPECT_EQ(std::vector<float>(first, first + 3), values);
+  }
+}
+
+TEST_F(SafetensorsTest, Bf16RoundsToNearestEven) {
+  const float one = 1.0f;
+  EXPECT_EQ(lat::float_to_bf16(one), 0x3f80);
+  EXPECT_EQ(lat::float_to_bf16(std::ldexp(1.0f, -8) + 1.0f), 0x3f80);        // tie, even stays
+  EXPECT_EQ(lat::float_to_bf16(1.0f + 3 * std::ldexp(1.0f, -8)), 0x3f82);    // tie, odd rounds up
+  EXPECT_EQ(lat::float_to_bf16(1.0f + std::ldexp(1.0f, -8) + std::ldexp(1.0f, -20)), 0x3f81);  // above tie
+  EXPECT_EQ(lat::float_to_bf16(-2.0f), 0xc000);
+  EXPECT_EQ(lat::float_to_bf16(std::numeric_limits<float>::infinity()), 0x7f80);
+  EXPECT_EQ(lat::float_to_bf16(std::numeric_limits<float>::max()), 0x7f80);  // rounds past the largest bf16
+  EXPECT_TRUE(std::isnan(lat::bf16_to_float(lat::float_to_bf16(std::numeric_limits<float>::quiet_NaN()))));
+  EXPECT_EQ(lat::bf16_to_float(0x3f81), 1.0f + std::ldexp(1.0f, -7));
+}
+
+TEST_F(SafetensorsTest, Bf16FileRoundTripIsWithinHalfAnUlp) {
+  const std::vector<float> values = random_values(1000, 4);
+  lat::save_safetensors(path("b.safetensors"), {{"w", lat::Tensor::from_vector(values, {10, 100})}},
+                        lat::SafetensorsDType::bf16);
+  const std::string bytes = read_bytes(path("b.safetensors"));
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  EXPECT_EQ(nlohmann::json::parse(bytes.substr(8, n))["w"]["dtype"], "BF16");
+  EXPECT_EQ(bytes.size(), 8 + n + 2000);
+
+  const auto back = lat::load_safetensors(path("b.safetensors")).at("w").to_vector<float>();
+  ASSERT_EQ(back.size(), values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    // bf16 keeps 8 significant bits: the ulp of x in [2^e, 2^(e+1)) is 2^(e-7); rounding to
+    // nearest errs by at most half of it.
+    const double x = values[i];
+    EXPECT_LE(std::fabs(back[i] - x), std::ldexp(1.0, std::ilogb(x) - 8)) << i;
+  }
+}
+
+TEST_F(SafetensorsTest, ReadsF16) {
+  const std::vector<uint16_t> half = {0x3c00, 0xc000, 0x0001, 0x7bff, 0x7c00, 0x8000, 0x3555};
+  const std::vector<double> expected = {1.0, -2.0, std::ldexp(1.0, -24), 65504.0,
+                                        std::numeric_limits<double>::infinity(), -0.0, 0.333251953125};
+  std::string data(half.size() * 2, '\0');
+  std::memcpy(data.data(), half.data(), data.size());
+  const std::string header = R"({"h":{"dtype":"F16","shape":[7],"data_offsets":[0,14]}})";
+  write_bytes(path("h.safetensors"), make_file(header, data));
+  const auto got = lat::load_safetensors(path("h.safetensors")).at("h").to_vector<float>();
+  ASSERT_EQ(got.size(), expected.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(static_cast<double>(got[i]), expected[i]) << i;
+  EXPECT_TRUE(std::signbit(got[5]));
+}
+
+TEST_F(SafetensorsTest, HeaderOverrunningTheFileNamesFileAndLength) {
+  const std::string header = R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})";
+  const std::string p = path("overrun.safetensors");
+  write_bytes(p, make_file(header, std::string(4, '\0'), 1000));
+  const std::string message = error_of([&] { lat::load_safetensors(p); });
+  EXPECT_TRUE(contains(message, p)) << message;
+  EXPECT_TRUE(contains(message, "header length 1000 overruns the file")) << message;
+
+  write_bytes(p, "abc");
+  EXPECT_TRUE(contains(error_of([&] { lat::load_safetensors(p); }), "shorter than the 8-byte header length"));
+  EXPECT_TRUE(contains(error_of([&] { lat::load_safetensors(path("missing.safetensors")); }), "missing.safetensors"));
+}
+
+TEST_F(SafetensorsTest, BadJsonAndBadEntriesAreNamed) {
+  const std::string p = path("bad.safetensors");
+  write_bytes(p, make_file("{\"w\": [1,", ""));
+  EXPECT_TRUE(contains(error_of([&] { lat::load_safetensors(p); }), "header is not valid JSON"));
+
+  write_bytes(p, make_file(R"([1, 2])", ""));
+  EXPECT_TRUE(contains(error_of([&] { lat::load_safetensors(p); }), "expected a JSON object"));
+
+  write_bytes(p, make_file(R"({"w":{"dtype":"F32","shape":[2]}})", std::string(8, '\0')));
+  EXPECT_TRUE(contains(error_of([&] { lat::load_safetensors(p); }), "tensor 'w': missing 'data_offsets'"));
+
+  write_bytes(p, make_file(R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", std::string(8, '\0')));
+  EXPECT_TRUE(contains(error_of([&] { lat::load_safetensors(p); }), "F32 [3] needs 12"));
+
+  write_bytes(p, make_file(R"({"__metadata__":{"a":1}})", ""));
+  EXPECT_TRUE(contains(error_of([&] { lat::load_safetensors(p); }), "__metadata__: 'a': expected a string"));
+}
+
+TEST_F(SafetensorsTest, UnknownDtypeIsNamed) {
+  const std::string p = path("dtype.safetensors");
+  write_bytes(p, make_file(R"({"layers.0.w":{"dtype":"Q4_K","shape":[2],"data_offsets":[0,2]}})", "ab"));
+  const std::string message = error_of([&] { lat::load_safetensors(p); });
+  EXPECT_TRUE(contains(message, p)) << message;
+  EXPECT_TRUE(contains(message, "tensor 'layers.0.w': unknown dtype 'Q4_K'")) << message;
+
+  write_bytes(p, make_file(R"({"ids":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}})", std::string(8, '\0')));
+  EXPECT_TRUE(contains(error_of([&] { lat::load_safetensors(p); }), "tensor 'ids': unsupported dtype 'I64'"));
+}
+
+TEST_F(SafetensorsTest, OffsetsOutOfRangeOverlappingOrWithGapsAreErrors) {
+  const std::string p = path("off.safetensors");
+  write_bytes(p, make_file(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", std::string(4, '\0')));
+  std::string message = error_of([&] { lat::load_safetensors(p); });
+  EXPECT_TRUE(contains(message, "tensor 'w': data_offsets [0, 8] out of range: the data section holds 4 bytes"))
+      << message;
+
+  write_bytes(p, make_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                           R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+                           std::string(12, '\0')));
+  message = error_of([&] { lat::load_safetensors(p); });
+  EXPECT_TRUE(contains(message, "tensor 'b': data_offsets [4, 12] overlap tensor 'a'")) << message;
+
+  write_bytes(p, make_file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", std::string(8, '\0')));
+  EXPECT_TRUE(contains(error_of([&] { lat::load_safetensors(p); }), "leaving a gap"));
+
+  write_bytes(p, make_file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", std::string(8, '\0')));
+  EXPECT_TRUE(contains(error_of([&] { lat::load_safetensors(p); }), "the tensors cover 4 of the 8 bytes"));
+}
+
+TEST_F(SafetensorsTest, MissingTensorIsNamed) {
+  lat::save_safetensors(path("m.safetensors"), {{"a", lat::Tensor::zeros({2})}});
+  const lat::SafetensorsFile file = lat::load_safetensors(path("m.safetensors"));
+  const std::string message = error_of([&] { file.at("lm_head.weight"); });
+  EXPECT_TRUE(contains(message, path("m.safetensors"))) << message;
+  EXPECT_TRUE(contains(message, "no tensor 'lm_head.weight'")) << message;
+}
+
+TEST_F(SafetensorsTest, WriterRejectsBadNamesAndLeavesNoFile) {
+  const std::string p = path("w.safetensors");
+  EXPECT_TRUE(contains(error_of([&] {
+                         lat::save_safetensors(p, {{"a", lat::Tensor::zeros({1})}, {"a", lat::Tensor::zeros({1})}});
+                       }),
+                       "got 'a'"));
+  EXPECT_TRUE(contains(error_of([&] { lat::save_safetensors(p, {{"__metadata__", lat::Tensor::zeros({1})}}); }),
+                       "__metadata__"));
+  EXPECT_TRUE(contains(error_of([&] { lat::save_safetensors(p, {{"ids", lat::Tensor::arange(3)}}); }),
+                       "tensor 'ids': expected an f32 or f64 tensor"));
+  EXPECT_FALSE(fs::exists(p));
+  EXPECT_TRUE(contains(error_of([&] { lat::save_safetensors(path("no/such/dir/x.safetensors"), {}); }),
+                       "cannot open"));
+}
+
+}  // namespace
