@@ -57,6 +57,8 @@ std::vector<LinearCase> sweep() {
   for (int64_t T : {65, 200}) cases.push_back({{1, T, 2, 64, 64, Gate::none, true, true, seed++}, true});
   cases.push_back({{1, 1000, 1, 64, 64, Gate::none, true, false, seed++}, false});
   cases.push_back({{1, 1000, 1, 48, 80, Gate::none, false, true, seed++}, true});
+  // More chunks than one kernel block (32), with blocks cutting through a (b, h).
+  cases.push_back({{2, 700, 2, 16, 16, Gate::none, true, true, seed++}, true});
   cases.push_back({{1, 64, 1, 128, 128, Gate::none, true, false, seed++}, false});
   cases.push_back({{1, 200, 1, 128, 128, Gate::none, true, true, seed++}, true});
   return cases;

@@ -40,6 +40,9 @@ std::vector<Case> sweep() {
   cases.push_back({1, 1000, 1, 64, 64, Gate::mild, true, false, seed++});
   cases.push_back({1, 1000, 1, 48, 80, Gate::zero, false, false, seed++});
   cases.push_back({1, 1000, 1, 16, 16, Gate::strong, true, false, seed++});
+  // More chunks than one kernel block (32), with blocks cutting through a (b, h).
+  cases.push_back({2, 700, 2, 16, 16, Gate::mild, true, false, seed++});
+  cases.push_back({2, 1000, 2, 16, 24, Gate::zero, false, false, seed++});
   cases.push_back({1, 63, 1, 128, 128, Gate::zero, true, false, seed++});
   cases.push_back({1, 130, 1, 128, 128, Gate::mild, false, false, seed++});
   cases.push_back({1, 200, 1, 128, 128, Gate::strong, true, false, seed++});
@@ -125,6 +128,22 @@ TEST(SimpleGla, StrongDecayLongSequenceIsFinite) {
   for (const Tensor& t : {chunk.o, chunk.final_state, chunk.dq, chunk.dk, chunk.dv, chunk.dg, chunk.d_initial_state})
     EXPECT_TRUE(testing::all_finite(t));
   testing::expect_close(chunk, testing::run(recurrent_op, in, DType::f32), kTol);
+}
+
+// Without backward the kernel keeps no scores or states past each block of chunks: the
+// outputs must not change (36 chunks span two blocks).
+TEST(SimpleGla, ForwardWithoutGradMatchesForwardWithGrad) {
+  Case c{1, 1100, 2, 16, 16, Gate::mild, true, false, 41};
+  testing::Inputs in = testing::make_inputs(c, c.V);
+  LinearAttentionOutput plain = chunk_simple_gla(in.q, in.k, in.v, in.g, {}, in.initial_state, true);
+  Tensor q = in.q.clone().set_requires_grad(true);
+  LinearAttentionOutput recorded = chunk_simple_gla(q, in.k, in.v, in.g, {}, in.initial_state, true);
+  clear_tape();
+  EXPECT_EQ(relative_error(plain.o, recorded.o), 0.0);
+  EXPECT_EQ(relative_error(plain.final_state, recorded.final_state), 0.0);
+  LinearAttentionOutput recurrent = fused_recurrent_simple_gla(in.q, in.k, in.v, in.g, {}, in.initial_state, true);
+  EXPECT_LT(relative_error(plain.o, recurrent.o), kTol);
+  EXPECT_LT(relative_error(plain.final_state, recurrent.final_state), kTol);
 }
 
 TEST(SimpleGla, NoGradRecordsNothing) {

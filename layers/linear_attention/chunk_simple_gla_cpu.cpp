@@ -120,10 +120,11 @@ void mask_scores(float* A, const float* G, int64_t nb, int64_t C, float scale) {
   }
 }
 
-// Forward scan through the chunks [n0, n0 + nb) of a block, ascending: H[n] = S_[c]
-// (the carried state of its (b, h)), then carry <- e^Λ carry + U[n]; after the last
-// chunk of a sequence the carry is its final state (into ht when set). Parallel over
-// tiles of state elements: each element's scan is independent.
+// Forward scan through the chunks [n0, n0 + nb) of a block, ascending: H[i] = S_[c]
+// (the carried state of its (b, h); H and U are the block's [nb, KV]), then
+// carry <- e^Λ carry + U[i]; after the last chunk of a sequence the carry is its final
+// state (into ht when set). Parallel over tiles of state elements: each element's scan
+// is independent.
 void scan_block(const Sizes& s, int64_t n0, int64_t nb, const float* U, const float* G, float* carry, float* H,
                 float* ht) {
   constexpr int64_t kTile = 512;
@@ -134,7 +135,7 @@ void scan_block(const Sizes& s, int64_t n0, int64_t nb, const float* U, const fl
       int64_t n = n0 + i, bh = n / s.NT;
       float decay = exp_nonpositive(G[n * s.C + s.C - 1]);
       float* state = carry + bh * s.KV;
-      float* h = H + n * s.KV;
+      float* h = H + i * s.KV;
       const float* u = U + i * s.KV;
       for (int64_t e = e0; e < e1; ++e) {
         h[e] = state[e];
@@ -223,10 +224,12 @@ std::shared_ptr<const ChunkSaved> chunk_decay_forward_cpu(const ChunkParams& p, 
   Sizes s(p);
   const int64_t C = s.C, K = s.K, Vs = s.Vs, KV = s.KV, CK = C * K, CV = C * Vs, CC = C * C;
   const bool ones = p.ones_column;
+  const int64_t blk = std::min(kBlock, s.N);
+  // Without backward, the scores and states of a block are not kept past it.
   auto saved = std::make_shared<ChunkSaved>();
   saved->g = AlignedBuffer(s.N * C);
-  saved->h = AlignedBuffer(s.N * KV);
-  saved->a = AlignedBuffer(s.N * CC);
+  saved->h = AlignedBuffer((save ? s.N : blk) * KV);
+  saved->a = AlignedBuffer((save ? s.N : blk) * CC);
   float *G = saved->g.data(), *H = saved->h.data(), *A = saved->a.data();
   gate_cumsum(p, s, G);
 
@@ -235,20 +238,19 @@ std::shared_ptr<const ChunkSaved> chunk_decay_forward_cpu(const ChunkParams& p, 
     std::memcpy(carry.data(), p.h0, s.BH * KV * sizeof(float));
   else
     std::fill(carry.data(), carry.data() + s.BH * KV, 0.0f);
-  const int64_t blk = std::min(kBlock, s.N);
   AlignedBuffer q(blk * CK), k(blk * CK), v(blk * CV), work(blk * CK), U(blk * KV), o(blk * CV);
   for (int64_t n0 = 0; n0 < s.N; n0 += kBlock) {
     const int64_t nb = std::min(kBlock, s.N - n0);
     const float* g_blk = G + n0 * C;
-    float* a_blk = A + n0 * CC;
-    float* h_blk = H + n0 * KV;
+    float* a_blk = save ? A + n0 * CC : A;
+    float* h_blk = save ? H + n0 * KV : H;
     gather_chunks(p.q, p.T, p.H, K, C, n0, nb, q.data());
     gather_chunks(p.k, p.T, p.H, K, C, n0, nb, k.data());
     gather_chunks(p.v, p.T, p.H, s.V, C, n0, nb, v.data(), ones);
     // State contributions U = (diag(e^{Λ-G}) K)^T V, then the scan gives S_[c].
     scale_rows(k.data(), K, g_blk, nb, C, Decay::tail, 1.0f, work.data());
     gemm(nb, K, Vs, C, work.data(), K, CK, true, v.data(), Vs, CV, false, U.data(), Vs, KV);
-    scan_block(s, n0, nb, U.data(), G, carry.data(), H, ht);
+    scan_block(s, n0, nb, U.data(), G, carry.data(), h_blk, ht);
     // O = A V + diag(scale e^G) Q S_[c], A = scale (Q K^T ⊙ D).
     gemm(nb, C, C, K, q.data(), K, CK, false, k.data(), K, CK, true, a_blk, C, CC);
     mask_scores(a_blk, g_blk, nb, C, p.scale);
