@@ -168,6 +168,9 @@ Tensor Tensor::from_vector(const std::vector<double>& data, const Shape& shape, 
   t.set_requires_grad(requires_grad);
   return t;
 }
+Tensor Tensor::from_vector(std::initializer_list<float> data, const Shape& shape, bool requires_grad) {
+  return from_vector(std::vector<float>(data), shape, requires_grad);
+}
 Tensor Tensor::from_vector(const std::vector<int64_t>& data, const Shape& shape) {
   return from_typed_vector(data, shape, "Tensor::from_vector");
 }

@@ -83,6 +83,9 @@ class Tensor {
   static Tensor from_vector(const std::vector<double>& data, const Shape& shape,
                             bool requires_grad = false);
   static Tensor from_vector(const std::vector<int64_t>& data, const Shape& shape);
+  /// A braced list of numbers, e.g. from_vector({1, 2, 3, 4}, {2, 2}, true), makes an f32
+  /// tensor (without this overload such a call would be ambiguous between the others).
+  static Tensor from_vector(std::initializer_list<float> data, const Shape& shape, bool requires_grad = false);
   /// A scalar (shape {}).
   static Tensor scalar(double value, DType dtype = DType::f32);
   /// [start, start+step, ...) below `end`, 1-D.
