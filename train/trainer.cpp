@@ -87,6 +87,8 @@ class Run {
   std::optional<std::string> resume_source();
   void prepare(const std::optional<std::string>& resume_path);
   double train_step(int64_t step, double lr, GradNorm& norm);
+  /// Throws lat::Error: step `step` failed for `what`; names the last good checkpoint.
+  [[noreturn]] void fail_step(int64_t step, const std::string& what);
   void periodic_eval(int64_t step);
   void final_eval();
   void save(int64_t step);
@@ -228,25 +230,24 @@ double Run::train_step(int64_t step, double lr, GradNorm& norm) {
     tokens += micro.back().tokens;
   }
   double loss = 0.0;
-  for (const Batch& b : micro) {
-    Tensor logits = model_->forward(b.inputs.to(device_));
-    Tensor ce = cross_entropy(logits.reshape({-1, logits.size(-1)}), b.targets.to(device_).reshape({-1}), kIgnoreIndex);
-    // Each micro-batch's mean weighted by its share of the step's targets: the gradients
-    // sum to those of the mean over all the step's tokens.
-    const double weight = static_cast<double>(b.tokens) / static_cast<double>(tokens);
-    loss += ce.item() * weight;
-    backward(weight == 1.0 ? ce : ce * weight);
+  try {
+    for (const Batch& b : micro) {
+      Tensor logits = model_->forward(b.inputs.to(device_));
+      Tensor ce =
+          cross_entropy(logits.reshape({-1, logits.size(-1)}), b.targets.to(device_).reshape({-1}), kIgnoreIndex);
+      // Each micro-batch's mean weighted by its share of the step's targets: the gradients
+      // sum to those of the mean over all the step's tokens.
+      const double weight = static_cast<double>(b.tokens) / static_cast<double>(tokens);
+      loss += ce.item() * weight;
+      backward(weight == 1.0 ? ce : ce * weight);
+    }
+  } catch (const Error& e) {
+    // Diverging weights can trip a kernel's input check (e.g. a NaN log-decay) before the
+    // loss is computed: name the step and the checkpoint to go back to.
+    clear_tape();
+    fail_step(step, e.what());
   }
-  if (!std::isfinite(loss)) {
-    optimizer_->zero_grad();
-    throw Error("train: step " + std::to_string(step) + ": the training loss is " + (std::isnan(loss) ? "nan" : "inf") +
-                "; stopping. " +
-                (saved_step_ >= 0 || summary_.start_step > 0
-                     ? "The last good checkpoint is kept: " +
-                           (out_dir_ / checkpoint_file_name(std::max(saved_step_, summary_.start_step))).string()
-                     : std::string("No checkpoint was written yet.")) +
-                " Try a lower train.lr or train.grad_clip.");
-  }
+  if (!std::isfinite(loss)) fail_step(step, std::string("the training loss is ") + (std::isnan(loss) ? "nan" : "inf"));
   norm = optimizer_->clip_grad_norm(train_.grad_clip);
   if (!norm.finite) {
     log("warning: step " + std::to_string(step) + ": gradient norm is " + std::to_string(norm.norm) +
@@ -257,6 +258,15 @@ double Run::train_step(int64_t step, double lr, GradNorm& norm) {
   }
   tokens_seen_ += tokens;
   return loss;
+}
+
+void Run::fail_step(int64_t step, const std::string& what) {
+  optimizer_->zero_grad();
+  const int64_t last_saved = std::max(saved_step_, summary_.start_step);
+  throw Error("train: step " + std::to_string(step) + ": " + what + "; stopping. " +
+              (last_saved > 0 ? "The last good checkpoint is kept: " + (out_dir_ / checkpoint_file_name(last_saved)).string()
+                              : std::string("No checkpoint was written yet.")) +
+              " (If training diverged, try a lower train.lr or train.grad_clip.)");
 }
 
 void Run::periodic_eval(int64_t step) {

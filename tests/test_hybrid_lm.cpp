@@ -1,0 +1,183 @@
+// HybridLM: parameter names (DESIGN.md, Checkpoint), step-by-step decoding with every mixer
+// kind against the full forward pass, GPT-2 initialization, tied embeddings, errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "lat/lat.h"
+#include "layers/hybrid_lm.h"
+
+namespace lat {
+namespace {
+
+HybridLMConfig small_config(std::vector<std::string> layers, int64_t d_model = 16, int64_t n_heads = 2) {
+  HybridLMConfig c;
+  c.vocab_size = 11;
+  c.layers = std::move(layers);
+  c.mixer.d_model = d_model;
+  c.mixer.n_heads = n_heads;
+  return c;
+}
+
+std::vector<std::string> names_of(const Module& m) {
+  std::vector<std::string> out;
+  for (const auto& [name, t] : m.named_parameters()) out.push_back(name);
+  return out;
+}
+
+Tensor random_ids(int64_t B, int64_t T, int64_t vocab, Generator& gen) {
+  std::vector<int64_t> ids(static_cast<size_t>(B * T));
+  for (int64_t& id : ids) id = gen.randint(vocab);
+  return Tensor::from_vector(ids, {B, T});
+}
+
+// The standard deviation of a tensor's elements around zero (the init mean).
+double rms(const Tensor& t) {
+  double s = 0.0;
+  for (float v : t.to_vector<float>()) s += static_cast<double>(v) * v;
+  return std::sqrt(s / static_cast<double>(t.numel()));
+}
+
+TEST(HybridLM, ParameterNamesFollowDesign) {
+  Generator gen(1);
+  HybridLMConfig c = small_config({"attn", "gdn"});
+  c.mixer.use_gate = true;
+  HybridLM model(c, gen);
+  const std::vector<std::string> expected = {
+      "embeddings.weight",
+      "layers.0.attn_norm.weight",
+      "layers.0.attn.q_proj.weight",
+      "layers.0.attn.k_proj.weight",
+      "layers.0.attn.v_proj.weight",
+      "layers.0.attn.o_proj.weight",
+      "layers.0.mlp_norm.weight",
+      "layers.0.mlp.gate_proj.weight",
+      "layers.0.mlp.up_proj.weight",
+      "layers.0.mlp.down_proj.weight",
+      "layers.1.attn_norm.weight",
+      "layers.1.attn.q_proj.weight",
+      "layers.1.attn.k_proj.weight",
+      "layers.1.attn.v_proj.weight",
+      "layers.1.attn.b_proj.weight",
+      "layers.1.attn.a_proj.weight",
+      "layers.1.attn.A_log",
+      "layers.1.attn.dt_bias",
+      "layers.1.attn.q_conv1d.weight",
+      "layers.1.attn.k_conv1d.weight",
+      "layers.1.attn.v_conv1d.weight",
+      "layers.1.attn.g_proj.weight",
+      "layers.1.attn.o_norm.weight",
+      "layers.1.attn.o_proj.weight",
+      "layers.1.mlp_norm.weight",
+      "layers.1.mlp.gate_proj.weight",
+      "layers.1.mlp.up_proj.weight",
+      "layers.1.mlp.down_proj.weight",
+      "norm.weight",
+      "lm_head.weight",
+  };
+  EXPECT_EQ(names_of(model), expected);
+  const auto params = model.named_parameters();
+  EXPECT_EQ(params.front().second.shape(), (Shape{11, 16}));
+  EXPECT_EQ(params.back().second.shape(), (Shape{11, 16}));  // lm_head [vocab, d_model] ([out, in])
+}
+
+TEST(HybridLM, TiedEmbeddingsHaveNoHeadAndUseTheTable) {
+  Generator gen(2);
+  HybridLMConfig c = small_config({"attn"});
+  c.tie_embeddings = true;
+  HybridLM model(c, gen);
+  const std::vector<std::string> names = names_of(model);
+  EXPECT_EQ(names.back(), "norm.weight");
+  for (const std::string& n : names) EXPECT_NE(n, "lm_head.weight");
+
+  Generator g(3);
+  Tensor ids = random_ids(1, 5, 11, g);
+  Tensor logits = model.forward(ids);
+  ASSERT_EQ(logits.shape(), (Shape{1, 5, 11}));
+  backward(sum(logits * logits));
+  Tensor table = model.named_parameters().front().second;
+  ASSERT_TRUE(table.grad().defined());
+  // The rows of tokens absent from `ids` are not looked up: their gradient can only come
+  // through the tied head.
+  std::vector<bool> present(11, false);
+  for (int64_t id : ids.to_vector<int64_t>()) present[static_cast<size_t>(id)] = true;
+  for (int64_t v = 0; v < 11; ++v) {
+    if (present[static_cast<size_t>(v)]) continue;
+    double norm = 0.0;
+    for (int64_t j = 0; j < 16; ++j) norm += std::abs(table.grad().at({v, j}));
+    EXPECT_GT(norm, 0.0) << "row " << v << " of the tied table got no gradient from the head";
+  }
+}
+
+// Step-by-step decoding (a prompt, single tokens, a middle piece) reproduces the full forward
+// pass for a pattern holding every mixer kind; chunk_size 4 makes both the chunked prompt
+// path (T > chunk) and the recurrent paths run.
+TEST(HybridLM, StepDecodingMatchesForward) {
+  Generator gen(4);
+  HybridLMConfig c = small_config({"attn", "linear_attn", "simple_gla", "retention", "delta_net", "gdn", "attn"});
+  c.mixer.chunk_size = 4;
+  HybridLM model(c, gen);
+  const int64_t B = 2, T = 13, V = c.vocab_size;
+  Tensor ids = random_ids(B, T, V, gen);
+  Tensor full;
+  {
+    NoGradGuard no_grad;
+    full = model.forward(ids);
+  }
+  HybridLMState state = model.make_states(B);
+  ASSERT_EQ(state.layers.size(), c.layers.size());
+  std::vector<Tensor> pieces;
+  const std::vector<std::pair<int64_t, int64_t>> cuts = {{0, 6}, {6, 7}, {7, 8}, {8, 11}, {11, 12}, {12, 13}};
+  for (const auto& [begin, end] : cuts) pieces.push_back(model.step(slice(ids, 1, begin, end), state));
+  EXPECT_EQ(state.tokens, T);
+  Tensor stepped = concat(pieces, 1);
+  ASSERT_EQ(stepped.shape(), full.shape());
+  EXPECT_LT(relative_error(stepped, full), 1e-4);
+  // Per position too: a large error at one token is not hidden by the rest.
+  for (int64_t t = 0; t < T; ++t)
+    EXPECT_LT(relative_error(slice(stepped, 1, t, t + 1), slice(full, 1, t, t + 1)), 1e-4) << "position " << t;
+  EXPECT_EQ(tape_size(), 0u) << "step() must not record on the tape";
+}
+
+TEST(HybridLM, Gpt2Initialization) {
+  Generator gen(5);
+  HybridLMConfig c = small_config({"gdn", "attn", "gdn", "attn"}, 64, 4);
+  HybridLM model(c, gen);
+  const double out_std = 0.02 / std::sqrt(2.0 * 4);
+  for (const auto& [name, t] : model.named_parameters()) {
+    const bool is_norm = name.find("norm.weight") != std::string::npos;
+    const bool is_out = name.find("o_proj") != std::string::npos || name.find("down_proj") != std::string::npos;
+    const bool is_proj = name.find("_proj.weight") != std::string::npos;
+    if (is_norm) {
+      EXPECT_EQ(rms(t), 1.0) << name;
+    } else if (is_out) {
+      EXPECT_NEAR(rms(t), out_std, 0.1 * out_std) << name;
+    } else if (is_proj && t.numel() >= 1024) {  // a/b projections [H, D] are too small to estimate
+      EXPECT_NEAR(rms(t), 0.02, 0.002) << name;
+    }
+  }
+  EXPECT_NEAR(rms(model.named_parameters().front().second), 0.02, 0.004);  // embeddings [11, 64]
+}
+
+TEST(HybridLM, Errors) {
+  Generator gen(6);
+  try {
+    HybridLM model(small_config({"attn", "mamba"}), gen);
+    FAIL() << "expected an error for an unknown mixer kind";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("mamba"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("gdn"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(HybridLM(small_config({}), gen), Error);
+  HybridLM model(small_config({"attn"}), gen);
+  EXPECT_THROW(model.forward(Tensor::zeros({2, 3})), Error);                   // f32 ids
+  EXPECT_THROW(model.forward(Tensor::zeros({6}, DType::i64)), Error);          // not [B, T]
+  EXPECT_THROW(model.forward(Tensor::full({1, 2}, 11, DType::i64)), Error);    // id == vocab
+  HybridLMState state = model.make_states(2);
+  EXPECT_THROW(model.step(Tensor::zeros({3, 1}, DType::i64), state), Error);   // batch 3 vs 2
+}
+
+}  // namespace
+}  // namespace lat

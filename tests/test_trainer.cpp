@@ -1,0 +1,328 @@
+// The trainer on a tiny config (DESIGN.md, "The command line and the files a run writes",
+// "Checkpoint"): the files of a run, metrics.jsonl records, exact resume (bit-identical losses
+// at every step), config changes on resume, a truncated checkpoint, learning, the final eval
+// over the whole val split, SIGTERM, a non-finite loss.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <numbers>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "data/dataset.h"
+#include "train/checkpoint.h"
+#include "train/config.h"
+#include "train/eval.h"
+#include "train/model.h"
+#include "train/trainer.h"
+
+namespace fs = std::filesystem;
+
+namespace lat {
+namespace {
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::vector<nlohmann::ordered_json> read_metrics(const fs::path& path) {
+  std::vector<nlohmann::ordered_json> out;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) out.push_back(nlohmann::ordered_json::parse(line));
+  return out;
+}
+
+std::vector<std::string> keys_of(const nlohmann::ordered_json& j) {
+  std::vector<std::string> keys;
+  for (auto it = j.begin(); it != j.end(); ++it) keys.push_back(it.key());
+  return keys;
+}
+
+// A temporary directory with a toy corpus (a sentence repeated: easy to learn) and a tiny
+// config; removed at the end of the test.
+class TrainerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::temp_directory_path() /
+           ("lat_test_trainer_" + std::to_string(::getpid()) + "_" + info->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    std::string text;
+    for (int i = 0; i < 300; ++i) text += "the quick brown fox jumps over the lazy dog.\n";
+    std::ofstream(dir_ / "toy.txt") << text;
+    std::ofstream(dir_ / "tiny.yaml") << "model:\n"
+                                         "  d_model: 32\n"
+                                         "  n_layers: 2\n"
+                                         "  n_heads: 2\n"
+                                         "  layers: \"gdn,attn\"\n"
+                                         "  linear: {chunk_size: 8}\n"
+                                         "data:\n"
+                                         "  path: "
+                                      << (dir_ / "toy.txt").string()
+                                      << "\n"
+                                         "  block_size: 16\n"
+                                         "train:\n"
+                                         "  batch_size: 4\n"
+                                         "  max_steps: 12\n"
+                                         "  warmup: 3\n"
+                                         "  lr: 3.0e-3\n"
+                                         "  eval_every: 4\n"
+                                         "  eval_batches: 2\n"
+                                         "  log_every: 1\n"
+                                         "  ckpt_every: 4\n"
+                                         "  keep_last: 2\n"
+                                         "  threads: 2\n"
+                                         "  out_dir: "
+                                      << (dir_ / "run").string() << "\n";
+    log_ = std::tmpfile();
+  }
+  void TearDown() override {
+    std::fclose(log_);
+    fs::remove_all(dir_);
+  }
+
+  Config config(std::vector<std::string> overrides = {}) const {
+    return load_config((dir_ / "tiny.yaml").string(), overrides);
+  }
+  TrainSummary run(std::vector<std::string> overrides = {}) {
+    TrainOptions options;
+    options.log = log_;
+    options.live_progress = false;
+    return train(config(std::move(overrides)), options);
+  }
+  fs::path run_dir() const { return dir_ / "run"; }
+
+  fs::path dir_;
+  std::FILE* log_ = nullptr;
+};
+
+TEST_F(TrainerTest, RunWritesTheFilesOfDesign) {
+  TrainSummary s = run();
+  EXPECT_EQ(s.start_step, 0);
+  EXPECT_EQ(s.step, 12);
+  EXPECT_EQ(s.end_reason, "max_steps");
+  EXPECT_EQ(s.checkpoint, (run_dir() / "ckpt_00000012.h5").string());
+
+  // keep_last 2 leaves the two newest checkpoints; latest names the newest.
+  EXPECT_FALSE(fs::exists(run_dir() / "ckpt_00000004.h5"));
+  EXPECT_TRUE(fs::exists(run_dir() / "ckpt_00000008.h5"));
+  EXPECT_TRUE(fs::exists(run_dir() / "ckpt_00000012.h5"));
+  EXPECT_EQ(read_file(run_dir() / "latest").substr(0, 16), "ckpt_00000012.h5");
+  for (const auto& entry : fs::directory_iterator(run_dir()))
+    EXPECT_NE(entry.path().extension(), ".tmp") << entry.path();
+
+  // config.yaml is the resolved config.
+  EXPECT_EQ(parse_config(read_file(run_dir() / "config.yaml"), "config.yaml"), config());
+
+  // metrics.jsonl: a log record per step (log_every 1), eval records at 4 and 8 (random
+  // batches) and 12 (the whole val split), keys in DESIGN's order.
+  const std::vector<nlohmann::ordered_json> records = read_metrics(run_dir() / "metrics.jsonl");
+  const std::vector<std::string> log_keys = {"step", "loss", "lr", "grad_norm", "tokens_seen", "tokens_per_s", "time_s"};
+  const std::vector<std::string> eval_keys = {"step", "val_loss", "val_bpc"};
+  int64_t logs = 0;
+  std::vector<int64_t> eval_steps;
+  double last_val_loss = 0.0;
+  for (const auto& r : records) {
+    if (r.contains("loss")) {
+      ++logs;
+      EXPECT_EQ(keys_of(r), log_keys) << r.dump();
+      EXPECT_EQ(r["step"].get<int64_t>(), logs);
+      EXPECT_EQ(r["tokens_seen"].get<int64_t>(), logs * 4 * 16);
+      EXPECT_TRUE(std::isfinite(r["loss"].get<double>()));
+      EXPECT_GT(r["lr"].get<double>(), 0.0);
+      EXPECT_GT(r["grad_norm"].get<double>(), 0.0);
+      EXPECT_GT(r["tokens_per_s"].get<double>(), 0.0);
+      EXPECT_GE(r["time_s"].get<double>(), 0.0);
+    } else {
+      EXPECT_EQ(keys_of(r), eval_keys) << r.dump();
+      eval_steps.push_back(r["step"].get<int64_t>());
+      last_val_loss = r["val_loss"].get<double>();
+      EXPECT_DOUBLE_EQ(r["val_bpc"].get<double>(), last_val_loss / std::numbers::ln2);
+    }
+  }
+  EXPECT_EQ(logs, 12);
+  EXPECT_EQ(eval_steps, (std::vector<int64_t>{4, 8, 12}));
+  EXPECT_EQ(last_val_loss, s.val_loss);
+
+  // The final checkpoint holds the final val loss, the tokenizer, the model and the optimizer.
+  Checkpoint c = load_checkpoint(s.checkpoint);
+  EXPECT_EQ(c.step, 12);
+  EXPECT_EQ(c.tokens_seen, 12 * 4 * 16);
+  EXPECT_EQ(c.val_loss, s.val_loss);
+  EXPECT_LE(c.best_val_loss, c.val_loss);
+  EXPECT_EQ(c.tokenizer_type, "char");
+  EXPECT_EQ(c.tokenizer_vocab, "\n .abcdefghijklmnopqrstuvwxyz");
+  EXPECT_EQ(c.optimizer.type, "adamw");
+  EXPECT_EQ(c.optimizer.step, 12);
+  EXPECT_EQ(c.data.counters.at("step"), 12);
+  TrainedModel trained = load_trained_model(s.checkpoint);
+  ASSERT_EQ(c.model.size(), trained.model->named_parameters().size());
+  for (size_t i = 0; i < c.model.size(); ++i) EXPECT_EQ(c.model[i].first, trained.model->named_parameters()[i].first);
+}
+
+// A run of max_steps in one go and the same run stopped at stop_at then resumed give the same
+// loss at every step, bit for bit, and the same final weights.
+TEST_F(TrainerTest, StopAndResumeIsBitIdentical) {
+  const std::vector<std::string> accum = {"train.grad_accum=2", "train.batch_size=2"};
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), accum.begin(), accum.end());
+    return extra;
+  };
+  TrainSummary whole = run(with({"train.out_dir=" + (dir_ / "whole").string()}));
+  TrainSummary first = run(with({"train.out_dir=" + (dir_ / "split").string(), "train.stop_at=6"}));
+  EXPECT_EQ(first.step, 6);
+  EXPECT_EQ(first.end_reason, "stop_at");
+  EXPECT_TRUE(fs::exists(dir_ / "split" / "ckpt_00000006.h5"));
+  TrainSummary second = run(with({"train.out_dir=" + (dir_ / "split").string()}));
+  EXPECT_EQ(second.start_step, 6);
+  EXPECT_EQ(second.step, 12);
+
+  auto losses = [](const fs::path& path) {
+    std::vector<std::pair<int64_t, double>> out;
+    for (const auto& r : read_metrics(path))
+      if (r.contains("loss")) out.emplace_back(r["step"].get<int64_t>(), r["loss"].get<double>());
+    return out;
+  };
+  const auto a = losses(dir_ / "whole" / "metrics.jsonl");
+  const auto b = losses(dir_ / "split" / "metrics.jsonl");
+  ASSERT_EQ(a.size(), 12u);
+  ASSERT_EQ(b.size(), 12u);
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].first, b[i].first);
+    EXPECT_EQ(a[i].second, b[i].second) << "step " << a[i].first;  // exact
+  }
+  EXPECT_EQ(whole.val_loss, second.val_loss);
+  Checkpoint ca = load_checkpoint(whole.checkpoint), cb = load_checkpoint(second.checkpoint);
+  ASSERT_EQ(ca.model.size(), cb.model.size());
+  for (size_t i = 0; i < ca.model.size(); ++i)
+    EXPECT_EQ(ca.model[i].second.to_vector<float>(), cb.model[i].second.to_vector<float>()) << ca.model[i].first;
+}
+
+TEST_F(TrainerTest, ResumeWithChangedModelKeysIsAConfigErrorListingThem) {
+  run({"train.stop_at=4"});
+  try {
+    run({"model.d_model=64", "data.block_size=8", "train.lr=1.0e-3"});
+    FAIL() << "expected a ConfigError";
+  } catch (const ConfigError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("model.d_model"), std::string::npos) << what;
+    EXPECT_NE(what.find("data.block_size"), std::string::npos) << what;
+    EXPECT_EQ(what.find("train.lr"), std::string::npos) << "train.lr may change: " << what;
+  }
+  // train.* keys other than batch_size, grad_accum and seed may change.
+  TrainSummary s = run({"train.lr=1.0e-3", "train.stop_at=6"});
+  EXPECT_EQ(s.start_step, 4);
+  EXPECT_THROW(run({"train.seed=7"}), ConfigError);
+}
+
+TEST_F(TrainerTest, TruncatedCheckpointIsAnErrorNamingItAndIsLeftUntouched) {
+  run({"train.stop_at=4"});
+  const fs::path ckpt = run_dir() / "ckpt_00000004.h5";
+  const std::string bytes = read_file(ckpt);
+  const std::string truncated = bytes.substr(0, bytes.size() / 2);
+  std::ofstream(ckpt, std::ios::binary | std::ios::trunc) << truncated;
+  try {
+    run();
+    FAIL() << "expected an error for the truncated checkpoint";
+  } catch (const ConfigError& e) {
+    FAIL() << "a bad checkpoint is a failure while running, not a config error: " << e.what();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(ckpt.string()), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(read_file(ckpt), truncated);
+  EXPECT_EQ(read_file(run_dir() / "latest").substr(0, 16), "ckpt_00000004.h5");
+  EXPECT_FALSE(fs::exists(run_dir() / "ckpt_00000008.h5"));
+}
+
+TEST_F(TrainerTest, LossDecreasesOnALearnableStream) {
+  TrainSummary s = run({"train.max_steps=40", "train.eval_every=0", "train.ckpt_every=0"});
+  const auto records = read_metrics(run_dir() / "metrics.jsonl");
+  const double first = records.front()["loss"].get<double>();
+  double last = 0.0;
+  for (const auto& r : records)
+    if (r.contains("loss")) last = r["loss"].get<double>();
+  EXPECT_NEAR(first, std::log(29.0), 0.3);  // about uniform over the 29 characters at init
+  EXPECT_LT(last, 0.5 * first);
+  EXPECT_LT(s.val_loss, 0.5 * first);
+}
+
+// The final eval record is the loss over every target of the val split: it equals an
+// independent evaluation of the final checkpoint, which scores val_size - 1 targets.
+TEST_F(TrainerTest, FinalEvalCoversTheWholeValSplit) {
+  TrainSummary s = run({"train.max_steps=5", "train.eval_every=0", "train.batch_size=3"});
+  const auto records = read_metrics(run_dir() / "metrics.jsonl");
+  ASSERT_TRUE(records.back().contains("val_loss"));
+  EXPECT_EQ(records.back()["step"].get<int64_t>(), 5);
+  CheckpointEval e = evaluate_checkpoint(s.checkpoint);
+  const std::string text = read_file(dir_ / "toy.txt");
+  const int64_t n = static_cast<int64_t>(text.size());
+  const int64_t n_val = n - static_cast<int64_t>(std::floor(static_cast<double>(n) * 0.9));
+  EXPECT_EQ(e.result.tokens, n_val - 1);
+  EXPECT_NEAR(e.result.loss, records.back()["val_loss"].get<double>(), 1e-6 * e.result.loss);
+}
+
+TEST_F(TrainerTest, SigtermFinishesTheStepAndSavesACheckpoint) {
+  std::thread killer([this] {
+    // Wait for the third log record: the handlers are installed and training is under way.
+    const fs::path metrics = run_dir() / "metrics.jsonl";
+    for (int i = 0; i < 6000; ++i) {
+      if (read_metrics(metrics).size() >= 3) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    std::raise(SIGTERM);
+  });
+  TrainSummary s = run({"train.max_steps=100000", "train.eval_every=0", "train.ckpt_every=0"});
+  killer.join();
+  EXPECT_EQ(s.end_reason, "SIGTERM");
+  EXPECT_GE(s.step, 3);
+  EXPECT_LT(s.step, 100000);
+  EXPECT_EQ(s.checkpoint, (run_dir() / checkpoint_file_name(s.step)).string());
+  EXPECT_EQ(load_checkpoint(s.checkpoint).step, s.step);
+  EXPECT_TRUE(std::isnan(s.val_loss));  // no final eval: the run did not reach max_steps
+  // The default action is back after the run: the handlers were scoped to it.
+  struct sigaction current {};
+  sigaction(SIGTERM, nullptr, &current);
+  EXPECT_EQ(current.sa_handler, SIG_DFL);
+
+  TrainSummary resumed = run({"train.max_steps=100000", "train.stop_at=" + std::to_string(s.step + 2)});
+  EXPECT_EQ(resumed.start_step, s.step);
+  EXPECT_EQ(resumed.step, s.step + 2);
+}
+
+TEST_F(TrainerTest, NonFiniteLossIsAnErrorNamingTheStepAndKeepsTheLastCheckpoint) {
+  try {
+    // Attention only: a linear layer's kernels may reject the NaN decay before the loss exists.
+    run({"model.layers=attn", "train.lr=1.0e30", "train.warmup=0", "train.grad_clip=0", "train.ckpt_every=1",
+         "train.max_steps=50"});
+    FAIL() << "expected the loss to blow up";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("training loss is"), std::string::npos) << what;
+    const std::string latest = read_file(run_dir() / "latest").substr(0, 16);
+    EXPECT_NE(what.find(latest), std::string::npos) << what;
+    // ckpt_every 1: the checkpoint of the step before the failure is the last one written.
+    const int64_t failed_step = std::stoll(what.substr(what.find("step ") + 5));
+    EXPECT_EQ(latest, checkpoint_file_name(failed_step - 1));
+  }
+}
+
+TEST_F(TrainerTest, ResumeNeverRefusesAnOutDirWithCheckpoints) {
+  run({"train.stop_at=4"});
+  EXPECT_THROW(run({"train.resume=never"}), ConfigError);
+}
+
+}  // namespace
+}  // namespace lat
