@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
   commands.push_back(lat::cli::add_train_command(app));
   commands.push_back(lat::cli::add_generate_command(app));
   commands.push_back(lat::cli::add_eval_command(app));
+  commands.push_back(lat::cli::add_export_command(app));
 
   try {
     app.parse(argc, argv);

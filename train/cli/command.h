@@ -23,5 +23,7 @@ Command add_train_command(CLI::App& app);
 Command add_generate_command(CLI::App& app);
 /// `lat eval --checkpoint CKPT [--data PATH]` (train/cli/eval.cpp).
 Command add_eval_command(CLI::App& app);
+/// `lat export --checkpoint CKPT --format safetensors|h5-weights --out DIR` (train/cli/export.cpp).
+Command add_export_command(CLI::App& app);
 
 }  // namespace lat::cli
