@@ -1,0 +1,32 @@
+// The NCCL side of Distributed (train.device cuda): the gradient all-reduce between GPUs.
+//
+// Compiled when the build has CUDA and the toolkit ships nccl.h (CUDA 13 does); libnccl.so.2
+// is loaded at the first CUDA all-reduce, so a CPU run never needs it. Without NCCL the
+// functions throw a clear error.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "lat/tensor.h"
+
+namespace lat {
+
+class Distributed;
+
+namespace nccl {
+
+/// Whether this build has the NCCL path (CUDA built and nccl.h found).
+bool built();
+
+/// Sums `tensors` (f32 or f64, all on one CUDA device, checked by the caller) over the ranks
+/// of `dist`, in place, in buckets of `bucket_elems` elements packed on the device and
+/// reduced with ncclAllReduce on lat's stream of that device. The communicator is created
+/// on the first call (rank 0's ncclUniqueId broadcast through MPI); each rank must use its
+/// own GPU (cuda:local_rank). Returns the number of ncclAllReduce calls. Blocks until the
+/// sums are in place. Throws lat::Error when the build has no NCCL, libnccl.so.2 cannot be
+/// loaded, or NCCL fails (with its message).
+int64_t all_reduce_sum(const std::vector<Tensor>& tensors, size_t bucket_elems, const Distributed& dist);
+
+}  // namespace nccl
+}  // namespace lat
