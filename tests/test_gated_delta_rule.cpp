@@ -75,6 +75,19 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GatedDeltaRuleSweep, ::testing::ValuesIn(sweep(
                            return testing::delta_case_name(info.param);
                          });
 
+// Chunk sizes that do not divide T, are not multiples of the 16-float vectors, or exceed T.
+TEST(GatedDeltaRule, OddChunkSizesMatchReference) {
+  const DeltaCase base{{1, 50, 2, 8, 12, Gate::mild, true, false, 99}};
+  testing::DeltaInputs in = testing::make_delta_inputs(base);
+  testing::DeltaResult ref = testing::run_delta(naive_op(base), in, DType::f64);
+  for (int chunk_size : {1, 7, 50, 128}) {
+    SCOPED_TRACE(chunk_size);
+    DeltaCase c = base;
+    c.chunk_size = chunk_size;
+    testing::expect_delta_close(testing::run_delta(chunk_op(c), in, DType::f32), ref, kTol, "chunk_odd_sizes");
+  }
+}
+
 // Finite differences of the float64 reference, with and without the in-kernel L2 norm
 // (g away from 0 and beta inside (0, 1), so the +-eps probes stay valid inputs).
 TEST(GatedDeltaRule, ReferenceMatchesFiniteDifferences) {
