@@ -25,5 +25,7 @@ Command add_generate_command(CLI::App& app);
 Command add_eval_command(CLI::App& app);
 /// `lat export --checkpoint CKPT --format safetensors|h5-weights --out DIR` (train/cli/export.cpp).
 Command add_export_command(CLI::App& app);
+/// `lat info CKPT|CONFIG [--context L]` (train/cli/info.cpp).
+Command add_info_command(CLI::App& app);
 
 }  // namespace lat::cli
