@@ -18,12 +18,13 @@ build: deps
 data:
 	@tools/fetch_data.sh
 
+# Trains CONFIG to completion (or resumes it: runs/<config name> holds its checkpoints), then
+# prints a sample from the final checkpoint.
+RUN_DIR ?= runs/$(notdir $(basename $(CONFIG)))
 train: deps build data
-	@if $(BUILD_DIR)/lat train --help >/dev/null 2>&1; then \
-	  $(BUILD_DIR)/lat train $(CONFIG); \
-	else \
-	  echo "make train: the trainer has not landed yet; it will run: $(BUILD_DIR)/lat train $(CONFIG)"; \
-	fi
+	@$(BUILD_DIR)/lat train $(CONFIG)
+	@echo "== sample: $(BUILD_DIR)/lat generate --checkpoint $(RUN_DIR) --max-new-tokens 500"
+	@$(BUILD_DIR)/lat generate --checkpoint $(RUN_DIR) --max-new-tokens 500
 
 test: deps build data
 	@ctest --test-dir $(BUILD_DIR) --output-on-failure --no-tests=error -j$(JOBS)
