@@ -89,21 +89,22 @@ __global__ void __launch_bounds__(tile::kThreads) forward_kernel(KernelArgs a, f
         x[c] = jc < nc && visible(a, i, j0 + jc) ? s.v[r][c] * a.scale : -INFINITY;
         mx = fmaxf(mx, x[c]);
       }
+      // The shuffles run in every lane (a warp holds two rows, which may differ in
+      // visibility), so a row without a visible key in this tile only skips the update.
       mx = row_max16(mx);
-      if (mx == -INFINITY) {  // no visible key for this query in this tile
-#pragma unroll
-        for (int c = 0; c < 4; ++c) s.v[r][c] = 0.0f;
-        continue;
-      }
+      const bool any = mx != -INFINITY;
       // Online softmax: rescale what was accumulated under the old running max.
-      const float m_new = fmaxf(m[r], mx), alpha = expf(m[r] - m_new);
+      const float m_new = any ? fmaxf(m[r], mx) : m[r];
+      const float alpha = any ? expf(m[r] - m_new) : 1.0f;
       float sum = 0.0f;
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
-        s.v[r][c] = expf(x[c] - m_new);
+        s.v[r][c] = any ? expf(x[c] - m_new) : 0.0f;
         sum += s.v[r][c];
       }
-      l[r] = l[r] * alpha + tile::row_sum16(sum);
+      sum = tile::row_sum16(sum);
+      if (!any) continue;
+      l[r] = l[r] * alpha + sum;
       m[r] = m_new;
 #pragma unroll
       for (int sl = 0; sl < kSlices; ++sl)

@@ -233,7 +233,8 @@ TEST_F(CudaOps, EmbeddingGatherAndScatterAdd) {
 
 TEST_F(CudaOps, FusedNnOps) {
   LAT_REQUIRE_CUDA();
-  for (int64_t dim : {1, 7, 64, 1000}) {
+  // (dim 1 is left out: there dx = w g rstd eps / (x^2 + eps) is all cancellation.)
+  for (int64_t dim : {5, 64, 1000}) {
     const Shape s{3, 5, dim};
     check_op("rms_norm " + std::to_string(dim), [](const auto& t) { return rms_norm(t[0], t[1], 1e-6); },
              {randn(s), randn({dim})}, gen_);
@@ -277,7 +278,9 @@ TEST_F(CudaOps, CausalAttentionForwardBackward) {
   struct Case {
     int64_t B, Tq, Tk, H, Hkv, D, Dv, window;
   };
-  const std::vector<Case> cases = {{2, 1, 1, 2, 2, 16, 16, 0},    {1, 70, 70, 4, 2, 32, 48, 0},
+  // (Not T = 1: one visible key gives dq = dk = 0 exactly, whose rounding noise has no
+  // meaningful relative error.)
+  const std::vector<Case> cases = {{2, 3, 3, 2, 2, 16, 16, 0},    {1, 70, 70, 4, 2, 32, 48, 0},
                                    {2, 130, 130, 2, 1, 64, 64, 0}, {1, 100, 100, 2, 2, 128, 96, 17},
                                    {1, 33, 90, 3, 3, 24, 40, 0}};
   for (const Case& c : cases) {
