@@ -22,6 +22,7 @@
 #include "layers/swiglu.h"
 #include "train/checkpoint.h"
 #include "train/export.h"
+#include "train/generate.h"
 #include "train/info.h"
 #include "train/model.h"
 #include "train/safetensors.h"
@@ -241,6 +242,27 @@ TEST_F(ExportTest, EveryCheckpointFormLoadsTheSameModel) {
     EXPECT_TRUE(w.checkpoint.optimizer.type.empty()) << form;
     EXPECT_TRUE(bit_equal(logits_of(w, ids), reference)) << form;
   }
+}
+
+TEST_F(ExportTest, GenerateFromTheExportsGivesTheSameText) {
+  save("ckpt.h5", config(kHybrid));
+  lat::export_model({path("ckpt.h5"), "safetensors", path("st"), "f32", {}});
+  lat::export_model({path("ckpt.h5"), "h5-weights", path("h5"), "f32", {}});
+  auto sample = [](const std::string& checkpoint) {
+    lat::GenerateOptions options;
+    options.checkpoint = checkpoint;
+    options.prompt = "abc";
+    options.max_new_tokens = 40;
+    options.seed = 5;
+    std::ostringstream out;
+    lat::generate(options, out);
+    return out.str();
+  };
+  const std::string reference = sample(path("ckpt.h5"));
+  EXPECT_GT(reference.size(), 40u);
+  EXPECT_EQ(sample(path("st/model.safetensors")), reference);
+  EXPECT_EQ(sample(path("st")), reference);
+  EXPECT_EQ(sample(path("h5/model.h5")), reference);
 }
 
 TEST_F(ExportTest, CheckTokensWritesLatsLogitsForwardAndStepwise) {

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "train/checkpoint.h"
+#include "train/export.h"
 
 namespace lat {
 
@@ -77,8 +78,9 @@ Device parse_device(const std::string& device) {
 
 TrainedModel load_trained_model(const std::string& checkpoint) {
   TrainedModel t;
-  t.path = resolve_checkpoint(checkpoint);
-  Checkpoint ckpt = load_checkpoint(t.path);
+  ModelWeights weights = load_model_weights(checkpoint);
+  t.path = weights.path;
+  Checkpoint& ckpt = weights.checkpoint;
   t.config = parse_config(ckpt.config_yaml, t.path);
   t.step = ckpt.step;
   if (ckpt.tokenizer_type == "char")

@@ -42,8 +42,9 @@ struct TrainedModel {
   std::unique_ptr<HybridLM> model;
 };
 
-/// Loads a checkpoint (.h5) or a run directory's latest checkpoint: its config, tokenizer
-/// and weights (on the CPU). Throws lat::Error naming the file when it is missing, not a
+/// Loads what `--checkpoint` accepts (load_model_weights: a checkpoint (.h5), a run
+/// directory's latest checkpoint, an exported model.safetensors or model.h5, or an export
+/// directory): its config, tokenizer and weights (on the CPU). Throws lat::Error naming the file when it is missing, not a
 /// checkpoint, or does not match its own config.
 TrainedModel load_trained_model(const std::string& checkpoint);
 

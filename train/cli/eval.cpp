@@ -14,7 +14,9 @@ Command add_eval_command(CLI::App& app) {
   CLI::App* sub = app.add_subcommand("eval", "Validation loss and bits per character on the whole val split");
   auto checkpoint = std::make_shared<std::string>();
   auto data = std::make_shared<std::string>();
-  sub->add_option("--checkpoint", *checkpoint, "a checkpoint (.h5) or a run directory (its latest checkpoint)")
+  sub->add_option("--checkpoint", *checkpoint,
+                  "a checkpoint (.h5), a run directory (its latest checkpoint), an exported model.safetensors "
+                  "or an export directory")
       ->required();
   sub->add_option("--data", *data, "corpus to evaluate on (default: the checkpoint's data.path); its val split is "
                                    "the last data.val_fraction of the tokens");

@@ -11,7 +11,9 @@ namespace lat::cli {
 Command add_generate_command(CLI::App& app) {
   CLI::App* sub = app.add_subcommand("generate", "Sample text from a trained model; prompt + continuation to stdout");
   auto o = std::make_shared<GenerateOptions>();
-  sub->add_option("--checkpoint", o->checkpoint, "a checkpoint (.h5) or a run directory (its latest checkpoint)")
+  sub->add_option("--checkpoint", o->checkpoint,
+                  "a checkpoint (.h5), a run directory (its latest checkpoint), an exported model.safetensors "
+                  "or an export directory")
       ->required();
   sub->add_option("--prompt", o->prompt, "text to continue (default: start from a newline)");
   sub->add_option("--max-new-tokens", o->max_new_tokens, "tokens to generate")->capture_default_str();
