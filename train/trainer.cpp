@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -18,6 +19,9 @@
 #include "lat/tape.h"
 #include "optim/schedule.h"
 #include "train/checkpoint.h"
+#include "train/distributed.h"
+#include "train/distributed_eval.h"
+#include "train/distributed_nccl.h"
 #include "train/eval.h"
 #include "train/metrics.h"
 #include "train/model.h"
@@ -72,6 +76,16 @@ DataState data_state(const TrainConfig& train, int64_t step) {
   return d;
 }
 
+// Test hook of the MPI tests (tests/mpi/train_ranks.sh): LAT_TEST_THROW_AT=R:S makes rank R
+// throw at step S, as a failing rank would. 0 when unset or naming another rank.
+int64_t test_throw_step(int rank) {
+  const char* spec = std::getenv("LAT_TEST_THROW_AT");
+  int throw_rank = -1;
+  long long throw_step = 0;
+  if (spec == nullptr || std::sscanf(spec, "%d:%lld", &throw_rank, &throw_step) != 2) return 0;
+  return throw_rank == rank ? throw_step : 0;
+}
+
 class Run {
  public:
   Run(const Config& config, const TrainOptions& options)
@@ -81,21 +95,29 @@ class Run {
         progress_(options.live_progress ? ProgressLine(options.log, *options.live_progress)
                                         : ProgressLine(options.log)),
         out_dir_(train_.out_dir),
-        gen_(static_cast<uint64_t>(train_.seed)) {}
+        gen_(static_cast<uint64_t>(train_.seed)),
+        dist_(Distributed::get()),
+        throw_at_step_(test_throw_step(dist_.rank())) {}
 
   TrainSummary run();
 
  private:
   void check_supported();
   std::optional<std::string> resume_source();
+  std::optional<std::string> shared_resume_source();
+  void broadcast_state();
   void prepare(const std::optional<std::string>& resume_path);
   double train_step(int64_t step, double lr, GradNorm& norm);
+  double all_reduce_gradients(int64_t step, double local_loss);
   /// Throws lat::Error: step `step` failed for `what`; names the last good checkpoint.
   [[noreturn]] void fail_step(int64_t step, const std::string& what);
   void periodic_eval(int64_t step);
   void final_eval();
   void save(int64_t step);
-  void log(const std::string& text) { progress_.message(text); }
+  // Rank 0 alone writes logs, progress, metrics and checkpoints (the others compute the same).
+  void log(const std::string& text) {
+    if (dist_.is_root()) progress_.message(text);
+  }
 
   Clock::time_point created_;  // the whole run's wall time counts from here
   Config config_;
@@ -117,12 +139,28 @@ class Run {
   double best_val_loss_ = std::numeric_limits<double>::quiet_NaN();
   int64_t saved_step_ = -1;  // step of the last checkpoint this process wrote
   double eval_seconds_ = 0.0, save_seconds_ = 0.0;
+  Distributed& dist_;
+  RowRange rows_;  // this rank's rows of each micro-batch
+  int64_t throw_at_step_ = 0;
 };
 
 void Run::check_supported() {
   if (!config_.init_from.empty() || !config_.freeze.empty() || !config_.lr_mult.empty())
     throw ConfigError("init_from, freeze, lr_mult: fine-tuning is not implemented in this trainer yet");
   device_ = parse_device(train_.device);
+  const int ranks = dist_.world_size();
+  if (train_.batch_size % ranks != 0)
+    throw ConfigError("train.batch_size: " + std::to_string(train_.batch_size) + " sequences cannot be split evenly over " +
+                      std::to_string(ranks) + " ranks: choose a batch_size divisible by " + std::to_string(ranks) +
+                      " (it is the global micro-batch, summed over the ranks)");
+  rows_ = rank_rows(train_.batch_size, dist_.rank(), ranks);
+  if (ranks > 1 && device_.is_cuda()) {
+    if (!nccl::built())
+      throw ConfigError("train.device: " + train_.device + " with " + std::to_string(ranks) +
+                        " ranks needs NCCL, and this lat was built without it");
+    // One GPU per rank: "cuda" means this rank's own device on its host.
+    if (train_.device == "cuda") device_ = Device::cuda(dist_.local_rank());
+  }
 }
 
 // The checkpoint to continue from, if any (train.resume).
@@ -136,6 +174,25 @@ std::optional<std::string> Run::resume_source() {
   throw ConfigError("train.resume: never, but train.out_dir '" + out_dir_.string() + "' already holds " +
                     fs::path(*latest).filename().string() +
                     ": remove its checkpoints, choose another train.out_dir, or resume with train.resume: auto");
+}
+
+// Rank 0 decides where to start (its out_dir is the one that counts); every rank then reads
+// that checkpoint (a path all ranks can see: a shared file system on several hosts).
+std::optional<std::string> Run::shared_resume_source() {
+  std::optional<std::string> source = dist_.is_root() ? resume_source() : std::nullopt;
+  if (dist_.world_size() == 1) return source;
+  const std::string path = dist_.broadcast(source.value_or(""));
+  return path.empty() ? std::nullopt : std::optional<std::string>(path);
+}
+
+// Rank 0's parameters and optimizer state on every rank, at start and after a resume, so the
+// ranks start bit-identical whatever their own initialization or reads gave.
+void Run::broadcast_state() {
+  std::vector<Tensor> tensors;
+  for (auto& [name, tensor] : model_->named_parameters()) tensors.push_back(tensor);
+  for (auto& [name, buffers] : optimizer_->snapshot().params)
+    for (auto& [buffer, tensor] : buffers) tensors.push_back(tensor);
+  dist_.broadcast(tensors);
 }
 
 void Run::prepare(const std::optional<std::string>& resume_path) {
@@ -189,21 +246,29 @@ void Run::prepare(const std::optional<std::string>& resume_path) {
     if (ckpt->data.state != BatchLoader::sampler())
       log("warning: " + *resume_path + " was written with data sampler '" + ckpt->data.state + "', this lat uses '" +
           BatchLoader::sampler() + "': the batches after the resume differ from an uninterrupted run");
+    if (ckpt->world_size != dist_.world_size())
+      log("warning: " + *resume_path + " was written by " + std::to_string(ckpt->world_size) + " ranks, now " +
+          std::to_string(dist_.world_size()) + ": the global batch (train.batch_size x grad_accum) and so the data " +
+          "order are kept, but sums are grouped differently, so the run differs from an uninterrupted one by rounding");
     step_ = ckpt->step;
     tokens_seen_ = ckpt->tokens_seen;
     val_loss_ = ckpt->val_loss;
     best_val_loss_ = ckpt->best_val_loss;
   }
+  if (dist_.world_size() > 1) broadcast_state();
   move_parameters(*model_, device_);
   summary_.start_step = step_;
 
-  fs::create_directories(out_dir_);
-  for (const std::string& name : clean_stale_tmp(out_dir_.string())) log("removed stale " + name);
-  const fs::path metrics_path = out_dir_ / "metrics.jsonl";
-  const int64_t dropped = truncate_metrics(metrics_path.string(), step_);
-  if (dropped > 0) log("metrics.jsonl: dropped " + std::to_string(dropped) + " records after step " + std::to_string(step_));
-  write_text_atomically(out_dir_ / "config.yaml", to_yaml(config_));
-  metrics_ = std::make_unique<MetricsWriter>(metrics_path.string());
+  if (dist_.is_root()) {
+    fs::create_directories(out_dir_);
+    for (const std::string& name : clean_stale_tmp(out_dir_.string())) log("removed stale " + name);
+    const fs::path metrics_path = out_dir_ / "metrics.jsonl";
+    const int64_t dropped = truncate_metrics(metrics_path.string(), step_);
+    if (dropped > 0)
+      log("metrics.jsonl: dropped " + std::to_string(dropped) + " records after step " + std::to_string(step_));
+    write_text_atomically(out_dir_ / "config.yaml", to_yaml(config_));
+    metrics_ = std::make_unique<MetricsWriter>(metrics_path.string());
+  }
 
   const int64_t n_train = dataset.split_size(Split::train), n_val = dataset.split_size(Split::val);
   log("lat train: " + (resume_path ? "resuming from " + *resume_path + " at step " + std::to_string(step_)
@@ -220,22 +285,38 @@ void Run::prepare(const std::optional<std::string>& resume_path) {
       std::to_string(train_.warmup) + ", min " + fixed(train_.min_lr, 6) + "), batch " +
       std::to_string(train_.batch_size) + " x " + std::to_string(train_.grad_accum) + " x " +
       std::to_string(config_.data.block_size) + " tokens, " + std::to_string(get_num_threads()) + " threads, " +
-      device_.str());
+      device_.str() +
+      (dist_.world_size() > 1 ? " (per rank; " + std::to_string(dist_.world_size()) + " ranks, " +
+                                    std::to_string(rows_.end - rows_.begin) + " sequences each per micro-batch)"
+                              : std::string()));
   std::istringstream groups(optimizer_->describe_groups());
   for (std::string line; std::getline(groups, line);) log("  " + line);
 }
 
 // One optimizer step: forward/backward over the micro-batches, clipping, update. Returns
 // the step's token-weighted mean loss; `norm` receives the gradient norm.
+//
+// With N ranks each takes its rows of every micro-batch and weights its losses by its tokens'
+// share of the whole step's (all ranks') tokens: the sum over ranks of the gradients is then
+// the gradient of the global token-weighted mean, the 1-rank update. The gradients are summed
+// over the ranks before clipping, so the norm, the clipping and the update are the same on
+// every rank.
 double Run::train_step(int64_t step, double lr, GradNorm& norm) {
   std::vector<Batch> micro;
   int64_t tokens = 0;
   for (int64_t m = 0; m < train_.grad_accum; ++m) {
-    micro.push_back(loader_->train_batch(step, m, train_.batch_size));
+    micro.push_back(loader_->batch(Split::train, step, m, rows_));
     tokens += micro.back().tokens;
+  }
+  if (dist_.world_size() > 1) {
+    std::vector<double> global = {static_cast<double>(tokens)};
+    dist_.all_reduce_sum(global);
+    tokens = static_cast<int64_t>(global[0]);
   }
   double loss = 0.0;
   try {
+    if (step == throw_at_step_)
+      throw Error("rank " + std::to_string(dist_.rank()) + " fails here on purpose (LAT_TEST_THROW_AT test hook)");
     for (const Batch& b : micro) {
       Tensor logits = model_->forward(b.inputs.to(device_));
       Tensor ce =
@@ -252,6 +333,7 @@ double Run::train_step(int64_t step, double lr, GradNorm& norm) {
     clear_tape();
     fail_step(step, e.what());
   }
+  if (dist_.world_size() > 1) loss = all_reduce_gradients(step, loss);
   if (!std::isfinite(loss)) fail_step(step, std::string("the training loss is ") + (std::isnan(loss) ? "nan" : "inf"));
   norm = optimizer_->clip_grad_norm(train_.grad_clip);
   if (!norm.finite) {
@@ -265,6 +347,27 @@ double Run::train_step(int64_t step, double lr, GradNorm& norm) {
   return loss;
 }
 
+// Sums the gradients over the ranks (bucketed) and returns the sum of the ranks' losses.
+// Ranks build the same model, so they hold gradients for the same parameters; a rank that
+// does not (a bug) is caught before the bucketed all-reduce would mismatch.
+double Run::all_reduce_gradients(int64_t step, double local_loss) {
+  std::vector<Tensor> grads;
+  int64_t elements = 0;
+  for (auto& [name, tensor] : model_->named_parameters()) {
+    Tensor g = tensor.grad();
+    if (!g.defined()) continue;
+    grads.push_back(g);
+    elements += g.numel();
+  }
+  std::vector<double> sums = {local_loss, static_cast<double>(elements)};
+  dist_.all_reduce_sum(sums);
+  if (sums[1] != static_cast<double>(elements) * dist_.world_size())
+    fail_step(step, "rank " + std::to_string(dist_.rank()) + " has gradients for " + std::to_string(elements) +
+                        " parameter elements, not the same as every other rank");
+  dist_.all_reduce_sum(grads);
+  return sums[0];
+}
+
 void Run::fail_step(int64_t step, const std::string& what) {
   optimizer_->zero_grad();
   const int64_t last_saved = std::max(saved_step_, summary_.start_step);
@@ -276,10 +379,10 @@ void Run::fail_step(int64_t step, const std::string& what) {
 
 void Run::periodic_eval(int64_t step) {
   const auto t0 = Clock::now();
-  EvalResult r = evaluate_val_batches(*model_, *loader_, train_.eval_batches, train_.batch_size, device_);
+  EvalResult r = evaluate_val_batches(*model_, *loader_, train_.eval_batches, train_.batch_size, device_, dist_);
   val_loss_ = r.loss;
   best_val_loss_ = std::isnan(best_val_loss_) ? r.loss : std::min(best_val_loss_, r.loss);
-  metrics_->eval(step, r.loss);
+  if (metrics_) metrics_->eval(step, r.loss);
   log("step " + std::to_string(step) + ": val loss " + fixed(r.loss, 4) + " (" + fixed(r.bpc(), 4) + " bpc, " +
       std::to_string(train_.eval_batches) + " batches)");
   eval_seconds_ += seconds_since(t0);
@@ -287,11 +390,11 @@ void Run::periodic_eval(int64_t step) {
 
 void Run::final_eval() {
   const auto t0 = Clock::now();
-  EvalResult r = evaluate_val_split(*model_, data_->dataset, train_.batch_size, device_);
+  EvalResult r = evaluate_val_split(*model_, data_->dataset, train_.batch_size, device_, dist_);
   val_loss_ = r.loss;
   best_val_loss_ = std::isnan(best_val_loss_) ? r.loss : std::min(best_val_loss_, r.loss);
   summary_.val_loss = r.loss;
-  metrics_->eval(step_, r.loss);
+  if (metrics_) metrics_->eval(step_, r.loss);
   log("step " + std::to_string(step_) + ": val loss " + fixed(r.loss, 4) + " (" + fixed(r.bpc(), 4) +
       " bpc) on the whole val split (" + std::to_string(r.tokens) + " tokens, " + fixed(seconds_since(t0), 1) + " s)");
   eval_seconds_ += seconds_since(t0);
@@ -304,7 +407,7 @@ void Run::save(int64_t step) {
   c.tokens_seen = tokens_seen_;
   c.val_loss = val_loss_;
   c.best_val_loss = best_val_loss_;
-  c.world_size = 1;
+  c.world_size = dist_.world_size();
   c.config_yaml = to_yaml(config_);
   if (data_->tokenizer) {
     c.tokenizer_type = data_->tokenizer->type();
@@ -317,9 +420,11 @@ void Run::save(int64_t step) {
   c.rng_state = gen_.state();
   c.data = data_state(train_, step);
   const std::string name = checkpoint_file_name(step);
-  save_checkpoint((out_dir_ / name).string(), c);
-  write_latest(out_dir_.string(), name);
-  prune_checkpoints(out_dir_.string(), train_.keep_last);
+  if (dist_.is_root()) {
+    save_checkpoint((out_dir_ / name).string(), c);
+    write_latest(out_dir_.string(), name);
+    prune_checkpoints(out_dir_.string(), train_.keep_last);
+  }
   saved_step_ = step;
   summary_.checkpoint = (out_dir_ / name).string();
   save_seconds_ += seconds_since(t0);
@@ -337,8 +442,9 @@ void keep_freed_memory() {
 TrainSummary Run::run() {
   keep_freed_memory();
   check_supported();
-  set_num_threads(static_cast<int>(train_.threads));
-  prepare(resume_source());
+  dist_.reset_stats();
+  set_num_threads(static_cast<int>(train_.threads > 0 ? train_.threads : dist_.default_threads()));
+  prepare(shared_resume_source());
 
   const int64_t end = train_.stop_at > 0 ? std::min(train_.stop_at, train_.max_steps) : train_.max_steps;
   if (step_ >= end) {
@@ -371,19 +477,20 @@ TrainSummary Run::run() {
     const bool log_step = step % train_.log_every == 0;
     const double tokens_per_s = window_seconds > 0 ? static_cast<double>(window_tokens) / window_seconds : 0.0;
     if (log_step) {
-      metrics_->log({step, loss, lr, norm.norm, tokens_seen_, tokens_per_s, seconds_since(start)});
+      if (metrics_) metrics_->log({step, loss, lr, norm.norm, tokens_seen_, tokens_per_s, seconds_since(start)});
       window_seconds = 0.0;
       window_tokens = 0;
     }
     const double eta = train_seconds / static_cast<double>(step - first_step + 1) * static_cast<double>(end - step);
-    progress_.update({step, train_.max_steps, loss, lr, norm.norm, tokens_per_s, eta}, log_step);
+    if (dist_.is_root()) progress_.update({step, train_.max_steps, loss, lr, norm.norm, tokens_per_s, eta}, log_step);
 
     if (train_.eval_every > 0 && step % train_.eval_every == 0 && step != train_.max_steps) periodic_eval(step);
-    stopped_by = stop_signal();
+    // A signal may reach the ranks at different steps: all stop after the same one.
+    stopped_by = static_cast<int>(dist_.all_reduce_max(stop_signal()));
     if (train_.ckpt_every > 0 && step % train_.ckpt_every == 0 && step != end && stopped_by == 0) save(step);
     if (stopped_by != 0) break;
   }
-  progress_.finish();
+  if (dist_.is_root()) progress_.finish();
 
   if (step_ == train_.max_steps) final_eval();
   if (saved_step_ != step_) save(step_);
@@ -400,14 +507,37 @@ TrainSummary Run::run() {
       (step_ < train_.max_steps ? " (run the same command to resume)" : ""));
   if (summary_.skipped_steps > 0)
     log("warning: " + std::to_string(summary_.skipped_steps) + " steps were skipped for a non-finite gradient norm");
+  if (dist_.world_size() > 1) {
+    const CollectiveStats& stats = dist_.stats();
+    const double steps = static_cast<double>(std::max<int64_t>(1, stats.all_reduce_calls));
+    summary_.all_reduce_seconds = stats.all_reduce_seconds;
+    log("data-parallel: " + std::to_string(dist_.world_size()) + " ranks x " + std::to_string(get_num_threads()) +
+        " threads; gradient all-reduce " + fixed(1e3 * stats.all_reduce_seconds / steps, 3) + " ms/step (" +
+        fixed(100.0 * stats.all_reduce_seconds / std::max(train_seconds, 1e-9), 1) + "% of training time, " +
+        fixed(static_cast<double>(stats.all_reduce_buckets) / steps, 1) + " buckets of <= " +
+        std::to_string(dist_.bucket_bytes() >> 10) + " KiB per step, waits for the slowest rank included)");
+  }
   return summary_;
 }
 
 }  // namespace
 
 TrainSummary train(const Config& config, const TrainOptions& options) {
-  Run run(config, options);
-  return run.run();
+  Distributed& dist = Distributed::get();
+  if (dist.world_size() == 1) {
+    Run run(config, options);
+    return run.run();
+  }
+  // A failure on one rank ends the job: its error names the rank, and MPI_Abort ends the other
+  // ranks, which would otherwise wait forever in their next collective.
+  try {
+    Run run(config, options);
+    return run.run();
+  } catch (const ConfigError& e) {
+    dist.abort(e.what(), 2);
+  } catch (const std::exception& e) {
+    dist.abort(e.what(), 1);
+  }
 }
 
 }  // namespace lat

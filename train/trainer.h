@@ -37,9 +37,16 @@ struct TrainSummary {
   int64_t skipped_steps = 0;   // steps skipped in this process for a non-finite gradient norm
   double val_loss = std::numeric_limits<double>::quiet_NaN();  // whole val split at max_steps; NaN otherwise
   std::string checkpoint;      // the last checkpoint written, empty when none
+  double all_reduce_seconds = 0.0;  // time in the gradient all-reduce over several ranks (0 with one)
 };
 
 /// Trains as `config` says (a config from load_config: validated and resolved).
+/// Under `mpirun -np N` (train/distributed.h) the N ranks train one model data-parallel: each
+/// takes its rows of every micro-batch (train.batch_size must divide by N: ConfigError), the
+/// gradients are summed over the ranks so the update equals the 1-rank one, and rank 0 alone
+/// writes metrics, progress and checkpoints. There a failure on any rank prints
+/// "error: rank R: ..." and ends the whole job (exit 2 for a config error, 1 otherwise)
+/// instead of throwing.
 /// Throws ConfigError (CLI exit 2) for a config that cannot run here: resuming with keys that
 /// may not change (listed), train.resume never with checkpoints in out_dir, CUDA in a build
 /// without it, or fine-tuning keys (init_from, freeze, lr_mult: not implemented yet).
