@@ -61,11 +61,13 @@ inline float dot(const float* a, const float* b, int64_t n) {
 
 // The whole-problem arrays of one call, indexed by chunk n.
 struct Arrays {
-  AlignedBuffer lambda;  // [N]           Lambda = G_{C-1}
+  AlignedBuffer G;       // [N, C]        chunk-local inclusive cumsum of g (Lambda = G_{C-1})
+  AlignedBuffer decay;   // [N, C, C]     Gamma_ij (i >= j), 0 above the diagonal
   AlignedBuffer wu;      // [N, C, K+V]   [W | U]; U becomes V_new in the state pass
   AlignedBuffer kdecay;  // [N, C, K]     diag(e^{Lambda - G}) K
   AlignedBuffer h;       // [N, K, V]     the state entering each chunk
   // backward only
+  AlignedBuffer kk;    // [N, C, C]     K K^T
   AlignedBuffer qg;    // [N, C, K]     scale diag(gamma) Q
   AlignedBuffer tinv;  // [N, C, C]     T
   AlignedBuffer dwu;   // [N, C, K+V]   [dW | dU = dV_new]
@@ -74,26 +76,24 @@ struct Arrays {
 
   Arrays(const GatedDeltaRuleChunkParams& p, bool backward) {
     const int64_t N = p.BH * p.NT, C = p.C, K = p.K, V = p.V;
-    lambda = AlignedBuffer(N), wu = AlignedBuffer(N * C * (K + V)), kdecay = AlignedBuffer(N * C * K);
-    h = AlignedBuffer(N * K * V);
+    G = AlignedBuffer(N * C), decay = AlignedBuffer(N * C * C), wu = AlignedBuffer(N * C * (K + V));
+    kdecay = AlignedBuffer(N * C * K), h = AlignedBuffer(N * K * V);
     if (!backward) return;
-    qg = AlignedBuffer(N * C * K), tinv = AlignedBuffer(N * C * C), dwu = AlignedBuffer(N * C * (K + V));
+    kk = AlignedBuffer(N * C * C), qg = AlignedBuffer(N * C * K), tinv = AlignedBuffer(N * C * C), dwu = AlignedBuffer(N * C * (K + V));
     dh = AlignedBuffer(N * K * V), dG = AlignedBuffer(N * C);
   }
 };
 
 // One block's tiles, indexed by chunk n - n0 (reused from block to block).
 struct BlockTiles {
-  AlignedBuffer G;      // [b, C]
-  AlignedBuffer decay;  // [b, C, C]  Gamma_ij (i >= j), 0 above the diagonal
-  AlignedBuffer kk;     // [b, C, C]  K K^T
+  AlignedBuffer kk;     // [b, C, C]  K K^T (forward; the backward keeps it in Arrays)
   AlignedBuffer tile;   // [b, C, C]
   AlignedBuffer tile2;  // [b, C, C]
   AlignedBuffer kvb;    // [b, C, K+V]  [diag(beta gamma) K | diag(beta) V]
   AlignedBuffer rows;   // [b, C, K]
 
   explicit BlockTiles(const GatedDeltaRuleChunkParams& p)
-      : G(kBlock * p.C), decay(kBlock * p.C * p.C), kk(kBlock * p.C * p.C), tile(kBlock * p.C * p.C),
+      : kk(kBlock * p.C * p.C), tile(kBlock * p.C * p.C),
         tile2(kBlock * p.C * p.C), kvb(kBlock * p.C * (p.K + p.V)), rows(kBlock * p.C * p.K) {}
 };
 
@@ -122,18 +122,19 @@ void for_each_block(int64_t N, const Body& body) {
   for (int64_t n0 = 0; n0 < N; n0 += kBlock) body(n0, std::min(kBlock, N - n0));
 }
 
-// The chunk-local cumsums G and the decay matrices Gamma of chunks [n0, n0 + b).
-void decays(const GatedDeltaRuleChunkParams& p, int64_t n0, int64_t b, BlockTiles& t) {
+// The chunk-local cumsums G [b, C] and the decay matrices Gamma [b, C, C] of chunks
+// [n0, n0 + b).
+void decays(const GatedDeltaRuleChunkParams& p, int64_t n0, int64_t b, float* G_out, float* decay) {
   const int64_t C = p.C;
 #pragma omp parallel for schedule(static)
   for (int64_t m = 0; m < b; ++m) {
-    float* G = t.G.data() + m * C;
+    float* G = G_out + m * C;
     float acc = 0.0f;
     for (int64_t i = 0; i < C; ++i) {
       if (p.g) acc += p.g[(n0 + m) * C + i];
       G[i] = acc;
     }
-    float* D = t.decay.data() + m * C * C;
+    float* D = decay + m * C * C;
     for (int64_t i = 0; i < C; ++i) {
       float* row = D + i * C;
       for (int64_t j = 0; j <= i; ++j) row[j] = exp_nonpositive(G[i] - G[j]);
@@ -142,27 +143,27 @@ void decays(const GatedDeltaRuleChunkParams& p, int64_t n0, int64_t b, BlockTile
   }
 }
 
-// [diag(beta gamma) K | diag(beta) V] of chunks [n0, n0 + b) into t.kvb.
-void scaled_kv(const GatedDeltaRuleChunkParams& p, int64_t n0, int64_t b, BlockTiles& t) {
+// [diag(beta gamma) K | diag(beta) V] of chunks [n0, n0 + b) into kvb [b, C, K+V].
+void scaled_kv(const GatedDeltaRuleChunkParams& p, int64_t n0, int64_t b, const float* G, float* kvb_out) {
   const int64_t C = p.C, K = p.K, V = p.V, KV1 = K + V;
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < b * C; ++i) {
     const int64_t r = n0 * C + i;
-    const float beta = p.beta[r], bg = beta * exp_nonpositive(t.G.data()[i]);
+    const float beta = p.beta[r], bg = beta * exp_nonpositive(G[i]);
     const float* k = p.k + r * K;
     const float* v = p.v + r * V;
-    float* kvb = t.kvb.data() + i * KV1;
+    float* kvb = kvb_out + i * KV1;
     for (int64_t x = 0; x < K; ++x) kvb[x] = bg * k[x];
     for (int64_t x = 0; x < V; ++x) kvb[K + x] = beta * v[x];
   }
 }
 
 // scale diag(gamma) Q of chunks [n0, n0 + b) into qg [b, C, K].
-void scaled_q(const GatedDeltaRuleChunkParams& p, int64_t n0, int64_t b, const BlockTiles& t, float* qg) {
+void scaled_q(const GatedDeltaRuleChunkParams& p, int64_t n0, int64_t b, const float* G, float* qg) {
   const int64_t C = p.C, K = p.K;
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < b * C; ++i) {
-    const float s = p.scale * exp_nonpositive(t.G.data()[i]);
+    const float s = p.scale * exp_nonpositive(G[i]);
     const float* q = p.q + (n0 * C + i) * K;
     for (int64_t x = 0; x < K; ++x) qg[i * K + x] = s * q[x];
   }
@@ -170,11 +171,10 @@ void scaled_q(const GatedDeltaRuleChunkParams& p, int64_t n0, int64_t b, const B
 
 // scores = scale (a b^T) o Gamma o M for the block's chunks (select: the upper triangle
 // and underflowed decays give exact zeros).
-void masked_scores(const GatedDeltaRuleChunkParams& p, int64_t b, const BlockTiles& t, Operand x, Operand y,
+void masked_scores(const GatedDeltaRuleChunkParams& p, int64_t b, const float* D, Operand x, Operand y,
                    int64_t inner, float* scores) {
   const int64_t C = p.C;
   gemm(b, C, C, inner, x, y, scores, C, C * C);
-  const float* D = t.decay.data();
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < b * C * C; ++i) scores[i] = D[i] != 0.0f ? p.scale * scores[i] * D[i] : 0.0f;
 }
@@ -188,7 +188,8 @@ typedef float Vec16 __attribute__((vector_size(64)));
 // independent accumulators (a single running row would chain every update through a
 // store and a reload). The rows are built in a scratch whose stride is padded to whole
 // vectors.
-void invert_unit_lower(const GatedDeltaRuleChunkParams& p, int64_t n0, int64_t b, const BlockTiles& t, float* T) {
+void invert_unit_lower(const GatedDeltaRuleChunkParams& p, int64_t n0, int64_t b, const float* kk_block,
+                       const float* decay, float* T) {
   const int64_t C = p.C, Cp = (C + 15) / 16 * 16;
 #pragma omp parallel
   {
@@ -197,8 +198,8 @@ void invert_unit_lower(const GatedDeltaRuleChunkParams& p, int64_t n0, int64_t b
     float* a = rows + C * Cp;  // A_ij of the current row i
 #pragma omp for schedule(static)
     for (int64_t m = 0; m < b; ++m) {
-      const float* kk = t.kk.data() + m * C * C;
-      const float* D = t.decay.data() + m * C * C;
+      const float* kk = kk_block + m * C * C;
+      const float* D = decay + m * C * C;
       const float* beta = p.beta + (n0 + m) * C;
       for (int64_t i = 0; i < C; ++i) {
         for (int64_t j = 0; j < i; ++j) a[j] = beta[i] * kk[i * C + j] * D[i * C + j];
@@ -233,23 +234,25 @@ void phase_a(const GatedDeltaRuleChunkParams& p, Arrays& a, bool backward) {
   const int64_t C = p.C, K = p.K, KV1 = p.K + p.V;
   BlockTiles t(p);
   for_each_block(p.BH * p.NT, [&](int64_t n0, int64_t b) {
-    decays(p, n0, b, t);
-    scaled_kv(p, n0, b, t);
+    const float* G_block = a.G.data() + n0 * C;
+    const float* decay = a.decay.data() + n0 * C * C;
+    decays(p, n0, b, a.G.data() + n0 * C, a.decay.data() + n0 * C * C);
+    scaled_kv(p, n0, b, G_block, t.kvb.data());
 #pragma omp parallel for schedule(static)
     for (int64_t m = 0; m < b; ++m) {
-      const float* G = t.G.data() + m * C;
+      const float* G = G_block + m * C;
       const float lambda = G[C - 1];
-      a.lambda.data()[n0 + m] = lambda;
       for (int64_t i = 0; i < C; ++i) {
         const int64_t r = (n0 + m) * C + i;
         const float s = exp_nonpositive(lambda - G[i]);
         for (int64_t x = 0; x < K; ++x) a.kdecay.data()[r * K + x] = s * p.k[r * K + x];
       }
     }
-    if (backward) scaled_q(p, n0, b, t, a.qg.data() + n0 * C * K);
-    gemm(b, C, C, K, {p.k + n0 * C * K, K, C * K}, {p.k + n0 * C * K, K, C * K, true}, t.kk.data(), C, C * C);
+    if (backward) scaled_q(p, n0, b, G_block, a.qg.data() + n0 * C * K);
+    float* kk = backward ? a.kk.data() + n0 * C * C : t.kk.data();
+    gemm(b, C, C, K, {p.k + n0 * C * K, K, C * K}, {p.k + n0 * C * K, K, C * K, true}, kk, C, C * C);
     float* T = backward ? a.tinv.data() + n0 * C * C : t.tile.data();
-    invert_unit_lower(p, n0, b, t, T);
+    invert_unit_lower(p, n0, b, kk, decay, T);
     gemm(b, C, KV1, C, {T, C, C * C}, {t.kvb.data(), KV1, C * KV1}, a.wu.data() + n0 * C * KV1, KV1, C * KV1);
   });
 }
@@ -261,7 +264,7 @@ void decay_states(const GatedDeltaRuleChunkParams& p, const Arrays& a, int64_t c
   const int64_t KV = p.K * p.V;
 #pragma omp parallel for schedule(static) if (p.BH * KV > (1 << 14))
   for (int64_t bh = 0; bh < p.BH; ++bh) {
-    const float e = exp_nonpositive(a.lambda.data()[bh * p.NT + c]);
+    const float e = exp_nonpositive(a.G.data()[(bh * p.NT + c) * p.C + p.C - 1]);
     const float* s = src + bh * src_stride;
     float* d = dst + bh * dst_stride;
     for (int64_t x = 0; x < KV; ++x) d[x] = e * s[x];
@@ -341,7 +344,8 @@ void phase_b1(const GatedDeltaRuleChunkParams& p, Arrays& a, const float* d_o, c
   const int64_t C = p.C, K = p.K, V = p.V, KV1 = K + V, KV = K * V;
   BlockTiles t(p);
   for_each_block(p.BH * p.NT, [&](int64_t n0, int64_t b) {
-    decays(p, n0, b, t);
+    const float* G = a.G.data() + n0 * C;
+    const float* decay = a.decay.data() + n0 * C * C;
     const float* q = p.q + n0 * C * K;
     const float* k = p.k + n0 * C * K;
     const float* dO = d_o + n0 * C * V;
@@ -351,7 +355,7 @@ void phase_b1(const GatedDeltaRuleChunkParams& p, Arrays& a, const float* d_o, c
     float* dG = a.dG.data() + n0 * C;
     // dV_new, local part: (scale Q K^T o Gamma o M)^T dO.
     const float* scores = t.tile.data();
-    masked_scores(p, b, t, {q, K, C * K}, {k, K, C * K, true}, K, t.tile.data());
+    masked_scores(p, b, decay, {q, K, C * K}, {k, K, C * K, true}, K, t.tile.data());
     gemm(b, C, V, C, {scores, C, C * C, true}, {dO, V, C * V}, a.dwu.data() + n0 * C * KV1 + K, KV1, C * KV1);
     // Score pairs i > j: scale Gamma_ij (q_i . k_j)(dO_i . V_new_j) adds to dG_i and
     // subtracts from dG_j. Then P = scale (dO V_new^T) o Gamma o M in place.
@@ -360,7 +364,7 @@ void phase_b1(const GatedDeltaRuleChunkParams& p, Arrays& a, const float* d_o, c
 #pragma omp parallel for schedule(static)
     for (int64_t m = 0; m < b; ++m) {
       const float* sc = scores + m * C * C;
-      const float* D = t.decay.data() + m * C * C;
+      const float* D = decay + m * C * C;
       float* pm = P + m * C * C;
       float* dg = dG + m * C;
       std::fill(dg, dg + C, 0.0f);
@@ -380,7 +384,7 @@ void phase_b1(const GatedDeltaRuleChunkParams& p, Arrays& a, const float* d_o, c
     gemm(b, C, K, V, {dO, V, C * V}, {h, V, KV, true}, dq, K, C * K);
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < b * C; ++i) {
-      const float s = p.scale * exp_nonpositive(t.G.data()[i]);
+      const float s = p.scale * exp_nonpositive(G[i]);
       for (int64_t x = 0; x < K; ++x) dq[i * K + x] *= s;
       dG[i] += dot(q + i * K, dq + i * K, K);
     }
@@ -397,10 +401,10 @@ void phase_b2(const GatedDeltaRuleChunkParams& p, Arrays& a, const GatedDeltaRul
   const int64_t NT = p.NT, C = p.C, K = p.K, V = p.V, KV1 = K + V, KV = K * V;
   BlockTiles t(p);
   for_each_block(p.BH * NT, [&](int64_t n0, int64_t b) {
-    decays(p, n0, b, t);
-    scaled_kv(p, n0, b, t);
+    const float* G_block = a.G.data() + n0 * C;
+    const float* decay = a.decay.data() + n0 * C * C;
+    scaled_kv(p, n0, b, G_block, t.kvb.data());
     const float* k = p.k + n0 * C * K;
-    gemm(b, C, C, K, {k, K, C * K}, {k, K, C * K, true}, t.kk.data(), C, C * C);
     const float* vnew = a.wu.data() + n0 * C * KV1 + K;
     const float* h = a.h.data() + n0 * KV;
     const float* dh = a.dh.data() + n0 * KV;
@@ -416,7 +420,7 @@ void phase_b2(const GatedDeltaRuleChunkParams& p, Arrays& a, const GatedDeltaRul
 #pragma omp parallel for schedule(static)
     for (int64_t m = 0; m < b; ++m) {
       const int64_t n = n0 + m;
-      const float* G = t.G.data() + m * C;
+      const float* G = G_block + m * C;
       const float lambda = G[C - 1];
       const int64_t last = std::min(C, p.T - (n % NT) * C) - 1;
       float* dg = dG + m * C;
@@ -452,15 +456,15 @@ void phase_b2(const GatedDeltaRuleChunkParams& p, Arrays& a, const GatedDeltaRul
 #pragma omp parallel for schedule(static)
     for (int64_t m = 0; m < b; ++m) {
       const float* beta = p.beta + (n0 + m) * C;
-      const float* kk = t.kk.data() + m * C * C;
-      const float* D = t.decay.data() + m * C * C;
+      const float* kk = a.kk.data() + (n0 + m) * C * C;
+      const float* D = decay + m * C * C;
       const float* da = dA + m * C * C;
       float* E = Esym + m * C * C;
       float* dg = dG + m * C;
       float* dbeta = grads.dbeta + (n0 + m) * C;
       for (int64_t i = 0; i < C; ++i) {
         const int64_t r = (n0 + m) * C + i;
-        const float gamma = exp_nonpositive(t.G.data()[m * C + i]), bi = beta[i];
+        const float gamma = exp_nonpositive(G_block[m * C + i]), bi = beta[i];
         const float* dkbg = dkvb + (m * C + i) * KV1;
         const float sk = dot(dkbg, p.k + r * K, K);
         float* dk_r = grads.dk + r * K;
@@ -509,12 +513,12 @@ void gated_delta_rule_chunk_forward_cpu(const GatedDeltaRuleChunkParams& p, floa
   const int64_t C = p.C, K = p.K, V = p.V, KV1 = K + V;
   BlockTiles t(p);
   for_each_block(p.BH * p.NT, [&](int64_t n0, int64_t b) {
-    decays(p, n0, b, t);
     const float* q = p.q + n0 * C * K;
-    masked_scores(p, b, t, {q, K, C * K}, {p.k + n0 * C * K, K, C * K, true}, K, t.tile.data());
+    masked_scores(p, b, a.decay.data() + n0 * C * C, {q, K, C * K}, {p.k + n0 * C * K, K, C * K, true}, K,
+                  t.tile.data());
     float* out = o + n0 * C * V;
     gemm(b, C, V, C, {t.tile.data(), C, C * C}, {a.wu.data() + n0 * C * KV1 + K, KV1, C * KV1}, out, V, C * V);
-    scaled_q(p, n0, b, t, t.rows.data());
+    scaled_q(p, n0, b, a.G.data() + n0 * C, t.rows.data());
     gemm(b, C, V, K, {t.rows.data(), K, C * K}, {a.h.data() + n0 * K * V, V, K * V}, out, V, C * V, 1.0f, 1.0f);
   });
 }
