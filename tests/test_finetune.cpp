@@ -1,0 +1,214 @@
+// Fine-tuning (train/finetune.h): glob patterns, freeze (no gradient, no optimizer entry),
+// lr_mult resolution, init_from shape checks (strict errors name every parameter and both
+// shapes; non-strict resizes vocabularies and lists what it skipped), the tokenizer a
+// fine-tuning run uses.
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "lat/ops.h"
+#include "lat/tape.h"
+#include "train/finetune.h"
+#include "train/model.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+class FinetuneTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::temp_directory_path() / (std::string("lat_test_ft_") + info->name() + "_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  fs::path dir_;
+};
+
+lat::Config config(const std::string& model_yaml, const std::string& data_path = "corpus.txt") {
+  return lat::parse_config("model:\n" + model_yaml + "data:\n  path: " + data_path + "\n", "test.yaml");
+}
+
+const std::string kModel = "  d_model: 16\n  n_layers: 2\n  n_heads: 2\n  layers: \"gdn,attn\"\n";
+
+std::unique_ptr<lat::HybridLM> build(const lat::Config& cfg, int64_t vocab, uint64_t seed) {
+  lat::Generator gen(seed);
+  return std::make_unique<lat::HybridLM>(lat::hybrid_lm_config(cfg.model, vocab), gen);
+}
+
+/// ModelWeights holding `model`'s parameters (copies), as load_model_weights returns them.
+lat::ModelWeights weights_of(const lat::HybridLM& model, const std::string& source) {
+  lat::ModelWeights w;
+  w.path = source;
+  for (const auto& [name, t] : model.named_parameters()) w.checkpoint.model.emplace_back(name, t.detach().clone());
+  return w;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const lat::Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no lat::Error thrown";
+  return "";
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+TEST(Glob, StarCrossesDotsQuestionMarkAndClasses) {
+  EXPECT_TRUE(lat::glob_match("layers.0.*", "layers.0.attn.q_proj.weight"));
+  EXPECT_FALSE(lat::glob_match("layers.0.*", "layers.10.attn.q_proj.weight"));
+  EXPECT_TRUE(lat::glob_match("*.A_log", "layers.3.attn.A_log"));
+  EXPECT_TRUE(lat::glob_match("embeddings.*", "embeddings.weight"));
+  EXPECT_FALSE(lat::glob_match("embeddings", "embeddings.weight"));
+  EXPECT_TRUE(lat::glob_match("layers.?.mlp.*", "layers.7.mlp.up_proj.weight"));
+  EXPECT_TRUE(lat::glob_match("layers.[01].*", "layers.1.mlp_norm.weight"));
+  EXPECT_FALSE(lat::glob_match("layers.[01].*", "layers.2.mlp_norm.weight"));
+}
+
+TEST(Freeze, FrozenParametersGetNoGradientAndAreNotTrainable) {
+  const lat::Config cfg = config(kModel);
+  auto model = build(cfg, 10, 1);
+  const auto params = model->named_parameters();
+  const auto frozen = lat::frozen_names(params, {"layers.0.*", "embeddings.*"});
+  ASSERT_FALSE(frozen.empty());
+  EXPECT_EQ(frozen.front(), "embeddings.weight");
+  for (const std::string& name : frozen)
+    EXPECT_TRUE(name == "embeddings.weight" || name.rfind("layers.0.", 0) == 0) << name;
+  const auto trainable = lat::freeze_parameters(params, frozen);
+  EXPECT_EQ(trainable.size() + frozen.size(), params.size());
+
+  lat::Tensor ids = lat::Tensor::from_vector(std::vector<int64_t>{1, 2, 3, 4, 5, 6}, {1, 6});
+  lat::backward(lat::sum(model->forward(ids)));
+  for (const auto& [name, t] : params) {
+    const bool is_frozen = std::find(frozen.begin(), frozen.end(), name) != frozen.end();
+    EXPECT_EQ(t.grad().defined(), !is_frozen) << name;
+    EXPECT_EQ(t.requires_grad(), !is_frozen) << name;
+  }
+}
+
+TEST(Freeze, PatternsThatMatchNothingOrEverythingAreConfigErrors) {
+  auto model = build(config(kModel), 10, 1);
+  const auto params = model->named_parameters();
+  try {
+    lat::frozen_names(params, {"layers.0.*", "layer.1.*"});
+    ADD_FAILURE() << "no error";
+  } catch (const lat::ConfigError& e) {
+    EXPECT_TRUE(contains(e.what(), "freeze: pattern 'layer.1.*' matches no parameter")) << e.what();
+  }
+  EXPECT_THROW(lat::frozen_names(params, {"*"}), lat::ConfigError);
+}
+
+TEST(LrMult, LastMatchingPatternWinsAndUnmatchedIsAnError) {
+  auto model = build(config(kModel), 10, 1);
+  const auto params = model->named_parameters();
+  const auto mults = lat::lr_multipliers(params, {{"layers.*", 0.5}, {"*.A_log", 0.0}, {"layers.1.*", 2.0}});
+  std::map<std::string, double> m(mults.begin(), mults.end());
+  EXPECT_EQ(m.at("layers.0.attn.q_proj.weight"), 0.5);
+  EXPECT_EQ(m.at("layers.0.attn.A_log"), 0.0);
+  EXPECT_EQ(m.at("layers.1.attn.q_proj.weight"), 2.0);
+  EXPECT_EQ(m.count("embeddings.weight"), 0u);
+  EXPECT_THROW(lat::lr_multipliers(params, {{"layers.5.*", 1.5}}), lat::ConfigError);
+  // Frozen parameters are not trainable: a pattern only they match is an error too.
+  const auto trainable = lat::freeze_parameters(params, lat::frozen_names(params, {"embeddings.*"}));
+  EXPECT_THROW(lat::lr_multipliers(trainable, {{"embeddings.*", 0.1}}), lat::ConfigError);
+}
+
+TEST(InitFrom, StrictCopiesEveryParameterBitForBit) {
+  const lat::Config cfg = config(kModel);
+  auto base = build(cfg, 10, 1);
+  auto model = build(cfg, 10, 2);
+  const lat::InitReport report = lat::init_from_weights(*model, weights_of(*base, "base.h5"), true);
+  EXPECT_EQ(report.loaded.size(), model->named_parameters().size());
+  EXPECT_TRUE(report.missing.empty() && report.unexpected.empty() && report.resized.empty());
+  const auto a = base->named_parameters(), b = model->named_parameters();
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].second.to_vector<float>(), b[i].second.to_vector<float>());
+}
+
+TEST(InitFrom, StrictMismatchNamesEveryParameterAndBothShapes) {
+  auto base = build(config(kModel), 10, 1);
+  // Wider MLP, one layer more, tied embeddings (no lm_head).
+  auto model = build(config("  d_model: 16\n  n_layers: 3\n  n_heads: 2\n  layers: \"gdn,attn\"\n  mlp_ratio: 2.0\n"
+                            "  tie_embeddings: true\n"),
+                     10, 2);
+  const auto before = model->named_parameters().front().second.to_vector<float>();
+  const std::string message =
+      error_of([&] { lat::init_from_weights(*model, weights_of(*base, "/runs/base/ckpt.h5"), true); });
+  EXPECT_TRUE(contains(message, "init_from '/runs/base/ckpt.h5'")) << message;
+  EXPECT_TRUE(contains(message, "layers.0.mlp.gate_proj.weight: checkpoint [64, 16], model [32, 16]")) << message;
+  EXPECT_TRUE(contains(message, "layers.1.mlp.down_proj.weight: checkpoint [16, 64], model [16, 32]")) << message;
+  EXPECT_TRUE(contains(message, "layers.2.attn.q_proj.weight: not in the checkpoint")) << message;
+  EXPECT_TRUE(contains(message, "lm_head.weight: not a parameter of the model")) << message;
+  // Nothing was copied.
+  EXPECT_EQ(model->named_parameters().front().second.to_vector<float>(), before);
+}
+
+TEST(InitFrom, NonStrictResizesTheVocabularyAndListsTheRest) {
+  auto base = build(config(kModel), 10, 1);
+  auto model = build(config("  d_model: 16\n  n_layers: 3\n  n_heads: 2\n  layers: \"gdn,attn\"\n"), 13, 2);
+  const auto fresh = model->named_parameters();
+  std::map<std::string, std::vector<float>> initial;
+  for (const auto& [name, t] : fresh) initial[name] = t.to_vector<float>();
+
+  const lat::InitReport report = lat::init_from_weights(*model, weights_of(*base, "base.h5"), false);
+  EXPECT_EQ(report.resized, (std::vector<std::string>{"embeddings.weight: checkpoint [10, 16], model [13, 16]",
+                                                      "lm_head.weight: checkpoint [10, 16], model [13, 16]"}));
+  ASSERT_FALSE(report.missing.empty());
+  for (const std::string& m : report.missing) EXPECT_EQ(m.rfind("layers.2.", 0), 0u) << m;
+  EXPECT_TRUE(report.unexpected.empty());
+  EXPECT_TRUE(contains(report.describe(), "resized (leading rows copied): embeddings.weight")) << report.describe();
+
+  std::map<std::string, std::vector<float>> old;
+  for (const auto& [name, t] : base->named_parameters()) old[name] = t.to_vector<float>();
+  for (const auto& [name, t] : model->named_parameters()) {
+    const auto now = t.to_vector<float>();
+    if (name == "embeddings.weight" || name == "lm_head.weight") {
+      EXPECT_TRUE(std::equal(old[name].begin(), old[name].end(), now.begin())) << name;        // rows 0..9
+      EXPECT_TRUE(std::equal(now.begin() + 160, now.end(), initial[name].begin() + 160)) << name;  // rows 10..12
+    } else if (name.rfind("layers.2.", 0) == 0) {
+      EXPECT_EQ(now, initial[name]) << name;
+    } else {
+      EXPECT_EQ(now, old[name]) << name;
+    }
+  }
+}
+
+TEST_F(FinetuneTest, TokenizerKeepsTheCheckpointsIdsAndExtendsOnlyWhenAllowed) {
+  lat::Checkpoint init;
+  init.tokenizer_type = "char";
+  init.tokenizer_vocab = "\n abcde";
+  std::ofstream(path("same.txt")) << "bad cab\nace\n";
+  std::ofstream(path("new.txt")) << "zebra!\n";
+
+  auto same = lat::finetune_tokenizer(init, config(kModel, path("same.txt")).data, true);
+  ASSERT_TRUE(same.has_value());
+  EXPECT_EQ(same->vocab_string(), init.tokenizer_vocab);  // not the text's own sorted vocabulary
+
+  try {
+    lat::finetune_tokenizer(init, config(kModel, path("new.txt")).data, true);
+    ADD_FAILURE() << "no error";
+  } catch (const lat::ConfigError& e) {
+    EXPECT_TRUE(contains(e.what(), "3 characters outside the checkpoint's vocabulary: '!', 'r', 'z'")) << e.what();
+  }
+  auto extended = lat::finetune_tokenizer(init, config(kModel, path("new.txt")).data, false);
+  ASSERT_TRUE(extended.has_value());
+  EXPECT_EQ(extended->vocab_string(), "\n abcde!rz");
+
+  lat::Checkpoint byte_init;
+  byte_init.tokenizer_type = "byte";
+  EXPECT_THROW(lat::finetune_tokenizer(byte_init, config(kModel, path("same.txt")).data, true), lat::ConfigError);
+  EXPECT_FALSE(lat::finetune_tokenizer(byte_init, config(kModel, path("same.txt")).data, false).has_value());
+}
+
+}  // namespace
