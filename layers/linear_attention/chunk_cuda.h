@@ -14,8 +14,9 @@
 //   G       [BH, NT, 64]    chunk-local inclusive cumulative sum of g (padding rows repeat
 //                           the last value, i.e. g = 0 there)
 //   h, dh   [BH, NT, K, V]  state entering chunk c / gradient w.r.t. the state leaving it
-//   dg_part [P, BH, NT*64]  per-row pieces of dL/dG from P producers, summed and reverse
-//                           cumulated by chunk_dg_finish
+//   dg_part [P, 2, BH, NT*64] per-row pieces of dL/dg from P producers: slot 0 summed
+//                           over the rows at and after t, slot 1 over the rows before t
+//                           (chunk_dg_finish adds both up)
 #pragma once
 #include <cstdint>
 
@@ -68,8 +69,8 @@ void chunk_fwd_o(const Dims& d, Seq q, Seq k, Seq v, const float* G, const float
 void chunk_bwd_dh(const Dims& d, Seq q, Seq d_o, const float* G, const float* dht, float scale, float* dh,
                   float* dh0);
 
-/// Per chunk: dq, dk (ALGORITHMS.md 2.3) and dL/dG's row pieces into dg_part slots [0, NK)
-/// (null: skipped). With dv_new given (the delta rule, v being V^new): also
+/// Per chunk: dq, dk (ALGORITHMS.md 2.3) and the gate gradient's row pieces into dg_part
+/// parts [0, NK) (null: skipped). With dv_new given (the delta rule, v being V^new): also
 /// dw = -dv_new h[c]^T, written to dw ([BH, NT*64, K] per-head layout).
 void chunk_bwd_dqk(const Dims& d, Seq q, Seq k, Seq v, Seq d_o, const float* G, const float* h, const float* dh,
                    float scale, SeqOut dq, SeqOut dk, float* dg_part, Seq dv_new, float* dw);
@@ -78,7 +79,8 @@ void chunk_bwd_dqk(const Dims& d, Seq q, Seq k, Seq v, Seq d_o, const float* G, 
 /// skipped when dh is null (the delta rule adds it in its own state pass).
 void chunk_bwd_dv(const Dims& d, Seq q, Seq k, Seq d_o, const float* G, const float* dh, float scale, SeqOut dv);
 
-/// dg [B, T, H]: the sum of `parts` slots of dg_part, reverse-cumulated within each chunk.
+/// dg [B, T, H] from the first `parts` parts of dg_part (per chunk: suffix sums of slot 0
+/// plus exclusive prefix sums of slot 1).
 void chunk_dg_finish(const Dims& d, const float* dg_part, int64_t parts, float* dg);
 
 // ---- chunk_gated_delta_rule_cuda.cu: the UT/WY kernels ----------------------------------
@@ -100,7 +102,8 @@ void gdn_bwd_state(const Dims& d, Seq q, Seq k, Seq d_o, const float* W, const f
 
 /// WY backward (ALGORITHMS.md 2.4, step 4) from dW [BH, NT*64, K] and dU = dv_new:
 /// dk += (through W and A), dv = diag(beta) Tm^T dU, dbeta [B, T, H] (overwritten), and
-/// dL/dG's row pieces into dg_slot [BH, NT*64] (null: skipped).
+/// dL/dG's row pieces into the part dg_slot [2, BH, NT*64] (slot 0: dG per row; slot 1:
+/// zeros; null: skipped).
 void gdn_bwd_wy(const Dims& d, Seq k, Seq v, const float* beta, const float* G, const float* Tm, const float* dW,
                 const float* dU, SeqOut dk, SeqOut dv, float* dbeta, float* dg_slot);
 

@@ -126,7 +126,7 @@ LinearAttentionOutput chunk_decay_cuda(const char* op, const Tensor& q, const Te
            cu::chunk_bwd_dh(d, api(sq, d, d.K), api(dr, d, Vs), G.data<float>(), dht, scale, dh.data<float>(),
                             mut(dh0));
            Tensor dq = empty_on({d.B, d.T, d.H, d.K}, device), dk = empty_on({d.B, d.T, d.H, d.K}, device);
-           Tensor dg_part = has_g ? empty_on({d.NK(), d.BH(), d.NT() * kTile}, device) : Tensor();
+           Tensor dg_part = has_g ? empty_on({d.NK(), 2, d.BH(), d.NT() * kTile}, device) : Tensor();
            cu::chunk_bwd_dqk(d, api(sq, d, d.K), api(sk, d, d.K), api(svs, d, Vs), api(dr, d, Vs), G.data<float>(),
                              h.data<float>(), dh.data<float>(), scale, api_out(dq, d, d.K), api_out(dk, d, d.K),
                              mut(dg_part), cu::Seq{}, nullptr);
@@ -195,13 +195,13 @@ LinearAttentionOutput gated_delta_rule_cuda(const char* op, const Tensor& q, con
                              dv_new.data<float>(), mut(dh0));
            Tensor dq = empty_on({d.B, d.T, d.H, d.K}, device), dk = empty_on({d.B, d.T, d.H, d.K}, device);
            Tensor dw = empty_on({d.BH(), chunk_rows, d.K}, device);
-           // dL/dG pieces: NK slots from the dq/dk kernel, one from the WY backward.
-           Tensor dg_part = has_g ? empty_on({d.NK() + 1, d.BH(), chunk_rows}, device) : Tensor();
+           // Gate gradient pieces: NK parts from the dq/dk kernel, one from the WY backward.
+           Tensor dg_part = has_g ? empty_on({d.NK() + 1, 2, d.BH(), chunk_rows}, device) : Tensor();
            cu::chunk_bwd_dqk(d, api(sqn, d, d.K), api(skn, d, d.K), per_head(f.v_new, d, d.V), api(d_o, d, d.V),
                              G.data<float>(), f.h.data<float>(), dh.data<float>(), scale, api_out(dq, d, d.K),
                              api_out(dk, d, d.K), mut(dg_part), per_head(dv_new, d, d.V), dw.data<float>());
            Tensor dv = empty_on({d.B, d.T, d.H, d.V}, device), dbeta = empty_on({d.B, d.T, d.H}, device);
-           float* dg_slot = has_g ? dg_part.data<float>() + d.NK() * d.BH() * chunk_rows : nullptr;
+           float* dg_slot = has_g ? dg_part.data<float>() + 2 * d.NK() * d.BH() * chunk_rows : nullptr;
            cu::gdn_bwd_wy(d, api(skn, d, d.K), api(sv, d, d.V), sbeta.data<float>(), G.data<float>(),
                           f.Tm.data<float>(), dw.data<float>(), dv_new.data<float>(), api_out(dk, d, d.K),
                           api_out(dv, d, d.V), dbeta.data<float>(), dg_slot);

@@ -448,7 +448,10 @@ __global__ void __launch_bounds__(tile::kThreads) bwd_wy_kernel(KernelDims d, Se
   if (threadIdx.x < kT) {
     const int i = threadIdx.x;
     if (i < rows) dbeta[bth_index(d, bh, c * d.C + i)] = dbeta_e[i] + gam[i] * dkk[i] + vdot[i];
-    if (dg_slot != nullptr) dg_slot[row0 + i] = dg_a[i] + bs[i] * gam[i] * dkk[i];
+    if (dg_slot != nullptr) {
+      dg_slot[row0 + i] = dg_a[i] + bs[i] * gam[i] * dkk[i];
+      dg_slot[d.B * d.H * d.NT * kT + row0 + i] = 0.0f;  // nothing here is credited by prefix
+    }
   }
 }
 

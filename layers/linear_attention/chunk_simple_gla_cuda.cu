@@ -6,10 +6,16 @@
 // and the upper triangle of the decay matrix is never exponentiated (selected away first),
 // so g down to -20 per token stays finite.
 //
-// Gradient of G inside a chunk (the CPU kernel's formula, derived in ALGORITHMS.md 2.3):
-//   dG_i = q_i . dq_i - k_i . dk_i + [i = last] (e^L <h[c], dH_c>_F + sum_j k_j . dk_j^inter)
-// with dq, dk the chunk's full gradients and dk^inter = diag(e^{L-G}) V dH^T; the padding
-// rows of a partial chunk have g = 0, so the last tile row carries the [i = last] term.
+// Gate gradient: every G-dependent factor's gradient times the factor, credited to the
+// g_t it depends on (ALGORITHMS.md 2.3 with the pairwise form of its precision note):
+//   dg_t = sum_{i>=t} (q_i . dq_i^inter + sum_{j<i} M_ij - sum_{r>i} M_ri)
+//          + e^L <h[c], dH_c>_F + sum_{j<t} k_j . dk_j^inter
+// with dq^inter = scale e^{G_i} dO h[c]^T, dk^inter = e^{L-G} V dH^T and M = P (.) Q K^T.
+// The diagonal pairs, which do not depend on G, are left out, and the write decays
+// e^{L-G_j} are credited by a prefix sum: the textbook q . dq - k . dk then reverse cumsum
+// subtracts nearly equal sums under strong decay and loses dg to rounding. Each producer
+// writes per-row terms to two slots of dg_part, one summed from the end of the chunk
+// (suffix), one from its start (exclusive prefix); chunk_dg_finish adds them up.
 #include "autograd/cuda/block_reduce.cuh"
 #include "autograd/cuda/launch.cuh"
 #include "autograd/cuda/stream.h"
@@ -231,36 +237,65 @@ __global__ void __launch_bounds__(tile::kThreads) bwd_dqk_kernel(KernelDims d, S
   float* t_q = t_do;
   float* t_k = t_v;
   float* t_p = t_h;
+  float* t_m = t_dh;  // the pair terms M of the gate gradient
+  __shared__ float column_sums[tile::kT];
   __syncthreads();
   tile::load(t_q, seq_row(q, d.H, bh, c * d.C) + k0, q.st, rows, nk);
   tile::load(t_k, seq_row(k, d.H, bh, c * d.C) + k0, k.st, rows, nk);
   tile::store_shared(dp, t_p);
   __syncthreads();
-  float kdk = 0.0f;  // this thread's share of sum_j k_j . dk_j^inter
+  // Gate gradient pieces over this K tile, before the P terms join dq and dk: per row
+  // q_i . dq_i^inter - k_i . dk_i^inter, the pair terms M = P (.) (Q K^T) strictly below the
+  // diagonal (the diagonal pairs do not depend on G and are left out, so nothing cancels),
+  // and the share of the last row's state term.
+  const bool with_dg = dg_part != nullptr;
+  float suffix_terms[4] = {0.0f, 0.0f, 0.0f, 0.0f}, prefix_terms[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  if (with_dg) {
+    tile::Frag qk;
+    tile::zero(qk);
+    tile::mma(qk, t_q, kLd, 1, t_k, 1, kLd);
 #pragma unroll
-  for (int a = 0; a < 4; ++a)
+    for (int a = 0; a < 4; ++a) {
+      const int i = tile::frag_row(a);
+      float s = 0.0f, kd = 0.0f;
 #pragma unroll
-    for (int b = 0; b < 4; ++b) kdk += t_k[tile::frag_row(a) * kLd + tile::frag_col(b)] * dkf.v[a][b];
+      for (int b = 0; b < 4; ++b) {
+        const int j = tile::frag_col(b), e = i * kLd + j;
+        qk.v[a][b] = i > j ? dp.v[a][b] * qk.v[a][b] : 0.0f;  // M_ij
+        s += t_q[e] * dqf.v[a][b] + qk.v[a][b];
+        kd += t_k[e] * dkf.v[a][b];
+      }
+      suffix_terms[a] = tile::row_sum16(s);
+      prefix_terms[a] = tile::row_sum16(kd);
+    }
+    tile::store_shared(qk, t_m);
+  }
   tile::mma(dqf, t_p, kLd, 1, t_k, kLd, 1);  // + P K
   tile::mma(dkf, t_p, 1, kLd, t_q, kLd, 1);  // + P^T Q
   tile::store(dqf, seq_row(dq, d.H, bh, c * d.C) + k0, dq.st, rows, nk);
   tile::store(dkf, seq_row(dk, d.H, bh, c * d.C) + k0, dk.st, rows, nk);
   if (with_dw) tile::store(dwf, dw + (bh * d.NT * tile::kT + c * tile::kT) * d.K + k0, d.K, rows, nk, -1.0f);
-  if (dg_part != nullptr) {
-    const float last_term =
-        static_cast<float>(lat::cuda::block_sum_all(static_cast<double>(expf(last) * hdh + kdk)));
-    float* out = dg_part + (blockIdx.z * d.B * d.H + bh) * d.NT * tile::kT + c * tile::kT;
+  if (with_dg) {
+    const float state_term = expf(last) * static_cast<float>(lat::cuda::block_sum_all(static_cast<double>(hdh)));
+    __syncthreads();
+    if (threadIdx.x < tile::kT) {  // minus the pairs (r > i) whose earlier element is i
+      const int i = threadIdx.x;
+      float s = 0.0f;
+      for (int r = i + 1; r < tile::kT; ++r) s += t_m[r * kLd + i];
+      column_sums[i] = s;
+    }
+    __syncthreads();
+    const int64_t slot = d.B * d.H * d.NT * tile::kT;
+    float* suffix = dg_part + 2 * blockIdx.z * slot + bh * d.NT * tile::kT + c * tile::kT;
+    float* prefix = suffix + slot;
 #pragma unroll
     for (int a = 0; a < 4; ++a) {
       const int i = tile::frag_row(a);
-      float s = 0.0f;
-#pragma unroll
-      for (int b = 0; b < 4; ++b) {
-        const int e = i * kLd + tile::frag_col(b);
-        s += t_q[e] * dqf.v[a][b] - t_k[e] * dkf.v[a][b];
+      if ((threadIdx.x & 15) == 0) {
+        // The state term concerns every g_t of the chunk: it rides on the suffix of the last row.
+        suffix[i] = suffix_terms[a] - column_sums[i] + (i == tile::kT - 1 ? state_term : 0.0f);
+        prefix[i] = prefix_terms[a];
       }
-      s = tile::row_sum16(s);
-      if ((threadIdx.x & 15) == 0) out[i] = s + (i == tile::kT - 1 ? last_term : 0.0f);
     }
   }
 }
@@ -312,16 +347,23 @@ __global__ void __launch_bounds__(tile::kThreads) bwd_dv_kernel(KernelDims d, Se
   tile::store(dvf, seq_row(dv, d.H, bh, c * d.C) + v0, dv.st, rows, nv);
 }
 
-// One thread per (bh, chunk): sum the parts, reverse-cumulate over the 64 tile rows.
+// One thread per (bh, chunk): dg_t = sum over parts of the suffix sum (rows >= t) of slot
+// 0 plus the exclusive prefix sum (rows < t) of slot 1.
 __global__ void dg_finish_kernel(KernelDims d, const float* part, int64_t parts, float* dg) {
-  const int64_t BH = d.B * d.H, n = BH * d.NT;
+  const int64_t BH = d.B * d.H, n = BH * d.NT, slot = BH * d.NT * tile::kT;
   for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < n; idx += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t bh = idx / d.NT, c = idx % d.NT;
+    const int64_t bh = idx / d.NT, c = idx % d.NT, row0 = bh * d.NT * tile::kT + c * tile::kT;
     const int rows = chunk_rows(d, c);
+    float prefix[tile::kT];
     float acc = 0.0f;
+    for (int i = 0; i < tile::kT; ++i) {
+      prefix[i] = acc;
+      for (int64_t p = 0; p < parts; ++p) acc += part[(2 * p + 1) * slot + row0 + i];
+    }
+    acc = 0.0f;
     for (int i = tile::kT - 1; i >= 0; --i) {
-      for (int64_t p = 0; p < parts; ++p) acc += part[(p * BH + bh) * d.NT * tile::kT + c * tile::kT + i];
-      if (i < rows) dg[bth_index(d, bh, c * d.C + i)] = acc;
+      for (int64_t p = 0; p < parts; ++p) acc += part[2 * p * slot + row0 + i];
+      if (i < rows) dg[bth_index(d, bh, c * d.C + i)] = acc + prefix[i];
     }
   }
 }
