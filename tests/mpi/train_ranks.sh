@@ -8,7 +8,8 @@
 #              bit-identical losses and parameters; then a resume under 1 rank warns and
 #              matches within the tolerances of `equal`
 #     failure  rank 1 throws at step 3 (LAT_TEST_THROW_AT=1:3, the trainer's test hook):
-#              mpirun exits non-zero within 30 s, stderr names rank 1, no checkpoint is left
+#              mpirun exits non-zero within 30 s, stderr names rank 1, no checkpoint is left;
+#              train.batch_size 3 on 2 ranks is a config error (exit 2) naming the key
 #
 # MPIEXEC (default mpirun) launches; the OMPI_* settings come from the environment (ctest).
 set -euo pipefail
@@ -82,6 +83,12 @@ case "$mode" in
     [ "$elapsed" -le 30 ] || { echo "FAIL: took ${elapsed}s to end"; exit 1; }
     grep -q "^error: rank 1: .*step 3" fail.log || { echo "FAIL: no 'error: rank 1: ... step 3' line"; exit 1; }
     if ls fail/ckpt_*.h5 > /dev/null 2>&1; then echo "FAIL: a checkpoint was left"; ls fail; exit 1; fi
+    # A batch that does not split over the ranks is a config error (exit 2) naming the key.
+    status=0
+    run2 --set train.out_dir=odd --set train.batch_size=3 2> odd.log || status=$?
+    cat odd.log
+    [ "$status" -eq 2 ] || { echo "FAIL: batch_size 3 on 2 ranks exited $status, expected 2"; exit 1; }
+    grep -q "^error: rank [01]: train.batch_size: 3 .* 2 ranks" odd.log || { echo "FAIL: no train.batch_size error"; exit 1; }
     ;;
   *)
     echo "train_ranks.sh: unknown mode $mode" >&2
