@@ -4,7 +4,10 @@
 // fine-tuning run uses.
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
+#include <map>
+#include <sstream>
 #include <fstream>
 #include <functional>
 #include <string>
@@ -14,8 +17,10 @@
 
 #include "lat/ops.h"
 #include "lat/tape.h"
+#include "train/checkpoint.h"
 #include "train/finetune.h"
 #include "train/model.h"
+#include "train/trainer.h"
 
 namespace fs = std::filesystem;
 
@@ -29,8 +34,33 @@ class FinetuneTest : public ::testing::Test {
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
-  void TearDown() override { fs::remove_all(dir_); }
+  void TearDown() override {
+    std::fclose(log_);
+    fs::remove_all(dir_);
+  }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  /// Trains a tiny model on a small text for `steps` steps into `out`, with extra config
+  /// lines; returns the final checkpoint.
+  lat::Checkpoint train(const std::string& out, const std::string& extra, int64_t steps = 3) {
+    if (!fs::exists(path("text.txt"))) {
+      std::ofstream text(path("text.txt"));
+      for (int i = 0; i < 40; ++i) text << "the quick brown fox jumps over the lazy dog " << i << "\n";
+    }
+    const std::string yaml = "model: {d_model: 16, n_layers: 2, n_heads: 2, layers: \"gdn,attn\"}\n"
+                             "data: {path: " + path("text.txt") + ", block_size: 16}\n"
+                             "train: {batch_size: 2, max_steps: " + std::to_string(steps) +
+                             ", warmup: 0, lr: 0.01, schedule: constant, eval_every: 0, eval_batches: 1, "
+                             "log_every: 1, ckpt_every: 100, out_dir: " + path(out) + "}\n" + extra;
+    std::ofstream(path(out + ".yaml")) << yaml;
+    lat::TrainOptions options;
+    options.log = log_;
+    options.live_progress = false;
+    const lat::TrainSummary summary = lat::train(lat::load_config(path(out + ".yaml")), options);
+    return lat::load_checkpoint(summary.checkpoint);
+  }
+
+  std::FILE* log_ = std::tmpfile();
 
   fs::path dir_;
 };
@@ -209,6 +239,57 @@ TEST_F(FinetuneTest, TokenizerKeepsTheCheckpointsIdsAndExtendsOnlyWhenAllowed) {
   byte_init.tokenizer_type = "byte";
   EXPECT_THROW(lat::finetune_tokenizer(byte_init, config(kModel, path("same.txt")).data, true), lat::ConfigError);
   EXPECT_FALSE(lat::finetune_tokenizer(byte_init, config(kModel, path("same.txt")).data, false).has_value());
+}
+
+std::map<std::string, std::vector<float>> values(const lat::Checkpoint& c) {
+  std::map<std::string, std::vector<float>> out;
+  for (const auto& [name, t] : c.model) out[name] = t.to_vector<float>();
+  return out;
+}
+
+TEST_F(FinetuneTest, TrainingKeepsFrozenWeightsBitIdenticalAndChangesTheOthers) {
+  const lat::Checkpoint base = train("base", "");
+  const lat::Checkpoint tuned = train("tuned", "init_from: " + path("base/ckpt_00000003.h5") +
+                                                   "\nfreeze: [\"layers.0.*\", \"embeddings.*\"]\n"
+                                                   "lr_mult: {\"layers.1.mlp.*\": 0.0, \"norm.*\": 3.0}\n");
+  const auto before = values(base), after = values(tuned);
+  std::vector<std::string> frozen;
+  for (const auto& [name, v] : after) {
+    const bool is_frozen = name == "embeddings.weight" || name.rfind("layers.0.", 0) == 0;
+    if (is_frozen) frozen.push_back(name);
+    const bool still = std::memcmp(v.data(), before.at(name).data(), v.size() * sizeof(float)) == 0;
+    // Frozen: the base's weights, untouched. lr_mult 0: not moved either. Others trained.
+    if (is_frozen || name.rfind("layers.1.mlp.", 0) == 0)
+      EXPECT_TRUE(still) << name;
+    else
+      EXPECT_FALSE(still) << name;
+  }
+  std::vector<std::string> saved = tuned.frozen;
+  std::sort(saved.begin(), saved.end());
+  EXPECT_EQ(saved, frozen);
+  // No optimizer state for frozen parameters.
+  for (const lat::ParamState& p : tuned.optimizer.params)
+    EXPECT_EQ(std::find(frozen.begin(), frozen.end(), p.name), frozen.end()) << p.name;
+  EXPECT_EQ(tuned.optimizer.params.size() + frozen.size(), tuned.model.size());
+
+  // metrics.jsonl starts with the val loss before fine-tuning (step 0).
+  std::ifstream metrics(path("tuned/metrics.jsonl"));
+  std::string first;
+  std::getline(metrics, first);
+  EXPECT_EQ(first.rfind("{\"step\":0,\"val_loss\":", 0), 0u) << first;
+}
+
+TEST_F(FinetuneTest, InitFromMismatchThroughTrainNamesEachParameter) {
+  train("base", "", 1);
+  try {
+    train("wide", "init_from: " + path("base") + "\nmodel.mlp_ratio: 2.0\n", 1);
+    ADD_FAILURE() << "no error";
+  } catch (const lat::Error& e) {
+    const std::string message = e.what();
+    EXPECT_TRUE(contains(message, "layers.0.mlp.gate_proj.weight: checkpoint [64, 16], model [32, 16]")) << message;
+    EXPECT_TRUE(contains(message, "layers.1.mlp.down_proj.weight: checkpoint [16, 64], model [16, 32]")) << message;
+  }
+  EXPECT_FALSE(fs::exists(path("wide/ckpt_00000001.h5")));
 }
 
 }  // namespace

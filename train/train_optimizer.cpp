@@ -56,6 +56,8 @@ std::string TrainOptimizer::type() const { return optimizer_->type(); }
 
 std::string TrainOptimizer::describe_groups() const { return optimizer_->describe_groups(); }
 
+void TrainOptimizer::set_lr_mult(const std::string& name, double mult) { optimizer_->set_lr_mult(name, mult); }
+
 OptimizerSnapshot TrainOptimizer::snapshot() const {
   OptimizerSnapshot s;
   s.type = optimizer_->type();

@@ -60,6 +60,9 @@ class TrainOptimizer {
   std::string type() const;
   /// The weight-decay groups, one line each.
   std::string describe_groups() const;
+  /// Scales the learning rate of parameter `name` (config lr_mult). Throws lat::Error on an
+  /// unknown name.
+  void set_lr_mult(const std::string& name, double mult);
 
   /// The state as handles to the live buffers, not copies (write them out before the next step).
   OptimizerSnapshot snapshot() const;

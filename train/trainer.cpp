@@ -23,6 +23,8 @@
 #include "train/distributed_eval.h"
 #include "train/distributed_nccl.h"
 #include "train/eval.h"
+#include "train/export.h"
+#include "train/finetune.h"
 #include "train/metrics.h"
 #include "train/model.h"
 #include "train/progress.h"
@@ -131,6 +133,7 @@ class Run {
   std::unique_ptr<BatchLoader> loader_;
   std::unique_ptr<HybridLM> model_;
   std::unique_ptr<TrainOptimizer> optimizer_;
+  std::vector<std::string> frozen_;  // config freeze resolved to parameter names
   std::unique_ptr<MetricsWriter> metrics_;
   TrainSummary summary_;
   int64_t step_ = 0;
@@ -145,8 +148,6 @@ class Run {
 };
 
 void Run::check_supported() {
-  if (!config_.init_from.empty() || !config_.freeze.empty() || !config_.lr_mult.empty())
-    throw ConfigError("init_from, freeze, lr_mult: fine-tuning is not implemented in this trainer yet");
   device_ = parse_device(train_.device);
   const int ranks = dist_.world_size();
   if (train_.batch_size % ranks != 0)
@@ -213,6 +214,13 @@ void Run::prepare(const std::optional<std::string>& resume_path) {
     else if (ckpt->tokenizer_type == "byte")
       tokenizer = Tokenizer::byte();
   }
+  // Fine-tuning starts from another model's weights, and encodes its text with that model's
+  // tokenizer so that ids keep their meaning. A run that resumes has its own checkpoint.
+  std::optional<ModelWeights> init;
+  if (!resume_path && !config_.init_from.empty()) {
+    init = load_model_weights(config_.init_from);
+    tokenizer = finetune_tokenizer(init->checkpoint, config_.data, config_.init_from_strict);
+  }
 
   DataOptions data_options;
   data_options.path = config_.data.path;
@@ -231,7 +239,14 @@ void Run::prepare(const std::optional<std::string>& resume_path) {
   loader_ = std::make_unique<BatchLoader>(dataset, static_cast<uint64_t>(train_.seed));
 
   model_ = std::make_unique<HybridLM>(hybrid_lm_config(config_.model, vocab_size), gen_);
-  optimizer_ = std::make_unique<TrainOptimizer>(train_, model_->named_parameters());
+  std::optional<InitReport> init_report;
+  if (init) init_report = init_from_weights(*model_, *init, config_.init_from_strict);
+  // Frozen parameters keep no gradient and get no optimizer state.
+  frozen_ = frozen_names(model_->named_parameters(), config_.freeze);
+  const std::vector<NamedTensor> trainable = freeze_parameters(model_->named_parameters(), frozen_);
+  optimizer_ = std::make_unique<TrainOptimizer>(train_, trainable);
+  const std::vector<std::pair<std::string, double>> lr_mults = lr_multipliers(trainable, config_.lr_mult);
+  for (const auto& [name, mult] : lr_mults) optimizer_->set_lr_mult(name, mult);
   schedule_ = LrSchedule{train_.schedule, train_.lr, train_.min_lr, train_.warmup, train_.max_steps};
   schedule_.validate();
 
@@ -291,6 +306,14 @@ void Run::prepare(const std::optional<std::string>& resume_path) {
                               : std::string()));
   std::istringstream groups(optimizer_->describe_groups());
   for (std::string line; std::getline(groups, line);) log("  " + line);
+  if (init_report) log(init_report->describe());
+  if (!frozen_.empty())
+    log("frozen: " + std::to_string(frozen_.size()) + " parameters (" + join(config_.freeze, ", ") + "), " +
+        std::to_string(trainable.size()) + " trainable");
+  for (const auto& [pattern, mult] : config_.lr_mult) log("lr_mult: " + pattern + " x" + fixed(mult, 4));
+  if (lr_mults.size() > 0) log("lr_mult: applies to " + std::to_string(lr_mults.size()) + " parameters");
+  // The starting point of a fine-tuning run, so that metrics.jsonl shows the val loss moving.
+  if (init) periodic_eval(0);
 }
 
 // One optimizer step: forward/backward over the micro-batches, clipping, update. Returns
@@ -408,6 +431,7 @@ void Run::save(int64_t step) {
   c.val_loss = val_loss_;
   c.best_val_loss = best_val_loss_;
   c.world_size = dist_.world_size();
+  c.frozen = frozen_;
   c.config_yaml = to_yaml(config_);
   if (data_->tokenizer) {
     c.tokenizer_type = data_->tokenizer->type();
