@@ -127,8 +127,7 @@ inline void expect_chaining(Gate gate, const DeltaOp& op) {
                         const Tensor& h0) {
     auto half = [](const Tensor& x, int64_t i) { return x.defined() ? slice(x, 1, i * 75, (i + 1) * 75) : x; };
     LinearAttentionOutput first = op(half(q, 0), half(k, 0), half(v, 0), half(g, 0), half(beta, 0), h0);
-    LinearAttentionOutput second =
-        op(half(q, 1), half(k, 1), half(v, 1), half(g, 1), half(beta, 1), first.final_state);
+    LinearAttentionOutput second = op(half(q, 1), half(k, 1), half(v, 1), half(g, 1), half(beta, 1), first.final_state);
     return LinearAttentionOutput{concat({first.o, second.o}, 1), second.final_state};
   };
   DeltaResult chained = run_delta(two_halves, in, DType::f32);

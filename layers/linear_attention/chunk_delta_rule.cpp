@@ -6,11 +6,10 @@
 namespace lat {
 
 LinearAttentionOutput chunk_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& beta,
-                                       std::optional<float> scale, const Tensor& initial_state,
-                                       bool output_final_state, bool use_qk_l2norm_in_kernel, int chunk_size) {
-  return linear_attention::gated_delta_rule_chunk_op("chunk_delta_rule", q, k, v, Tensor(), beta, scale,
-                                                     initial_state, output_final_state, use_qk_l2norm_in_kernel,
-                                                     chunk_size);
+                                       std::optional<float> scale, const Tensor& initial_state, bool output_final_state,
+                                       bool use_qk_l2norm_in_kernel, int chunk_size) {
+  return linear_attention::gated_delta_rule_chunk_op("chunk_delta_rule", q, k, v, Tensor(), beta, scale, initial_state,
+                                                     output_final_state, use_qk_l2norm_in_kernel, chunk_size);
 }
 
 }  // namespace lat

@@ -5,10 +5,10 @@
 
 #include <memory>
 
+#include "lat/tape.h"
 #include "layers/linear_attention/chunk_cuda_ops.h"
 #include "layers/linear_attention/common.h"
 #include "layers/linear_attention/qk_l2norm.h"
-#include "lat/tape.h"
 
 namespace lat::linear_attention {
 namespace {
@@ -95,11 +95,10 @@ LinearAttentionOutput gated_delta_rule_chunk_op(const char* op, const Tensor& q,
         l2norm_rows_backward(in->q.data(), in->q_rstd.data(), rows, d.K, dq.data());
         l2norm_rows_backward(in->k.data(), in->k_rstd.data(), rows, d.K, dk.data());
       }
-      return std::vector<Tensor>{unchunked(dq, d, d.K, C, {d.B, d.T, d.H, d.K}),
-                                 unchunked(dk, d, d.K, C, {d.B, d.T, d.H, d.K}),
-                                 unchunked(dv, d, d.V, C, {d.B, d.T, d.H, d.V}),
-                                 p.g ? unchunked(dg, d, 1, C, {d.B, d.T, d.H}) : Tensor(),
-                                 unchunked(dbeta, d, 1, C, {d.B, d.T, d.H}), dh0};
+      return std::vector<Tensor>{
+          unchunked(dq, d, d.K, C, {d.B, d.T, d.H, d.K}), unchunked(dk, d, d.K, C, {d.B, d.T, d.H, d.K}),
+          unchunked(dv, d, d.V, C, {d.B, d.T, d.H, d.V}), p.g ? unchunked(dg, d, 1, C, {d.B, d.T, d.H}) : Tensor(),
+          unchunked(dbeta, d, 1, C, {d.B, d.T, d.H}),     dh0};
     };
     record(op, {q, k, v, g, beta, initial_state}, outputs, backward_fn);
   }
@@ -115,9 +114,8 @@ LinearAttentionOutput chunk_gated_delta_rule(const Tensor& q, const Tensor& k, c
                                              const Tensor& initial_state, bool output_final_state,
                                              bool use_qk_l2norm_in_kernel, int chunk_size) {
   LAT_CHECK(g.defined(), "chunk_gated_delta_rule: g: expected a tensor [B, T, H], got an undefined tensor");
-  return linear_attention::gated_delta_rule_chunk_op("chunk_gated_delta_rule", q, k, v, g, beta, scale,
-                                                     initial_state, output_final_state, use_qk_l2norm_in_kernel,
-                                                     chunk_size);
+  return linear_attention::gated_delta_rule_chunk_op("chunk_gated_delta_rule", q, k, v, g, beta, scale, initial_state,
+                                                     output_final_state, use_qk_l2norm_in_kernel, chunk_size);
 }
 
 }  // namespace lat

@@ -79,8 +79,8 @@ struct Arrays {
     G = AlignedBuffer(N * C), decay = AlignedBuffer(N * C * C), wu = AlignedBuffer(N * C * (K + V));
     kdecay = AlignedBuffer(N * C * K), h = AlignedBuffer(N * K * V);
     if (!backward) return;
-    kk = AlignedBuffer(N * C * C), qg = AlignedBuffer(N * C * K), tinv = AlignedBuffer(N * C * C), dwu = AlignedBuffer(N * C * (K + V));
-    dh = AlignedBuffer(N * K * V), dG = AlignedBuffer(N * C);
+    kk = AlignedBuffer(N * C * C), qg = AlignedBuffer(N * C * K), tinv = AlignedBuffer(N * C * C);
+    dwu = AlignedBuffer(N * C * (K + V)), dh = AlignedBuffer(N * K * V), dG = AlignedBuffer(N * C);
   }
 };
 
@@ -93,8 +93,11 @@ struct BlockTiles {
   AlignedBuffer rows;   // [b, C, K]
 
   explicit BlockTiles(const GatedDeltaRuleChunkParams& p)
-      : kk(kBlock * p.C * p.C), tile(kBlock * p.C * p.C),
-        tile2(kBlock * p.C * p.C), kvb(kBlock * p.C * (p.K + p.V)), rows(kBlock * p.C * p.K) {}
+      : kk(kBlock * p.C * p.C),
+        tile(kBlock * p.C * p.C),
+        tile2(kBlock * p.C * p.C),
+        kvb(kBlock * p.C * (p.K + p.V)),
+        rows(kBlock * p.C * p.K) {}
 };
 
 // A gemm operand: base pointer, row stride, batch stride, stored transposed.
@@ -171,8 +174,8 @@ void scaled_q(const GatedDeltaRuleChunkParams& p, int64_t n0, int64_t b, const f
 
 // scores = scale (a b^T) o Gamma o M for the block's chunks (select: the upper triangle
 // and underflowed decays give exact zeros).
-void masked_scores(const GatedDeltaRuleChunkParams& p, int64_t b, const float* D, Operand x, Operand y,
-                   int64_t inner, float* scores) {
+void masked_scores(const GatedDeltaRuleChunkParams& p, int64_t b, const float* D, Operand x, Operand y, int64_t inner,
+                   float* scores) {
   const int64_t C = p.C;
   gemm(b, C, C, inner, x, y, scores, C, C * C);
 #pragma omp parallel for schedule(static)
@@ -259,8 +262,8 @@ void phase_a(const GatedDeltaRuleChunkParams& p, Arrays& a, bool backward) {
 
 // dst[bh] = e^{Lambda(bh, c)} src[bh] for every (b, h): the decay of a state (or of its
 // gradient) across chunk c.
-void decay_states(const GatedDeltaRuleChunkParams& p, const Arrays& a, int64_t c, const float* src,
-                  int64_t src_stride, float* dst, int64_t dst_stride) {
+void decay_states(const GatedDeltaRuleChunkParams& p, const Arrays& a, int64_t c, const float* src, int64_t src_stride,
+                  float* dst, int64_t dst_stride) {
   const int64_t KV = p.K * p.V;
 #pragma omp parallel for schedule(static) if (p.BH * KV > (1 << 14))
   for (int64_t bh = 0; bh < p.BH; ++bh) {
@@ -304,8 +307,7 @@ void state_pass(const GatedDeltaRuleChunkParams& p, Arrays& a, float* ht) {
 // The reverse state pass: dV_new += diag(e^{Lambda - G}) K dh_c (on top of the local part
 // already in dwu) and dh_{c-1} = e^Lambda dh_c + (scale diag(gamma) Q)^T dO - W^T dV_new;
 // the last step writes d initial_state into dh0.
-void reverse_state_pass(const GatedDeltaRuleChunkParams& p, Arrays& a, const float* d_o, const float* dht,
-                        float* dh0) {
+void reverse_state_pass(const GatedDeltaRuleChunkParams& p, Arrays& a, const float* d_o, const float* dht, float* dh0) {
   const int64_t BH = p.BH, NT = p.NT, C = p.C, K = p.K, V = p.V, KV1 = K + V, KV = K * V;
   for (int64_t bh = 0; bh < BH; ++bh) {
     float* dh_last = a.dh.data() + (bh * NT + NT - 1) * KV;

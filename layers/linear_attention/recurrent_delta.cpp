@@ -16,11 +16,11 @@
 #include <cstring>
 #include <vector>
 
+#include "lat/linear_attention.h"
+#include "lat/tape.h"
 #include "layers/linear_attention/chunk_cuda_ops.h"
 #include "layers/linear_attention/common.h"
 #include "layers/linear_attention/qk_l2norm.h"
-#include "lat/linear_attention.h"
-#include "lat/tape.h"
 
 namespace lat {
 namespace {
@@ -94,8 +94,7 @@ void delta_recurrent_forward(const DeltaRecurrentParams& p, float* o, float* ht,
 // Gradients of every input given do [B, T, H, V] and dht [B, H, K, V] (null: zero).
 // dg is written only when p.g is set; dh0 always ([B, H, K, V]).
 void delta_recurrent_backward(const DeltaRecurrentParams& p, const float* checkpoints, const float* d_o,
-                              const float* dht, float* dq, float* dk, float* dv, float* dg, float* dbeta,
-                              float* dh0) {
+                              const float* dht, float* dq, float* dk, float* dv, float* dg, float* dbeta, float* dh0) {
   const int64_t K = p.K, V = p.V, KV = K * V, NB = p.num_blocks(), L = kCheckpointEvery;
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t b = 0; b < p.B; ++b)
@@ -118,7 +117,7 @@ void delta_recurrent_backward(const DeltaRecurrentParams& p, const float* checkp
         for (int64_t t = t1 - 1; t >= t0; --t) {
           const int64_t row = p.row(b, t, h), j = t - t0;
           const float* S = states.data() + (j + 1) * KV;  // S_t
-          const float* S_prev = S - KV;                    // S_{t-1}
+          const float* S_prev = S - KV;                   // S_{t-1}
           const float* q = p.q + row * K;
           const float* k = p.k + row * K;
           const float* dot = d_o + row * V;
@@ -222,9 +221,9 @@ LinearAttentionOutput fused_recurrent_delta(const char* op, const Tensor& q, con
       Tensor dbeta = Tensor::empty({d.B, d.T, d.H});
       Tensor dh0 = Tensor::empty({d.B, d.H, d.K, d.V});
       delta_recurrent_backward(p, checkpoints.data<float>(), grads[0].data<float>(),
-                               grads.size() > 1 ? grads[1].data<float>() : nullptr, dq.data<float>(),
-                               dk.data<float>(), dv.data<float>(), has_g ? dg.data<float>() : nullptr,
-                               dbeta.data<float>(), dh0.data<float>());
+                               grads.size() > 1 ? grads[1].data<float>() : nullptr, dq.data<float>(), dk.data<float>(),
+                               dv.data<float>(), has_g ? dg.data<float>() : nullptr, dbeta.data<float>(),
+                               dh0.data<float>());
       if (q_rstd.defined()) {
         const int64_t n = q_rstd.numel();
         linear_attention::l2norm_rows_backward(qn.data<float>(), q_rstd.data<float>(), n, d.K, dq.data<float>());
@@ -238,9 +237,8 @@ LinearAttentionOutput fused_recurrent_delta(const char* op, const Tensor& q, con
 }
 
 // Shared body of the recurrent_step_* ops: one token for every (b, h), state in place.
-Tensor recurrent_step_delta(const char* op, const Tensor& q_t, const Tensor& k_t, const Tensor& v_t,
-                            const Tensor& g_t, const Tensor& beta_t, float scale, Tensor& state,
-                            bool use_qk_l2norm_in_kernel) {
+Tensor recurrent_step_delta(const char* op, const Tensor& q_t, const Tensor& k_t, const Tensor& v_t, const Tensor& g_t,
+                            const Tensor& beta_t, float scale, Tensor& state, bool use_qk_l2norm_in_kernel) {
   const Dims d = linear_attention::check_step(op, q_t, k_t, v_t, state);
   if (g_t.defined()) linear_attention::check_step_g(op, g_t, d);
   linear_attention::check_step_beta(op, beta_t, d);
@@ -272,20 +270,18 @@ Tensor recurrent_step_delta(const char* op, const Tensor& q_t, const Tensor& k_t
 
 }  // namespace
 
-LinearAttentionOutput fused_recurrent_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v,
-                                                 const Tensor& beta, std::optional<float> scale,
-                                                 const Tensor& initial_state, bool output_final_state,
-                                                 bool use_qk_l2norm_in_kernel) {
+LinearAttentionOutput fused_recurrent_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& beta,
+                                                 std::optional<float> scale, const Tensor& initial_state,
+                                                 bool output_final_state, bool use_qk_l2norm_in_kernel) {
   return fused_recurrent_delta("fused_recurrent_delta_rule", q, k, v, Tensor(), beta, scale, initial_state,
                                output_final_state, use_qk_l2norm_in_kernel);
 }
 
 LinearAttentionOutput fused_recurrent_gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v,
-                                                       const Tensor& g, const Tensor& beta,
-                                                       std::optional<float> scale, const Tensor& initial_state,
-                                                       bool output_final_state, bool use_qk_l2norm_in_kernel) {
-  LAT_CHECK(g.defined(),
-            "fused_recurrent_gated_delta_rule: g: expected a tensor [B, T, H], got an undefined tensor");
+                                                       const Tensor& g, const Tensor& beta, std::optional<float> scale,
+                                                       const Tensor& initial_state, bool output_final_state,
+                                                       bool use_qk_l2norm_in_kernel) {
+  LAT_CHECK(g.defined(), "fused_recurrent_gated_delta_rule: g: expected a tensor [B, T, H], got an undefined tensor");
   return fused_recurrent_delta("fused_recurrent_gated_delta_rule", q, k, v, g, beta, scale, initial_state,
                                output_final_state, use_qk_l2norm_in_kernel);
 }
@@ -296,11 +292,9 @@ Tensor recurrent_step_delta_rule(const Tensor& q_t, const Tensor& k_t, const Ten
                               use_qk_l2norm_in_kernel);
 }
 
-Tensor recurrent_step_gated_delta_rule(const Tensor& q_t, const Tensor& k_t, const Tensor& v_t,
-                                       const Tensor& g_t, const Tensor& beta_t, float scale, Tensor& state,
-                                       bool use_qk_l2norm_in_kernel) {
-  LAT_CHECK(g_t.defined(),
-            "recurrent_step_gated_delta_rule: g_t: expected a tensor [B, H], got an undefined tensor");
+Tensor recurrent_step_gated_delta_rule(const Tensor& q_t, const Tensor& k_t, const Tensor& v_t, const Tensor& g_t,
+                                       const Tensor& beta_t, float scale, Tensor& state, bool use_qk_l2norm_in_kernel) {
+  LAT_CHECK(g_t.defined(), "recurrent_step_gated_delta_rule: g_t: expected a tensor [B, H], got an undefined tensor");
   return recurrent_step_delta("recurrent_step_gated_delta_rule", q_t, k_t, v_t, g_t, beta_t, scale, state,
                               use_qk_l2norm_in_kernel);
 }
