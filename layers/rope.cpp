@@ -6,6 +6,9 @@
 #include <vector>
 
 #include "lat/tape.h"
+#ifdef LAT_WITH_CUDA
+#include "layers/rope_cuda.h"
+#endif
 
 namespace lat {
 namespace {
@@ -46,8 +49,14 @@ void rotate(const S* src, S* dst, int64_t B, int64_t T, int64_t H, int64_t D, do
 }
 
 Tensor rotate_tensor(const Tensor& x, double theta, int64_t position_offset, double sign) {
-  Tensor y = Tensor::empty(x.shape(), x.dtype());
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
   int64_t B = x.size(0), T = x.size(1), H = x.size(2), D = x.size(3);
+#ifdef LAT_WITH_CUDA
+  if (x.device().is_cuda()) {
+    rope_cuda::rotate(x.data<float>(), y.data<float>(), B, T, H, D, theta, position_offset, sign, x.device().index);
+    return y;
+  }
+#endif
   if (x.dtype() == DType::f32)
     rotate(x.data<float>(), y.data<float>(), B, T, H, D, theta, position_offset, sign);
   else
@@ -63,7 +72,9 @@ Tensor rotary_embedding(const Tensor& x, double theta, int64_t position_offset) 
   LAT_CHECK(x.size(3) % 2 == 0, "rotary_embedding: x: expected an even head dim D, got " << x.size(3));
   LAT_CHECK(x.dtype() == DType::f32 || x.dtype() == DType::f64,
             "rotary_embedding: x: expected f32 or f64, got " << dtype_name(x.dtype()));
-  LAT_CHECK(x.device().is_cpu(), "rotary_embedding: x: expected a CPU tensor, got " << x.device().str());
+  LAT_CHECK(x.device().is_cpu() || (cuda_built() && x.dtype() == DType::f32),
+            "rotary_embedding: x: expected a CPU tensor (or f32 on CUDA), got " << dtype_name(x.dtype()) << " on "
+                                                                                << x.device().str());
   LAT_CHECK(theta > 0, "rotary_embedding: theta: expected a positive base, got " << theta);
   LAT_CHECK(position_offset >= 0, "rotary_embedding: position_offset: expected >= 0, got " << position_offset);
 

@@ -14,6 +14,9 @@
 
 
 #include "lat/tape.h"
+#ifdef LAT_WITH_CUDA
+#include "layers/short_conv_cuda.h"
+#endif
 
 namespace lat {
 namespace {
@@ -123,18 +126,38 @@ void conv_backward(const ConvArgs<S>& a, const S* dy, S* dx, S* dweight, S* dsta
     for (int64_t k = 0; k < W; ++k) dweight[c * W + k] = dwt[k * D + c];
 }
 
+#ifdef LAT_WITH_CUDA
+short_conv_cuda::Args cuda_args(const Tensor& x, const Tensor& weight, const Tensor& state) {
+  return {x.data<float>(), weight.data<float>(), state.defined() ? state.data<float>() : nullptr, x.size(0), x.size(1),
+          x.size(2), weight.size(2), x.device().index};
+}
+#endif
+
 template <class S>
 Tensor forward_typed(const Tensor& x, const Tensor& weight, const Tensor& state) {
-  Tensor y = Tensor::empty(x.shape(), x.dtype());
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+#ifdef LAT_WITH_CUDA
+  if (x.device().is_cuda()) {
+    short_conv_cuda::forward(cuda_args(x, weight, state), y.data<float>());
+    return y;
+  }
+#endif
   conv_forward(make_args<S>(x, weight, state), y.data<S>());
   return y;
 }
 
 template <class S>
 std::vector<Tensor> backward_typed(const Tensor& x, const Tensor& weight, const Tensor& state, const Tensor& dy) {
-  Tensor dx = Tensor::empty(x.shape(), x.dtype());
-  Tensor dweight = Tensor::empty(weight.shape(), weight.dtype());
-  Tensor dstate = state.defined() ? Tensor::empty(state.shape(), state.dtype()) : Tensor();
+  Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
+  Tensor dweight = Tensor::empty(weight.shape(), weight.dtype(), weight.device());
+  Tensor dstate = state.defined() ? Tensor::empty(state.shape(), state.dtype(), state.device()) : Tensor();
+#ifdef LAT_WITH_CUDA
+  if (x.device().is_cuda()) {
+    short_conv_cuda::backward(cuda_args(x, weight, state), dy.data<float>(), dx.data<float>(), dweight.data<float>(),
+                              dstate.defined() ? dstate.data<float>() : nullptr);
+    return {dx, dweight, dstate};
+  }
+#endif
   conv_backward(make_args<S>(x, weight, state), dy.data<S>(), dx.data<S>(), dweight.data<S>(),
                 dstate.defined() ? dstate.data<S>() : nullptr);
   return {dx, dweight, dstate};
@@ -150,14 +173,19 @@ void check_args(const char* op, const Tensor& x, const Tensor& weight, const Ten
             op << ": x: expected f32 or f64, got " << dtype_name(x.dtype()));
   LAT_CHECK(weight.dtype() == x.dtype(),
             op << ": weight: expected " << dtype_name(x.dtype()) << ", got " << dtype_name(weight.dtype()));
-  LAT_CHECK(x.device().is_cpu() && weight.device().is_cpu(), op << ": expected CPU tensors");
+  LAT_CHECK(weight.device() == x.device(), op << ": weight: expected device " << x.device().str() << ", got "
+                                                << weight.device().str());
+  LAT_CHECK(x.device().is_cpu() || (cuda_built() && x.dtype() == DType::f32),
+            op << ": x: expected a CPU tensor (or f32 on CUDA), got " << dtype_name(x.dtype()) << " on "
+               << x.device().str());
   if (state.defined()) {
     Shape expected{x.size(0), weight.size(2) - 1, D};
     LAT_CHECK(state.shape() == expected, op << ": conv state: expected shape " << shape_str(expected) << ", got "
                                             << shape_str(state.shape()));
     LAT_CHECK(state.dtype() == x.dtype(),
               op << ": conv state: expected " << dtype_name(x.dtype()) << ", got " << dtype_name(state.dtype()));
-    LAT_CHECK(state.device().is_cpu(), op << ": conv state: expected a CPU tensor");
+    LAT_CHECK(state.device() == x.device(), op << ": conv state: expected device " << x.device().str() << ", got "
+                                               << state.device().str());
   }
 }
 
@@ -190,6 +218,8 @@ Tensor short_conv_final_state(const Tensor& x, int64_t conv_size, const Tensor& 
   LAT_CHECK(x.defined() && x.dim() == 3,
             "short_conv_final_state: x: expected shape [B, T, D], got " << (x.defined() ? shape_str(x.shape()) : "undefined"));
   LAT_CHECK(conv_size >= 1, "short_conv_final_state: conv_size: expected >= 1, got " << conv_size);
+  LAT_CHECK(x.device().is_cpu(),
+            "short_conv_final_state: x: expected a CPU tensor (decoding states live on the CPU), got " << x.device().str());
   const int64_t B = x.size(0), T = x.size(1), D = x.size(2), K = conv_size - 1;
   if (initial_state.defined())
     LAT_CHECK(initial_state.shape() == Shape({B, K, D}) && initial_state.dtype() == x.dtype(),

@@ -1,0 +1,13 @@
+// CUDA kernel of the rotary position embedding (layers/rope.h), f32.
+#pragma once
+#include <cstdint>
+
+namespace lat::rope_cuda {
+
+/// dst[b, t, h, :] = src[b, t, h, :] rotated by sign * angle(position_offset + t, i), with
+/// angle(p, i) = p * theta^(-2i/D) for the pair (i, i + D/2), computed in double as on the
+/// CPU. src, dst: [B, T, H, D] on device `device`, D even.
+void rotate(const float* src, float* dst, int64_t B, int64_t T, int64_t H, int64_t D, double theta,
+            int64_t position_offset, double sign, int device);
+
+}  // namespace lat::rope_cuda
