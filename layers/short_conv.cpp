@@ -218,8 +218,8 @@ Tensor short_conv_final_state(const Tensor& x, int64_t conv_size, const Tensor& 
   LAT_CHECK(x.defined() && x.dim() == 3,
             "short_conv_final_state: x: expected shape [B, T, D], got " << (x.defined() ? shape_str(x.shape()) : "undefined"));
   LAT_CHECK(conv_size >= 1, "short_conv_final_state: conv_size: expected >= 1, got " << conv_size);
-  LAT_CHECK(x.device().is_cpu(),
-            "short_conv_final_state: x: expected a CPU tensor (decoding states live on the CPU), got " << x.device().str());
+  // Decoding states live on the CPU.
+  LAT_CHECK(x.device().is_cpu(), "short_conv_final_state: x: expected a CPU tensor, got " << x.device().str());
   const int64_t B = x.size(0), T = x.size(1), D = x.size(2), K = conv_size - 1;
   if (initial_state.defined())
     LAT_CHECK(initial_state.shape() == Shape({B, K, D}) && initial_state.dtype() == x.dtype(),
