@@ -17,8 +17,8 @@ using testing::Gate;
 constexpr double kTol = 1e-4;  // DESIGN.md: float32 against the float64 reference
 
 // The sweep: every T in {1, 2, 63, 64, 65, 200} with (16,16) and (48,80), each gate and
-// with/without initial state; (64,64), (128,128), T = 1000, the in-kernel L2 norm and other
-// chunk sizes on a subset.
+// with/without initial state; (64,64), (128,128), T = 1000, the in-kernel L2 norm, other
+// chunk sizes and the extreme head dims K = 256 and K = 1 on a subset.
 std::vector<DeltaCase> sweep() {
   std::vector<DeltaCase> cases;
   uint64_t seed = 1;
@@ -40,6 +40,8 @@ std::vector<DeltaCase> sweep() {
   cases.push_back({{1, 64, 1, 64, 64, Gate::zero, true, false, seed++}, true});
   cases.push_back({{1, 100, 2, 16, 24, Gate::mild, true, false, seed++}, false, 16});
   cases.push_back({{1, 100, 1, 24, 16, Gate::strong, true, false, seed++}, true, 32});
+  cases.push_back({{1, 70, 1, 256, 8, Gate::mild, true, false, seed++}});  // the largest K
+  cases.push_back({{2, 70, 2, 1, 3, Gate::strong, true, false, seed++}});  // the smallest K
   return cases;
 }
 
