@@ -14,6 +14,8 @@
 #include "lat/cuda.h"
 #include "lat/lat.h"
 #include "layers/attention_op.h"
+#include "layers/rope.h"
+#include "layers/short_conv.h"
 #include "optim/adamw.h"
 #include "optim/clip.h"
 
@@ -294,6 +296,16 @@ TEST_F(CudaOps, CausalAttentionForwardBackward) {
   Tensor gpu = causal_attention_cached(q.to(kGpu), kc.to(kGpu), vc.to(kGpu), 41).to(Device::cpu());
   Tensor cpu = causal_attention_cached(q, kc, vc, 41);
   EXPECT_LT(relative_error(gpu, cpu), kTol);
+}
+
+TEST_F(CudaOps, ShortConvolutionAndRotaryEmbedding) {
+  LAT_REQUIRE_CUDA();
+  check_op("short_conv with state", [](const auto& t) { return short_conv(t[0], t[1], t[2]); },
+           {randn({2, 37, 24}), randn({24, 1, 4}), randn({2, 3, 24})}, gen_);
+  check_op("short_conv", [](const auto& t) { return short_conv(t[0], t[1]); }, {randn({1, 5, 8}), randn({8, 1, 3})},
+           gen_);
+  check_op("rotary_embedding", [](const auto& t) { return rotary_embedding(t[0], 10000.0, 5); },
+           {randn({2, 9, 3, 16})}, gen_);
 }
 
 TEST_F(CudaOps, AdamWStepAndClippingMatchCpu) {
