@@ -125,137 +125,123 @@ void for_each_block(int64_t N, const Body& body) {
   for (int64_t n0 = 0; n0 < N; n0 += kBlock) body(n0, std::min(kBlock, N - n0));
 }
 
-// The chunk-local cumsums G [b, C] and the decay matrices Gamma [b, C, C] of chunks
-// [n0, n0 + b).
-void decays(const GatedDeltaRuleChunkParams& p, int64_t n0, int64_t b, float* G_out, float* decay) {
+// The per-chunk helpers below work on chunk n (rows n * C ... n * C + C - 1); the phases
+// run them in one OpenMP loop over a block's chunks.
+
+// The chunk-local cumsum G [C] and the decay matrix Gamma [C, C] of chunk n.
+void chunk_decays(const GatedDeltaRuleChunkParams& p, int64_t n, float* G, float* D) {
   const int64_t C = p.C;
-#pragma omp parallel for schedule(static)
-  for (int64_t m = 0; m < b; ++m) {
-    float* G = G_out + m * C;
-    float acc = 0.0f;
-    for (int64_t i = 0; i < C; ++i) {
-      if (p.g) acc += p.g[(n0 + m) * C + i];
-      G[i] = acc;
-    }
-    float* D = decay + m * C * C;
-    for (int64_t i = 0; i < C; ++i) {
-      float* row = D + i * C;
-      for (int64_t j = 0; j <= i; ++j) row[j] = exp_nonpositive(G[i] - G[j]);
-      std::fill(row + i + 1, row + C, 0.0f);
-    }
+  float acc = 0.0f;
+  for (int64_t i = 0; i < C; ++i) {
+    if (p.g) acc += p.g[n * C + i];
+    G[i] = acc;
+  }
+  for (int64_t i = 0; i < C; ++i) {
+    float* row = D + i * C;
+    for (int64_t j = 0; j <= i; ++j) row[j] = exp_nonpositive(G[i] - G[j]);
+    std::fill(row + i + 1, row + C, 0.0f);
   }
 }
 
-// [diag(beta gamma) K | diag(beta) V] of chunks [n0, n0 + b) into kvb [b, C, K+V].
-void scaled_kv(const GatedDeltaRuleChunkParams& p, int64_t n0, int64_t b, const float* G, float* kvb_out) {
+// [diag(beta gamma) K | diag(beta) V] of chunk n into kvb [C, K+V].
+void chunk_scaled_kv(const GatedDeltaRuleChunkParams& p, int64_t n, const float* G, float* kvb) {
   const int64_t C = p.C, K = p.K, V = p.V, KV1 = K + V;
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < b * C; ++i) {
-    const int64_t r = n0 * C + i;
+  for (int64_t i = 0; i < C; ++i) {
+    const int64_t r = n * C + i;
     const float beta = p.beta[r], bg = beta * exp_nonpositive(G[i]);
     const float* k = p.k + r * K;
     const float* v = p.v + r * V;
-    float* kvb = kvb_out + i * KV1;
-    for (int64_t x = 0; x < K; ++x) kvb[x] = bg * k[x];
-    for (int64_t x = 0; x < V; ++x) kvb[K + x] = beta * v[x];
+    float* row = kvb + i * KV1;
+    for (int64_t x = 0; x < K; ++x) row[x] = bg * k[x];
+    for (int64_t x = 0; x < V; ++x) row[K + x] = beta * v[x];
   }
 }
 
-// scale diag(gamma) Q of chunks [n0, n0 + b) into qg [b, C, K].
-void scaled_q(const GatedDeltaRuleChunkParams& p, int64_t n0, int64_t b, const float* G, float* qg) {
+// scale diag(gamma) Q of chunk n into qg [C, K].
+void chunk_scaled_q(const GatedDeltaRuleChunkParams& p, int64_t n, const float* G, float* qg) {
   const int64_t C = p.C, K = p.K;
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < b * C; ++i) {
+  for (int64_t i = 0; i < C; ++i) {
     const float s = p.scale * exp_nonpositive(G[i]);
-    const float* q = p.q + (n0 * C + i) * K;
+    const float* q = p.q + (n * C + i) * K;
     for (int64_t x = 0; x < K; ++x) qg[i * K + x] = s * q[x];
   }
 }
 
-// scores = scale (a b^T) o Gamma o M for the block's chunks (select: the upper triangle
-// and underflowed decays give exact zeros).
-void masked_scores(const GatedDeltaRuleChunkParams& p, int64_t b, const float* D, Operand x, Operand y, int64_t inner,
-                   float* scores) {
-  const int64_t C = p.C;
-  gemm(b, C, C, inner, x, y, scores, C, C * C);
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < b * C * C; ++i) scores[i] = D[i] != 0.0f ? p.scale * scores[i] * D[i] : 0.0f;
+// scores *= scale Gamma in place on one C x C tile (select: the upper triangle and
+// underflowed decays give exact zeros, whatever the product held there).
+void mask_scores(const GatedDeltaRuleChunkParams& p, const float* D, float* scores) {
+  for (int64_t x = 0; x < p.C * p.C; ++x) scores[x] = D[x] != 0.0f ? p.scale * scores[x] * D[x] : 0.0f;
 }
 
 // 16 floats: one AVX-512 register with -march=native (GCC vector extension).
 typedef float Vec16 __attribute__((vector_size(64)));
 
-// T = (I + A)^-1 by forward substitution, row by row: T_i = e_i - sum_{j<i} A_ij T_j.
-// I + A is unit lower triangular, so T exists. Row j of T is zero beyond column j, so
-// 16-column slab v of T_i sums only over 16 v <= j < i; each slab's sum runs in four
-// independent accumulators (a single running row would chain every update through a
-// store and a reload). The rows are built in a scratch whose stride is padded to whole
-// vectors.
-void invert_unit_lower(const GatedDeltaRuleChunkParams& p, int64_t n0, int64_t b, const float* kk_block,
-                       const float* decay, float* T) {
+// T = (I + A)^-1 of chunk n by forward substitution, row by row: T_i = e_i -
+// sum_{j<i} A_ij T_j. I + A is unit lower triangular, so T exists. Row j of T is zero
+// beyond column j, so 16-column slab v of T_i sums only over 16 v <= j < i; each slab's
+// sum runs in four independent accumulators (a single running row would chain every
+// update through a store and a reload). The rows are built in `scratch`
+// [C * padded16(C) + C] whose row stride is padded to whole vectors.
+void invert_unit_lower(const GatedDeltaRuleChunkParams& p, int64_t n, const float* kk, const float* D, float* T,
+                       float* scratch) {
   const int64_t C = p.C, Cp = (C + 15) / 16 * 16;
-#pragma omp parallel
-  {
-    AlignedBuffer scratch(C * Cp + C);
-    float* rows = scratch.data();
-    float* a = rows + C * Cp;  // A_ij of the current row i
-#pragma omp for schedule(static)
-    for (int64_t m = 0; m < b; ++m) {
-      const float* kk = kk_block + m * C * C;
-      const float* D = decay + m * C * C;
-      const float* beta = p.beta + (n0 + m) * C;
-      for (int64_t i = 0; i < C; ++i) {
-        for (int64_t j = 0; j < i; ++j) a[j] = beta[i] * kk[i * C + j] * D[i * C + j];
-        float* ti = rows + i * Cp;
-        for (int64_t x = 0; x < Cp; x += 16) {
-          Vec16 acc[4] = {};
-          int64_t j = x;
-          for (; j + 4 <= i; j += 4)
-            for (int64_t u = 0; u < 4; ++u) {
-              Vec16 w;
-              std::memcpy(&w, rows + (j + u) * Cp + x, sizeof(Vec16));
-              acc[u] += a[j + u] * w;
-            }
-          for (; j < i; ++j) {
-            Vec16 w;
-            std::memcpy(&w, rows + j * Cp + x, sizeof(Vec16));
-            acc[0] += a[j] * w;
-          }
-          const Vec16 row = -((acc[0] + acc[1]) + (acc[2] + acc[3]));
-          std::memcpy(ti + x, &row, sizeof(Vec16));
+  float* rows = scratch;
+  float* a = rows + C * Cp;  // A_ij of the current row i
+  const float* beta = p.beta + n * C;
+  for (int64_t i = 0; i < C; ++i) {
+    for (int64_t j = 0; j < i; ++j) a[j] = beta[i] * kk[i * C + j] * D[i * C + j];
+    float* ti = rows + i * Cp;
+    for (int64_t x = 0; x < Cp; x += 16) {
+      Vec16 acc[4] = {};
+      int64_t j = x;
+      for (; j + 4 <= i; j += 4)
+        for (int64_t u = 0; u < 4; ++u) {
+          Vec16 w;
+          std::memcpy(&w, rows + (j + u) * Cp + x, sizeof(Vec16));
+          acc[u] += a[j + u] * w;
         }
-        ti[i] = 1.0f;
-        std::memcpy(T + m * C * C + i * C, ti, C * sizeof(float));
+      for (; j < i; ++j) {
+        Vec16 w;
+        std::memcpy(&w, rows + j * Cp + x, sizeof(Vec16));
+        acc[0] += a[j] * w;
       }
+      const Vec16 row = -((acc[0] + acc[1]) + (acc[2] + acc[3]));
+      std::memcpy(ti + x, &row, sizeof(Vec16));
     }
+    ti[i] = 1.0f;
+    std::memcpy(T + i * C, ti, C * sizeof(float));
   }
 }
 
-// Phase A: Lambda, the decayed keys, T and [W | U] of every chunk (and, for the backward,
-// scale diag(gamma) Q and T kept in a.qg, a.tinv).
+// Phase A: G, Gamma, the decayed keys, T and [W | U] of every chunk (and, for the
+// backward, K K^T, scale diag(gamma) Q and T kept in a.kk, a.qg, a.tinv).
 void phase_a(const GatedDeltaRuleChunkParams& p, Arrays& a, bool backward) {
-  const int64_t C = p.C, K = p.K, KV1 = p.K + p.V;
+  const int64_t C = p.C, K = p.K, KV1 = p.K + p.V, Cp = (C + 15) / 16 * 16;
   BlockTiles t(p);
   for_each_block(p.BH * p.NT, [&](int64_t n0, int64_t b) {
-    const float* G_block = a.G.data() + n0 * C;
-    const float* decay = a.decay.data() + n0 * C * C;
-    decays(p, n0, b, a.G.data() + n0 * C, a.decay.data() + n0 * C * C);
-    scaled_kv(p, n0, b, G_block, t.kvb.data());
 #pragma omp parallel for schedule(static)
     for (int64_t m = 0; m < b; ++m) {
-      const float* G = G_block + m * C;
-      const float lambda = G[C - 1];
+      const int64_t n = n0 + m;
+      float* G = a.G.data() + n * C;
+      chunk_decays(p, n, G, a.decay.data() + n * C * C);
+      chunk_scaled_kv(p, n, G, t.kvb.data() + m * C * KV1);
+      if (backward) chunk_scaled_q(p, n, G, a.qg.data() + n * C * K);
       for (int64_t i = 0; i < C; ++i) {
-        const int64_t r = (n0 + m) * C + i;
-        const float s = exp_nonpositive(lambda - G[i]);
+        const int64_t r = n * C + i;
+        const float s = exp_nonpositive(G[C - 1] - G[i]);
         for (int64_t x = 0; x < K; ++x) a.kdecay.data()[r * K + x] = s * p.k[r * K + x];
       }
     }
-    if (backward) scaled_q(p, n0, b, G_block, a.qg.data() + n0 * C * K);
     float* kk = backward ? a.kk.data() + n0 * C * C : t.kk.data();
     gemm(b, C, C, K, {p.k + n0 * C * K, K, C * K}, {p.k + n0 * C * K, K, C * K, true}, kk, C, C * C);
     float* T = backward ? a.tinv.data() + n0 * C * C : t.tile.data();
-    invert_unit_lower(p, n0, b, kk, decay, T);
+#pragma omp parallel
+    {
+      AlignedBuffer scratch(C * Cp + C);
+#pragma omp for schedule(static)
+      for (int64_t m = 0; m < b; ++m)
+        invert_unit_lower(p, n0 + m, kk + m * C * C, a.decay.data() + (n0 + m) * C * C, T + m * C * C, scratch.data());
+    }
     gemm(b, C, KV1, C, {T, C, C * C}, {t.kvb.data(), KV1, C * KV1}, a.wu.data() + n0 * C * KV1, KV1, C * KV1);
   });
 }
@@ -356,8 +342,10 @@ void phase_b1(const GatedDeltaRuleChunkParams& p, Arrays& a, const float* d_o, c
     float* dq = grads.dq + n0 * C * K;
     float* dG = a.dG.data() + n0 * C;
     // dV_new, local part: (scale Q K^T o Gamma o M)^T dO.
-    const float* scores = t.tile.data();
-    masked_scores(p, b, decay, {q, K, C * K}, {k, K, C * K, true}, K, t.tile.data());
+    float* scores = t.tile.data();
+    gemm(b, C, C, K, {q, K, C * K}, {k, K, C * K, true}, scores, C, C * C);
+#pragma omp parallel for schedule(static)
+    for (int64_t m = 0; m < b; ++m) mask_scores(p, decay + m * C * C, scores + m * C * C);
     gemm(b, C, V, C, {scores, C, C * C, true}, {dO, V, C * V}, a.dwu.data() + n0 * C * KV1 + K, KV1, C * KV1);
     // Score pairs i > j: scale Gamma_ij (q_i . k_j)(dO_i . V_new_j) adds to dG_i and
     // subtracts from dG_j. Then P = scale (dO V_new^T) o Gamma o M in place.
@@ -405,7 +393,6 @@ void phase_b2(const GatedDeltaRuleChunkParams& p, Arrays& a, const GatedDeltaRul
   for_each_block(p.BH * NT, [&](int64_t n0, int64_t b) {
     const float* G_block = a.G.data() + n0 * C;
     const float* decay = a.decay.data() + n0 * C * C;
-    scaled_kv(p, n0, b, G_block, t.kvb.data());
     const float* k = p.k + n0 * C * K;
     const float* vnew = a.wu.data() + n0 * C * KV1 + K;
     const float* h = a.h.data() + n0 * KV;
@@ -423,6 +410,7 @@ void phase_b2(const GatedDeltaRuleChunkParams& p, Arrays& a, const GatedDeltaRul
     for (int64_t m = 0; m < b; ++m) {
       const int64_t n = n0 + m;
       const float* G = G_block + m * C;
+      chunk_scaled_kv(p, n, G, t.kvb.data() + m * C * KV1);
       const float lambda = G[C - 1];
       const int64_t last = std::min(C, p.T - (n % NT) * C) - 1;
       float* dg = dG + m * C;
@@ -515,12 +503,15 @@ void gated_delta_rule_chunk_forward_cpu(const GatedDeltaRuleChunkParams& p, floa
   const int64_t C = p.C, K = p.K, V = p.V, KV1 = K + V;
   BlockTiles t(p);
   for_each_block(p.BH * p.NT, [&](int64_t n0, int64_t b) {
-    const float* q = p.q + n0 * C * K;
-    masked_scores(p, b, a.decay.data() + n0 * C * C, {q, K, C * K}, {p.k + n0 * C * K, K, C * K, true}, K,
-                  t.tile.data());
+    float* scores = t.tile.data();
+    gemm(b, C, C, K, {p.q + n0 * C * K, K, C * K}, {p.k + n0 * C * K, K, C * K, true}, scores, C, C * C);
+#pragma omp parallel for schedule(static)
+    for (int64_t m = 0; m < b; ++m) {
+      mask_scores(p, a.decay.data() + (n0 + m) * C * C, scores + m * C * C);
+      chunk_scaled_q(p, n0 + m, a.G.data() + (n0 + m) * C, t.rows.data() + m * C * K);
+    }
     float* out = o + n0 * C * V;
-    gemm(b, C, V, C, {t.tile.data(), C, C * C}, {a.wu.data() + n0 * C * KV1 + K, KV1, C * KV1}, out, V, C * V);
-    scaled_q(p, n0, b, a.G.data() + n0 * C, t.rows.data());
+    gemm(b, C, V, C, {scores, C, C * C}, {a.wu.data() + n0 * C * KV1 + K, KV1, C * KV1}, out, V, C * V);
     gemm(b, C, V, K, {t.rows.data(), K, C * K}, {a.h.data() + n0 * K * V, V, K * V}, out, V, C * V, 1.0f, 1.0f);
   });
 }
