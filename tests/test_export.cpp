@@ -53,8 +53,8 @@ class ExportTest : public ::testing::Test {
 
   /// Saves a checkpoint of a freshly initialized model of `config` (with optimizer, rng and
   /// data state, as a training run writes) and returns it.
-  lat::Checkpoint save(const std::string& file, const lat::Config& cfg, uint64_t seed = 1) {
-    lat::Generator gen(seed);
+  lat::Checkpoint save(const std::string& file, const lat::Config& cfg, const std::string& tokenizer = "char") {
+    lat::Generator gen(1);
     lat::HybridLM model(lat::hybrid_lm_config(cfg.model, kVocabSize), gen);
     lat::Checkpoint c;
     c.step = 7;
@@ -63,8 +63,8 @@ class ExportTest : public ::testing::Test {
     c.best_val_loss = 2.25;
     c.frozen = {"embeddings.weight"};
     c.config_yaml = lat::to_yaml(cfg);
-    c.tokenizer_type = "char";
-    c.tokenizer_vocab = kVocab;
+    c.tokenizer_type = tokenizer;
+    if (tokenizer == "char") c.tokenizer_vocab = kVocab;
     for (const auto& [name, t] : model.named_parameters()) c.model.emplace_back(name, t.detach().clone());
     c.optimizer.type = "adamw";
     c.optimizer.step = 7;
@@ -171,6 +171,19 @@ TEST_F(ExportTest, TiedEmbeddingsWriteAnLmHeadCopyThatLoadingDrops) {
   ASSERT_EQ(w.checkpoint.model.size(), ckpt.model.size());
   for (const auto& [name, t] : w.checkpoint.model) EXPECT_NE(name, "lm_head.weight");
   EXPECT_NO_THROW(logits_of(w, {1, 2, 3}));
+}
+
+TEST_F(ExportTest, ModelsOfTokenIdsAndBytesKeepTheirTokenizerType) {
+  save("ids.h5", config(kHybrid), "none");
+  lat::export_model({path("ids.h5"), "safetensors", path("ids"), "f32", {}});
+  EXPECT_FALSE(fs::exists(path("ids/tokenizer.json")));
+  EXPECT_EQ(lat::load_model_weights(path("ids")).checkpoint.tokenizer_type, "none");
+
+  save("bytes.h5", config(kHybrid), "byte");
+  lat::export_model({path("bytes.h5"), "safetensors", path("bytes"), "f32", {}});
+  const nlohmann::json tok = nlohmann::json::parse(read_file(path("bytes/tokenizer.json")));
+  EXPECT_EQ(tok, nlohmann::json({{"type", "byte"}, {"vocab_size", 256}}));
+  EXPECT_EQ(lat::load_model_weights(path("bytes")).checkpoint.tokenizer_type, "byte");
 }
 
 TEST_F(ExportTest, Bf16ExportRoundsEveryValueToNearestEven) {

@@ -122,6 +122,7 @@ ModelWeights load_exported_safetensors(const std::string& path) {
   ckpt.config_yaml = config["lat_config"].get<std::string>();
   const Config parsed = parse_config(ckpt.config_yaml, config_path);
   const std::string tokenizer_path = (dir / kTokenizerFile).string();
+  ckpt.tokenizer_type = "none";  // as the trainer saves a model trained on token ids
   if (fs::exists(tokenizer_path)) read_tokenizer_json(tokenizer_path, ckpt);
 
   ckpt.step = metadata_number<int64_t>(file, "step", 0);
@@ -212,7 +213,7 @@ void write_safetensors_export(const ModelWeights& w, const Config& config, const
              model_config_json(config, vocab_size_of(w), w.checkpoint.tokenizer_type, options.dtype).dump(2) + "\n");
   written.push_back(config_path);
   const std::string tokenizer_path = (dir / kTokenizerFile).string();
-  if (w.checkpoint.tokenizer_type.empty()) {
+  if (w.checkpoint.tokenizer_type != "char" && w.checkpoint.tokenizer_type != "byte") {
     std::error_code ec;
     fs::remove(tokenizer_path, ec);  // a stale one from an earlier export would describe another model
   } else {

@@ -11,7 +11,7 @@
 //                                                lat_config: the resolved YAML, to rebuild exactly
 //                         DIR/tokenizer.json     {"type": "char", "vocab": [characters in id order]}
 //                                                or {"type": "byte", "vocab_size": 256}; absent for a
-//                                                model trained on token ids
+//                                                model trained on token ids (tokenizer type "none")
 //   --format h5-weights   DIR/model.h5           a checkpoint with /model, /config, /tokenizer and
 //                                                the root attributes only (no optimizer, rng, data)
 //   --check-tokens IDS    DIR/check_logits.safetensors  lat's logits for IDS (ExportOptions)
