@@ -23,8 +23,9 @@
 //   dG: every G-dependent factor's gradient times the factor: the score pairs i > j, the
 //       readout decay gamma_i, the state decay e^Lambda and the write decays e^{Lambda - G_j}
 //   dW = -dV_new S_c^T, dU = dV_new
-//   dT = [dW | dU] [diag(beta gamma) K | diag(beta) V]^T, strictly lower;  dA = -T^T dT T^T
-//   [dKbg | dVb] = T^T [dW | dU]:  dk += beta gamma dKbg,  dv = beta dVb,
+//   [dKbg | dVb] = T^T [dW | dU];  dA = -T^T dT T^T with dT = [dW | dU] [diag(beta gamma) K |
+//       diag(beta) V]^T, i.e. dA = -[dKbg | dVb] [W | U]^T (only i > j is read);
+//   dk += beta gamma dKbg,  dv = beta dVb,
 //       dbeta = gamma (dKbg . k) + dVb . v,  dG += beta gamma (dKbg . k)
 //   through A_ij = beta_i (k_i . k_j) Gamma_ij with E = dA o Gamma (i > j):
 //       dbeta_i += sum_j E_ij (k_i . k_j),  dK += (diag(beta) E + (diag(beta) E)^T) K,
@@ -63,7 +64,8 @@ inline float dot(const float* a, const float* b, int64_t n) {
 struct Arrays {
   AlignedBuffer G;       // [N, C]        chunk-local inclusive cumsum of g (Lambda = G_{C-1})
   AlignedBuffer decay;   // [N, C, C]     Gamma_ij (i >= j), 0 above the diagonal
-  AlignedBuffer wu;      // [N, C, K+V]   [W | U]; U becomes V_new in the state pass
+  AlignedBuffer wu;      // [N, C, K+V]   [W | U]
+  AlignedBuffer vnew;    // [N, C, V]     V_new (U until the state pass)
   AlignedBuffer kdecay;  // [N, C, K]     diag(e^{Lambda - G}) K
   AlignedBuffer h;       // [N, K, V]     the state entering each chunk
   // backward only
@@ -77,7 +79,7 @@ struct Arrays {
   Arrays(const GatedDeltaRuleChunkParams& p, bool backward) {
     const int64_t N = p.BH * p.NT, C = p.C, K = p.K, V = p.V;
     G = AlignedBuffer(N * C), decay = AlignedBuffer(N * C * C), wu = AlignedBuffer(N * C * (K + V));
-    kdecay = AlignedBuffer(N * C * K), h = AlignedBuffer(N * K * V);
+    vnew = AlignedBuffer(N * C * V), kdecay = AlignedBuffer(N * C * K), h = AlignedBuffer(N * K * V);
     if (!backward) return;
     kk = AlignedBuffer(N * C * C), qg = AlignedBuffer(N * C * K), tinv = AlignedBuffer(N * C * C);
     dwu = AlignedBuffer(N * C * (K + V)), dh = AlignedBuffer(N * K * V), dG = AlignedBuffer(N * C);
@@ -89,7 +91,7 @@ struct BlockTiles {
   AlignedBuffer kk;     // [b, C, C]  K K^T (forward; the backward keeps it in Arrays)
   AlignedBuffer tile;   // [b, C, C]
   AlignedBuffer tile2;  // [b, C, C]
-  AlignedBuffer kvb;    // [b, C, K+V]  [diag(beta gamma) K | diag(beta) V]
+  AlignedBuffer kvb;    // [b, C, K+V]  [diag(beta gamma) K | diag(beta) V]; in B2 [dKbg | dVb]
   AlignedBuffer rows;   // [b, C, K]
 
   explicit BlockTiles(const GatedDeltaRuleChunkParams& p)
@@ -213,10 +215,10 @@ void invert_unit_lower(const GatedDeltaRuleChunkParams& p, int64_t n, const floa
   }
 }
 
-// Phase A: G, Gamma, the decayed keys, T and [W | U] of every chunk (and, for the
+// Phase A: G, Gamma, the decayed keys, T, [W | U] and a copy of U of every chunk (and, for the
 // backward, K K^T, scale diag(gamma) Q and T kept in a.kk, a.qg, a.tinv).
 void phase_a(const GatedDeltaRuleChunkParams& p, Arrays& a, bool backward) {
-  const int64_t C = p.C, K = p.K, KV1 = p.K + p.V, Cp = (C + 15) / 16 * 16;
+  const int64_t C = p.C, K = p.K, V = p.V, KV1 = K + V, Cp = (C + 15) / 16 * 16;
   BlockTiles t(p);
   for_each_block(p.BH * p.NT, [&](int64_t n0, int64_t b) {
 #pragma omp parallel for schedule(static)
@@ -242,7 +244,11 @@ void phase_a(const GatedDeltaRuleChunkParams& p, Arrays& a, bool backward) {
       for (int64_t m = 0; m < b; ++m)
         invert_unit_lower(p, n0 + m, kk + m * C * C, a.decay.data() + (n0 + m) * C * C, T + m * C * C, scratch.data());
     }
-    gemm(b, C, KV1, C, {T, C, C * C}, {t.kvb.data(), KV1, C * KV1}, a.wu.data() + n0 * C * KV1, KV1, C * KV1);
+    float* wu = a.wu.data() + n0 * C * KV1;
+    gemm(b, C, KV1, C, {T, C, C * C}, {t.kvb.data(), KV1, C * KV1}, wu, KV1, C * KV1);
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < b * C; ++i)
+      std::memcpy(a.vnew.data() + (n0 * C + i) * V, wu + i * KV1 + K, V * sizeof(float));
   });
 }
 
@@ -260,7 +266,7 @@ void decay_states(const GatedDeltaRuleChunkParams& p, const Arrays& a, int64_t c
   }
 }
 
-// The forward state pass: h, V_new (in place of U) and, when ht is not null, the final
+// The forward state pass: h, V_new (over the copy of U) and, when ht is not null, the final
 // state; sequential over chunks, batched over (b, h).
 void state_pass(const GatedDeltaRuleChunkParams& p, Arrays& a, float* ht) {
   const int64_t BH = p.BH, NT = p.NT, C = p.C, K = p.K, V = p.V, KV1 = K + V, KV = K * V;
@@ -272,10 +278,11 @@ void state_pass(const GatedDeltaRuleChunkParams& p, Arrays& a, float* ht) {
       std::fill(h_first, h_first + KV, 0.0f);
   }
   for (int64_t c = 0; c < NT; ++c) {
-    float* w = a.wu.data() + c * C * KV1;
+    const float* w = a.wu.data() + c * C * KV1;
+    float* vn = a.vnew.data() + c * C * V;
     const float* S = a.h.data() + c * KV;
-    // V_new = U - W S_c, in place of U.
-    gemm(BH, C, V, K, {w, KV1, NT * C * KV1}, {S, V, NT * KV}, w + K, KV1, NT * C * KV1, -1.0f, 1.0f);
+    // V_new = U - W S_c, in place of the copy of U.
+    gemm(BH, C, V, K, {w, KV1, NT * C * KV1}, {S, V, NT * KV}, vn, V, NT * C * V, -1.0f, 1.0f);
     float* next = ht;
     int64_t next_stride = KV;
     if (c + 1 < NT) {
@@ -285,8 +292,8 @@ void state_pass(const GatedDeltaRuleChunkParams& p, Arrays& a, float* ht) {
     if (!next) break;
     // S_{c+1} = e^Lambda S_c + K^T diag(e^{Lambda - G}) V_new.
     decay_states(p, a, c, S, NT * KV, next, next_stride);
-    gemm(BH, K, V, C, {a.kdecay.data() + c * C * K, K, NT * C * K, true}, {w + K, KV1, NT * C * KV1}, next, V,
-         next_stride, 1.0f, 1.0f);
+    gemm(BH, K, V, C, {a.kdecay.data() + c * C * K, K, NT * C * K, true}, {vn, V, NT * C * V}, next, V, next_stride,
+         1.0f, 1.0f);
   }
 }
 
@@ -337,7 +344,7 @@ void phase_b1(const GatedDeltaRuleChunkParams& p, Arrays& a, const float* d_o, c
     const float* q = p.q + n0 * C * K;
     const float* k = p.k + n0 * C * K;
     const float* dO = d_o + n0 * C * V;
-    const float* vnew = a.wu.data() + n0 * C * KV1 + K;
+    const float* vnew = a.vnew.data() + n0 * C * V;
     const float* h = a.h.data() + n0 * KV;
     float* dq = grads.dq + n0 * C * K;
     float* dG = a.dG.data() + n0 * C;
@@ -350,7 +357,7 @@ void phase_b1(const GatedDeltaRuleChunkParams& p, Arrays& a, const float* d_o, c
     // Score pairs i > j: scale Gamma_ij (q_i . k_j)(dO_i . V_new_j) adds to dG_i and
     // subtracts from dG_j. Then P = scale (dO V_new^T) o Gamma o M in place.
     float* P = t.tile2.data();
-    gemm(b, C, C, V, {dO, V, C * V}, {vnew, KV1, C * KV1, true}, P, C, C * C);
+    gemm(b, C, C, V, {dO, V, C * V}, {vnew, V, C * V, true}, P, C, C * C);
 #pragma omp parallel for schedule(static)
     for (int64_t m = 0; m < b; ++m) {
       const float* sc = scores + m * C * C;
@@ -394,7 +401,7 @@ void phase_b2(const GatedDeltaRuleChunkParams& p, Arrays& a, const GatedDeltaRul
     const float* G_block = a.G.data() + n0 * C;
     const float* decay = a.decay.data() + n0 * C * C;
     const float* k = p.k + n0 * C * K;
-    const float* vnew = a.wu.data() + n0 * C * KV1 + K;
+    const float* vnew = a.vnew.data() + n0 * C * V;
     const float* h = a.h.data() + n0 * KV;
     const float* dh = a.dh.data() + n0 * KV;
     float* dwu = a.dwu.data() + n0 * C * KV1;
@@ -405,12 +412,11 @@ void phase_b2(const GatedDeltaRuleChunkParams& p, Arrays& a, const GatedDeltaRul
     // (last, j), j < last, with k_j . dk_j^inter (last: the last valid row; the pair
     // (last, last) has no decay and is left out).
     float* dk_inter = t.rows.data();
-    gemm(b, C, K, V, {vnew, KV1, C * KV1}, {dh, V, KV, true}, dk_inter, K, C * K);
+    gemm(b, C, K, V, {vnew, V, C * V}, {dh, V, KV, true}, dk_inter, K, C * K);
 #pragma omp parallel for schedule(static)
     for (int64_t m = 0; m < b; ++m) {
       const int64_t n = n0 + m;
       const float* G = G_block + m * C;
-      chunk_scaled_kv(p, n, G, t.kvb.data() + m * C * KV1);
       const float lambda = G[C - 1];
       const int64_t last = std::min(C, p.T - (n % NT) * C) - 1;
       float* dg = dG + m * C;
@@ -430,17 +436,12 @@ void phase_b2(const GatedDeltaRuleChunkParams& p, Arrays& a, const GatedDeltaRul
     }
     // dW = -dV_new S_c^T, the left part of [dW | dU].
     gemm(b, C, K, V, {dwu + K, KV1, C * KV1}, {h, V, KV, true}, dwu, KV1, C * KV1, -1.0f);
-    // WY backward: dT (strictly lower), dA = -T^T dT T^T, [dKbg | dVb] = T^T [dW | dU].
+    // WY backward: [dKbg | dVb] = T^T [dW | dU], dA = -[dKbg | dVb] [W | U]^T.
     const float* T = a.tinv.data() + n0 * C * C;
-    float* dT = t.tile.data();
-    gemm(b, C, C, KV1, {dwu, KV1, C * KV1}, {t.kvb.data(), KV1, C * KV1, true}, dT, C, C * C);
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < b * C; ++i) std::fill(dT + i * C + i % C, dT + (i + 1) * C, 0.0f);
-    gemm(b, C, C, C, {T, C, C * C, true}, {dT, C, C * C}, t.tile2.data(), C, C * C);
-    float* dA = t.tile.data();
-    gemm(b, C, C, C, {t.tile2.data(), C, C * C}, {T, C, C * C, true}, dA, C, C * C, -1.0f);
-    float* dkvb = t.kvb.data();  // [diag(beta gamma) K | diag(beta) V] is no longer needed
+    float* dkvb = t.kvb.data();
     gemm(b, C, KV1, C, {T, C, C * C, true}, {dwu, KV1, C * KV1}, dkvb, KV1, C * KV1);
+    float* dA = t.tile.data();
+    gemm(b, C, C, KV1, {dkvb, KV1, C * KV1}, {a.wu.data() + n0 * C * KV1, KV1, C * KV1, true}, dA, C, C * C, -1.0f);
 
     float* Esym = t.tile2.data();
 #pragma omp parallel for schedule(static)
@@ -500,7 +501,7 @@ void gated_delta_rule_chunk_forward_cpu(const GatedDeltaRuleChunkParams& p, floa
   phase_a(p, a, false);
   state_pass(p, a, ht);
   // Phase B: O = (scale Q K^T o Gamma o M) V_new + scale diag(gamma) Q S_c.
-  const int64_t C = p.C, K = p.K, V = p.V, KV1 = K + V;
+  const int64_t C = p.C, K = p.K, V = p.V;
   BlockTiles t(p);
   for_each_block(p.BH * p.NT, [&](int64_t n0, int64_t b) {
     float* scores = t.tile.data();
@@ -511,7 +512,7 @@ void gated_delta_rule_chunk_forward_cpu(const GatedDeltaRuleChunkParams& p, floa
       chunk_scaled_q(p, n0 + m, a.G.data() + (n0 + m) * C, t.rows.data() + m * C * K);
     }
     float* out = o + n0 * C * V;
-    gemm(b, C, V, C, {scores, C, C * C}, {a.wu.data() + n0 * C * KV1 + K, KV1, C * KV1}, out, V, C * V);
+    gemm(b, C, V, C, {scores, C, C * C}, {a.vnew.data() + n0 * C * V, V, C * V}, out, V, C * V);
     gemm(b, C, V, K, {t.rows.data(), K, C * K}, {a.h.data() + n0 * K * V, V, K * V}, out, V, C * V, 1.0f, 1.0f);
   });
 }
