@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -78,14 +80,22 @@ DataState data_state(const TrainConfig& train, int64_t step) {
   return d;
 }
 
-// Test hook of the MPI tests (tests/mpi/train_ranks.sh): LAT_TEST_THROW_AT=R:S makes rank R
-// throw at step S, as a failing rank would. 0 when unset or naming another rank.
-int64_t test_throw_step(int rank) {
-  const char* spec = std::getenv("LAT_TEST_THROW_AT");
-  int throw_rank = -1;
-  long long throw_step = 0;
-  if (spec == nullptr || std::sscanf(spec, "%d:%lld", &throw_rank, &throw_step) != 2) return 0;
-  return throw_rank == rank ? throw_step : 0;
+// Test hook of the MPI tests (tests/mpi/train_ranks.sh): LAT_TEST_FAIL_AT=R:S:throw makes rank
+// R throw at step S, as a failing rank would; R:S:kill makes it die of SIGKILL there, as a
+// killed process. step 0 (never) when unset or naming another rank.
+struct TestFailure {
+  int64_t step = 0;
+  bool kill = false;
+};
+
+TestFailure test_failure(int rank) {
+  const char* spec = std::getenv("LAT_TEST_FAIL_AT");
+  int fail_rank = -1;
+  long long fail_step = 0;
+  char how[8] = {};
+  if (spec == nullptr || std::sscanf(spec, "%d:%lld:%7s", &fail_rank, &fail_step, how) != 3 || fail_rank != rank)
+    return {};
+  return {fail_step, std::string(how) == "kill"};
 }
 
 class Run {
@@ -99,7 +109,7 @@ class Run {
         out_dir_(train_.out_dir),
         gen_(static_cast<uint64_t>(train_.seed)),
         dist_(Distributed::get()),
-        throw_at_step_(test_throw_step(dist_.rank())) {}
+        test_failure_(test_failure(dist_.rank())) {}
 
   TrainSummary run();
 
@@ -144,7 +154,7 @@ class Run {
   double eval_seconds_ = 0.0, save_seconds_ = 0.0;
   Distributed& dist_;
   RowRange rows_;  // this rank's rows of each micro-batch
-  int64_t throw_at_step_ = 0;
+  TestFailure test_failure_;
 };
 
 void Run::check_supported() {
@@ -338,8 +348,10 @@ double Run::train_step(int64_t step, double lr, GradNorm& norm) {
   }
   double loss = 0.0;
   try {
-    if (step == throw_at_step_)
-      throw Error("rank " + std::to_string(dist_.rank()) + " fails here on purpose (LAT_TEST_THROW_AT test hook)");
+    if (step == test_failure_.step) {
+      if (test_failure_.kill) std::raise(SIGKILL);
+      throw Error("rank " + std::to_string(dist_.rank()) + " fails here on purpose (LAT_TEST_FAIL_AT test hook)");
+    }
     for (const Batch& b : micro) {
       Tensor logits = model_->forward(b.inputs.to(device_));
       Tensor ce =

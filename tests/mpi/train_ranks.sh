@@ -7,9 +7,11 @@
 #     resume   2 ranks stopped at step 10 and resumed (2 ranks) vs 2 ranks uninterrupted:
 #              bit-identical losses and parameters; then a resume under 1 rank warns and
 #              matches within the tolerances of `equal`
-#     failure  rank 1 throws at step 3 (LAT_TEST_THROW_AT=1:3, the trainer's test hook):
+#     failure  rank 1 throws at step 3 (LAT_TEST_FAIL_AT=1:3:throw, the trainer's test hook):
 #              mpirun exits non-zero within 30 s, stderr names rank 1, no checkpoint is left;
-#              train.batch_size 3 on 2 ranks is a config error (exit 2) naming the key
+#              rank 1 killed (SIGKILL) at step 3 (LAT_TEST_FAIL_AT=1:3:kill): the same, but
+#              the launcher names the rank; train.batch_size 3 on 2 ranks is a config error
+#              (exit 2) naming the key
 #
 # MPIEXEC (default mpirun) launches; the OMPI_* settings come from the environment (ctest).
 set -euo pipefail
@@ -72,17 +74,25 @@ case "$mode" in
     "$compare" whole other --loss-rtol 1e-5 --param-atol 1e-5
     ;;
   failure)
-    start=$(date +%s)
-    status=0
-    LAT_TEST_THROW_AT=1:3 "$mpiexec" -n 2 "$lat" train tiny.yaml --set train.out_dir=fail \
-      --set train.max_steps=100000 --set train.warmup=1 2> fail.log || status=$?
-    elapsed=$(( $(date +%s) - start ))
-    cat fail.log
-    echo "mpirun exit status $status after ${elapsed}s"
-    [ "$status" -ne 0 ] || { echo "FAIL: mpirun exited 0"; exit 1; }
-    [ "$elapsed" -le 30 ] || { echo "FAIL: took ${elapsed}s to end"; exit 1; }
-    grep -q "^error: rank 1: .*step 3" fail.log || { echo "FAIL: no 'error: rank 1: ... step 3' line"; exit 1; }
-    if ls fail/ckpt_*.h5 > /dev/null 2>&1; then echo "FAIL: a checkpoint was left"; ls fail; exit 1; fi
+    # fail HOW: rank 1 fails at step 3 of a long run; the job must end non-zero within 30 s
+    # and leave no checkpoint.
+    fail() {
+      local how=$1 start elapsed
+      start=$(date +%s)
+      status=0
+      LAT_TEST_FAIL_AT=1:3:$how "$mpiexec" -n 2 "$lat" train tiny.yaml --set train.out_dir="$how" \
+        --set train.max_steps=100000 --set train.warmup=1 2> "$how.log" || status=$?
+      elapsed=$(( $(date +%s) - start ))
+      cat "$how.log"
+      echo "$how: mpirun exit status $status after ${elapsed}s"
+      [ "$status" -ne 0 ] || { echo "FAIL: $how: mpirun exited 0"; exit 1; }
+      [ "$elapsed" -le 30 ] || { echo "FAIL: $how: took ${elapsed}s to end"; exit 1; }
+      if ls "$how"/ckpt_*.h5 > /dev/null 2>&1; then echo "FAIL: $how: a checkpoint was left"; ls "$how"; exit 1; fi
+    }
+    fail throw
+    grep -q "^error: rank 1: .*step 3" throw.log || { echo "FAIL: no 'error: rank 1: ... step 3' line"; exit 1; }
+    fail kill
+    grep -qi "rank 1" kill.log || { echo "FAIL: the launcher did not name rank 1"; exit 1; }
     # A batch that does not split over the ranks is a config error (exit 2) naming the key.
     status=0
     run2 --set train.out_dir=odd --set train.batch_size=3 2> odd.log || status=$?
