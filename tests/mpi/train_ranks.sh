@@ -2,8 +2,9 @@
 # Data-parallel `lat train` under mpirun (issue 7), on a tiny config and a generated corpus.
 #
 #   train_ranks.sh MODE LAT COMPARE WORK_DIR
-#     equal    1 rank (plain launch) vs 2 ranks, 20 steps: losses within 1e-5 relative, the
-#              parameters after the last step within 1e-5 absolute (compare_runs prints the max)
+#     equal    1 rank (plain launch) vs 2 ranks, 20 steps (grad_accum 1, then 2): losses within
+#              1e-5 relative, the parameters after the last step within 1e-5 absolute
+#              (compare_runs prints the max differences)
 #     resume   2 ranks stopped at step 10 and resumed (2 ranks) vs 2 ranks uninterrupted:
 #              bit-identical losses and parameters; then a resume under 1 rank warns and
 #              matches within the tolerances of `equal`
@@ -60,6 +61,10 @@ case "$mode" in
     run1 --set train.out_dir=one 2> one.log
     run2 --set train.out_dir=two 2> two.log
     "$compare" one two --loss-rtol 1e-5 --param-atol 1e-5 --world-sizes 1 2
+    # Two micro-batches per step: token weighting across micro-batches and ranks.
+    run1 --set train.out_dir=one_accum --set train.grad_accum=2 2> one_accum.log
+    run2 --set train.out_dir=two_accum --set train.grad_accum=2 2> two_accum.log
+    "$compare" one_accum two_accum --loss-rtol 1e-5 --param-atol 1e-5 --world-sizes 1 2
     ;;
   resume)
     run2 --set train.out_dir=whole 2> whole.log
