@@ -87,6 +87,8 @@ TEST(Distributed, RejectsMixedDtypesAndIntegerSums) {
   EXPECT_THROW(dist.all_reduce_sum({iota(2), iota(2, DType::f64)}), Error);
   EXPECT_THROW(dist.all_reduce_sum({Tensor::from_vector(std::vector<int64_t>{1, 2}, {2})}), Error);
   EXPECT_THROW(dist.all_reduce_sum({iota(2), Tensor()}), Error);
+  EXPECT_THROW(dist.all_reduce_sum({Tensor(), iota(2)}), Error);
+  EXPECT_THROW(dist.broadcast({Tensor()}), Error);
   EXPECT_THROW(dist.set_bucket_bytes(4), Error);
 }
 

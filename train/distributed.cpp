@@ -52,10 +52,13 @@ void reduce_buckets(const std::vector<Tensor>& tensors, size_t elem_size, size_t
   }
 }
 
-// Every tensor defined, contiguous by construction, of `dtype` on `device`.
-void check_tensors(const std::vector<Tensor>& tensors, const char* op, DType dtype, Device device) {
-  for (size_t i = 0; i < tensors.size(); ++i) {
+// Every tensor defined (contiguous by construction) and of the dtype and device of the first.
+void check_tensors(const std::vector<Tensor>& tensors, const char* op) {
+  for (size_t i = 0; i < tensors.size(); ++i)
     LAT_CHECK(tensors[i].defined(), op << ": tensors[" << i << "]: expected a defined tensor");
+  const DType dtype = tensors[0].dtype();
+  const Device device = tensors[0].device();
+  for (size_t i = 1; i < tensors.size(); ++i) {
     LAT_CHECK(tensors[i].dtype() == dtype, op << ": tensors[" << i << "]: expected dtype " << dtype_name(dtype)
                                               << " like tensors[0], got " << dtype_name(tensors[i].dtype()));
     LAT_CHECK(tensors[i].device() == device, op << ": tensors[" << i << "]: expected device " << device.str()
@@ -156,7 +159,9 @@ void Distributed::set_bucket_bytes(size_t bytes) {
 
 void Distributed::broadcast(const std::vector<Tensor>& tensors) const {
   if (tensors.empty()) return;
-  check_tensors(tensors, "Distributed::broadcast", tensors[0].dtype(), Device::cpu());
+  check_tensors(tensors, "Distributed::broadcast");
+  LAT_CHECK(tensors[0].device().is_cpu(),
+            "Distributed::broadcast: tensors: expected CPU tensors, got " << tensors[0].device().str());
   if (world_size_ == 1) return;
 #ifdef LAT_WITH_MPI
   const DType dtype = tensors[0].dtype();
@@ -182,11 +187,11 @@ std::string Distributed::broadcast(const std::string& text) const {
 
 void Distributed::all_reduce_sum(const std::vector<Tensor>& tensors) {
   if (tensors.empty()) return;
+  check_tensors(tensors, "Distributed::all_reduce_sum");
   const DType dtype = tensors[0].dtype();
   const Device device = tensors[0].device();
   LAT_CHECK(dtype == DType::f32 || dtype == DType::f64,
             "Distributed::all_reduce_sum: tensors: expected f32 or f64, got " << dtype_name(dtype));
-  check_tensors(tensors, "Distributed::all_reduce_sum", dtype, device);
   if (world_size_ == 1) return;
   const auto start = std::chrono::steady_clock::now();
   const size_t elem = element_size(dtype);
