@@ -5,6 +5,8 @@
 // fused_recurrent; errors. Letters as in include/lat/linear_attention.h.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "tests/delta_rule_testing.h"
 
 namespace lat {
@@ -129,6 +131,17 @@ TEST(GatedDeltaRule, StrongDecayLongSequenceStaysFinite) {
                           chunk.base.dg, chunk.dbeta, chunk.base.d_initial_state})
     EXPECT_TRUE(testing::all_finite(t));
   testing::expect_delta_close(chunk, recurrent, kTol, "chunk_vs_recurrent_long");
+}
+
+// g = -inf (a full reset of the state) is a valid log-decay: outputs and gradients stay
+// finite and match the reference.
+TEST(GatedDeltaRule, InfiniteDecayResetsTheState) {
+  const DeltaCase c{{1, 150, 2, 16, 16, Gate::mild, true, false, 55}};
+  testing::DeltaInputs in = testing::make_delta_inputs(c);
+  for (int64_t t : {0, 5, 63, 64, 100, 149}) in.base.g.set({0, t, t % 2}, -INFINITY);
+  testing::DeltaResult ref = testing::run_delta(naive_op(c), in, DType::f64);
+  testing::expect_delta_close(testing::run_delta(chunk_op(c), in, DType::f32), ref, kTol, "chunk_reset");
+  testing::expect_delta_close(testing::run_delta(recurrent_op(c), in, DType::f32), ref, kTol, "recurrent_reset");
 }
 
 // recurrent_step_gated_delta_rule token by token reproduces fused_recurrent (same f32 math).

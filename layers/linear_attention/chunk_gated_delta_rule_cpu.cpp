@@ -54,6 +54,10 @@ namespace {
 
 constexpr int64_t kBlock = 32;  // chunks per cache block (about 4 MiB of tiles at C = K = V = 64)
 
+// Log-decays below this act as this value: e^-100 is below float's range, so the decay is
+// 0 either way, while -inf (a full reset) would make G_i - G_j = -inf - (-inf) = NaN.
+constexpr float kMinLogDecay = -100.0f;
+
 inline float dot(const float* a, const float* b, int64_t n) {
   float s = 0.0f;
   for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
@@ -135,7 +139,7 @@ void chunk_decays(const GatedDeltaRuleChunkParams& p, int64_t n, float* G, float
   const int64_t C = p.C;
   float acc = 0.0f;
   for (int64_t i = 0; i < C; ++i) {
-    if (p.g) acc += p.g[n * C + i];
+    if (p.g) acc += std::max(p.g[n * C + i], kMinLogDecay);
     G[i] = acc;
   }
   for (int64_t i = 0; i < C; ++i) {
