@@ -377,9 +377,8 @@ void phase_b1(const GatedDeltaRuleChunkParams& p, Arrays& a, const float* d_o, c
           dg[j] -= term;
         }
         dg[i] += acc;
-        for (int64_t j = 0; j < C; ++j)
-          pm[i * C + j] = D[i * C + j] != 0.0f ? p.scale * pm[i * C + j] * D[i * C + j] : 0.0f;
       }
+      mask_scores(p, D, pm);
     }
     // dQ = scale diag(gamma) dO S_c^T + P K; the first term gives dG_i += q_i . dq_i^inter.
     gemm(b, C, K, V, {dO, V, C * V}, {h, V, KV, true}, dq, K, C * K);
@@ -396,7 +395,7 @@ void phase_b1(const GatedDeltaRuleChunkParams& p, Arrays& a, const float* d_o, c
 }
 
 // Backward phase B2, after the reverse state pass: the inter-chunk part of dk with the dG
-// terms of the state and write decays, then the WY backward (dW, dT, dA) giving the rest
+// terms of the state and write decays, then the WY backward (dW, dA) giving the rest
 // of dk, dv, dbeta and dG, and finally dg.
 void phase_b2(const GatedDeltaRuleChunkParams& p, Arrays& a, const GatedDeltaRuleChunkGrads& grads) {
   const int64_t NT = p.NT, C = p.C, K = p.K, V = p.V, KV1 = K + V, KV = K * V;
