@@ -9,8 +9,11 @@
 // and faulted in again, zero-filled, at the next allocation; --default-malloc keeps
 // glibc's defaults (then T = 8192 also measures page faults of lat's tensor storage).
 //
+// --cpu-time times with the process CPU clock instead of the wall clock: with
+// OMP_NUM_THREADS=1 on a shared, oversubscribed machine it still measures the work.
+//
 //   bench_linear_attention [--op linear_attn|simple_gla|delta_rule|gated_delta_rule]...
-//                          [--T N]... [--reps N] [--no-recurrent] [--default-malloc]
+//                          [--T N]... [--reps N] [--no-recurrent] [--default-malloc] [--cpu-time]
 #include <malloc.h>
 
 #include <algorithm>
@@ -18,6 +21,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <functional>
 #include <string>
 #include <vector>
@@ -32,7 +36,10 @@ using lat::Tensor;
 
 constexpr int64_t kB = 4, kH = 4, kK = 64, kV = 64, kC = 64;
 
+bool g_cpu_time = false;  // --cpu-time
+
 double now_ms() {
+  if (g_cpu_time) return 1e3 * static_cast<double>(std::clock()) / CLOCKS_PER_SEC;
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
@@ -146,10 +153,12 @@ int main(int argc, char** argv) {
       recurrent = false;
     } else if (arg == "--default-malloc") {
       tune_malloc = false;
+    } else if (arg == "--cpu-time") {
+      g_cpu_time = true;
     } else {
       std::fprintf(stderr,
                    "usage: %s [--op linear_attn|simple_gla|delta_rule|gated_delta_rule]... [--T N]... [--reps N] "
-                   "[--no-recurrent] [--default-malloc]\n",
+                   "[--no-recurrent] [--default-malloc] [--cpu-time]\n",
                    argv[0]);
       return 2;
     }
@@ -167,9 +176,10 @@ int main(int argc, char** argv) {
     mallopt(M_TRIM_THRESHOLD, 1 << 30);
   }
   double peak = sgemm_peak_gflops();
-  std::printf("threads %d, sgemm 2048^3 peak %.1f GFLOP/s, malloc %s; B=%lld H=%lld K=%lld V=%lld C=%lld, "
+  std::printf("threads %d, %s time, sgemm 2048^3 peak %.1f GFLOP/s, malloc %s; B=%lld H=%lld K=%lld V=%lld C=%lld, "
               "forward+backward\n",
-              lat::get_num_threads(), peak, tune_malloc ? "mmap threshold 1 GiB" : "glibc defaults", static_cast<long long>(kB), static_cast<long long>(kH),
+              lat::get_num_threads(), g_cpu_time ? "CPU" : "wall", peak,
+              tune_malloc ? "mmap threshold 1 GiB" : "glibc defaults", static_cast<long long>(kB), static_cast<long long>(kH),
               static_cast<long long>(kK), static_cast<long long>(kV), static_cast<long long>(kC));
   std::printf("%-17s %6s %10s %9s %8s %12s %14s %8s\n", "op", "T", "chunk ms", "GFLOP/s", "of peak", "us/token",
               "recurrent ms", "speedup");
