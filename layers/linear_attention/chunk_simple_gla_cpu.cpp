@@ -86,37 +86,25 @@ void gate_cumsum(const ChunkParams& p, const Sizes& s, float* G) {
   }
 }
 
-// dst[i, r, :] = src[i, r, :] * f for the nb chunks of a block (G: the block's [nb, C]),
-// f = scale e^{G_r} (head decay, from the chunk start) or e^{Λ - G_r} (tail decay, to
-// the chunk end).
+// dst[r, :] = src[r, :] * f for the C rows of one chunk (G: its [C]), f = scale e^{G_r}
+// (head decay, from the chunk start) or e^{Λ - G_r} (tail decay, to the chunk end).
 enum class Decay { head, tail };
-void scale_rows(const float* src, int64_t D, const float* G, int64_t nb, int64_t C, Decay decay, float scale,
-                float* dst) {
-#pragma omp parallel for
-  for (int64_t i = 0; i < nb; ++i) {
-    const float* gi = G + i * C;
-    float last = gi[C - 1];
-    for (int64_t r = 0; r < C; ++r) {
-      float f = decay == Decay::head ? scale * exp_nonpositive(gi[r]) : exp_nonpositive(last - gi[r]);
-      const float* in = src + (i * C + r) * D;
-      float* out = dst + (i * C + r) * D;
-      for (int64_t d = 0; d < D; ++d) out[d] = in[d] * f;
-    }
+void scale_rows(const float* src, int64_t D, const float* G, int64_t C, Decay decay, float scale, float* dst) {
+  float last = G[C - 1];
+  for (int64_t r = 0; r < C; ++r) {
+    float f = decay == Decay::head ? scale * exp_nonpositive(G[r]) : exp_nonpositive(last - G[r]);
+    for (int64_t d = 0; d < D; ++d) dst[r * D + d] = src[r * D + d] * f;
   }
 }
 
-// A <- scale (A ⊙ D) for the nb chunks of a block: the decay mask applied by select
+// A <- scale (A ⊙ D) for one chunk's [C, C] scores: the decay mask applied by select
 // after the product, so the positive exponents of the upper triangle are never taken.
-void mask_scores(float* A, const float* G, int64_t nb, int64_t C, float scale) {
-#pragma omp parallel for
-  for (int64_t i = 0; i < nb; ++i) {
-    const float* gn = G + i * C;
-    for (int64_t r = 0; r < C; ++r) {
-      float* a = A + (i * C + r) * C;
-      float gr = gn[r];
-      for (int64_t j = 0; j <= r; ++j) a[j] *= scale * exp_nonpositive(gr - gn[j]);
-      std::fill(a + r + 1, a + C, 0.0f);
-    }
+void mask_scores(float* A, const float* G, int64_t C, float scale) {
+  for (int64_t r = 0; r < C; ++r) {
+    float* a = A + r * C;
+    float gr = G[r];
+    for (int64_t j = 0; j <= r; ++j) a[j] *= scale * exp_nonpositive(gr - G[j]);
+    std::fill(a + r + 1, a + C, 0.0f);
   }
 }
 
@@ -178,43 +166,38 @@ float row_dot(const float* x, const float* y, int64_t D) {
   return acc;
 }
 
-// Per chunk of a block, in place: dP -> P = scale (dP ⊙ D); with dG set, also the gate
-// gradient (see the file comment) from the inter-chunk parts of dq and dk (dq, dk
-// before the P terms are added) and e^Λ <dH_c, S_[c]> (dH, H: the block's [nb, KV]).
+// One chunk, in place: dP -> P = scale (dP ⊙ D); with dG set, also the gate gradient
+// (see the file comment) from the inter-chunk parts of dq and dk (before the P terms
+// are added) and e^Λ <dH_c, S_[c]> (dH, H: the chunk's [KV]).
 void intra_backward(float* P, const float* A, const float* G, const float* q, const float* dq, const float* k,
-                    const float* dk, const float* dH, const float* H, int64_t nb, int64_t C, int64_t K,
-                    int64_t KV, float scale, float* dG) {
-#pragma omp parallel for
-  for (int64_t i = 0; i < nb; ++i) {
-    const float* gn = G + i * C;
-    std::vector<float> column(C, 0.0f), rect(C);
-    for (int64_t r = C - 1; r >= 0; --r) {
-      float* prow = P + (i * C + r) * C;
-      const float* arow = A + (i * C + r) * C;
-      if (dG) {
-        // column[j] = Σ_{r' >= r} dP_{r'j} A_{r'j}; rect_r = Σ_{j < r} column[j].
-        for (int64_t j = 0; j <= r; ++j) column[j] += prow[j] * arow[j];
-        float sum = 0.0f;
+                    const float* dk, const float* dH, const float* H, int64_t C, int64_t K, int64_t KV, float scale,
+                    float* dG) {
+  std::vector<float> column(C, 0.0f), rect(C);
+  for (int64_t r = C - 1; r >= 0; --r) {
+    float* prow = P + r * C;
+    const float* arow = A + r * C;
+    if (dG) {
+      // column[j] = Σ_{r' >= r} dP_{r'j} A_{r'j}; rect_r = Σ_{j < r} column[j].
+      for (int64_t j = 0; j <= r; ++j) column[j] += prow[j] * arow[j];
+      float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-        for (int64_t j = 0; j < r; ++j) sum += column[j];
-        rect[r] = sum;
-      }
-      float gr = gn[r];
-      for (int64_t j = 0; j <= r; ++j) prow[j] *= scale * exp_nonpositive(gr - gn[j]);
-      std::fill(prow + r + 1, prow + C, 0.0f);
+      for (int64_t j = 0; j < r; ++j) sum += column[j];
+      rect[r] = sum;
     }
-    if (!dG) continue;
-    float* out = dG + i * C;
-    float suffix = 0.0f;
-    for (int64_t r = C - 1; r >= 0; --r) {
-      suffix += row_dot(q + (i * C + r) * K, dq + (i * C + r) * K, K);
-      out[r] = suffix + rect[r];
-    }
-    float prefix = exp_nonpositive(gn[C - 1]) * row_dot(dH + i * KV, H + i * KV, KV);
-    for (int64_t r = 0; r < C; ++r) {
-      out[r] += prefix;
-      prefix += row_dot(k + (i * C + r) * K, dk + (i * C + r) * K, K);
-    }
+    float gr = G[r];
+    for (int64_t j = 0; j <= r; ++j) prow[j] *= scale * exp_nonpositive(gr - G[j]);
+    std::fill(prow + r + 1, prow + C, 0.0f);
+  }
+  if (!dG) return;
+  float suffix = 0.0f;
+  for (int64_t r = C - 1; r >= 0; --r) {
+    suffix += row_dot(q + r * K, dq + r * K, K);
+    dG[r] = suffix + rect[r];
+  }
+  float prefix = exp_nonpositive(G[C - 1]) * row_dot(dH, H, KV);
+  for (int64_t r = 0; r < C; ++r) {
+    dG[r] += prefix;
+    prefix += row_dot(k + r * K, dk + r * K, K);
   }
 }
 
@@ -238,26 +221,32 @@ std::shared_ptr<const ChunkSaved> chunk_decay_forward_cpu(const ChunkParams& p, 
     std::memcpy(carry.data(), p.h0, s.BH * KV * sizeof(float));
   else
     std::fill(carry.data(), carry.data() + s.BH * KV, 0.0f);
-  AlignedBuffer q(blk * CK), k(blk * CK), v(blk * CV), work(blk * CK), U(blk * KV), o(blk * CV);
+  AlignedBuffer q(blk * CK), k(blk * CK), v(blk * CV), kdec(blk * CK), qdec(blk * CK), U(blk * KV),
+      o(blk * CV);
   for (int64_t n0 = 0; n0 < s.N; n0 += kBlock) {
     const int64_t nb = std::min(kBlock, s.N - n0);
-    const float* g_blk = G + n0 * C;
     float* a_blk = save ? A + n0 * CC : A;
     float* h_blk = save ? H + n0 * KV : H;
-    gather_chunks(p.q, p.T, p.H, K, C, n0, nb, q.data());
-    gather_chunks(p.k, p.T, p.H, K, C, n0, nb, k.data());
-    gather_chunks(p.v, p.T, p.H, s.V, C, n0, nb, v.data(), ones);
+#pragma omp parallel for
+    for (int64_t i = 0; i < nb; ++i) {
+      const float* g = G + (n0 + i) * C;
+      gather_chunk(p.q, p.T, p.H, K, C, n0 + i, q.data() + i * CK);
+      gather_chunk(p.k, p.T, p.H, K, C, n0 + i, k.data() + i * CK);
+      gather_chunk(p.v, p.T, p.H, s.V, C, n0 + i, v.data() + i * CV, ones);
+      scale_rows(k.data() + i * CK, K, g, C, Decay::tail, 1.0f, kdec.data() + i * CK);
+      scale_rows(q.data() + i * CK, K, g, C, Decay::head, p.scale, qdec.data() + i * CK);
+    }
     // State contributions U = (diag(e^{Λ-G}) K)^T V, then the scan gives S_[c].
-    scale_rows(k.data(), K, g_blk, nb, C, Decay::tail, 1.0f, work.data());
-    gemm(nb, K, Vs, C, work.data(), K, CK, true, v.data(), Vs, CV, false, U.data(), Vs, KV);
+    gemm(nb, K, Vs, C, kdec.data(), K, CK, true, v.data(), Vs, CV, false, U.data(), Vs, KV);
     scan_block(s, n0, nb, U.data(), G, carry.data(), h_blk, ht);
     // O = A V + diag(scale e^G) Q S_[c], A = scale (Q K^T ⊙ D).
     gemm(nb, C, C, K, q.data(), K, CK, false, k.data(), K, CK, true, a_blk, C, CC);
-    mask_scores(a_blk, g_blk, nb, C, p.scale);
-    scale_rows(q.data(), K, g_blk, nb, C, Decay::head, p.scale, work.data());
+#pragma omp parallel for
+    for (int64_t i = 0; i < nb; ++i) mask_scores(a_blk + i * CC, G + (n0 + i) * C, C, p.scale);
     gemm(nb, C, Vs, C, a_blk, C, CC, false, v.data(), Vs, CV, false, o.data(), Vs, CV);
-    gemm(nb, C, Vs, K, work.data(), K, CK, false, h_blk, Vs, KV, false, o.data(), Vs, CV, 1.0f);
-    scatter_chunks(o.data(), Vs, p.T, p.H, Vs, C, n0, nb, r);
+    gemm(nb, C, Vs, K, qdec.data(), K, CK, false, h_blk, Vs, KV, false, o.data(), Vs, CV, 1.0f);
+#pragma omp parallel for
+    for (int64_t i = 0; i < nb; ++i) scatter_chunk(o.data() + i * CV, Vs, p.T, p.H, Vs, C, n0 + i, r);
   }
   return save ? saved : nullptr;
 }
@@ -281,16 +270,19 @@ void chunk_decay_backward_cpu(const ChunkParams& p, const ChunkSaved& saved, con
   const int64_t first_block = (s.N - 1) / kBlock * kBlock;
   for (int64_t n0 = first_block; n0 >= 0; n0 -= kBlock) {
     const int64_t nb = std::min(kBlock, s.N - n0);
-    const float* g_blk = G + n0 * C;
     const float* h_blk = H + n0 * KV;
     const float* a_blk = A + n0 * CC;
-    gather_chunks(p.q, p.T, p.H, K, C, n0, nb, q.data());
-    gather_chunks(p.k, p.T, p.H, K, C, n0, nb, k.data());
-    gather_chunks(p.v, p.T, p.H, s.V, C, n0, nb, v.data(), ones);
-    gather_chunks(dr, p.T, p.H, Vs, C, n0, nb, d_o.data());
-    scale_rows(d_o.data(), Vs, g_blk, nb, C, Decay::head, p.scale, d_odec.data());
-    scale_rows(v.data(), Vs, g_blk, nb, C, Decay::tail, 1.0f, vdec.data());
-    scale_rows(k.data(), K, g_blk, nb, C, Decay::tail, 1.0f, kdec.data());
+#pragma omp parallel for
+    for (int64_t i = 0; i < nb; ++i) {
+      const float* g = G + (n0 + i) * C;
+      gather_chunk(p.q, p.T, p.H, K, C, n0 + i, q.data() + i * CK);
+      gather_chunk(p.k, p.T, p.H, K, C, n0 + i, k.data() + i * CK);
+      gather_chunk(p.v, p.T, p.H, s.V, C, n0 + i, v.data() + i * CV, ones);
+      gather_chunk(dr, p.T, p.H, Vs, C, n0 + i, d_o.data() + i * CV);
+      scale_rows(d_o.data() + i * CV, Vs, g, C, Decay::head, p.scale, d_odec.data() + i * CV);
+      scale_rows(v.data() + i * CV, Vs, g, C, Decay::tail, 1.0f, vdec.data() + i * CV);
+      scale_rows(k.data() + i * CK, K, g, C, Decay::tail, 1.0f, kdec.data() + i * CK);
+    }
     // W = Q^T dÕ, then the reverse scan gives dH_c = dL/dS_[c+1].
     gemm(nb, K, Vs, C, q.data(), K, CK, true, d_odec.data(), Vs, CV, false, W.data(), Vs, KV);
     grad_scan_block(s, n0, nb, W.data(), G, carry.data(), dH.data(), grads.dh0);
@@ -298,16 +290,22 @@ void chunk_decay_backward_cpu(const ChunkParams& p, const ChunkSaved& saved, con
     gemm(nb, C, K, Vs, d_odec.data(), Vs, CV, false, h_blk, Vs, KV, true, dq.data(), K, CK);
     gemm(nb, C, K, Vs, vdec.data(), Vs, CV, false, dH.data(), Vs, KV, true, dk.data(), K, CK);
     gemm(nb, C, C, Vs, d_o.data(), Vs, CV, false, v.data(), Vs, CV, true, P.data(), C, CC);
-    intra_backward(P.data(), a_blk, g_blk, q.data(), dq.data(), k.data(), dk.data(), dH.data(), h_blk, nb, C, K,
-                   KV, p.scale, dG_out ? dG.data() : nullptr);
+#pragma omp parallel for
+    for (int64_t i = 0; i < nb; ++i)
+      intra_backward(P.data() + i * CC, a_blk + i * CC, G + (n0 + i) * C, q.data() + i * CK, dq.data() + i * CK,
+                     k.data() + i * CK, dk.data() + i * CK, dH.data() + i * KV, h_blk + i * KV, C, K, KV, p.scale,
+                     dG_out ? dG.data() + i * C : nullptr);
     gemm(nb, C, K, C, P.data(), C, CC, false, k.data(), K, CK, false, dq.data(), K, CK, 1.0f);
     gemm(nb, C, K, C, P.data(), C, CC, true, q.data(), K, CK, false, dk.data(), K, CK, 1.0f);
     gemm(nb, C, Vs, K, kdec.data(), K, CK, false, dH.data(), Vs, KV, false, dv.data(), Vs, CV);
     gemm(nb, C, Vs, C, a_blk, C, CC, true, d_o.data(), Vs, CV, false, dv.data(), Vs, CV, 1.0f);
-    scatter_chunks(dq.data(), K, p.T, p.H, K, C, n0, nb, grads.dq);
-    scatter_chunks(dk.data(), K, p.T, p.H, K, C, n0, nb, grads.dk);
-    scatter_chunks(dv.data(), Vs, p.T, p.H, s.V, C, n0, nb, grads.dv);
-    if (dG_out) scatter_chunks(dG.data(), 1, p.T, p.H, 1, C, n0, nb, dG_out);
+#pragma omp parallel for
+    for (int64_t i = 0; i < nb; ++i) {
+      scatter_chunk(dq.data() + i * CK, K, p.T, p.H, K, C, n0 + i, grads.dq);
+      scatter_chunk(dk.data() + i * CK, K, p.T, p.H, K, C, n0 + i, grads.dk);
+      scatter_chunk(dv.data() + i * CV, Vs, p.T, p.H, s.V, C, n0 + i, grads.dv);
+      if (dG_out) scatter_chunk(dG.data() + i * C, 1, p.T, p.H, 1, C, n0 + i, dG_out);
+    }
   }
 }
 

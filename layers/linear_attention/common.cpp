@@ -254,34 +254,28 @@ void from_chunked(const float* src, int64_t B, int64_t T, int64_t H, int64_t D, 
     }
 }
 
-void gather_chunks(const float* x, int64_t T, int64_t H, int64_t D, int64_t C, int64_t n0, int64_t nb,
-                   float* dst, bool ones_column) {
+void gather_chunk(const float* x, int64_t T, int64_t H, int64_t D, int64_t C, int64_t n, float* dst,
+                  bool ones_column) {
   int64_t NT = num_chunks(T, C), cols = D + (ones_column ? 1 : 0);
-#pragma omp parallel for if (nb * C * D > (1 << 14))
-  for (int64_t i = 0; i < nb; ++i) {
-    int64_t n = n0 + i, bh = n / NT, c = n % NT, b = bh / H, h = bh % H;
-    for (int64_t r = 0; r < C; ++r) {
-      int64_t t = c * C + r;
-      float* row = dst + (i * C + r) * cols;
-      if (t < T) {
-        std::memcpy(row, x + ((b * T + t) * H + h) * D, D * sizeof(float));
-        if (ones_column) row[D] = 1.0f;
-      } else {
-        std::memset(row, 0, cols * sizeof(float));
-      }
+  int64_t bh = n / NT, c = n % NT, b = bh / H, h = bh % H;
+  for (int64_t r = 0; r < C; ++r) {
+    int64_t t = c * C + r;
+    float* row = dst + r * cols;
+    if (t < T) {
+      std::memcpy(row, x + ((b * T + t) * H + h) * D, D * sizeof(float));
+      if (ones_column) row[D] = 1.0f;
+    } else {
+      std::memset(row, 0, cols * sizeof(float));
     }
   }
 }
 
-void scatter_chunks(const float* src, int64_t cols, int64_t T, int64_t H, int64_t D, int64_t C,
-                    int64_t n0, int64_t nb, float* x) {
+void scatter_chunk(const float* src, int64_t cols, int64_t T, int64_t H, int64_t D, int64_t C, int64_t n,
+                   float* x) {
   int64_t NT = num_chunks(T, C);
-#pragma omp parallel for if (nb * C * D > (1 << 14))
-  for (int64_t i = 0; i < nb; ++i) {
-    int64_t n = n0 + i, bh = n / NT, c = n % NT, b = bh / H, h = bh % H;
-    for (int64_t r = 0; r < C && c * C + r < T; ++r)
-      std::memcpy(x + ((b * T + c * C + r) * H + h) * D, src + (i * C + r) * cols, D * sizeof(float));
-  }
+  int64_t bh = n / NT, c = n % NT, b = bh / H, h = bh % H;
+  for (int64_t r = 0; r < C && c * C + r < T; ++r)
+    std::memcpy(x + ((b * T + c * C + r) * H + h) * D, src + r * cols, D * sizeof(float));
 }
 
 }  // namespace lat::linear_attention

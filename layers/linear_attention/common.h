@@ -124,16 +124,15 @@ void to_chunked(const float* src, int64_t B, int64_t T, int64_t H, int64_t D, in
 /// [B*H, NT*C, D] -> [B, T, H, D]: the inverse of to_chunked (padding rows dropped).
 void from_chunked(const float* src, int64_t B, int64_t T, int64_t H, int64_t D, int64_t C, float* dst);
 
-/// A block of chunks for cache-sized kernel passes: chunks [n0, n0 + nb) of the
-/// chunked order (chunk n = (b*H + h)*NT + c). Copies their rows of x [B, T, H, D] into
-/// dst [nb, C, D + ones_column]; with ones_column, the extra last column is 1 on valid
-/// rows; rows t >= T are zero. OpenMP over the block's chunks.
-void gather_chunks(const float* x, int64_t T, int64_t H, int64_t D, int64_t C, int64_t n0, int64_t nb,
-                   float* dst, bool ones_column = false);
+/// One chunk n of the chunked order (n = (b*H + h)*NT + c): copies its C rows of
+/// x [B, T, H, D] into dst [C, D + ones_column]; with ones_column, the extra last column
+/// is 1 on valid rows; rows t >= T are zero. For kernels that walk blocks of chunks.
+void gather_chunk(const float* x, int64_t T, int64_t H, int64_t D, int64_t C, int64_t n, float* dst,
+                  bool ones_column = false);
 
-/// The inverse of gather_chunks: the first D of the `cols` columns of src [nb, C, cols]
-/// into the valid rows of x [B, T, H, D] (B is implied by n0 + nb).
-void scatter_chunks(const float* src, int64_t cols, int64_t T, int64_t H, int64_t D, int64_t C,
-                    int64_t n0, int64_t nb, float* x);
+/// The inverse of gather_chunk: the first D of the `cols` columns of src [C, cols] into
+/// the valid rows of chunk n of x [B, T, H, D].
+void scatter_chunk(const float* src, int64_t cols, int64_t T, int64_t H, int64_t D, int64_t C, int64_t n,
+                   float* x);
 
 }  // namespace lat::linear_attention
