@@ -17,6 +17,9 @@
 //   dg_part [P, 2, BH, NT*64] per-row pieces of dL/dg from P producers: slot 0 summed
 //                           over the rows at and after t, slot 1 over the rows before t
 //                           (chunk_dg_finish adds both up)
+//   W, U, v_new, dv_new, dw [BH, NT*C, D]  per-head rows in token order (row c*C + i), so
+//                           the Seq views of chunk_fwd_o and chunk_bwd_dqk read them as they
+//                           read q, k and v
 #pragma once
 #include <cstdint>
 
@@ -71,7 +74,7 @@ void chunk_bwd_dh(const Dims& d, Seq q, Seq d_o, const float* G, const float* dh
 
 /// Per chunk: dq, dk (ALGORITHMS.md 2.3) and the gate gradient's row pieces into dg_part
 /// parts [0, NK) (null: skipped). With dv_new given (the delta rule, v being V^new): also
-/// dw = -dv_new h[c]^T, written to dw ([BH, NT*64, K] per-head layout).
+/// dw = -dv_new h[c]^T, written to dw ([BH, NT*C, K] per-head layout).
 void chunk_bwd_dqk(const Dims& d, Seq q, Seq k, Seq v, Seq d_o, const float* G, const float* h, const float* dh,
                    float scale, SeqOut dq, SeqOut dk, float* dg_part, Seq dv_new, float* dw);
 
@@ -86,11 +89,11 @@ void chunk_dg_finish(const Dims& d, const float* dg_part, int64_t parts, float* 
 // ---- chunk_gated_delta_rule_cuda.cu: the UT/WY kernels ----------------------------------
 
 /// Per chunk: A = strictly lower beta_i (k_i . k_j) e^{G_i - G_j}, Tm = (I + A)^-1
-/// ([BH, NT, 64, 64]), W = Tm diag(beta e^G) K_c and U = Tm diag(beta) V_c ([BH, NT*64, K]
-/// and [BH, NT*64, V]). beta [B, T, H].
+/// ([BH, NT, 64, 64]), W = Tm diag(beta e^G) K_c and U = Tm diag(beta) V_c ([BH, NT*C, K]
+/// and [BH, NT*C, V], row c*C + i for row i of chunk c). beta [B, T, H].
 void gdn_prepare(const Dims& d, Seq k, Seq v, const float* beta, const float* G, float* Tm, float* W, float* U);
 
-/// State pass: h[c], V^new_c = U_c - W_c S_[c] (into v_new, [BH, NT*64, V]) and
+/// State pass: h[c], V^new_c = U_c - W_c S_[c] (into v_new, [BH, NT*C, V]) and
 /// S_[c+1] = e^L S_[c] + K_c^T diag(e^{L-G}) V^new_c; h0, ht as in chunk_fwd_h.
 void gdn_fwd_state(const Dims& d, Seq k, const float* W, const float* U, const float* G, const float* h0, float* h,
                    float* v_new, float* ht);
@@ -100,7 +103,7 @@ void gdn_fwd_state(const Dims& d, Seq k, const float* W, const float* U, const f
 void gdn_bwd_state(const Dims& d, Seq q, Seq k, Seq d_o, const float* W, const float* G, const float* dv_local,
                    const float* dht, float scale, float* dh, float* dv_new, float* dh0);
 
-/// WY backward (ALGORITHMS.md 2.4, step 4) from dW [BH, NT*64, K] and dU = dv_new:
+/// WY backward (ALGORITHMS.md 2.4, step 4) from dW [BH, NT*C, K] and dU = dv_new:
 /// dk += (through W and A), dv = diag(beta) Tm^T dU, dbeta [B, T, H] (overwritten), and
 /// dL/dG's row pieces into the part dg_slot [2, BH, NT*64] (slot 0: dG per row; slot 1:
 /// zeros; null: skipped).

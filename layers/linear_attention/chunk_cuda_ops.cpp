@@ -38,7 +38,7 @@ Tensor empty_on(const Shape& shape, const Device& device) { return Tensor::empty
 cu::Seq api(const Tensor& t, const cu::Dims& d, int64_t D) { return cu::api_seq(t.data<float>(), d.T, d.H, D); }
 cu::SeqOut api_out(Tensor& t, const cu::Dims& d, int64_t D) { return cu::api_out(t.data<float>(), d.T, d.H, D); }
 cu::Seq per_head(const Tensor& t, const cu::Dims& d, int64_t D) {
-  return cu::head_seq(t.data<float>(), d.H, d.NT() * kTile, D);
+  return cu::head_seq(t.data<float>(), d.H, d.NT() * d.C, D);
 }
 
 // G [BH, NT, 64] from g (undefined: zeros).
@@ -55,7 +55,7 @@ struct DeltaForward {
 
 DeltaForward delta_forward(const cu::Dims& d, const Tensor& k, const Tensor& v, const Tensor& beta, const Tensor& G,
                            const Tensor& h0, float* ht, const Device& device) {
-  const int64_t rows = d.NT() * kTile;
+  const int64_t rows = d.NT() * d.C;  // per head, in chunk order
   DeltaForward f;
   f.Tm = empty_on({d.BH(), d.NT(), kTile, kTile}, device);
   f.W = empty_on({d.BH(), rows, d.K}, device);
@@ -182,7 +182,7 @@ LinearAttentionOutput gated_delta_rule_cuda(const char* op, const Tensor& q, con
            const Tensor& d_o = grads[0];
            const float* dht = grads.size() > 1 ? grads[1].data<float>() : nullptr;
            DeltaForward f = delta_forward(d, skn, sv, sbeta, G, sh0, nullptr, device);
-           const int64_t chunk_rows = d.NT() * kTile;
+           const int64_t chunk_rows = d.NT() * d.C;
            // dV^new from the outputs of its own chunk; the state pass adds the inter-chunk part.
            Tensor dv_local = empty_on({d.BH(), chunk_rows, d.V}, device);
            cu::chunk_bwd_dv(d, api(sqn, d, d.K), api(skn, d, d.K), api(d_o, d, d.V), G.data<float>(), nullptr, scale,
@@ -196,12 +196,12 @@ LinearAttentionOutput gated_delta_rule_cuda(const char* op, const Tensor& q, con
            Tensor dq = empty_on({d.B, d.T, d.H, d.K}, device), dk = empty_on({d.B, d.T, d.H, d.K}, device);
            Tensor dw = empty_on({d.BH(), chunk_rows, d.K}, device);
            // Gate gradient pieces: NK parts from the dq/dk kernel, one from the WY backward.
-           Tensor dg_part = has_g ? empty_on({d.NK() + 1, 2, d.BH(), chunk_rows}, device) : Tensor();
+           Tensor dg_part = has_g ? empty_on({d.NK() + 1, 2, d.BH(), d.NT() * kTile}, device) : Tensor();
            cu::chunk_bwd_dqk(d, api(sqn, d, d.K), api(skn, d, d.K), per_head(f.v_new, d, d.V), api(d_o, d, d.V),
                              G.data<float>(), f.h.data<float>(), dh.data<float>(), scale, api_out(dq, d, d.K),
                              api_out(dk, d, d.K), mut(dg_part), per_head(dv_new, d, d.V), dw.data<float>());
            Tensor dv = empty_on({d.B, d.T, d.H, d.V}, device), dbeta = empty_on({d.B, d.T, d.H}, device);
-           float* dg_slot = has_g ? dg_part.data<float>() + 2 * d.NK() * d.BH() * chunk_rows : nullptr;
+           float* dg_slot = has_g ? dg_part.data<float>() + 2 * d.NK() * d.BH() * d.NT() * kTile : nullptr;
            cu::gdn_bwd_wy(d, api(skn, d, d.K), api(sv, d, d.V), sbeta.data<float>(), G.data<float>(),
                           f.Tm.data<float>(), dw.data<float>(), dv_new.data<float>(), api_out(dk, d, d.K),
                           api_out(dv, d, d.V), dbeta.data<float>(), dg_slot);

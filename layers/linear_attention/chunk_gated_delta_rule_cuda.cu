@@ -75,7 +75,7 @@ __global__ void __launch_bounds__(tile::kThreads) prepare_kernel(KernelDims d, S
   __syncthreads();
   float* tm = Tm + (bh * d.NT + c) * kT * kT;
   for (int e = threadIdx.x; e < kT * kT; e += tile::kThreads) tm[e] = t_t[(e / kT) * kLd + e % kT];
-  const int64_t row0 = bh * d.NT * kT + c * kT;  // first row of this chunk in [BH, NT*64, *]
+  const int64_t row0 = (bh * d.NT + c) * d.C;  // first row of this chunk in [BH, NT*C, *]
   if (threadIdx.x < kT) factor[threadIdx.x] = bs[threadIdx.x] * expf(gs[threadIdx.x]);
   for (int64_t kt = 0; kt < d.NK; ++kt) {
     const int k0 = static_cast<int>(kt * kT), nk = tile_extent(d.K, k0);
@@ -127,7 +127,7 @@ __global__ void __launch_bounds__(tile::kThreads) fwd_state_kernel(KernelDims d,
     const int rows = chunk_rows(d, c);
     const float* Gc = G + (bh * d.NT + c) * kT;
     const float last = Gc[kT - 1];
-    const int64_t row0 = bh * d.NT * kT + c * kT;
+    const int64_t row0 = (bh * d.NT + c) * d.C;
     for (int64_t kt = 0; kt < d.NK; ++kt)
 #pragma unroll
       for (int a = 0; a < 4; ++a)
@@ -221,7 +221,7 @@ __global__ void __launch_bounds__(tile::kThreads) bwd_state_kernel(KernelDims d,
     const int rows = chunk_rows(d, c);
     const float* Gc = G + (bh * d.NT + c) * kT;
     const float last = Gc[kT - 1];
-    const int64_t row0 = bh * d.NT * kT + c * kT;
+    const int64_t row0 = (bh * d.NT + c) * d.C;
     for (int64_t kt = 0; kt < d.NK; ++kt)
 #pragma unroll
       for (int a = 0; a < 4; ++a)
@@ -308,7 +308,8 @@ __global__ void __launch_bounds__(tile::kThreads) bwd_wy_kernel(KernelDims d, Se
   __shared__ float gs[kT], bs[kT], gam[kT], dbeta_e[kT], dg_a[kT], dkk[kT], vdot[kT];
   const int64_t bh = blockIdx.x, c = blockIdx.y;
   const int rows = chunk_rows(d, c);
-  const int64_t row0 = bh * d.NT * kT + c * kT;
+  const int64_t row0 = (bh * d.NT + c) * d.C;       // this chunk's first row in [BH, NT*C, *]
+  const int64_t tile_row0 = (bh * d.NT + c) * kT;  // and in the gate gradient's [BH, NT*64]
   if (threadIdx.x < kT) {
     const int i = threadIdx.x;
     gs[i] = G[(bh * d.NT + c) * kT + i];
@@ -449,8 +450,8 @@ __global__ void __launch_bounds__(tile::kThreads) bwd_wy_kernel(KernelDims d, Se
     const int i = threadIdx.x;
     if (i < rows) dbeta[bth_index(d, bh, c * d.C + i)] = dbeta_e[i] + gam[i] * dkk[i] + vdot[i];
     if (dg_slot != nullptr) {
-      dg_slot[row0 + i] = dg_a[i] + bs[i] * gam[i] * dkk[i];
-      dg_slot[d.B * d.H * d.NT * kT + row0 + i] = 0.0f;  // nothing here is credited by prefix
+      dg_slot[tile_row0 + i] = dg_a[i] + bs[i] * gam[i] * dkk[i];
+      dg_slot[d.B * d.H * d.NT * kT + tile_row0 + i] = 0.0f;  // nothing here is credited by prefix
     }
   }
 }

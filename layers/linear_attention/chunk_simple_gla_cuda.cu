@@ -274,7 +274,7 @@ __global__ void __launch_bounds__(tile::kThreads) bwd_dqk_kernel(KernelDims d, S
   tile::mma(dkf, t_p, 1, kLd, t_q, kLd, 1);  // + P^T Q
   tile::store(dqf, seq_row(dq, d.H, bh, c * d.C) + k0, dq.st, rows, nk);
   tile::store(dkf, seq_row(dk, d.H, bh, c * d.C) + k0, dk.st, rows, nk);
-  if (with_dw) tile::store(dwf, dw + (bh * d.NT * tile::kT + c * tile::kT) * d.K + k0, d.K, rows, nk, -1.0f);
+  if (with_dw) tile::store(dwf, dw + (bh * d.NT + c) * d.C * d.K + k0, d.K, rows, nk, -1.0f);
   if (with_dg) {
     const float state_term = expf(last) * static_cast<float>(lat::cuda::block_sum_all(static_cast<double>(hdh)));
     __syncthreads();
