@@ -107,7 +107,7 @@ run() {
     timeout 100 bin/lat train "$config" --set train.device=$device --set train.max_steps=$steps \
       --set train.eval_every=0 --set train.eval_batches=2 --set train.ckpt_every=100000 --set train.log_every=10 \
       --set train.out_dir="$dir/runs/$device" >"$dir/train_$device.log" 2>&1 || rc=$?
-    tps=$(grep -h '"tokens_per_s"' "$dir/runs/$device/metrics.jsonl" 2>/dev/null | tail -1 |
+    tps=$({ grep -h '"tokens_per_s"' "$dir/runs/$device/metrics.jsonl" 2>/dev/null || true; } | tail -1 |
       sed 's/.*"tokens_per_s":\([0-9.e+-]*\).*/\1/')
     if [[ -n $tps ]]; then
       printf 'lat train %-30s %-5s %4d steps: %10.0f tokens/s\n' "$config" "$device" "$steps" "$tps" >>"$summary"

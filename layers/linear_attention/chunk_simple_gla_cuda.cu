@@ -244,10 +244,10 @@ __global__ void __launch_bounds__(tile::kThreads) bwd_dqk_kernel(KernelDims d, S
   tile::load(t_k, seq_row(k, d.H, bh, c * d.C) + k0, k.st, rows, nk);
   tile::store_shared(dp, t_p);
   __syncthreads();
-  // Gate gradient pieces over this K tile, before the P terms join dq and dk: per row
-  // q_i . dq_i^inter - k_i . dk_i^inter, the pair terms M = P (.) (Q K^T) strictly below the
-  // diagonal (the diagonal pairs do not depend on G and are left out, so nothing cancels),
-  // and the share of the last row's state term.
+  // Gate gradient pieces over this K tile (see the file comment), taken before the P terms
+  // join dq and dk: for the suffix sums, q_i . dq_i^inter plus the pair terms M = P (.) Q K^T
+  // strictly below the diagonal (their row sums here, minus their column sums below); for
+  // the prefix sums, k_i . dk_i^inter.
   const bool with_dg = dg_part != nullptr;
   float suffix_terms[4] = {0.0f, 0.0f, 0.0f, 0.0f}, prefix_terms[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   if (with_dg) {
