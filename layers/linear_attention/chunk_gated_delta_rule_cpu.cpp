@@ -32,27 +32,24 @@
 //       dG_i += sum_j dA_ij A_ij - sum_j dA_ji A_ji
 //   dg = reverse cumsum of dG within the chunk.
 //
-// Schedule. Chunk n = bh * NT + c; every per-chunk array has one batch stride over n. The
-// per-chunk work walks blocks of kBlock consecutive chunks; in a block every product is one
-// oneDNN gemm batched over the block (threaded by oneDNN) and the elementwise work is
-// OpenMP over the block's chunks. A block's tiles stay in the caches, where a batched 64^3
-// gemm runs about 1.5x faster than one batched over all chunks that streams from memory,
-// and the time per token does not grow with T. Only the state passes walk the chunks in
-// order, one gemm batched over (b, h) per step. The forward per-chunk phase before the
-// state pass (phase A) computes W, U and the decayed keys; the one after it (phase B) the
-// outputs. The backward recomputes phase A and the state pass, then runs B1 (everything
-// that needs no dh), the reverse state pass, and B2 (the rest).
+// Schedule. Chunk n = bh * NT + c; every per-chunk array has one stride over n. Each phase
+// is one OpenMP loop: the per-chunk phases over chunks, the state passes over (b, h) (each
+// thread walks the chunks of its heads in order). Every product is a single-threaded
+// tile_gemm on one chunk's tiles, which stay in the core's caches; no thread team starts
+// per product and no step waits for the other threads, which keeps the kernels fast when
+// the cores are shared. Phase A (before the forward state pass) computes G, Gamma, W, U
+// and the decayed keys; phase B (after it) the outputs. The backward recomputes phase A
+// and the state pass, then runs B1 (everything that needs no dh), the reverse state pass,
+// and B2 (the rest).
 #include <algorithm>
 #include <cstring>
 
-#include "autograd/cpu/gemm.h"
 #include "layers/linear_attention/chunk_gated_delta_rule.h"
 #include "layers/linear_attention/common.h"
+#include "layers/linear_attention/tile_gemm.h"
 
 namespace lat::linear_attention {
 namespace {
-
-constexpr int64_t kBlock = 32;  // chunks per cache block (about 4 MiB of tiles at C = K = V = 64)
 
 // Log-decays below this act as this value: e^-100 is below float's range, so the decay is
 // 0 either way, while -inf (a full reset) would make G_i - G_j = -inf - (-inf) = NaN.
@@ -90,49 +87,34 @@ struct Arrays {
   }
 };
 
-// One block's tiles, indexed by chunk n - n0 (reused from block to block).
-struct BlockTiles {
-  AlignedBuffer kk;     // [b, C, C]  K K^T (forward; the backward keeps it in Arrays)
-  AlignedBuffer tile;   // [b, C, C]
-  AlignedBuffer tile2;  // [b, C, C]
-  AlignedBuffer kvb;    // [b, C, K+V]  [diag(beta gamma) K | diag(beta) V]; in B2 [dKbg | dVb]
-  AlignedBuffer rows;   // [b, C, K]
+// One thread's tiles for the chunk it is working on.
+struct Scratch {
+  AlignedBuffer kk;     // [C, C]  K K^T (forward; the backward keeps it in Arrays)
+  AlignedBuffer tile;   // [C, C]
+  AlignedBuffer tile2;  // [C, C]
+  AlignedBuffer kvb;    // [C, K+V]  [diag(beta gamma) K | diag(beta) V]; in B2 [dKbg | dVb]
+  AlignedBuffer rows;   // [C, K]
+  AlignedBuffer solve;  // the triangular inverse's rows, see invert_unit_lower
 
-  explicit BlockTiles(const GatedDeltaRuleChunkParams& p)
-      : kk(kBlock * p.C * p.C),
-        tile(kBlock * p.C * p.C),
-        tile2(kBlock * p.C * p.C),
-        kvb(kBlock * p.C * (p.K + p.V)),
-        rows(kBlock * p.C * p.K) {}
+  explicit Scratch(const GatedDeltaRuleChunkParams& p)
+      : kk(p.C * p.C),
+        tile(p.C * p.C),
+        tile2(p.C * p.C),
+        kvb(p.C * (p.K + p.V)),
+        rows(p.C * p.K),
+        solve(p.C * ((p.C + 15) / 16 * 16) + p.C) {}
 };
 
-// A gemm operand: base pointer, row stride, batch stride, stored transposed.
-struct Operand {
-  const float* p;
-  int64_t ld, stride;
-  bool trans = false;
-};
-
-// C[b] = alpha op(A[b]) op(B[b]) + beta C[b] for b < batch; op(A) is M x Kd.
-void gemm(int64_t batch, int64_t M, int64_t N, int64_t Kd, Operand a, Operand b, float* c, int64_t ldc,
-          int64_t stride_c, float alpha = 1.0f, float beta = 0.0f) {
-  cpu::GemmBatch g;
-  g.batch = batch, g.M = M, g.N = N, g.K = Kd;
-  g.A = a.p, g.lda = a.ld, g.stride_a = a.stride, g.trans_a = a.trans;
-  g.B = b.p, g.ldb = b.ld, g.stride_b = b.stride, g.trans_b = b.trans;
-  g.C = c, g.ldc = ldc, g.stride_c = stride_c;
-  g.alpha = alpha, g.beta = beta;
-  cpu::gemm_batched(g);
-}
-
-// Runs body(n0, b) for the blocks [n0, n0 + b) of the N chunks, in order.
+// Runs body(i, scratch) for i in [0, count), OpenMP over i, one Scratch per thread.
 template <class Body>
-void for_each_block(int64_t N, const Body& body) {
-  for (int64_t n0 = 0; n0 < N; n0 += kBlock) body(n0, std::min(kBlock, N - n0));
+void parallel_for(const GatedDeltaRuleChunkParams& p, int64_t count, const Body& body) {
+#pragma omp parallel
+  {
+    Scratch s(p);
+#pragma omp for schedule(dynamic)
+    for (int64_t i = 0; i < count; ++i) body(i, s);
+  }
 }
-
-// The per-chunk helpers below work on chunk n (rows n * C ... n * C + C - 1); the phases
-// run them in one OpenMP loop over a block's chunks.
 
 // The chunk-local cumsum G [C] and the decay matrix Gamma [C, C] of chunk n.
 void chunk_decays(const GatedDeltaRuleChunkParams& p, int64_t n, float* G, float* D) {
@@ -149,27 +131,12 @@ void chunk_decays(const GatedDeltaRuleChunkParams& p, int64_t n, float* G, float
   }
 }
 
-// [diag(beta gamma) K | diag(beta) V] of chunk n into kvb [C, K+V].
-void chunk_scaled_kv(const GatedDeltaRuleChunkParams& p, int64_t n, const float* G, float* kvb) {
-  const int64_t C = p.C, K = p.K, V = p.V, KV1 = K + V;
+// Row i of x [C, D] scaled by s(i), into out [C, D].
+template <class Scale>
+void scale_rows(const float* x, int64_t C, int64_t D, const Scale& s, float* out) {
   for (int64_t i = 0; i < C; ++i) {
-    const int64_t r = n * C + i;
-    const float beta = p.beta[r], bg = beta * exp_nonpositive(G[i]);
-    const float* k = p.k + r * K;
-    const float* v = p.v + r * V;
-    float* row = kvb + i * KV1;
-    for (int64_t x = 0; x < K; ++x) row[x] = bg * k[x];
-    for (int64_t x = 0; x < V; ++x) row[K + x] = beta * v[x];
-  }
-}
-
-// scale diag(gamma) Q of chunk n into qg [C, K].
-void chunk_scaled_q(const GatedDeltaRuleChunkParams& p, int64_t n, const float* G, float* qg) {
-  const int64_t C = p.C, K = p.K;
-  for (int64_t i = 0; i < C; ++i) {
-    const float s = p.scale * exp_nonpositive(G[i]);
-    const float* q = p.q + (n * C + i) * K;
-    for (int64_t x = 0; x < K; ++x) qg[i * K + x] = s * q[x];
+    const float f = s(i);
+    for (int64_t j = 0; j < D; ++j) out[i * D + j] = f * x[i * D + j];
   }
 }
 
@@ -219,316 +186,252 @@ void invert_unit_lower(const GatedDeltaRuleChunkParams& p, int64_t n, const floa
   }
 }
 
-// Phase A: G, Gamma, the decayed keys, T, [W | U] and a copy of U of every chunk (and, for the
-// backward, K K^T, scale diag(gamma) Q and T kept in a.kk, a.qg, a.tinv).
-void phase_a(const GatedDeltaRuleChunkParams& p, Arrays& a, bool backward) {
-  const int64_t C = p.C, K = p.K, V = p.V, KV1 = K + V, Cp = (C + 15) / 16 * 16;
-  BlockTiles t(p);
-  for_each_block(p.BH * p.NT, [&](int64_t n0, int64_t b) {
-#pragma omp parallel for schedule(static)
-    for (int64_t m = 0; m < b; ++m) {
-      const int64_t n = n0 + m;
-      float* G = a.G.data() + n * C;
-      chunk_decays(p, n, G, a.decay.data() + n * C * C);
-      chunk_scaled_kv(p, n, G, t.kvb.data() + m * C * KV1);
-      if (backward) chunk_scaled_q(p, n, G, a.qg.data() + n * C * K);
-      for (int64_t i = 0; i < C; ++i) {
-        const int64_t r = n * C + i;
-        const float s = exp_nonpositive(G[C - 1] - G[i]);
-        for (int64_t x = 0; x < K; ++x) a.kdecay.data()[r * K + x] = s * p.k[r * K + x];
-      }
-    }
-    float* kk = backward ? a.kk.data() + n0 * C * C : t.kk.data();
-    gemm(b, C, C, K, {p.k + n0 * C * K, K, C * K}, {p.k + n0 * C * K, K, C * K, true}, kk, C, C * C);
-    float* T = backward ? a.tinv.data() + n0 * C * C : t.tile.data();
-#pragma omp parallel
-    {
-      AlignedBuffer scratch(C * Cp + C);
-#pragma omp for schedule(static)
-      for (int64_t m = 0; m < b; ++m)
-        invert_unit_lower(p, n0 + m, kk + m * C * C, a.decay.data() + (n0 + m) * C * C, T + m * C * C, scratch.data());
-    }
-    float* wu = a.wu.data() + n0 * C * KV1;
-    gemm(b, C, KV1, C, {T, C, C * C}, {t.kvb.data(), KV1, C * KV1}, wu, KV1, C * KV1);
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < b * C; ++i)
-      std::memcpy(a.vnew.data() + (n0 * C + i) * V, wu + i * KV1 + K, V * sizeof(float));
-  });
+// Phase A on chunk n: G, Gamma, the decayed keys, K K^T, T, [W | U] and a copy of U (and,
+// for the backward, K K^T, scale diag(gamma) Q and T kept in a.kk, a.qg, a.tinv).
+void phase_a_chunk(const GatedDeltaRuleChunkParams& p, Arrays& a, bool backward, int64_t n, Scratch& s) {
+  const int64_t C = p.C, K = p.K, V = p.V, KV1 = K + V;
+  const float* k = p.k + n * C * K;
+  float* G = a.G.data() + n * C;
+  float* D = a.decay.data() + n * C * C;
+  chunk_decays(p, n, G, D);
+  const float lambda = G[C - 1];
+  scale_rows(
+      k, C, K, [&](int64_t i) { return exp_nonpositive(lambda - G[i]); }, a.kdecay.data() + n * C * K);
+  if (backward)
+    scale_rows(
+        p.q + n * C * K, C, K, [&](int64_t i) { return p.scale * exp_nonpositive(G[i]); }, a.qg.data() + n * C * K);
+  for (int64_t i = 0; i < C; ++i) {
+    const float b = p.beta[n * C + i], bg = b * exp_nonpositive(G[i]);
+    float* row = s.kvb.data() + i * KV1;
+    for (int64_t x = 0; x < K; ++x) row[x] = bg * k[i * K + x];
+    for (int64_t x = 0; x < V; ++x) row[K + x] = b * p.v[(n * C + i) * V + x];
+  }
+  float* kk = backward ? a.kk.data() + n * C * C : s.kk.data();
+  tile_gemm(C, C, K, {k, K}, {k, K, true}, kk, C);
+  float* T = backward ? a.tinv.data() + n * C * C : s.tile.data();
+  invert_unit_lower(p, n, kk, D, T, s.solve.data());
+  float* wu = a.wu.data() + n * C * KV1;
+  tile_gemm(C, KV1, C, {T, C}, {s.kvb.data(), KV1}, wu, KV1);
+  for (int64_t i = 0; i < C; ++i) std::memcpy(a.vnew.data() + (n * C + i) * V, wu + i * KV1 + K, V * sizeof(float));
 }
 
-// dst[bh] = e^{Lambda(bh, c)} src[bh] for every (b, h): the decay of a state (or of its
-// gradient) across chunk c.
-void decay_states(const GatedDeltaRuleChunkParams& p, const Arrays& a, int64_t c, const float* src, int64_t src_stride,
-                  float* dst, int64_t dst_stride) {
-  const int64_t KV = p.K * p.V;
-#pragma omp parallel for schedule(static) if (p.BH * KV > (1 << 14))
-  for (int64_t bh = 0; bh < p.BH; ++bh) {
-    const float e = exp_nonpositive(a.G.data()[(bh * p.NT + c) * p.C + p.C - 1]);
-    const float* s = src + bh * src_stride;
-    float* d = dst + bh * dst_stride;
-    for (int64_t x = 0; x < KV; ++x) d[x] = e * s[x];
-  }
-}
-
-// The forward state pass: h, V_new (over the copy of U) and, when ht is not null, the final
-// state; sequential over chunks, batched over (b, h).
-void state_pass(const GatedDeltaRuleChunkParams& p, Arrays& a, float* ht) {
-  const int64_t BH = p.BH, NT = p.NT, C = p.C, K = p.K, V = p.V, KV1 = K + V, KV = K * V;
-  for (int64_t bh = 0; bh < BH; ++bh) {
-    float* h_first = a.h.data() + bh * NT * KV;
-    if (p.h0)
-      std::memcpy(h_first, p.h0 + bh * KV, KV * sizeof(float));
-    else
-      std::fill(h_first, h_first + KV, 0.0f);
-  }
+// The forward state pass of head bh: V_new = U - W S_c over the copy of U, S_{c+1} =
+// e^Lambda S_c + K^T diag(e^{Lambda - G}) V_new into h and, when ht is not null, the
+// final state.
+void state_pass_head(const GatedDeltaRuleChunkParams& p, Arrays& a, int64_t bh, float* ht) {
+  const int64_t NT = p.NT, C = p.C, K = p.K, V = p.V, KV1 = K + V, KV = K * V;
+  float* h = a.h.data() + bh * NT * KV;
+  if (p.h0)
+    std::memcpy(h, p.h0 + bh * KV, KV * sizeof(float));
+  else
+    std::fill(h, h + KV, 0.0f);
   for (int64_t c = 0; c < NT; ++c) {
-    const float* w = a.wu.data() + c * C * KV1;
-    float* vn = a.vnew.data() + c * C * V;
-    const float* S = a.h.data() + c * KV;
-    // V_new = U - W S_c, in place of the copy of U.
-    gemm(BH, C, V, K, {w, KV1, NT * C * KV1}, {S, V, NT * KV}, vn, V, NT * C * V, -1.0f, 1.0f);
-    float* next = ht;
-    int64_t next_stride = KV;
-    if (c + 1 < NT) {
-      next = a.h.data() + (c + 1) * KV;
-      next_stride = NT * KV;
-    }
+    const int64_t n = bh * NT + c;
+    const float* S = h + c * KV;
+    float* vn = a.vnew.data() + n * C * V;
+    tile_gemm(C, V, K, {a.wu.data() + n * C * KV1, KV1}, {S, V}, vn, V, -1.0f, 1.0f);
+    float* next = c + 1 < NT ? h + (c + 1) * KV : (ht ? ht + bh * KV : nullptr);
     if (!next) break;
-    // S_{c+1} = e^Lambda S_c + K^T diag(e^{Lambda - G}) V_new.
-    decay_states(p, a, c, S, NT * KV, next, next_stride);
-    gemm(BH, K, V, C, {a.kdecay.data() + c * C * K, K, NT * C * K, true}, {vn, V, NT * C * V}, next, V, next_stride,
-         1.0f, 1.0f);
+    const float e = exp_nonpositive(a.G.data()[n * C + C - 1]);
+    for (int64_t x = 0; x < KV; ++x) next[x] = e * S[x];
+    tile_gemm(K, V, C, {a.kdecay.data() + n * C * K, K, true}, {vn, V}, next, V, 1.0f, 1.0f);
   }
 }
 
-// The reverse state pass: dV_new += diag(e^{Lambda - G}) K dh_c (on top of the local part
-// already in dwu) and dh_{c-1} = e^Lambda dh_c + (scale diag(gamma) Q)^T dO - W^T dV_new;
-// the last step writes d initial_state into dh0.
-void reverse_state_pass(const GatedDeltaRuleChunkParams& p, Arrays& a, const float* d_o, const float* dht, float* dh0) {
-  const int64_t BH = p.BH, NT = p.NT, C = p.C, K = p.K, V = p.V, KV1 = K + V, KV = K * V;
-  for (int64_t bh = 0; bh < BH; ++bh) {
-    float* dh_last = a.dh.data() + (bh * NT + NT - 1) * KV;
-    if (dht)
-      std::memcpy(dh_last, dht + bh * KV, KV * sizeof(float));
-    else
-      std::fill(dh_last, dh_last + KV, 0.0f);
-  }
+// The reverse state pass of head bh: dV_new += diag(e^{Lambda - G}) K dh_c (on top of the
+// local part already in dwu) and dh_{c-1} = e^Lambda dh_c + (scale diag(gamma) Q)^T dO -
+// W^T dV_new; the last step writes d initial_state into dh0.
+void reverse_state_pass_head(const GatedDeltaRuleChunkParams& p, Arrays& a, int64_t bh, const float* d_o,
+                             const float* dht, float* dh0) {
+  const int64_t NT = p.NT, C = p.C, K = p.K, V = p.V, KV1 = K + V, KV = K * V;
+  float* dh = a.dh.data() + bh * NT * KV;
+  if (dht)
+    std::memcpy(dh + (NT - 1) * KV, dht + bh * KV, KV * sizeof(float));
+  else
+    std::fill(dh + (NT - 1) * KV, dh + NT * KV, 0.0f);
   for (int64_t c = NT - 1; c >= 0; --c) {
-    const float* dS = a.dh.data() + c * KV;
-    float* dvn = a.dwu.data() + c * C * KV1 + K;
-    gemm(BH, C, V, K, {a.kdecay.data() + c * C * K, K, NT * C * K}, {dS, V, NT * KV}, dvn, KV1, NT * C * KV1, 1.0f,
-         1.0f);
-    float* prev = dh0;
-    int64_t prev_stride = KV;
-    if (c > 0) {
-      prev = a.dh.data() + (c - 1) * KV;
-      prev_stride = NT * KV;
-    }
-    decay_states(p, a, c, dS, NT * KV, prev, prev_stride);
-    gemm(BH, K, V, C, {a.qg.data() + c * C * K, K, NT * C * K, true}, {d_o + c * C * V, V, NT * C * V}, prev, V,
-         prev_stride, 1.0f, 1.0f);
-    gemm(BH, K, V, C, {a.wu.data() + c * C * KV1, KV1, NT * C * KV1, true}, {dvn, KV1, NT * C * KV1}, prev, V,
-         prev_stride, -1.0f, 1.0f);
+    const int64_t n = bh * NT + c;
+    const float* dS = dh + c * KV;
+    float* dvn = a.dwu.data() + n * C * KV1 + K;
+    tile_gemm(C, V, K, {a.kdecay.data() + n * C * K, K}, {dS, V}, dvn, KV1, 1.0f, 1.0f);
+    float* prev = c > 0 ? dh + (c - 1) * KV : dh0 + bh * KV;
+    const float e = exp_nonpositive(a.G.data()[n * C + C - 1]);
+    for (int64_t x = 0; x < KV; ++x) prev[x] = e * dS[x];
+    tile_gemm(K, V, C, {a.qg.data() + n * C * K, K, true}, {d_o + n * C * V, V}, prev, V, 1.0f, 1.0f);
+    tile_gemm(K, V, C, {a.wu.data() + n * C * KV1, KV1, true}, {dvn, KV1}, prev, V, -1.0f, 1.0f);
   }
 }
 
-// Backward phase B1, everything before the reverse state pass: the local dV_new, dq, the
-// score part of dk, and the dG terms of the scores and of the readout decay.
+// Backward phase B1 on chunk n, everything before the reverse state pass: the local
+// dV_new, dq, the score part of dk, and the dG terms of the scores and of the readout decay.
 //
 // dG is summed from terms that each carry their own decay factor (Gamma_ij for pairs
 // i > j, gamma_i, e^{Lambda - G_j}), never as q . dq - k . dk: that difference cancels
 // O(1) diagonal terms and loses every digit of a dg that strong decay makes tiny (the
 // pairwise form of ALGORITHMS.md 2.3, precision note).
-void phase_b1(const GatedDeltaRuleChunkParams& p, Arrays& a, const float* d_o, const GatedDeltaRuleChunkGrads& grads) {
+void phase_b1_chunk(const GatedDeltaRuleChunkParams& p, Arrays& a, const float* d_o,
+                    const GatedDeltaRuleChunkGrads& grads, int64_t n, Scratch& s) {
   const int64_t C = p.C, K = p.K, V = p.V, KV1 = K + V, KV = K * V;
-  BlockTiles t(p);
-  for_each_block(p.BH * p.NT, [&](int64_t n0, int64_t b) {
-    const float* G = a.G.data() + n0 * C;
-    const float* decay = a.decay.data() + n0 * C * C;
-    const float* q = p.q + n0 * C * K;
-    const float* k = p.k + n0 * C * K;
-    const float* dO = d_o + n0 * C * V;
-    const float* vnew = a.vnew.data() + n0 * C * V;
-    const float* h = a.h.data() + n0 * KV;
-    float* dq = grads.dq + n0 * C * K;
-    float* dG = a.dG.data() + n0 * C;
-    // dV_new, local part: (scale Q K^T o Gamma o M)^T dO.
-    float* scores = t.tile.data();
-    gemm(b, C, C, K, {q, K, C * K}, {k, K, C * K, true}, scores, C, C * C);
-#pragma omp parallel for schedule(static)
-    for (int64_t m = 0; m < b; ++m) mask_scores(p, decay + m * C * C, scores + m * C * C);
-    gemm(b, C, V, C, {scores, C, C * C, true}, {dO, V, C * V}, a.dwu.data() + n0 * C * KV1 + K, KV1, C * KV1);
-    // Score pairs i > j: scale Gamma_ij (q_i . k_j)(dO_i . V_new_j) adds to dG_i and
-    // subtracts from dG_j. Then P = scale (dO V_new^T) o Gamma o M in place.
-    float* P = t.tile2.data();
-    gemm(b, C, C, V, {dO, V, C * V}, {vnew, V, C * V, true}, P, C, C * C);
-#pragma omp parallel for schedule(static)
-    for (int64_t m = 0; m < b; ++m) {
-      const float* sc = scores + m * C * C;
-      const float* D = decay + m * C * C;
-      float* pm = P + m * C * C;
-      float* dg = dG + m * C;
-      std::fill(dg, dg + C, 0.0f);
-      for (int64_t i = 0; i < C; ++i) {
-        float acc = 0.0f;
-        for (int64_t j = 0; j < i; ++j) {
-          const float term = sc[i * C + j] * pm[i * C + j];
-          acc += term;
-          dg[j] -= term;
-        }
-        dg[i] += acc;
-      }
-      mask_scores(p, D, pm);
+  const float* G = a.G.data() + n * C;
+  const float* D = a.decay.data() + n * C * C;
+  const float* q = p.q + n * C * K;
+  const float* k = p.k + n * C * K;
+  const float* dO = d_o + n * C * V;
+  const float* vnew = a.vnew.data() + n * C * V;
+  float* dq = grads.dq + n * C * K;
+  float* dg = a.dG.data() + n * C;
+  // dV_new, local part: (scale Q K^T o Gamma o M)^T dO.
+  float* scores = s.tile.data();
+  tile_gemm(C, C, K, {q, K}, {k, K, true}, scores, C);
+  mask_scores(p, D, scores);
+  tile_gemm(C, V, C, {scores, C, true}, {dO, V}, a.dwu.data() + n * C * KV1 + K, KV1);
+  // Score pairs i > j: scale Gamma_ij (q_i . k_j)(dO_i . V_new_j) adds to dG_i and
+  // subtracts from dG_j. Then P = scale (dO V_new^T) o Gamma o M in place.
+  float* P = s.tile2.data();
+  tile_gemm(C, C, V, {dO, V}, {vnew, V, true}, P, C);
+  std::fill(dg, dg + C, 0.0f);
+  for (int64_t i = 0; i < C; ++i) {
+    float acc = 0.0f;
+    for (int64_t j = 0; j < i; ++j) {
+      const float term = scores[i * C + j] * P[i * C + j];
+      acc += term;
+      dg[j] -= term;
     }
-    // dQ = scale diag(gamma) dO S_c^T + P K; the first term gives dG_i += q_i . dq_i^inter.
-    gemm(b, C, K, V, {dO, V, C * V}, {h, V, KV, true}, dq, K, C * K);
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < b * C; ++i) {
-      const float s = p.scale * exp_nonpositive(G[i]);
-      for (int64_t x = 0; x < K; ++x) dq[i * K + x] *= s;
-      dG[i] += dot(q + i * K, dq + i * K, K);
-    }
-    gemm(b, C, K, C, {P, C, C * C}, {k, K, C * K}, dq, K, C * K, 1.0f, 1.0f);
-    // dK, score part: P^T Q.
-    gemm(b, C, K, C, {P, C, C * C, true}, {q, K, C * K}, grads.dk + n0 * C * K, K, C * K);
-  });
+    dg[i] += acc;
+  }
+  mask_scores(p, D, P);
+  // dQ = scale diag(gamma) dO S_c^T + P K; the first term gives dG_i += q_i . dq_i^inter.
+  tile_gemm(C, K, V, {dO, V}, {a.h.data() + n * KV, V, true}, dq, K);
+  for (int64_t i = 0; i < C; ++i) {
+    const float f = p.scale * exp_nonpositive(G[i]);
+    for (int64_t x = 0; x < K; ++x) dq[i * K + x] *= f;
+    dg[i] += dot(q + i * K, dq + i * K, K);
+  }
+  tile_gemm(C, K, C, {P, C}, {k, K}, dq, K, 1.0f, 1.0f);
+  // dK, score part: P^T Q.
+  tile_gemm(C, K, C, {P, C, true}, {q, K}, grads.dk + n * C * K, K);
 }
 
-// Backward phase B2, after the reverse state pass: the inter-chunk part of dk with the dG
-// terms of the state and write decays, then the WY backward (dW, dA) giving the rest
-// of dk, dv, dbeta and dG, and finally dg.
-void phase_b2(const GatedDeltaRuleChunkParams& p, Arrays& a, const GatedDeltaRuleChunkGrads& grads) {
+// Backward phase B2 on chunk n, after the reverse state pass: the inter-chunk part of dk
+// with the dG terms of the state and write decays, then the WY backward (dW, dA) giving the
+// rest of dk, dv, dbeta and dG, and finally dg.
+void phase_b2_chunk(const GatedDeltaRuleChunkParams& p, Arrays& a, const GatedDeltaRuleChunkGrads& grads, int64_t n,
+                    Scratch& s) {
   const int64_t NT = p.NT, C = p.C, K = p.K, V = p.V, KV1 = K + V, KV = K * V;
-  BlockTiles t(p);
-  for_each_block(p.BH * NT, [&](int64_t n0, int64_t b) {
-    const float* G_block = a.G.data() + n0 * C;
-    const float* decay = a.decay.data() + n0 * C * C;
-    const float* k = p.k + n0 * C * K;
-    const float* vnew = a.vnew.data() + n0 * C * V;
-    const float* h = a.h.data() + n0 * KV;
-    const float* dh = a.dh.data() + n0 * KV;
-    float* dwu = a.dwu.data() + n0 * C * KV1;
-    float* dk = grads.dk + n0 * C * K;
-    float* dG = a.dG.data() + n0 * C;
-    // dK^inter = diag(e^{Lambda - G}) V_new dh_c^T. The state decay e^Lambda and the write
-    // decays e^{Lambda - G_j} put e^Lambda <S_c, dh_c> on Lambda = G_last and the pairs
-    // (last, j), j < last, with k_j . dk_j^inter (last: the last valid row; the pair
-    // (last, last) has no decay and is left out).
-    float* dk_inter = t.rows.data();
-    gemm(b, C, K, V, {vnew, V, C * V}, {dh, V, KV, true}, dk_inter, K, C * K);
-#pragma omp parallel for schedule(static)
-    for (int64_t m = 0; m < b; ++m) {
-      const int64_t n = n0 + m;
-      const float* G = G_block + m * C;
-      const float lambda = G[C - 1];
-      const int64_t last = std::min(C, p.T - (n % NT) * C) - 1;
-      float* dg = dG + m * C;
-      float acc = exp_nonpositive(lambda) * dot(h + m * KV, dh + m * KV, KV);
-      for (int64_t i = 0; i < C; ++i) {
-        const float s = exp_nonpositive(lambda - G[i]);
-        const int64_t r = m * C + i;
-        for (int64_t x = 0; x < K; ++x) dk_inter[r * K + x] *= s;
-        if (i < last) {
-          const float term = dot(k + r * K, dk_inter + r * K, K);
-          acc += term;
-          dg[i] -= term;
-        }
-        for (int64_t x = 0; x < K; ++x) dk[r * K + x] += dk_inter[r * K + x];
-      }
-      dg[last] += acc;
+  const float* G = a.G.data() + n * C;
+  const float* D = a.decay.data() + n * C * C;
+  const float* k = p.k + n * C * K;
+  const float* beta = p.beta + n * C;
+  const float* h = a.h.data() + n * KV;
+  const float* dh = a.dh.data() + n * KV;
+  float* dwu = a.dwu.data() + n * C * KV1;
+  float* dk = grads.dk + n * C * K;
+  float* dg = a.dG.data() + n * C;
+  // dK^inter = diag(e^{Lambda - G}) V_new dh_c^T. The state decay e^Lambda and the write
+  // decays e^{Lambda - G_j} put e^Lambda <S_c, dh_c> on Lambda = G_last and the pairs
+  // (last, j), j < last, with k_j . dk_j^inter (last: the last valid row; the pair
+  // (last, last) has no decay and is left out).
+  float* dk_inter = s.rows.data();
+  tile_gemm(C, K, V, {a.vnew.data() + n * C * V, V}, {dh, V, true}, dk_inter, K);
+  const float lambda = G[C - 1];
+  const int64_t last = std::min(C, p.T - (n % NT) * C) - 1;
+  float acc = exp_nonpositive(lambda) * dot(h, dh, KV);
+  for (int64_t i = 0; i < C; ++i) {
+    const float f = exp_nonpositive(lambda - G[i]);
+    for (int64_t x = 0; x < K; ++x) dk_inter[i * K + x] *= f;
+    if (i < last) {
+      const float term = dot(k + i * K, dk_inter + i * K, K);
+      acc += term;
+      dg[i] -= term;
     }
-    // dW = -dV_new S_c^T, the left part of [dW | dU].
-    gemm(b, C, K, V, {dwu + K, KV1, C * KV1}, {h, V, KV, true}, dwu, KV1, C * KV1, -1.0f);
-    // WY backward: [dKbg | dVb] = T^T [dW | dU], dA = -[dKbg | dVb] [W | U]^T.
-    const float* T = a.tinv.data() + n0 * C * C;
-    float* dkvb = t.kvb.data();
-    gemm(b, C, KV1, C, {T, C, C * C, true}, {dwu, KV1, C * KV1}, dkvb, KV1, C * KV1);
-    float* dA = t.tile.data();
-    gemm(b, C, C, KV1, {dkvb, KV1, C * KV1}, {a.wu.data() + n0 * C * KV1, KV1, C * KV1, true}, dA, C, C * C, -1.0f);
+    for (int64_t x = 0; x < K; ++x) dk[i * K + x] += dk_inter[i * K + x];
+  }
+  dg[last] += acc;
+  // dW = -dV_new S_c^T, the left part of [dW | dU].
+  tile_gemm(C, K, V, {dwu + K, KV1}, {h, V, true}, dwu, KV1, -1.0f);
+  // WY backward: [dKbg | dVb] = T^T [dW | dU], dA = -[dKbg | dVb] [W | U]^T.
+  const float* T = a.tinv.data() + n * C * C;
+  float* dkvb = s.kvb.data();
+  tile_gemm(C, KV1, C, {T, C, true}, {dwu, KV1}, dkvb, KV1);
+  float* dA = s.tile.data();
+  tile_gemm(C, C, KV1, {dkvb, KV1}, {a.wu.data() + n * C * KV1, KV1, true}, dA, C, -1.0f);
+  const float* kk = a.kk.data() + n * C * C;
+  float* E = s.tile2.data();  // diag(beta) E + (diag(beta) E)^T
+  float* dbeta = grads.dbeta + n * C;
+  for (int64_t i = 0; i < C; ++i) {
+    const int64_t r = n * C + i;
+    const float gamma = exp_nonpositive(G[i]), b = beta[i];
+    const float* dkbg = dkvb + i * KV1;
+    const float sk = dot(dkbg, k + i * K, K);
+    for (int64_t x = 0; x < K; ++x) dk[i * K + x] += b * gamma * dkbg[x];
+    for (int64_t x = 0; x < V; ++x) grads.dv[r * V + x] = b * dkbg[K + x];
+    dbeta[i] = gamma * sk + dot(dkbg + K, p.v + r * V, V);
+    dg[i] += b * gamma * sk;
+  }
+  // Through A_ij = beta_i (k_i . k_j) Gamma_ij, i > j.
+  for (int64_t i = 0; i < C; ++i) {
+    float db = 0.0f, dgi = 0.0f;
+    for (int64_t j = 0; j < i; ++j) {
+      const float e = dA[i * C + j] * D[i * C + j];
+      const float ekk = e * kk[i * C + j];
+      db += ekk;
+      dgi += beta[i] * ekk;
+      dg[j] -= beta[i] * ekk;
+      E[i * C + j] = beta[i] * e;
+      E[j * C + i] = beta[i] * e;
+    }
+    E[i * C + i] = 0.0f;
+    dbeta[i] += db;
+    dg[i] += dgi;
+  }
+  tile_gemm(C, K, C, {E, C}, {k, K}, dk, K, 1.0f, 1.0f);
+  if (grads.dg) {
+    float sum = 0.0f;
+    for (int64_t i = C - 1; i >= 0; --i) {
+      sum += dg[i];
+      grads.dg[n * C + i] = sum;
+    }
+  }
+}
 
-    float* Esym = t.tile2.data();
-#pragma omp parallel for schedule(static)
-    for (int64_t m = 0; m < b; ++m) {
-      const float* beta = p.beta + (n0 + m) * C;
-      const float* kk = a.kk.data() + (n0 + m) * C * C;
-      const float* D = decay + m * C * C;
-      const float* da = dA + m * C * C;
-      float* E = Esym + m * C * C;
-      float* dg = dG + m * C;
-      float* dbeta = grads.dbeta + (n0 + m) * C;
-      for (int64_t i = 0; i < C; ++i) {
-        const int64_t r = (n0 + m) * C + i;
-        const float gamma = exp_nonpositive(G_block[m * C + i]), bi = beta[i];
-        const float* dkbg = dkvb + (m * C + i) * KV1;
-        const float sk = dot(dkbg, p.k + r * K, K);
-        float* dk_r = grads.dk + r * K;
-        for (int64_t x = 0; x < K; ++x) dk_r[x] += bi * gamma * dkbg[x];
-        float* dv = grads.dv + r * V;
-        for (int64_t x = 0; x < V; ++x) dv[x] = bi * dkbg[K + x];
-        dbeta[i] = gamma * sk + dot(dkbg + K, p.v + r * V, V);
-        dg[i] += bi * gamma * sk;
-      }
-      // Through A_ij = beta_i (k_i . k_j) Gamma_ij, i > j.
-      for (int64_t i = 0; i < C; ++i) {
-        float db = 0.0f, dgi = 0.0f;
-        for (int64_t j = 0; j < i; ++j) {
-          const float e = da[i * C + j] * D[i * C + j];
-          const float ekk = e * kk[i * C + j];
-          db += ekk;
-          dgi += beta[i] * ekk;
-          dg[j] -= beta[i] * ekk;
-          E[i * C + j] = beta[i] * e;
-          E[j * C + i] = beta[i] * e;
-        }
-        E[i * C + i] = 0.0f;
-        dbeta[i] += db;
-        dg[i] += dgi;
-      }
-      if (grads.dg) {
-        float* out = grads.dg + (n0 + m) * C;
-        float acc = 0.0f;
-        for (int64_t i = C - 1; i >= 0; --i) {
-          acc += dg[i];
-          out[i] = acc;
-        }
-      }
-    }
-    gemm(b, C, K, C, {Esym, C, C * C}, {k, K, C * K}, dk, K, C * K, 1.0f, 1.0f);
-  });
+// Phase B on chunk n: O = (scale Q K^T o Gamma o M) V_new + scale diag(gamma) Q S_c.
+void phase_b_chunk(const GatedDeltaRuleChunkParams& p, Arrays& a, float* o, int64_t n, Scratch& s) {
+  const int64_t C = p.C, K = p.K, V = p.V;
+  const float* q = p.q + n * C * K;
+  const float* G = a.G.data() + n * C;
+  float* scores = s.tile.data();
+  tile_gemm(C, C, K, {q, K}, {p.k + n * C * K, K, true}, scores, C);
+  mask_scores(p, a.decay.data() + n * C * C, scores);
+  float* out = o + n * C * V;
+  tile_gemm(C, V, C, {scores, C}, {a.vnew.data() + n * C * V, V}, out, V);
+  scale_rows(
+      q, C, K, [&](int64_t i) { return p.scale * exp_nonpositive(G[i]); }, s.rows.data());
+  tile_gemm(C, V, K, {s.rows.data(), K}, {a.h.data() + n * K * V, V}, out, V, 1.0f, 1.0f);
+}
+
+// Phase A and the forward state pass, shared by the forward and the backward.
+void forward_states(const GatedDeltaRuleChunkParams& p, Arrays& a, bool backward, float* ht) {
+  parallel_for(p, p.BH * p.NT, [&](int64_t n, Scratch& s) { phase_a_chunk(p, a, backward, n, s); });
+  parallel_for(p, p.BH, [&](int64_t bh, Scratch&) { state_pass_head(p, a, bh, ht); });
 }
 
 }  // namespace
 
 void gated_delta_rule_chunk_forward_cpu(const GatedDeltaRuleChunkParams& p, float* o, float* ht) {
   Arrays a(p, false);
-  phase_a(p, a, false);
-  state_pass(p, a, ht);
-  // Phase B: O = (scale Q K^T o Gamma o M) V_new + scale diag(gamma) Q S_c.
-  const int64_t C = p.C, K = p.K, V = p.V;
-  BlockTiles t(p);
-  for_each_block(p.BH * p.NT, [&](int64_t n0, int64_t b) {
-    float* scores = t.tile.data();
-    gemm(b, C, C, K, {p.q + n0 * C * K, K, C * K}, {p.k + n0 * C * K, K, C * K, true}, scores, C, C * C);
-#pragma omp parallel for schedule(static)
-    for (int64_t m = 0; m < b; ++m) {
-      mask_scores(p, a.decay.data() + (n0 + m) * C * C, scores + m * C * C);
-      chunk_scaled_q(p, n0 + m, a.G.data() + (n0 + m) * C, t.rows.data() + m * C * K);
-    }
-    float* out = o + n0 * C * V;
-    gemm(b, C, V, C, {scores, C, C * C}, {a.vnew.data() + n0 * C * V, V, C * V}, out, V, C * V);
-    gemm(b, C, V, K, {t.rows.data(), K, C * K}, {a.h.data() + n0 * K * V, V, K * V}, out, V, C * V, 1.0f, 1.0f);
-  });
+  forward_states(p, a, false, ht);
+  parallel_for(p, p.BH * p.NT, [&](int64_t n, Scratch& s) { phase_b_chunk(p, a, o, n, s); });
 }
 
 void gated_delta_rule_chunk_backward_cpu(const GatedDeltaRuleChunkParams& p, const float* d_o, const float* dht,
                                          const GatedDeltaRuleChunkGrads& grads) {
   Arrays a(p, true);
-  phase_a(p, a, true);
-  state_pass(p, a, nullptr);
-  phase_b1(p, a, d_o, grads);
+  forward_states(p, a, true, nullptr);
+  parallel_for(p, p.BH * p.NT, [&](int64_t n, Scratch& s) { phase_b1_chunk(p, a, d_o, grads, n, s); });
   AlignedBuffer dh0_scratch(grads.dh0 ? 0 : p.BH * p.K * p.V);
-  reverse_state_pass(p, a, d_o, dht, grads.dh0 ? grads.dh0 : dh0_scratch.data());
-  phase_b2(p, a, grads);
+  float* dh0 = grads.dh0 ? grads.dh0 : dh0_scratch.data();
+  parallel_for(p, p.BH, [&](int64_t bh, Scratch&) { reverse_state_pass_head(p, a, bh, d_o, dht, dh0); });
+  parallel_for(p, p.BH * p.NT, [&](int64_t n, Scratch& s) { phase_b2_chunk(p, a, grads, n, s); });
 }
 
 }  // namespace lat::linear_attention
