@@ -23,8 +23,8 @@ inline Vec16 load(const float* p) {
   return v;
 }
 
-// Rows [r0, r0 + R) x columns [c0, c0 + 32) of alpha op(A) Bp, Bp the packed K x Np panel,
-// into acc (R x 32, row-major).
+// Rows [r0, r0 + R) x columns [c0, c0 + 32) of op(A) Bp, Bp the K x Np rows of op(B) (row
+// stride Np), into out (R x 32, row-major).
 template <int R, bool TransA>
 inline void register_tile(int64_t K, const TileOperand& a, int64_t r0, const float* bp, int64_t Np, int64_t c0,
                           float* out) {
@@ -78,23 +78,32 @@ void all_rows(int64_t M, int64_t N, int64_t K, const TileOperand& a, const float
 
 void tile_gemm(int64_t M, int64_t N, int64_t K, TileOperand a, TileOperand b, float* c, int64_t ldc, float alpha,
                float beta) {
-  // op(B) packed row-major into K x Np, Np a whole number of register tiles, zero padded.
+  // op(B) as row-major K x Np rows, Np a whole number of register tiles: B itself when it
+  // already is, else packed into a thread-local panel (transposed, zero padded).
   const int64_t Np = (N + kCols - 1) / kCols * kCols;
-  thread_local std::vector<float> panel;
-  if (static_cast<int64_t>(panel.size()) < K * Np) panel.resize(K * Np);
-  float* bp = panel.data();
-  for (int64_t k = 0; k < K; ++k) {
-    float* row = bp + k * Np;
-    if (b.trans)
-      for (int64_t j = 0; j < N; ++j) row[j] = b.p[j * b.ld + k];
-    else
-      std::memcpy(row, b.p + k * b.ld, N * sizeof(float));
-    std::fill(row + N, row + Np, 0.0f);
+  const float* bp = b.p;
+  int64_t ldp = b.ld;
+  if (b.trans || Np != N) {
+    thread_local std::vector<float> panel;
+    if (static_cast<int64_t>(panel.size()) < K * Np) panel.resize(K * Np);
+    float* rows = panel.data();
+    if (b.trans) {
+      // Transposed in 16 x 16 blocks, so reads and writes both stay within a few lines.
+      for (int64_t j0 = 0; j0 < N; j0 += 16)
+        for (int64_t k0 = 0; k0 < K; k0 += 16)
+          for (int64_t j = j0; j < std::min(N, j0 + 16); ++j)
+            for (int64_t k = k0; k < std::min(K, k0 + 16); ++k) rows[k * Np + j] = b.p[j * b.ld + k];
+    } else {
+      for (int64_t k = 0; k < K; ++k) std::memcpy(rows + k * Np, b.p + k * b.ld, N * sizeof(float));
+    }
+    for (int64_t k = 0; k < K; ++k) std::fill(rows + k * Np + N, rows + (k + 1) * Np, 0.0f);
+    bp = rows;
+    ldp = Np;
   }
   if (a.trans)
-    all_rows<true>(M, N, K, a, bp, Np, c, ldc, alpha, beta);
+    all_rows<true>(M, N, K, a, bp, ldp, c, ldc, alpha, beta);
   else
-    all_rows<false>(M, N, K, a, bp, Np, c, ldc, alpha, beta);
+    all_rows<false>(M, N, K, a, bp, ldp, c, ldc, alpha, beta);
 }
 
 }  // namespace lat::linear_attention
