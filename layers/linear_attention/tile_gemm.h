@@ -17,8 +17,8 @@ struct TileOperand {
 
 /// C = alpha op(A) op(B) + beta C, row-major. op(A) is M x K (A stored M x K, or K x M when
 /// a.trans); op(B) is K x N (B stored K x N, or N x K when b.trans). With beta == 0, C is
-/// only written. Register-blocked (8 rows x 32 columns of C per pass); B is packed into a
-/// thread-local panel first. Single-threaded; thread-safe.
+/// only written. Register-blocked (8 rows x 32 columns of C per pass); a transposed or
+/// ragged B is packed into a thread-local panel first. Single-threaded; thread-safe.
 void tile_gemm(int64_t M, int64_t N, int64_t K, TileOperand a, TileOperand b, float* c, int64_t ldc, float alpha = 1.0f,
                float beta = 0.0f);
 
