@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Runs lat's CUDA code on the CPU through the emulator of emu.h, for checking kernels where
+# no GPU is at hand (slow: one OS thread per CUDA thread; use small shapes).
+#
+#   tools/cuda_emu/run.sh BUILD_DIR TARGET [ARGS...]
+#
+# BUILD_DIR is a CUDA build (LAT_CUDA=ON, or AUTO with nvcc) in which the library and the
+# CMake target TARGET (e.g. test_cuda_ops, test_cuda_linear_attention, lat_cli) are built.
+# Every .cu file is rewritten as C++ (transform.py) and compiled with g++ against the
+# emulated runtime; the library's C++ objects are reused as they are; TARGET is relinked
+# into BUILD_DIR/cuda_emu/ without the CUDA libraries and run with ARGS (LAT_POISON=1 is
+# set, as under ctest).
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+(($# >= 2)) || { echo "usage: tools/cuda_emu/run.sh BUILD_DIR TARGET [ARGS...]" >&2; exit 2; }
+build=$(cd "$1" && pwd)
+target=$2
+shift 2
+work="$build/cuda_emu"
+mkdir -p "$work/src" "$work/obj"
+flags=(-std=c++20 -O1 -DLAT_WITH_CUDA -include "$here/emu.h" -I"$here" -I"$repo" -I"$repo/include"
+       -I"$build/generated" -w)
+
+# 1. Each .cu as C++, recompiled when its rewrite or the emulator changed.
+pids=()
+for f in $(cd "$repo" && find autograd layers optim train -name '*.cu' | sort); do
+  out="$work/src/$(echo "$f" | tr / _).cpp"
+  obj="$work/obj/$(basename "$out" .cpp).o"
+  python3 "$here/transform.py" "$repo/$f" "$out.new"
+  if cmp -s "$out.new" "$out" && [[ -f "$obj" && "$obj" -nt "$here/emu.h" ]]; then
+    rm "$out.new"
+  else
+    mv "$out.new" "$out"
+    g++ "${flags[@]}" -c "$out" -o "$obj" &
+    pids+=($!)
+  fi
+done
+g++ "${flags[@]}" -c "$here/emu.cpp" -o "$work/obj/emu.o" &
+pids+=($!)
+for pid in "${pids[@]}"; do wait "$pid"; done
+
+# 2. The library: its C++ objects plus the emulated kernels.
+rm -f "$work/liblat_emu.a"
+ar rcs "$work/liblat_emu.a" $(find "$build/CMakeFiles/lat.dir" -name '*.cpp.o' | sort) "$work"/obj/*.o
+
+# 3. TARGET's link line with liblat.a swapped for it and the CUDA libraries dropped.
+link=$(find "$build" -path "*/CMakeFiles/$target.dir/link.txt" | head -1)
+[[ -n $link ]] || { echo "cuda_emu: no link.txt for target $target in $build" >&2; exit 1; }
+link_dir=$(dirname "$(dirname "$(dirname "$link")")")
+python3 - "$link" "$work" >"$work/link.sh" <<'PY'
+import os, shlex, sys
+link, work = sys.argv[1], sys.argv[2]
+words = shlex.split(open(link).read())
+out, skip_next = [], False
+for i, w in enumerate(words):
+    if skip_next:
+        skip_next = False
+        continue
+    if w == '-o':
+        name = os.path.basename(words[i + 1])
+        out += ['-o', os.path.join(work, name)]
+        skip_next = True
+    elif w.endswith('liblat.a'):
+        out.append(os.path.join(work, 'liblat_emu.a'))
+    elif '/cuda/' in w or w.startswith('-lcud') or 'cublas' in w or 'culibos' in w:
+        continue
+    else:
+        out.append(w)
+print(' '.join(shlex.quote(w) for w in out))
+PY
+(cd "$link_dir" && bash "$work/link.sh")
+exe=$(sed -n 's/.* -o \([^ ]*\) .*/\1/p' "$work/link.sh")
+LAT_POISON=1 "$exe" "$@"
