@@ -1,5 +1,6 @@
 // Umbrella header: everything a user of lat needs.
 #pragma once
+#include "lat/cuda.h"
 #include "lat/dtype.h"
 #include "lat/error.h"
 #include "lat/grad_check.h"
