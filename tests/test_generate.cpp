@@ -118,7 +118,8 @@ TEST(Generate, StreamsPromptAndContinuationFromACheckpoint) {
   fs::create_directories(dir);
   const Tokenizer tokenizer = Tokenizer::char_from_text("abcdefgh ijk\n");
   Config config = parse_config(
-      "model: {d_model: 16, n_layers: 2, n_heads: 2, layers: \"gdn,attn\"}\ndata: {path: x.txt}\n", "tiny.yaml");
+      "model: {d_model: 16, n_layers: 2, n_heads: 2, layers: \"gdn,attn\"}\ndata: {path: x.txt}\ntrain: {threads: 1}\n",
+      "tiny.yaml");
   Generator gen(4);
   HybridLM model(hybrid_lm_config(config.model, tokenizer.vocab_size()), gen);
   Checkpoint c;

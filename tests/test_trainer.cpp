@@ -84,7 +84,7 @@ class TrainerTest : public ::testing::Test {
                                          "  log_every: 1\n"
                                          "  ckpt_every: 4\n"
                                          "  keep_last: 2\n"
-                                         "  threads: 2\n"
+                                         "  threads: 1\n"
                                          "  out_dir: "
                                       << (dir_ / "run").string() << "\n";
     log_ = std::tmpfile();
