@@ -265,6 +265,9 @@ TEST_F(ConfigTest, MissingFileAndSyntaxErrorNameTheFile) {
   EXPECT_NE(message.find(missing), std::string::npos) << message;
   EXPECT_NE(message.find("no such file"), std::string::npos) << message;
 
+  message = config_error([&] { lat::load_config(dir_.string()); });
+  EXPECT_NE(message.find("is a directory"), std::string::npos) << message;
+
   const std::string bad = write("bad.yaml", "data:\n  path: x\ntrain: [1, 2\n");
   message = config_error([&] { lat::load_config(bad); });
   EXPECT_NE(message.find("YAML syntax error"), std::string::npos) << message;
@@ -330,6 +333,9 @@ TEST(Config, ImpossibleValues) {
        "model.layers: unknown mixer 'gdm', did you mean 'gdn'? (expected attn, linear_attn, simple_gla, retention, "
        "delta_net, gdn) (run.yaml:2)"},
       {"model.layers: gdn,,attn\n", "model.layers: empty mixer name in 'gdn,,attn' (run.yaml:2)"},
+      {"model:\n  n_layers: 2\n  layers: gdn,attn,gdn\n",
+       "model.layers: has 3 mixers but model.n_layers is 2 (the pattern repeats to n_layers, so give at most 2) "
+       "(run.yaml:4)"},
       {"model.attn.n_kv_heads: 3\n",
        "model.attn.n_kv_heads: model.n_heads (4) is not a multiple of model.attn.n_kv_heads (3) (run.yaml:2)"},
       {"model.linear.feature_map: elu\n",

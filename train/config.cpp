@@ -417,6 +417,11 @@ void resolve_and_check(Loader& loader, const std::string& config_name, bool chec
       fail("model.layers", "unknown mixer '" + mixer + "'" + did_you_mean(mixer, kMixers) + " (expected " +
                                join(kMixers, ", ") + ")");
   }
+  // A shorter pattern repeats; a longer one would silently drop mixers.
+  if (static_cast<int64_t>(pattern.size()) > c.model.n_layers)
+    fail("model.layers", "has " + std::to_string(pattern.size()) + " mixers but model.n_layers is " +
+                             std::to_string(c.model.n_layers) + " (the pattern repeats to n_layers, so give at most " +
+                             std::to_string(c.model.n_layers) + ")");
   float_check("model.expand_v", c.model.expand_v, c.model.expand_v > 0, "a float > 0");
   const double value_dim = static_cast<double>(c.model.head_dim) * c.model.expand_v;
   if (value_dim < 1 || value_dim != std::round(value_dim))
@@ -578,6 +583,8 @@ std::vector<std::string> split_key(const std::string& key) {
 }  // namespace
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  if (std::filesystem::is_directory(path))
+    throw ConfigError("config: '" + path + "' is a directory, expected a YAML file");
   std::ifstream in(path);
   if (!in) throw ConfigError("config: cannot read '" + path + "': " + (std::filesystem::exists(path) ? "not readable" : "no such file"));
   std::stringstream text;

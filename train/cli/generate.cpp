@@ -1,5 +1,7 @@
 // `lat generate --checkpoint CKPT [--prompt TEXT] [--max-new-tokens 200] [--temperature 0.8]
 //               [--top-k 0] [--top-p 1.0] [--seed 0]`.
+#include <cmath>
+#include <cstdlib>
 #include <iostream>
 #include <memory>
 
@@ -16,12 +18,37 @@ Command add_generate_command(CLI::App& app) {
                   "or an export directory")
       ->required();
   sub->add_option("--prompt", o->prompt, "text to continue (default: start from a newline)");
-  sub->add_option("--max-new-tokens", o->max_new_tokens, "tokens to generate")->capture_default_str();
+  // Range checks live in the parser, so a bad value is a usage error (exit 2) reported
+  // before the checkpoint is loaded.
+  const CLI::Validator finite_non_negative(
+      [](const std::string& text) {
+        double value = std::strtod(text.c_str(), nullptr);
+        return std::isfinite(value) && value >= 0 ? std::string() : "expected a finite number >= 0, got " + text;
+      },
+      "NUMBER >= 0");
+  const CLI::Validator non_negative_int(
+      [](const std::string& text) {
+        return std::strtoll(text.c_str(), nullptr, 10) >= 0 ? std::string() : "expected an int >= 0, got " + text;
+      },
+      "INT >= 0");
+  const CLI::Validator probability_mass(
+      [](const std::string& text) {
+        double value = std::strtod(text.c_str(), nullptr);
+        return value > 0 && value <= 1 ? std::string() : "expected a number in (0, 1], got " + text;
+      },
+      "NUMBER in (0, 1]");
+  sub->add_option("--max-new-tokens", o->max_new_tokens, "tokens to generate")
+      ->check(non_negative_int)
+      ->capture_default_str();
   sub->add_option("--temperature", o->sampling.temperature, "softmax temperature; 0 = greedy")
+      ->check(finite_non_negative)
       ->capture_default_str();
   sub->add_option("--top-k", o->sampling.top_k, "sample among the k most likely tokens; 0 = off")
+      ->check(non_negative_int)
       ->capture_default_str();
-  sub->add_option("--top-p", o->sampling.top_p, "nucleus sampling mass; 1 = off")->capture_default_str();
+  sub->add_option("--top-p", o->sampling.top_p, "nucleus sampling mass; 1 = off")
+      ->check(probability_mass)
+      ->capture_default_str();
   sub->add_option("--seed", o->seed, "random seed of the sampler")->capture_default_str();
   return {sub, [o] {
             generate(*o, std::cout);

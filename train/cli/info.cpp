@@ -1,4 +1,5 @@
 // `lat info CKPT|CONFIG [--context L]`.
+#include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -16,7 +17,13 @@ Command add_info_command(CLI::App& app) {
   sub->add_option("path", *path,
                   "a YAML config (.yaml/.yml) or a checkpoint: .h5, model.safetensors, export or run directory")
       ->required();
-  sub->add_option("--context", *context, "context length L for the memory figures")->capture_default_str();
+  sub->add_option("--context", *context, "context length L for the memory figures")
+      ->check(CLI::Validator(
+          [](const std::string& text) {
+            return std::strtoll(text.c_str(), nullptr, 10) >= 1 ? std::string() : "expected an int >= 1, got " + text;
+          },
+          "INT >= 1"))
+      ->capture_default_str();
   sub->footer(
       "Memory per sequence in f32: a linear layer keeps its recurrent state (n_heads x K x V) and short-conv "
       "states whatever L is; an attention layer keeps a KV cache of 2 x min(L, window) x n_kv_heads x head_dim. "
