@@ -19,15 +19,12 @@ data:
 	@tools/fetch_data.sh
 
 # Trains CONFIG to completion (or resumes it: runs/<config name> holds its checkpoints), then
-# prints a sample from the final checkpoint. OMP_WAIT_POLICY=passive: OpenMP threads that wait
-# at a barrier sleep instead of spinning, which keeps a multi-threaded step from slowing down
-# several times when other processes compete for the cores (README, Training).
+# prints a sample from the final checkpoint.
 RUN_DIR ?= runs/$(notdir $(basename $(CONFIG)))
-OMP_WAIT_POLICY ?= passive
 train: deps build data
-	@OMP_WAIT_POLICY=$(OMP_WAIT_POLICY) $(BUILD_DIR)/lat train $(CONFIG)
+	@$(BUILD_DIR)/lat train $(CONFIG)
 	@echo "== sample: $(BUILD_DIR)/lat generate --checkpoint $(RUN_DIR) --max-new-tokens 500"
-	@OMP_WAIT_POLICY=$(OMP_WAIT_POLICY) $(BUILD_DIR)/lat generate --checkpoint $(RUN_DIR) --max-new-tokens 500
+	@$(BUILD_DIR)/lat generate --checkpoint $(RUN_DIR) --max-new-tokens 500
 
 test: deps build data
 	@ctest --test-dir $(BUILD_DIR) --output-on-failure --no-tests=error -j$(JOBS)
