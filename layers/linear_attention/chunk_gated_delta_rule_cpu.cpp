@@ -36,11 +36,11 @@
 // is one OpenMP loop: the per-chunk phases over chunks, the state passes over (b, h) (each
 // thread walks the chunks of its heads in order). Every product is a single-threaded
 // tile_gemm on one chunk's tiles, which stay in the core's caches; no thread team starts
-// per product and no step waits for the other threads, which keeps the kernels fast when
-// the cores are shared. Phase A (before the forward state pass) computes G, Gamma, W, U
-// and the decayed keys; phase B (after it) the outputs. The backward recomputes phase A
-// and the state pass, then runs B1 (everything that needs no dh), the reverse state pass,
-// and B2 (the rest).
+// per product, and threads wait for each other only at the end of a phase (a forward and
+// backward is eight thread teams in all). Phase A (before the forward state pass)
+// computes G, Gamma, W, U and the decayed keys; phase B (after it) the outputs. The
+// backward recomputes phase A and the state pass, then runs B1 (everything that needs no
+// dh), the reverse state pass, and B2 (the rest).
 #include <algorithm>
 #include <cstring>
 
