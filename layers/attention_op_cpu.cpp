@@ -10,11 +10,12 @@
 // the same register-blocked micro-kernel (out[r, :] += sum_k a[r, k] b[k, :]) over them.
 #include "layers/attention_op_cpu.h"
 
-#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <vector>
+
+#include "autograd/cpu/fast_exp.h"
 
 namespace lat::attention_cpu {
 namespace {
@@ -24,33 +25,12 @@ constexpr int64_t kBc = 64;  // keys per tile
 // The dk/dv pass reuses the tile helpers with keys as rows and queries as columns.
 static_assert(kBr == kBc, "tile helpers assume square tiles");
 
-// exp(x) in float for the softmax, where x <= 0 up to rounding: Cephes' expf reduction
-// x = n ln2 + r, |r| <= ln2/2, with its minimax polynomial for exp(r) (relative error
-// about 1e-7, the float rounding level). Written branch-free so loops over it vectorize
-// (std::exp does not without -ffast-math). Inputs below -87.3 (including -inf) give 0.
-inline float softmax_exp(float x) {
-  x = std::min(std::max(x, -88.0f), 88.0f);
-  // Round x / ln2 to the nearest integer with the 1.5 * 2^23 trick: its low mantissa bits
-  // then hold n.
-  constexpr float kShift = 12582912.0f;
-  float t = x * 1.44269504088896341f + kShift;
-  int32_t n = std::bit_cast<int32_t>(t) - std::bit_cast<int32_t>(kShift);
-  float nf = t - kShift;
-  float r = x - nf * 0.693359375f;
-  r = r + nf * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  // 2^n as a float; n = -127 (x <= -87.3) gives the bit pattern of +0.
-  float scale = std::bit_cast<float>((n + 127) << 23);
-  return p * scale;
+// exp of the softmax arguments (<= 0 up to rounding): the branch-free Cephes exp, so the
+// tile loops vectorize; -inf gives 0.
+template <class S>
+inline S softmax_exp(S x) {
+  return cpu::fast_exp(x);
 }
-
-inline double softmax_exp(double x) { return std::exp(x); }
 
 template <class S>
 constexpr S neg_inf() {

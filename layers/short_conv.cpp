@@ -13,6 +13,7 @@
 #include <vector>
 
 
+#include "autograd/cpu/fast_exp.h"
 #include "lat/tape.h"
 #ifdef LAT_WITH_CUDA
 #include "layers/short_conv_cuda.h"
@@ -59,17 +60,12 @@ void conv_row(const ConvArgs<S>& a, int64_t b, int64_t t, S* pre) {
 }
 
 template <class S>
-S sigmoid_of(S v) {
-  return S(1) / (S(1) + std::exp(-v));
-}
-
-template <class S>
 void conv_forward(const ConvArgs<S>& a, S* y) {
 #pragma omp parallel for if (a.B * a.T * a.D > 32768)
   for (int64_t bt = 0; bt < a.B * a.T; ++bt) {
     S* out = y + bt * a.D;
     conv_row(a, bt / a.T, bt % a.T, out);
-    for (int64_t c = 0; c < a.D; ++c) out[c] *= sigmoid_of(out[c]);
+    for (int64_t c = 0; c < a.D; ++c) out[c] *= cpu::fast_sigmoid(out[c]);
   }
 }
 
@@ -84,7 +80,7 @@ void conv_backward(const ConvArgs<S>& a, const S* dy, S* dx, S* dweight, S* dsta
     S* d = dpre.data() + bt * D;
     conv_row(a, bt / T, bt % T, d);
     for (int64_t c = 0; c < D; ++c) {
-      S s = sigmoid_of(d[c]);
+      S s = cpu::fast_sigmoid(d[c]);
       d[c] = dy[bt * D + c] * s * (S(1) + d[c] * (S(1) - s));
     }
   }
