@@ -314,6 +314,54 @@ Tensor silu(const Tensor& a) {
   return y;
 }
 
+namespace {
+// The CPU loops of swiglu: y = silu(a) u; and da = g u silu'(a), du = g silu(a).
+template <class T>
+void swiglu_forward_cpu(const T* a, const T* u, T* y, int64_t n) {
+#pragma omp parallel for if (n > cpu::kParallelMin)
+  for (int64_t i = 0; i < n; ++i) y[i] = a[i] * cpu::fast_sigmoid(a[i]) * u[i];
+}
+
+template <class T>
+void swiglu_backward_cpu(const T* g, const T* a, const T* u, T* da, T* du, int64_t n) {
+#pragma omp parallel for if (n > cpu::kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    const T s = cpu::fast_sigmoid(a[i]);
+    du[i] = g[i] * a[i] * s;
+    da[i] = g[i] * u[i] * s * (T(1) + a[i] * (T(1) - s));
+  }
+}
+}  // namespace
+
+Tensor swiglu(const Tensor& gate, const Tensor& up) {
+  detail::check_float_pair(gate, up, "swiglu");
+  LAT_CHECK(gate.shape() == up.shape(), "swiglu: up: shape " << shape_str(up.shape())
+                                            << " differs from gate: shape " << shape_str(gate.shape())
+                                            << " (expected equal shapes)");
+  if (gate.device().type != DeviceType::cpu) return mul(silu(gate), up);  // no fused CUDA kernel yet
+  const Tensor a = gate.detach(), u = up.detach();  // the node keeps data, not the graph
+  Tensor y = Tensor::empty(a.shape(), a.dtype(), a.device());
+  const int64_t n = a.numel();
+  if (a.dtype() == DType::f32)
+    swiglu_forward_cpu(a.data<float>(), u.data<float>(), y.data<float>(), n);
+  else
+    swiglu_forward_cpu(a.data<double>(), u.data<double>(), y.data<double>(), n);
+  if (needs_grad({&gate, &up})) {
+    record("swiglu", {gate, up}, {y}, [a, u, n](const Grads& grads) {
+      const Tensor& g = grads[0];
+      Tensor da = Tensor::empty(a.shape(), a.dtype(), a.device());
+      Tensor du = Tensor::empty(a.shape(), a.dtype(), a.device());
+      if (a.dtype() == DType::f32)
+        swiglu_backward_cpu(g.data<float>(), a.data<float>(), u.data<float>(), da.data<float>(), du.data<float>(), n);
+      else
+        swiglu_backward_cpu(g.data<double>(), a.data<double>(), u.data<double>(), da.data<double>(),
+                            du.data<double>(), n);
+      return Grads{da, du};
+    });
+  }
+  return y;
+}
+
 Tensor gelu(const Tensor& a) {
   Tensor y = map_unary(a, "gelu", [](auto x) { return gelu_of(x); }, cuda::UnaryOp::gelu);
   if (needs_grad({&a})) {

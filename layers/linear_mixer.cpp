@@ -137,7 +137,7 @@ Tensor LinearMixer::beta(const Tensor& x) const { return sigmoid(b_proj_->forwar
 Tensor LinearMixer::gated_output(const Tensor& o, const Tensor& x) const {
   const int64_t B = o.size(0), T = o.size(1), H = o.size(2), V = o.size(3);
   Tensor y = o_norm_->forward(o);
-  if (g_proj_ != nullptr) y = y * silu(g_proj_->forward(x)).reshape({B, T, H, V});
+  if (g_proj_ != nullptr) y = swiglu(g_proj_->forward(x).reshape({B, T, H, V}), y);
   return output(y);
 }
 

@@ -24,7 +24,7 @@ SwiGLU::SwiGLU(int64_t d_model, double mlp_ratio, Generator& gen, double init_st
 }
 
 Tensor SwiGLU::forward(const Tensor& x) const {
-  return down_proj_->forward(silu(gate_proj_->forward(x)) * up_proj_->forward(x));
+  return down_proj_->forward(swiglu(gate_proj_->forward(x), up_proj_->forward(x)));
 }
 
 }  // namespace lat

@@ -369,6 +369,52 @@ void expect_contains(const std::string& message, const std::vector<std::string>&
   for (const std::string& part : parts) EXPECT_NE(message.find(part), std::string::npos) << message;
 }
 
+// swiglu(gate, up) = silu(gate) * up as one fused node.
+TEST(Swiglu, ForwardMatchesF64ReferenceAndGradientsMatchFiniteDifferences) {
+  auto ref = [](double a, double u) { return a / (1.0 + std::exp(-a)) * u; };
+  for (const Shape& shape : {Shape{3, 5}, Shape{200, 180}}) {  // below and above the OpenMP threshold
+    Tensor gate = uniform64(shape, 21, -6.0, 6.0, false), up = uniform64(shape, 22, -2.0, 2.0, false);
+    std::vector<double> expected = reference_binary(gate, up, shape, ref);
+    EXPECT_LT(rel_err(swiglu(gate, up).to_vector<double>(), expected), 1e-14);
+    Tensor gate32 = gate.to(DType::f32), up32 = up.to(DType::f32);
+    EXPECT_LT(rel_err(swiglu(gate32, up32).to_vector<double>(), reference_binary(gate32, up32, shape, ref)), 1e-6);
+  }
+  Tensor gate = uniform64({2, 3, 4}, 23, -4.0, 4.0), up = uniform64({2, 3, 4}, 24, -2.0, 2.0);
+  GradCheckResult r = grad_check([](const std::vector<Tensor>& x) { return swiglu(x[0], x[1]); }, {gate, up});
+  ASSERT_EQ(r.rel_error.size(), 2u);
+  EXPECT_LT(r.max_rel_error, kGradTol);
+  clear_tape();
+  swiglu(gate, up);
+  EXPECT_EQ(tape_size(), 1u);
+  clear_tape();
+}
+
+TEST(Swiglu, F32GradientsMatchTheUnfusedOps) {
+  Tensor gate = uniform64({300, 200}, 25, -8.0, 8.0, false).to(DType::f32);
+  Tensor up = uniform64({300, 200}, 26, -2.0, 2.0, false).to(DType::f32);
+  gate.set_requires_grad(true);
+  up.set_requires_grad(true);
+  Tensor w = uniform64({300, 200}, 27, -1.0, 1.0, false).to(DType::f32);
+  backward(sum(mul(swiglu(gate, up), w)));
+  std::vector<double> dgate = gate.grad().to_vector<double>(), dup = up.grad().to_vector<double>();
+  gate.zero_grad();
+  up.zero_grad();
+  backward(sum(mul(mul(silu(gate), up), w)));
+  EXPECT_LT(rel_err(dgate, gate.grad().to_vector<double>()), 1e-6);
+  EXPECT_LT(rel_err(dup, up.grad().to_vector<double>()), 1e-6);
+}
+
+TEST(Swiglu, ShapeMismatchNamesBothShapes) {
+  Tensor gate = Tensor::zeros({2, 3}), up = Tensor::zeros({3, 2});
+  try {
+    swiglu(gate, up);
+    FAIL() << "expected lat::Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("swiglu: up: shape [3, 2] differs from gate: shape [2, 3]"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(ElementwiseErrors, BroadcastShapeMismatchNamesOpAndShapes) {
   Tensor a = Tensor::zeros({2, 3});
   Tensor b = Tensor::zeros({4});

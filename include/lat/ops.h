@@ -54,6 +54,10 @@ Tensor tanh(const Tensor& a);
 Tensor sigmoid(const Tensor& a);
 /// x * sigmoid(x).
 Tensor silu(const Tensor& a);
+/// silu(gate) * up, the gated linear unit of SwiGLU (Shazeer 2020, "GLU Variants Improve
+/// Transformer", eq. 6), as one fused node: one pass forward, one pass for both gradients.
+/// gate and up: same shape and dtype (f32/f64), else throws lat::Error naming both shapes.
+Tensor swiglu(const Tensor& gate, const Tensor& up);
 /// Tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (Hendrycks & Gimpel 2016).
 Tensor gelu(const Tensor& a);
 /// log(1 + exp(x)), stable for large |x|.
