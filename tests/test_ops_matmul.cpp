@@ -6,7 +6,10 @@
 #include <string>
 #include <vector>
 
+#include <omp.h>
+
 #include "autograd/cpu/gemm.h"
+#include "lat/error.h"
 #include "lat/grad_check.h"
 #include "lat/ops.h"
 #include "lat/tape.h"
@@ -237,6 +240,32 @@ TEST(Matmul, RepeatedShapesReuseCachedPrimitives) {
   const int64_t cached = lat::cpu::gemm_cache_size();
   for (int i = 0; i < 20; ++i) step();
   EXPECT_EQ(lat::cpu::gemm_cache_size(), cached);
+}
+
+TEST(Matmul, GemmInsideAParallelRegionIsAnError) {
+  std::vector<float> a(4, 1.0f), b(4, 1.0f), c(4, 0.0f);
+  lat::cpu::GemmBatch g;
+  g.M = g.N = g.K = 2;
+  g.A = a.data(), g.lda = 2, g.B = b.data(), g.ldb = 2, g.C = c.data(), g.ldc = 2;
+  lat::cpu::gemm_batched(g);  // serial: fine
+  EXPECT_EQ(c, std::vector<float>(4, 2.0f));
+  int errors = 0, team = 0;
+  std::string message;
+#pragma omp parallel num_threads(2) reduction(+ : errors)
+  {
+#pragma omp single
+    team = omp_get_num_threads();
+    try {
+      lat::cpu::gemm_batched(g);
+    } catch (const lat::Error& e) {
+      ++errors;
+#pragma omp critical
+      message = e.what();
+    }
+  }
+  ASSERT_EQ(team, 2) << "the test needs a team of two threads";
+  EXPECT_EQ(errors, 2);
+  EXPECT_NE(message.find("inside an OpenMP parallel region"), std::string::npos) << message;
 }
 
 TEST(Matmul, ErrorsNameOpArgumentAndShapes) {

@@ -25,9 +25,10 @@ struct GemmBatch {
 
 /// Runs the product through a cached oneDNN matmul primitive (keyed by every size,
 /// stride, transpose flag, alpha and beta), so repeated shapes do not re-create
-/// primitives. K == 0 gives beta * C. Thread-safe, but call it from outside OpenMP parallel
-/// regions: the cached primitive is built for the full thread team, and run from inside a
-/// parallel region (one thread) it computes only part of the batch.
+/// primitives. K == 0 gives beta * C. Thread-safe, but must be called from outside OpenMP
+/// parallel regions: the cached primitive is built for the full thread team, and run from
+/// inside a parallel region (one thread) it would compute only part of the batch, so that
+/// throws lat::Error. Also throws lat::Error for non-positive sizes or too-small strides.
 void gemm_batched(const GemmBatch& g);
 
 /// Float64 reference product with the same conventions (plain loops, for references and

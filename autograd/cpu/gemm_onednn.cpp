@@ -4,6 +4,8 @@
 #include <mutex>
 #include <tuple>
 
+#include <omp.h>
+
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "autograd/cpu/gemm.h"
@@ -58,6 +60,11 @@ Cached make_primitive(const GemmBatch& g, dnnl::engine& eng) {
 }
 
 void check_gemm(const GemmBatch& g) {
+  // The cached primitive splits its work over the whole thread team; run by one thread of
+  // a parallel region it would silently compute only that thread's share.
+  LAT_CHECK(!omp_in_parallel(),
+            "gemm_batched: called inside an OpenMP parallel region (expected a call from serial code; "
+            "use tile_gemm or a serial loop inside parallel regions)");
   LAT_CHECK(g.batch >= 1 && g.M >= 1 && g.N >= 1 && g.K >= 0,
             "gemm_batched: sizes must be positive, got batch=" << g.batch << " M=" << g.M << " N=" << g.N
                                                                << " K=" << g.K);
