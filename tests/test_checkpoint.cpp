@@ -132,8 +132,8 @@ void expect_equal(const lat::Checkpoint& a, const lat::Checkpoint& b) {
   EXPECT_EQ(a.optimizer.step, b.optimizer.step);
   ASSERT_EQ(a.optimizer.params.size(), b.optimizer.params.size());
   for (size_t i = 0; i < a.optimizer.params.size(); ++i) {
-    const lat::ParamState& pa = a.optimizer.params[i];
-    const lat::ParamState& pb = b.optimizer.params[i];
+    const lat::CheckpointParamState& pa = a.optimizer.params[i];
+    const lat::CheckpointParamState& pb = b.optimizer.params[i];
     EXPECT_EQ(pa.name, pb.name);
     ASSERT_EQ(pa.buffers.size(), pb.buffers.size());
     for (size_t j = 0; j < pa.buffers.size(); ++j) {

@@ -268,7 +268,7 @@ TEST_F(FinetuneTest, TrainingKeepsFrozenWeightsBitIdenticalAndChangesTheOthers) 
   std::sort(saved.begin(), saved.end());
   EXPECT_EQ(saved, frozen);
   // No optimizer state for frozen parameters.
-  for (const lat::ParamState& p : tuned.optimizer.params)
+  for (const lat::CheckpointParamState& p : tuned.optimizer.params)
     EXPECT_EQ(std::find(frozen.begin(), frozen.end(), p.name), frozen.end()) << p.name;
   EXPECT_EQ(tuned.optimizer.params.size() + frozen.size(), tuned.model.size());
 

@@ -205,7 +205,7 @@ void write_contents(hid_t file, const Checkpoint& ckpt) {
     Handle optimizer = create_ordered_group(file, "optimizer");
     write_attr_string(optimizer, "type", ckpt.optimizer.type);
     write_attr_i64(optimizer, "step", ckpt.optimizer.step);
-    for (const ParamState& param : ckpt.optimizer.params) {
+    for (const CheckpointParamState& param : ckpt.optimizer.params) {
       Handle group = create_ordered_group(optimizer, param.name);
       for (const auto& [buffer, tensor] : param.buffers)
         write_tensor(group, buffer, tensor, "optimizer buffer '" + param.name + "/" + buffer + "'");
@@ -397,7 +397,7 @@ Checkpoint read_contents(hid_t file) {
     ckpt.optimizer.step = read_attr_i64(optimizer, "step", "/optimizer");
     for (const std::string& name : member_names(optimizer, "/optimizer")) {
       Handle group(H5Gopen2(optimizer, name.c_str(), H5P_DEFAULT), H5Gclose, "cannot open /optimizer/" + name);
-      ParamState param{name, {}};
+      CheckpointParamState param{name, {}};
       for (const std::string& buffer : member_names(group, "/optimizer/" + name))
         param.buffers.emplace_back(buffer, read_tensor(group, buffer, "/optimizer/" + name + "/" + buffer));
       ckpt.optimizer.params.push_back(std::move(param));
@@ -439,7 +439,7 @@ void save_checkpoint(const std::string& path, const Checkpoint& ckpt) {
   for (const auto& entry : ckpt.model) names.push_back(entry.first);
   check_names(names, "model");
   names.clear();
-  for (const ParamState& param : ckpt.optimizer.params) {
+  for (const CheckpointParamState& param : ckpt.optimizer.params) {
     names.push_back(param.name);
     std::vector<std::string> buffers;
     for (const auto& entry : param.buffers) buffers.push_back(entry.first);

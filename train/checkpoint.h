@@ -31,16 +31,17 @@ namespace lat {
 constexpr int64_t kCheckpointVersion = 1;
 
 /// Optimizer state of one parameter: its named buffers (same shape as the parameter).
-struct ParamState {
+struct CheckpointParamState {
   std::string name;                                    // the parameter's name, as in /model
   std::vector<std::pair<std::string, Tensor>> buffers;  // e.g. {exp_avg, exp_avg_sq}
 };
 
-/// The optimizer part of a checkpoint. Frozen parameters have no entry.
-struct OptimizerState {
+/// The optimizer part of a checkpoint. Frozen parameters have no entry. (Named apart from
+/// optim/optimizer.h's OptimizerState, the live optimizer's buffers by name.)
+struct CheckpointOptimizer {
   std::string type;  // "adamw" or "sgd"; empty = no optimizer saved (no /optimizer group)
   int64_t step = 0;
-  std::vector<ParamState> params;
+  std::vector<CheckpointParamState> params;
 };
 
 /// The data loader's position, so that resume draws the same batches.
@@ -63,7 +64,7 @@ struct Checkpoint {
   std::string tokenizer_type;   // "char" or "byte"
   std::string tokenizer_vocab;  // char: the vocabulary's characters in id order (UTF-8)
   std::vector<std::pair<std::string, Tensor>> model;  // parameters in module order, f32
-  OptimizerState optimizer;
+  CheckpointOptimizer optimizer;
   std::string rng_state;
   DataState data;
 };

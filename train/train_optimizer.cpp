@@ -1,4 +1,4 @@
-// TrainOptimizer, the optimizer side (see train_optimizer.h for why it is split).
+// TrainOptimizer: building the optimizer from the config, clipping, and its checkpoint state.
 #include "train/train_optimizer.h"
 
 #include "optim/adamw.h"
@@ -58,27 +58,36 @@ std::string TrainOptimizer::describe_groups() const { return optimizer_->describ
 
 void TrainOptimizer::set_lr_mult(const std::string& name, double mult) { optimizer_->set_lr_mult(name, mult); }
 
-OptimizerSnapshot TrainOptimizer::snapshot() const {
-  OptimizerSnapshot s;
+CheckpointOptimizer TrainOptimizer::snapshot() const {
+  CheckpointOptimizer s;
   s.type = optimizer_->type();
   s.step = optimizer_->step_count();
   const OptimizerState state = optimizer_->export_state();
   for (const NamedParameter& p : optimizer_->parameters()) {
     auto it = state.find(p.name);
     if (it == state.end()) continue;
-    std::vector<std::pair<std::string, Tensor>> buffers(it->second.begin(), it->second.end());
-    s.params.emplace_back(p.name, std::move(buffers));
+    s.params.push_back({p.name, {it->second.begin(), it->second.end()}});
   }
   return s;
 }
 
-void TrainOptimizer::restore(const OptimizerSnapshot& snapshot) {
+void TrainOptimizer::restore(const CheckpointOptimizer& snapshot) {
   LAT_CHECK(snapshot.type == optimizer_->type(), "TrainOptimizer::restore: expected " << optimizer_->type()
                                                      << " state, got '" << snapshot.type << "'");
   OptimizerState state;
-  for (const auto& [name, buffers] : snapshot.params)
-    for (const auto& [buffer, tensor] : buffers) state[name][buffer] = tensor;
+  for (const CheckpointParamState& p : snapshot.params)
+    for (const auto& [buffer, tensor] : p.buffers) state[p.name][buffer] = tensor;
   optimizer_->import_state(state, snapshot.step);
+}
+
+void TrainOptimizer::save_to(Checkpoint& ckpt) const { ckpt.optimizer = snapshot(); }
+
+void TrainOptimizer::load_from(const Checkpoint& ckpt, const std::string& source) {
+  LAT_CHECK(!ckpt.optimizer.type.empty(),
+            "resume: '" << source << "' holds no optimizer state (a weights-only checkpoint)");
+  LAT_CHECK(ckpt.optimizer.type == type(), "resume: '" << source << "' holds " << ckpt.optimizer.type
+                                                       << " state but train.optimizer is " << type());
+  restore(ckpt.optimizer);
 }
 
 }  // namespace lat

@@ -1,10 +1,5 @@
 // The trainer's optimizer: AdamW or SGD built from train.* keys, gradient clipping, and
 // the transfer of its state to and from a checkpoint.
-//
-// Why a wrapper: optim/optimizer.h and train/checkpoint.h both declare a type named
-// lat::OptimizerState, so no source file can include both. This header includes neither;
-// train_optimizer.cpp includes only the optimizer side and train_optimizer_checkpoint.cpp
-// only the checkpoint side, and OptimizerSnapshot carries the state between them.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -14,20 +9,12 @@
 
 #include "lat/tensor.h"
 #include "layers/module.h"
+#include "train/checkpoint.h"
 
 namespace lat {
 
 class Optimizer;
-struct Checkpoint;
 struct TrainConfig;
-
-/// An optimizer's state in plain containers: type ("adamw" | "sgd"), completed steps, and
-/// for each parameter with state its buffers (e.g. exp_avg, exp_avg_sq), in parameter order.
-struct OptimizerSnapshot {
-  std::string type;
-  int64_t step = 0;
-  std::vector<std::pair<std::string, std::vector<std::pair<std::string, Tensor>>>> params;
-};
 
 /// What clipping found: the global gradient norm before clipping (may be inf or NaN) and
 /// whether it was finite (false: the step must be skipped).
@@ -65,12 +52,12 @@ class TrainOptimizer {
   void set_lr_mult(const std::string& name, double mult);
 
   /// The state as handles to the live buffers, not copies (write them out before the next step).
-  OptimizerSnapshot snapshot() const;
+  CheckpointOptimizer snapshot() const;
   /// Restores a snapshot bit for bit. Throws lat::Error on another optimizer type, an
   /// unknown parameter or buffer, or a shape mismatch.
-  void restore(const OptimizerSnapshot& snapshot);
+  void restore(const CheckpointOptimizer& snapshot);
 
-  /// ckpt.optimizer = snapshot() (train_optimizer_checkpoint.cpp).
+  /// ckpt.optimizer = snapshot().
   void save_to(Checkpoint& ckpt) const;
   /// restore() from ckpt.optimizer; throws lat::Error naming `source` when it holds no
   /// optimizer state or state of another optimizer type.

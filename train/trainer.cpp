@@ -201,8 +201,8 @@ std::optional<std::string> Run::shared_resume_source() {
 void Run::broadcast_state() {
   std::vector<Tensor> tensors;
   for (auto& [name, tensor] : model_->named_parameters()) tensors.push_back(tensor);
-  for (auto& [name, buffers] : optimizer_->snapshot().params)
-    for (auto& [buffer, tensor] : buffers) tensors.push_back(tensor);
+  for (auto& param : optimizer_->snapshot().params)
+    for (auto& [buffer, tensor] : param.buffers) tensors.push_back(tensor);
   dist_.broadcast(tensors);
 }
 
