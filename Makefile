@@ -29,10 +29,14 @@ train: deps build data
 test: deps build data
 	@ctest --test-dir $(BUILD_DIR) --output-on-failure --no-tests=error -j$(JOBS)
 
-bench: deps build
+# The compiled benchmarks, then the data-parallel one (1 rank x 2 threads vs 2 ranks x 1
+# thread) when Open MPI is installed.
+bench: deps build data
 	@set -e; for b in $(BUILD_DIR)/bench/bench_*; do \
 	  [ -x "$$b" ] || continue; echo "== $$b"; "$$b"; \
 	done
+	@if command -v mpirun > /dev/null; then bench/bench_mpi.sh $(BUILD_DIR)/lat; \
+	else echo "== bench_mpi.sh skipped: mpirun not found (apt-get install openmpi-bin)"; fi
 
 clean:
 	rm -rf $(BUILD_DIR)
