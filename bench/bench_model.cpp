@@ -1,0 +1,583 @@
+// Whole-model benchmark (issue 4, "Benchmark"), in one process, on the CPU:
+//  1. Generation, batch 1, random weights and random token ids (speed and memory do not
+//     depend on them), vocab 65, for three models:
+//       hybrid     the model section of configs/shakespeare_hybrid.yaml (gdn,gdn,attn,gdn)
+//       hybrid-swa the same with model.attn.window_size = 1024 (sliding-window attention)
+//       attention  the model section of configs/shakespeare_transformer.yaml (attn only)
+//     At each context L (default 1024, 8192, 32768): a prompt of L ids is fed through
+//     HybridLM::step (the prefill, in pieces of --prefill-chunk tokens), then --decode-steps
+//     single tokens, each timed. Reported: prefill tokens/s; median decode ms/token and
+//     tokens/s; the generation state's bytes (every tensor of the HybridLMState: KV caches
+//     as allocated, recurrent and short-conv states) after the prefill and after decoding;
+//     the process's current and peak RSS. Last, each model's decode ms/token at the largest
+//     context over that at the smallest: the hybrid's and the sliding window's should stay
+//     near 1 while full attention's grows with L.
+//  2. Training tokens/s of configs/shakespeare_hybrid.yaml and shakespeare_transformer.yaml
+//     and of their "nanoGPT-size" variants (data.block_size=64, train.batch_size=12,
+//     train.grad_accum=1). A step is what the trainer's is (train/trainer.cpp): forward and
+//     cross-entropy of each micro-batch, backward, global-norm clipping, the AdamW update of
+//     TrainOptimizer at the schedule's learning rate, with the trainer's malloc settings.
+//     Batches are the trainer's (BatchLoader windows of the config's data) when the data file
+//     exists, else uniform random ids in [0, 65); the output says which. After warm-up steps,
+//     the median ms/step over --steps steps; tokens/s = batch_size * block_size * grad_accum /
+//     that median. No evals, no checkpoints.
+// Generation runs first, so that its peak RSS is not the training part's. Peak RSS is the
+// process's high-water mark so far: rows run in the printed order, so a row's figure also
+// covers the rows above it (run one model with --models for a clean figure).
+//
+// Threads: OpenMP's default (OMP_NUM_THREADS, else all cores), or --threads N. Run it on
+// idle cores: when another process competes for them, OpenMP's barriers can make a step
+// 100x slower (seen on a 2-core machine); the load average is printed at the start and end.
+//
+//   build-bench/bench/bench_model                  # the full run (minutes: 32k prefills)
+//   build-bench/bench/bench_model --contexts 1024 --steps 3 --decode-steps 8   # a quick check
+// Flags: --config-dir DIR (default: configs/ of the working directory, else of the source
+// tree the executable was built in), --contexts L1,L2,.. (1024,8192,32768), --decode-steps N
+// (64), --prefill-chunk N (1024; 0 = the whole prompt in one call), --models
+// hybrid,hybrid-swa,attention, --steps N (20), --warmup-steps N (3), --threads N,
+// --skip-train, --skip-generate.
+#include <malloc.h>
+#include <omp.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "data/dataset.h"
+#include "data/loader.h"
+#include "lat/dtype.h"
+#include "lat/ops.h"
+#include "lat/tape.h"
+#include "lat/tensor.h"
+#include "layers/attention.h"
+#include "layers/hybrid_lm.h"
+#include "layers/linear_attention_layers.h"
+#include "optim/schedule.h"
+#include "train/config.h"
+#include "train/model.h"
+#include "train/train_optimizer.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using lat::Tensor;
+
+constexpr int64_t kRandomVocab = 65;  // tiny Shakespeare's character count
+constexpr int64_t kSwaWindow = 1024;  // model.attn.window_size of the hybrid-swa row
+
+/// The command-line flags, with their defaults.
+struct Options {
+  std::string config_dir;
+  std::vector<int64_t> contexts = {1024, 8192, 32768};
+  int64_t decode_steps = 64;
+  int64_t prefill_chunk = 1024;
+  std::vector<std::string> models = {"hybrid", "hybrid-swa", "attention"};
+  int64_t steps = 20;
+  int64_t warmup_steps = 3;
+  int threads = 0;  // 0 = OpenMP's default
+  bool skip_train = false;
+  bool skip_generate = false;
+};
+
+double ms_since(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+/// The median of `v` (the mean of the two middle values for an even count); v non-empty.
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/// The first three fields of /proc/loadavg (1, 5 and 15 minute load), or "unknown".
+std::string load_average() {
+  std::ifstream in("/proc/loadavg");
+  std::string one, five, fifteen;
+  if (!(in >> one >> five >> fifteen)) return "unknown";
+  return one + " " + five + " " + fifteen;
+}
+
+double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
+
+/// The process's peak resident set size so far, in MiB (getrusage: ru_maxrss is in KiB on Linux).
+double peak_rss_mib() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) / 1024.0;
+}
+
+/// The process's current resident set size in MiB (/proc/self/statm, resident pages); 0
+/// where that file cannot be read.
+double current_rss_mib() {
+  std::ifstream statm("/proc/self/statm");
+  long long size = 0, resident = 0;
+  if (!(statm >> size >> resident)) return 0.0;
+  return mib(static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE)));
+}
+
+/// Bytes of `t`'s elements (0 when undefined).
+double tensor_bytes(const Tensor& t) {
+  return t.defined() ? static_cast<double>(t.numel()) * static_cast<double>(lat::dtype_size(t.dtype())) : 0.0;
+}
+
+/// Bytes held by a generation state: for an attention layer its KV cache buffers as
+/// allocated (capacity rows, not only the valid ones: that is the memory used), for a
+/// linear layer its recurrent state and short-convolution states. Throws std::runtime_error
+/// on a MixerState of another kind (this helper would then need to learn it).
+double state_bytes(const lat::HybridLMState& state) {
+  double bytes = 0.0;
+  for (const auto& layer : state.layers) {
+    if (const auto* kv = dynamic_cast<const lat::KVCache*>(layer.get())) {
+      bytes += tensor_bytes(kv->k) + tensor_bytes(kv->v);
+    } else if (const auto* lin = dynamic_cast<const lat::LinearMixerState*>(layer.get())) {
+      bytes += tensor_bytes(lin->recurrent_state) + tensor_bytes(lin->q_conv) + tensor_bytes(lin->k_conv) +
+               tensor_bytes(lin->v_conv);
+    } else {
+      throw std::runtime_error("state_bytes: unknown MixerState kind");
+    }
+  }
+  return bytes;
+}
+
+/// `n` uniform random ids in [0, vocab) as an i64 tensor [1, n].
+Tensor random_ids(int64_t n, int64_t vocab, lat::Generator& gen) {
+  std::vector<int64_t> ids(static_cast<size_t>(n));
+  for (int64_t& id : ids) id = gen.randint(vocab);
+  return Tensor::from_vector(ids, {1, n});
+}
+
+/// Comma-separated integers, each > 0. Throws std::runtime_error naming `flag` otherwise.
+std::vector<int64_t> parse_int_list(const std::string& text, const char* flag) {
+  std::vector<int64_t> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t end = std::min(text.find(',', start), text.size());
+    const std::string item = text.substr(start, end - start);
+    char* rest = nullptr;
+    const long long value = std::strtoll(item.c_str(), &rest, 10);
+    if (item.empty() || *rest != '\0' || value <= 0)
+      throw std::runtime_error(std::string(flag) + ": expected positive integers separated by commas, got '" + text + "'");
+    out.push_back(value);
+    start = end + 1;
+  }
+  return out;
+}
+
+/// Comma-separated names.
+std::vector<std::string> parse_name_list(const std::string& text) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t end = std::min(text.find(',', start), text.size());
+    out.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
+/// A non-negative integer flag value. Throws std::runtime_error naming `flag` otherwise.
+int64_t parse_count(const std::string& text, const char* flag) {
+  char* rest = nullptr;
+  const long long value = std::strtoll(text.c_str(), &rest, 10);
+  if (text.empty() || *rest != '\0' || value < 0)
+    throw std::runtime_error(std::string(flag) + ": expected a non-negative integer, got '" + text + "'");
+  return value;
+}
+
+/// The command-line flags (see the file header). Throws std::runtime_error naming a bad
+/// flag or value; --help prints the usage and exits.
+Options parse_options(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw std::runtime_error(arg + ": expected a value");
+      return argv[++i];
+    };
+    if (arg == "--config-dir") o.config_dir = value();
+    else if (arg == "--contexts") o.contexts = parse_int_list(value(), "--contexts");
+    else if (arg == "--decode-steps") o.decode_steps = parse_count(value(), "--decode-steps");
+    else if (arg == "--prefill-chunk") o.prefill_chunk = parse_count(value(), "--prefill-chunk");
+    else if (arg == "--models") o.models = parse_name_list(value());
+    else if (arg == "--steps") o.steps = parse_count(value(), "--steps");
+    else if (arg == "--warmup-steps") o.warmup_steps = parse_count(value(), "--warmup-steps");
+    else if (arg == "--threads") o.threads = static_cast<int>(parse_count(value(), "--threads"));
+    else if (arg == "--skip-train") o.skip_train = true;
+    else if (arg == "--skip-generate") o.skip_generate = true;
+    else if (arg == "--help" || arg == "-h") {
+      std::printf("usage: bench_model [--config-dir DIR] [--contexts 1024,8192,32768] [--decode-steps 64]\n"
+                  "                   [--prefill-chunk 1024] [--models hybrid,hybrid-swa,attention]\n"
+                  "                   [--steps 20] [--warmup-steps 3] [--threads N] [--skip-train] [--skip-generate]\n");
+      std::exit(0);
+    } else {
+      throw std::runtime_error("unknown argument '" + arg + "' (see --help)");
+    }
+  }
+  if (o.decode_steps < 1) throw std::runtime_error("--decode-steps: expected at least 1");
+  if (o.steps < 1) throw std::runtime_error("--steps: expected at least 1");
+  for (const std::string& m : o.models)
+    if (m != "hybrid" && m != "hybrid-swa" && m != "attention")
+      throw std::runtime_error("--models: unknown model '" + m + "' (hybrid, hybrid-swa, attention)");
+  return o;
+}
+
+/// The configs/ folder holding both Shakespeare configs: --config-dir when given, else
+/// ./configs, else configs/ two or three levels above the executable (build-*/bench/).
+/// Throws std::runtime_error listing the places tried.
+fs::path find_config_dir(const std::string& given) {
+  const char* names[] = {"shakespeare_hybrid.yaml", "shakespeare_transformer.yaml"};
+  auto has_both = [&](const fs::path& dir) {
+    std::error_code ec;
+    return fs::is_regular_file(dir / names[0], ec) && fs::is_regular_file(dir / names[1], ec);
+  };
+  std::vector<fs::path> candidates;
+  if (!given.empty()) {
+    candidates.push_back(given);
+  } else {
+    candidates.push_back(fs::current_path() / "configs");
+    std::error_code ec;
+    const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+    if (!ec) {
+      candidates.push_back(exe.parent_path().parent_path().parent_path() / "configs");
+      candidates.push_back(exe.parent_path().parent_path() / "configs");
+    }
+  }
+  std::string tried;
+  for (const fs::path& dir : candidates) {
+    if (has_both(dir)) return fs::weakly_canonical(dir);
+    tried += (tried.empty() ? "" : ", ") + dir.string();
+  }
+  throw std::runtime_error("cannot find shakespeare_hybrid.yaml and shakespeare_transformer.yaml in " + tried +
+                           " (pass --config-dir DIR)");
+}
+
+// ---- generation --------------------------------------------------------------------------
+
+/// One generation model of the table: its row name and model.* section.
+struct GenModel {
+  std::string name;
+  lat::ModelConfig model;
+};
+
+/// One (model, context) measurement.
+struct GenResult {
+  std::string model;
+  int64_t context = 0;
+  double prefill_ms = 0.0;
+  double decode_ms = 0.0;  // median per token
+  double state_prefill_bytes = 0.0, state_end_bytes = 0.0;
+  double rss_mib = 0.0, peak_rss_mib = 0.0;
+};
+
+/// Feeds the 1 x n ids of `prompt` through model.step in pieces of `chunk` tokens (0 = in
+/// one call) and returns the wall time in ms.
+double prefill(const lat::HybridLM& model, const Tensor& prompt, int64_t chunk, lat::HybridLMState& state) {
+  const int64_t n = prompt.size(1);
+  const int64_t piece = chunk > 0 ? chunk : n;
+  const std::vector<int64_t> ids = prompt.to_vector<int64_t>();
+  const auto start = Clock::now();
+  for (int64_t begin = 0; begin < n; begin += piece) {
+    const int64_t len = std::min(piece, n - begin);
+    const Tensor part = Tensor::from_vector(std::vector<int64_t>(ids.begin() + begin, ids.begin() + begin + len),
+                                            {1, len});
+    model.step(part, state);
+  }
+  return ms_since(start);
+}
+
+/// Prefill of `context` random ids, then `decode_steps` timed single-token steps.
+GenResult bench_generation(const lat::HybridLM& model, const std::string& name, int64_t context,
+                           const Options& options, lat::Generator& gen) {
+  GenResult r;
+  r.model = name;
+  r.context = context;
+  lat::HybridLMState state = model.make_states(1);
+  const Tensor prompt = random_ids(context, kRandomVocab, gen);
+  r.prefill_ms = prefill(model, prompt, options.prefill_chunk, state);
+  r.state_prefill_bytes = state_bytes(state);
+  const std::vector<int64_t> next = random_ids(options.decode_steps, kRandomVocab, gen).to_vector<int64_t>();
+  std::vector<double> times;
+  for (int64_t id : next) {
+    const Tensor one = Tensor::from_vector(std::vector<int64_t>{id}, {1, 1});
+    const auto start = Clock::now();
+    model.step(one, state);
+    times.push_back(ms_since(start));
+  }
+  // The median, not the mean: the first step after a prefill that filled the KV cache
+  // buffer grows it (a copy of the whole cache), a cost of the prefill's size, not per token.
+  r.decode_ms = median(times);
+  r.state_end_bytes = state_bytes(state);
+  r.rss_mib = current_rss_mib();
+  r.peak_rss_mib = peak_rss_mib();
+  return r;
+}
+
+/// The generation part: for each model, its warm-up, then its contexts in order.
+void run_generation(const fs::path& config_dir, const Options& options) {
+  const lat::Config hybrid_cfg = lat::load_config((config_dir / "shakespeare_hybrid.yaml").string());
+  const lat::Config attn_cfg = lat::load_config((config_dir / "shakespeare_transformer.yaml").string());
+  std::vector<GenModel> models;
+  for (const std::string& name : options.models) {
+    if (name == "hybrid") models.push_back({name, hybrid_cfg.model});
+    if (name == "attention") models.push_back({name, attn_cfg.model});
+    if (name == "hybrid-swa") {
+      lat::ModelConfig m = hybrid_cfg.model;
+      m.attn.window_size = kSwaWindow;
+      models.push_back({name, m});
+    }
+  }
+  // Smallest memory first, so that each row's peak RSS is mostly its own.
+  auto order = [](const std::string& n) { return n == "hybrid" ? 0 : n == "hybrid-swa" ? 1 : 2; };
+  std::stable_sort(models.begin(), models.end(),
+                   [&](const GenModel& a, const GenModel& b) { return order(a.name) < order(b.name); });
+
+  std::printf("== Generation (batch 1, random weights, random ids, vocab %lld; prefill in pieces of %s; "
+              "decode: median of %lld single-token steps) ==\n",
+              static_cast<long long>(kRandomVocab),
+              options.prefill_chunk > 0 ? (std::to_string(options.prefill_chunk) + " tokens").c_str() : "the whole prompt",
+              static_cast<long long>(options.decode_steps));
+  for (const GenModel& m : models) {
+    const std::vector<std::string> layers = lat::layer_mixers(m.model);
+    std::string pattern;
+    for (const std::string& l : layers) pattern += (pattern.empty() ? "" : ",") + l;
+    std::printf("  %-10s d_model %lld, %lld heads, layers %s%s\n", m.name.c_str(),
+                static_cast<long long>(m.model.d_model), static_cast<long long>(m.model.n_heads), pattern.c_str(),
+                m.model.attn.window_size > 0
+                    ? (", attention window " + std::to_string(m.model.attn.window_size)).c_str()
+                    : "");
+  }
+  std::printf("%-10s %7s %10s %11s %10s %11s %12s %12s %9s %9s\n", "model", "context", "prefill s",
+              "prefill t/s", "decode ms", "decode t/s", "state MiB", "state end", "RSS MiB", "peak RSS");
+  std::fflush(stdout);
+
+  std::vector<GenResult> results;
+  for (const GenModel& m : models) {
+    lat::Generator gen(1337);
+    const lat::HybridLM model(lat::hybrid_lm_config(m.model, kRandomVocab), gen);
+    {
+      // Warm-up on a throwaway state, with the prefill pieces of the smallest context: the
+      // first-call costs (oneDNN primitives of those shapes, thread pool) are not its row's.
+      const int64_t smallest = *std::min_element(options.contexts.begin(), options.contexts.end());
+      const int64_t piece = options.prefill_chunk > 0 ? std::min(options.prefill_chunk, smallest) : smallest;
+      lat::HybridLMState warm = model.make_states(1);
+      prefill(model, random_ids(piece, kRandomVocab, gen), options.prefill_chunk, warm);
+      for (int i = 0; i < 4; ++i) model.step(random_ids(1, kRandomVocab, gen), warm);
+    }
+    for (int64_t context : options.contexts) {
+      const GenResult r = bench_generation(model, m.name, context, options, gen);
+      std::printf("%-10s %7lld %10.2f %11.0f %10.3f %11.1f %12.3f %12.3f %9.0f %9.0f\n", r.model.c_str(),
+                  static_cast<long long>(r.context), r.prefill_ms / 1e3,
+                  static_cast<double>(r.context) / (r.prefill_ms / 1e3), r.decode_ms, 1e3 / r.decode_ms,
+                  mib(r.state_prefill_bytes), mib(r.state_end_bytes), r.rss_mib, r.peak_rss_mib);
+      std::fflush(stdout);
+      results.push_back(r);
+    }
+  }
+  std::printf("(state MiB: every tensor of the generation state right after the prefill, KV caches as allocated; "
+              "state end: after the decode steps. RSS: current; peak RSS: the process's high-water mark so far)\n");
+
+  if (options.contexts.size() >= 2) {
+    const int64_t lo = *std::min_element(options.contexts.begin(), options.contexts.end());
+    const int64_t hi = *std::max_element(options.contexts.begin(), options.contexts.end());
+    std::printf("decode ms/token at context %lld over context %lld:\n", static_cast<long long>(hi),
+                static_cast<long long>(lo));
+    for (const GenModel& m : models) {
+      double at_lo = 0.0, at_hi = 0.0;
+      for (const GenResult& r : results) {
+        if (r.model != m.name) continue;
+        if (r.context == lo) at_lo = r.decode_ms;
+        if (r.context == hi) at_hi = r.decode_ms;
+      }
+      std::printf("  %-10s %.3f / %.3f ms = %.2fx\n", m.name.c_str(), at_hi, at_lo, at_hi / at_lo);
+    }
+  }
+  std::printf("\n");
+}
+
+// ---- training ----------------------------------------------------------------------------
+
+/// The trainer's malloc settings (keep_freed_memory in train/trainer.cpp): freed activation
+/// memory stays in the heap for the next step instead of being faulted in again.
+void use_trainer_malloc_settings() {
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  mallopt(M_TOP_PAD, 64 << 20);
+}
+
+/// `config`'s data.path as found: as it is (relative to the working directory, as the
+/// trainer reads it), else relative to `repo_root`; nullopt when neither exists.
+std::optional<std::string> find_data(const lat::Config& config, const fs::path& repo_root) {
+  std::error_code ec;
+  const fs::path path = config.data.path;
+  if (fs::is_regular_file(path, ec)) return path.string();
+  if (path.is_relative() && fs::is_regular_file(repo_root / path, ec)) return (repo_root / path).string();
+  return std::nullopt;
+}
+
+/// One training row: the config's name, the variant, its step time.
+struct TrainResult {
+  std::string name;
+  int64_t batch = 0, block = 0, accum = 0;
+  double step_ms = 0.0;  // median
+  std::string data;      // where the batches came from
+  double params_m = 0.0;
+  std::string optimizer;  // TrainOptimizer::type()
+};
+
+/// Times `warmup + steps` trainer steps of `config` and returns the median of the last `steps`.
+TrainResult bench_training(const std::string& name, const lat::Config& config, const fs::path& repo_root,
+                           const Options& options) {
+  const lat::TrainConfig& train = config.train;
+  TrainResult r;
+  r.name = name;
+  r.batch = train.batch_size;
+  r.block = config.data.block_size;
+  r.accum = train.grad_accum;
+
+  // The trainer's batches when the data is here, else random ids of the same shape.
+  std::optional<lat::LoadedData> data;
+  std::unique_ptr<lat::BatchLoader> loader;
+  int64_t vocab = kRandomVocab;
+  if (const std::optional<std::string> path = find_data(config, repo_root)) {
+    lat::DataOptions d;
+    d.path = *path;
+    d.format = config.data.format;
+    d.tokenizer = config.data.tokenizer;
+    d.bin_dtype = config.data.bin_dtype;
+    d.h5_dataset = config.data.h5_dataset;
+    d.block_size = config.data.block_size;
+    d.val_fraction = config.data.val_fraction;
+    d.vocab_size = config.model.vocab_size;
+    data.emplace(lat::load_data(d));
+    vocab = config.model.vocab_size > 0 ? config.model.vocab_size
+            : data->tokenizer           ? data->tokenizer->vocab_size()
+                                        : int64_t{data->dataset.max_id()} + 1;
+    loader = std::make_unique<lat::BatchLoader>(data->dataset, static_cast<uint64_t>(train.seed));
+    r.data = *path + " (" + data->format + ", vocab " + std::to_string(vocab) + ")";
+  } else {
+    r.data = "random ids in [0, " + std::to_string(kRandomVocab) + ") (" + config.data.path + " not found)";
+  }
+  lat::Generator gen(static_cast<uint64_t>(train.seed));
+  auto batch = [&](int64_t step, int64_t micro) {
+    if (loader) return loader->train_batch(step, micro, train.batch_size);
+    const Tensor window = random_ids(train.batch_size * (r.block + 1), kRandomVocab, gen);
+    const std::vector<int64_t> ids = window.to_vector<int64_t>();
+    std::vector<int64_t> inputs, targets;
+    for (int64_t b = 0; b < train.batch_size; ++b) {
+      const auto row = ids.begin() + b * (r.block + 1);
+      inputs.insert(inputs.end(), row, row + r.block);
+      targets.insert(targets.end(), row + 1, row + r.block + 1);
+    }
+    lat::Batch out;
+    out.inputs = Tensor::from_vector(inputs, {train.batch_size, r.block});
+    out.targets = Tensor::from_vector(targets, {train.batch_size, r.block});
+    out.tokens = train.batch_size * r.block;
+    return out;
+  };
+
+  lat::HybridLM model(lat::hybrid_lm_config(config.model, vocab), gen);
+  r.params_m = static_cast<double>(model.num_parameters()) / 1e6;
+  lat::TrainOptimizer optimizer(train, model.named_parameters());
+  r.optimizer = optimizer.type();
+  const lat::LrSchedule schedule{train.schedule, train.lr, train.min_lr, train.warmup, train.max_steps};
+  schedule.validate();
+
+  std::vector<double> times;
+  for (int64_t step = 1; step <= options.warmup_steps + options.steps; ++step) {
+    // Batches are drawn outside the timed region, as they are tiny next to a step.
+    std::vector<lat::Batch> micro;
+    int64_t tokens = 0;
+    for (int64_t m = 0; m < train.grad_accum; ++m) {
+      micro.push_back(batch(step, m));
+      tokens += micro.back().tokens;
+    }
+    const auto start = Clock::now();
+    // Run::train_step of train/trainer.cpp, one rank.
+    double loss = 0.0;
+    for (const lat::Batch& b : micro) {
+      Tensor logits = model.forward(b.inputs);
+      Tensor ce = lat::cross_entropy(logits.reshape({-1, logits.size(-1)}), b.targets.reshape({-1}), lat::kIgnoreIndex);
+      const double weight = static_cast<double>(b.tokens) / static_cast<double>(tokens);
+      loss += ce.item() * weight;
+      lat::backward(weight == 1.0 ? ce : ce * weight);
+    }
+    const lat::GradNorm norm = optimizer.clip_grad_norm(train.grad_clip);
+    if (norm.finite)
+      optimizer.step(schedule.at(step));
+    else
+      optimizer.zero_grad();
+    const double ms = ms_since(start);
+    if (!std::isfinite(loss)) throw std::runtime_error(name + ": non-finite training loss at step " + std::to_string(step));
+    if (step > options.warmup_steps) times.push_back(ms);
+  }
+  r.step_ms = median(times);
+  return r;
+}
+
+/// The training part: both configs as they are and at nanoGPT size.
+void run_training(const fs::path& config_dir, const Options& options) {
+  use_trainer_malloc_settings();
+  const fs::path repo_root = config_dir.parent_path();
+  const std::vector<std::string> nanogpt = {"data.block_size=64", "train.batch_size=12", "train.grad_accum=1"};
+  struct Row {
+    std::string name, file;
+    std::vector<std::string> overrides;
+  };
+  const std::vector<Row> rows = {
+      {"hybrid", "shakespeare_hybrid.yaml", {}},
+      {"hybrid nanoGPT-size", "shakespeare_hybrid.yaml", nanogpt},
+      {"transformer", "shakespeare_transformer.yaml", {}},
+      {"transformer nanoGPT-size", "shakespeare_transformer.yaml", nanogpt},
+  };
+  std::printf("== Training (trainer steps: forward + cross-entropy + backward + clip + optimizer update; "
+              "median of %lld steps after %lld warm-up) ==\n",
+              static_cast<long long>(options.steps), static_cast<long long>(options.warmup_steps));
+  std::printf("%-26s %8s %6s %6s %7s %6s %11s %10s\n", "config", "params M", "batch", "block", "accum", "opt",
+              "ms/step", "tokens/s");
+  std::fflush(stdout);
+  std::vector<std::string> sources;
+  for (const Row& row : rows) {
+    const lat::Config config = lat::load_config((config_dir / row.file).string(), row.overrides);
+    const TrainResult r = bench_training(row.name, config, repo_root, options);
+    const double tokens = static_cast<double>(r.batch * r.block * r.accum);
+    std::printf("%-26s %8.3f %6lld %6lld %7lld %6s %11.2f %10.0f\n", r.name.c_str(), r.params_m,
+                static_cast<long long>(r.batch), static_cast<long long>(r.block), static_cast<long long>(r.accum),
+                r.optimizer.c_str(), r.step_ms, tokens / (r.step_ms / 1e3));
+    std::fflush(stdout);
+    if (std::find(sources.begin(), sources.end(), r.data) == sources.end()) sources.push_back(r.data);
+  }
+  for (const std::string& s : sources) std::printf("batches: %s\n", s.c_str());
+  std::printf("\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const Options options = parse_options(argc, argv);
+    const fs::path config_dir = find_config_dir(options.config_dir);
+    if (options.threads > 0) lat::set_num_threads(options.threads);
+    std::printf("bench_model: configs from %s; OpenMP threads %d (omp_get_max_threads); load average %s\n\n",
+                config_dir.c_str(), omp_get_max_threads(), load_average().c_str());
+    if (!options.skip_generate) run_generation(config_dir, options);
+    if (!options.skip_train) run_training(config_dir, options);
+    std::printf("load average at the end: %s\n", load_average().c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
