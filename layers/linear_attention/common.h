@@ -7,10 +7,10 @@
 // one head contiguously (rows t >= T are zero), so every per-chunk product is one
 // batched gemm with a single batch stride over (b, h, chunk).
 #pragma once
-#include <bit>
 #include <cstdint>
 #include <optional>
 
+#include "autograd/cpu/fast_exp.h"
 #include "lat/tensor.h"
 
 namespace lat::linear_attention {
@@ -64,32 +64,11 @@ double resolve_scale(std::optional<double> scale, int64_t K);
 /// Number of chunks ceil(T / C).
 inline int64_t num_chunks(int64_t T, int64_t C) { return (T + C - 1) / C; }
 
-/// exp(x) for x <= 0, written so that loops over it vectorize (no libm call, and no
-/// float compare, which GCC will not if-convert under -ftrapping-math): Cephes' expf
-/// range reduction and polynomial, within 1e-7 relative; exactly 0 at and below -87
-/// (where exp leaves the normal range) and for -inf. Decay factors are always exp of a
-/// non-positive number (ALGORITHMS.md 2.3, stability rules), so this is the only exp
-/// the kernels need.
-inline float exp_nonpositive(float x) {
-  // As unsigned integers, the non-positive floats order by magnitude: x <= -87 exactly
-  // when its bits are >= those of -87.0f (and +-0 stay below).
-  constexpr uint32_t kMinus87 = 0xC2AE0000u;
-  uint32_t bits = std::bit_cast<uint32_t>(x);
-  bool in_range = bits < kMinus87;
-  float xc = std::bit_cast<float>(in_range ? bits : kMinus87);
-  int32_t n = static_cast<int32_t>(xc * 1.44269504088896341f - 0.5f);  // round(x / ln 2) for x <= 0
-  float nf = static_cast<float>(n);
-  float r = xc - nf * 0.693359375f + nf * 2.12194440e-4f;  // x - n ln 2 in two parts
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  float y = p * r * r + r + 1.0f;
-  uint32_t two_n = in_range ? static_cast<uint32_t>(n + 127) << 23 : 0u;  // 2^n, or 0
-  return y * std::bit_cast<float>(two_n);
-}
+/// exp(x) for x <= 0: the branch-free float exp of autograd/cpu/fast_exp.h (within 1e-7
+/// relative; 0 for results below 2^-125 and for -inf), so loops over it vectorize. Decay
+/// factors are always exp of a non-positive number (ALGORITHMS.md 2.3, stability rules),
+/// so this is the only exp the kernels need.
+inline float exp_nonpositive(float x) { return cpu::fast_exp(x); }
 
 /// An uninitialized, 64-byte aligned float array for kernel workspaces and saved
 /// activations (no autograd, no poisoning: kernels write every element they read).
