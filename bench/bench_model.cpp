@@ -1,17 +1,18 @@
 // Whole-model benchmark (issue 4, "Benchmark"), in one process, on the CPU:
 //  1. Generation, batch 1, random weights and random token ids (speed and memory do not
 //     depend on them), vocab 65, for three models:
-//       hybrid     the model section of configs/shakespeare_hybrid.yaml (gdn,gdn,attn,gdn)
-//       hybrid-swa the same with model.attn.window_size = 1024 (sliding-window attention)
-//       attention  the model section of configs/shakespeare_transformer.yaml (attn only)
+//       hybrid      the model section of configs/shakespeare_hybrid.yaml (gdn,gdn,attn,gdn;
+//                   its attention layer has a sliding window of block_size = 256 tokens)
+//       hybrid-full the same with model.attn.window_size = 0 (full attention layer)
+//       attention   the model section of configs/shakespeare_transformer.yaml (attn only)
 //     At each context L (default 1024, 8192, 32768): a prompt of L ids is fed through
 //     HybridLM::step (the prefill, in pieces of --prefill-chunk tokens), then --decode-steps
 //     single tokens, each timed. Reported: prefill tokens/s; median decode ms/token and
 //     tokens/s; the generation state's bytes (every tensor of the HybridLMState: KV caches
 //     as allocated, recurrent and short-conv states) after the prefill and after decoding;
 //     the process's current and peak RSS. Last, each model's decode ms/token at the largest
-//     context over that at the smallest: the hybrid's and the sliding window's should stay
-//     near 1 while full attention's grows with L.
+//     context over that at the smallest: the hybrid's should stay near 1, while every model
+//     with a full-attention layer grows with L.
 //  2. Training tokens/s of configs/shakespeare_hybrid.yaml and shakespeare_transformer.yaml
 //     and of their "nanoGPT-size" variants (data.block_size=64, train.batch_size=12,
 //     train.grad_accum=1). A step is what the trainer's is (train/trainer.cpp): forward and
@@ -34,7 +35,7 @@
 // Flags: --config-dir DIR (default: configs/ of the working directory, else of the source
 // tree the executable was built in), --contexts L1,L2,.. (1024,8192,32768), --decode-steps N
 // (64), --prefill-chunk N (1024; 0 = the whole prompt in one call), --models
-// hybrid,hybrid-swa,attention, --steps N (20), --warmup-steps N (3), --threads N,
+// hybrid,hybrid-full,attention, --steps N (20), --warmup-steps N (3), --threads N,
 // --skip-train, --skip-generate.
 #include <malloc.h>
 #include <omp.h>
@@ -75,7 +76,6 @@ using Clock = std::chrono::steady_clock;
 using lat::Tensor;
 
 constexpr int64_t kRandomVocab = 65;  // tiny Shakespeare's character count
-constexpr int64_t kSwaWindow = 1024;  // model.attn.window_size of the hybrid-swa row
 
 /// The command-line flags, with their defaults.
 struct Options {
@@ -83,7 +83,7 @@ struct Options {
   std::vector<int64_t> contexts = {1024, 8192, 32768};
   int64_t decode_steps = 64;
   int64_t prefill_chunk = 1024;
-  std::vector<std::string> models = {"hybrid", "hybrid-swa", "attention"};
+  std::vector<std::string> models = {"hybrid", "hybrid-full", "attention"};
   int64_t steps = 20;
   int64_t warmup_steps = 3;
   int threads = 0;  // 0 = OpenMP's default
@@ -219,7 +219,7 @@ Options parse_options(int argc, char** argv) {
     else if (arg == "--skip-generate") o.skip_generate = true;
     else if (arg == "--help" || arg == "-h") {
       std::printf("usage: bench_model [--config-dir DIR] [--contexts 1024,8192,32768] [--decode-steps 64]\n"
-                  "                   [--prefill-chunk 1024] [--models hybrid,hybrid-swa,attention]\n"
+                  "                   [--prefill-chunk 1024] [--models hybrid,hybrid-full,attention]\n"
                   "                   [--steps 20] [--warmup-steps 3] [--threads N] [--skip-train] [--skip-generate]\n");
       std::exit(0);
     } else {
@@ -229,8 +229,8 @@ Options parse_options(int argc, char** argv) {
   if (o.decode_steps < 1) throw std::runtime_error("--decode-steps: expected at least 1");
   if (o.steps < 1) throw std::runtime_error("--steps: expected at least 1");
   for (const std::string& m : o.models)
-    if (m != "hybrid" && m != "hybrid-swa" && m != "attention")
-      throw std::runtime_error("--models: unknown model '" + m + "' (hybrid, hybrid-swa, attention)");
+    if (m != "hybrid" && m != "hybrid-full" && m != "attention")
+      throw std::runtime_error("--models: unknown model '" + m + "' (hybrid, hybrid-full, attention)");
   return o;
 }
 
@@ -333,14 +333,14 @@ void run_generation(const fs::path& config_dir, const Options& options) {
   for (const std::string& name : options.models) {
     if (name == "hybrid") models.push_back({name, hybrid_cfg.model});
     if (name == "attention") models.push_back({name, attn_cfg.model});
-    if (name == "hybrid-swa") {
+    if (name == "hybrid-full") {
       lat::ModelConfig m = hybrid_cfg.model;
-      m.attn.window_size = kSwaWindow;
+      m.attn.window_size = 0;
       models.push_back({name, m});
     }
   }
   // Smallest memory first, so that each row's peak RSS is mostly its own.
-  auto order = [](const std::string& n) { return n == "hybrid" ? 0 : n == "hybrid-swa" ? 1 : 2; };
+  auto order = [](const std::string& n) { return n == "hybrid" ? 0 : n == "hybrid-full" ? 1 : 2; };
   std::stable_sort(models.begin(), models.end(),
                    [&](const GenModel& a, const GenModel& b) { return order(a.name) < order(b.name); });
 
