@@ -27,7 +27,8 @@ export OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none OMP
 run() {
   local name=$1 threads=$2
   shift 2
-  "$@" "$lat" train "$config" --set train.out_dir="$work/$name" --set train.stop_at="$steps" \
+  "$@" "$lat" train "$config" --set data.block_size=64 --set train.batch_size=12 --set train.grad_accum=1 \
+    --set train.out_dir="$work/$name" --set train.stop_at="$steps" \
     --set train.eval_every=0 --set train.ckpt_every=0 --set train.log_every=10 \
     --set train.threads="$threads" 2> "$work/$name.log" ||
     { cat "$work/$name.log" >&2; exit 1; }
@@ -37,12 +38,12 @@ run() {
   all_reduce=${all_reduce:--}
 }
 
-echo "== bench_mpi: $config, $steps steps, $(nproc) cores"
+echo "== bench_mpi: $config at nanoGPT size (block 64, batch 12), $steps steps, $(nproc) cores"
 run one 2
 one_tps=$tps one_ar=$all_reduce
 run two 1 "$mpiexec" -n 2 --bind-to core
 two_tps=$tps two_ar=$all_reduce
-tokens_per_step=$(awk '/batch_size:/ {b=$2} /block_size:/ {t=$2} END {print b * t}' "$config")
+tokens_per_step=$((12 * 64))  # the nanoGPT-size batch x block set in run()
 printf "%-22s %12s %14s %20s\n" "layout" "tokens/s" "ms/step" "all-reduce ms/step"
 printf "%-22s %12s %14.1f %20s\n" "1 rank x 2 threads" "$one_tps" "$(awk -v n="$tokens_per_step" -v r="$one_tps" 'BEGIN{print 1e3*n/r}')" "$one_ar"
 printf "%-22s %12s %14.1f %20s\n" "2 ranks x 1 thread" "$two_tps" "$(awk -v n="$tokens_per_step" -v r="$two_tps" 'BEGIN{print 1e3*n/r}')" "$two_ar"
