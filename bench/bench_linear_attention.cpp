@@ -13,7 +13,8 @@
 // OMP_NUM_THREADS=1 on a shared, oversubscribed machine it still measures the work.
 //
 //   bench_linear_attention [--op linear_attn|simple_gla|delta_rule|gated_delta_rule]...
-//                          [--T N]... [--reps N] [--no-recurrent] [--default-malloc] [--cpu-time]
+//                          [--T N]... [--reps N] [--B N] [--H N] [--K N] [--V N]
+//                          [--no-recurrent] [--default-malloc] [--cpu-time]
 #include <malloc.h>
 
 #include <algorithm>
@@ -34,7 +35,9 @@ namespace {
 using lat::LinearAttentionOutput;
 using lat::Tensor;
 
-constexpr int64_t kB = 4, kH = 4, kK = 64, kV = 64, kC = 64;
+// Problem sizes; --B, --H, --K, --V change them (e.g. a model's own head size).
+int64_t kB = 4, kH = 4, kK = 64, kV = 64;
+constexpr int64_t kC = 64;
 
 bool g_cpu_time = false;  // --cpu-time
 
@@ -147,6 +150,13 @@ int main(int argc, char** argv) {
       ops.push_back(argv[++i]);
     } else if (arg == "--T" && i + 1 < argc) {
       lengths.push_back(std::stoll(argv[++i]));
+    } else if ((arg == "--B" || arg == "--H" || arg == "--K" || arg == "--V") && i + 1 < argc) {
+      const int64_t n = std::stoll(argv[++i]);
+      if (n < 1) {
+        std::fprintf(stderr, "error: %s must be >= 1, got %lld\n", arg.c_str(), static_cast<long long>(n));
+        return 2;
+      }
+      (arg == "--B" ? kB : arg == "--H" ? kH : arg == "--K" ? kK : kV) = n;
     } else if (arg == "--reps" && i + 1 < argc) {
       reps = std::max(1, std::stoi(argv[++i]));
     } else if (arg == "--no-recurrent") {
@@ -158,7 +168,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: %s [--op linear_attn|simple_gla|delta_rule|gated_delta_rule]... [--T N]... [--reps N] "
-                   "[--no-recurrent] [--default-malloc] [--cpu-time]\n",
+                   "[--B N] [--H N] [--K N] [--V N] [--no-recurrent] [--default-malloc] [--cpu-time]\n",
                    argv[0]);
       return 2;
     }
