@@ -1,16 +1,12 @@
 // Checkpoints (train/checkpoint.h): bit-exact round trip, the HDF5 layout of DESIGN.md read
 // back with the HDF5 C API, bad files, version check, atomic save, and the run directory's
 // latest / prune / stale tmp / metrics.jsonl handling.
-#include <unistd.h>
-
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <regex>
 #include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -18,49 +14,19 @@
 #include <hdf5.h>
 
 #include "lat/version.h"
+#include "tests/test_files.h"
 #include "train/checkpoint.h"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-class CheckpointTest : public ::testing::Test {
+using namespace lat::testing;
+
+class CheckpointTest : public TempDirTest {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() /
-           (std::string("lat_test_ckpt_") + info->name() + "_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-
-  fs::path dir_;
+  CheckpointTest() : TempDirTest("lat_test_ckpt_") {}
 };
-
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
-
-void write_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary) << bytes;
-}
-
-/// The message of the lat::Error thrown by `f`; fails the test when none is thrown.
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const lat::Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a lat::Error";
-  return "";
-}
 
 bool bit_equal(const lat::Tensor& a, const lat::Tensor& b) {
   if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
@@ -403,13 +369,7 @@ TEST_F(CheckpointTest, FixedLengthAsciiStringsAreRead) {
 TEST_F(CheckpointTest, NewerVersionIsAnError) {
   const std::string file_path = path("v2.h5");
   lat::save_checkpoint(file_path, sample_checkpoint());
-  hid_t file = H5Fopen(file_path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
-  ASSERT_GE(file, 0);
-  hid_t attr = H5Aopen(file, "version", H5P_DEFAULT);
-  const int64_t two = 2;
-  H5Awrite(attr, H5T_NATIVE_INT64, &two);
-  H5Aclose(attr);
-  H5Fclose(file);
+  ASSERT_NO_FATAL_FAILURE(overwrite_int64_attribute(file_path, "version", 2));
   const std::string message = error_of([&] { lat::load_checkpoint(file_path); });
   EXPECT_NE(message.find("checkpoint version 2 is newer than this lat supports (1)"), std::string::npos) << message;
   EXPECT_NE(message.find(file_path), std::string::npos) << message;

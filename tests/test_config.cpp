@@ -1,52 +1,22 @@
 // Config loading (train/config.h): defaults, a full file, every error kind with the key and
 // its line, --set overrides, to_yaml round trip and the resume comparison.
-#include <filesystem>
-#include <fstream>
-#include <functional>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
+#include "tests/test_files.h"
 #include "train/config.h"
-
-namespace fs = std::filesystem;
 
 namespace {
 
-/// A fresh directory per test, removed at the end.
-class ConfigTest : public ::testing::Test {
+using namespace lat::testing;
+
+/// A fresh directory per test (write(name, text) puts a file in it), removed at the end.
+class ConfigTest : public TempDirTest {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() / (std::string("lat_test_config_") + info->name() + "_" +
-                                        std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  /// Writes `text` to dir/name and returns the path.
-  std::string write(const std::string& name, const std::string& text) {
-    const std::string path = (dir_ / name).string();
-    std::ofstream(path) << text;
-    return path;
-  }
-
-  fs::path dir_;
+  ConfigTest() : TempDirTest("lat_test_config_") {}
 };
-
-/// The message of the ConfigError thrown by `f`; fails the test when none is thrown.
-std::string config_error(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const lat::ConfigError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a ConfigError";
-  return "";
-}
 
 /// parse_config of `yaml` with a data.path line prepended (it is required), as "run.yaml".
 /// The data line is line 1, so the snippet's first line is line 2.
@@ -55,7 +25,7 @@ lat::Config parse(const std::string& yaml, const std::vector<std::string>& overr
 }
 
 std::string parse_error(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
-  return config_error([&] { parse(yaml, overrides); });
+  return error_of<lat::ConfigError>([&] { parse(yaml, overrides); });
 }
 
 TEST(Config, ErrorTypeIsALatError) {
@@ -261,19 +231,19 @@ TEST_F(ConfigTest, OutDirDefaultsToConfigFileName) {
 
 TEST_F(ConfigTest, MissingFileAndSyntaxErrorNameTheFile) {
   const std::string missing = (dir_ / "nope.yaml").string();
-  std::string message = config_error([&] { lat::load_config(missing); });
+  std::string message = error_of<lat::ConfigError>([&] { lat::load_config(missing); });
   EXPECT_NE(message.find(missing), std::string::npos) << message;
   EXPECT_NE(message.find("no such file"), std::string::npos) << message;
 
-  message = config_error([&] { lat::load_config(dir_.string()); });
+  message = error_of<lat::ConfigError>([&] { lat::load_config(dir_.string()); });
   EXPECT_NE(message.find("is a directory"), std::string::npos) << message;
 
   const std::string bad = write("bad.yaml", "data:\n  path: x\ntrain: [1, 2\n");
-  message = config_error([&] { lat::load_config(bad); });
+  message = error_of<lat::ConfigError>([&] { lat::load_config(bad); });
   EXPECT_NE(message.find("YAML syntax error"), std::string::npos) << message;
   EXPECT_NE(message.find(bad + ":"), std::string::npos) << message;
 
-  message = config_error([&] { lat::parse_config("- a\n- b\n", "list.yaml"); });
+  message = error_of<lat::ConfigError>([&] { lat::parse_config("- a\n- b\n", "list.yaml"); });
   EXPECT_NE(message.find("expected a map of keys at the top level, got a list"), std::string::npos) << message;
 }
 
@@ -366,19 +336,17 @@ TEST(Config, ImpossibleValues) {
   };
   for (const Case& c : cases) {
     // Path checks only happen in load_config: go through a file.
-    const fs::path path = fs::temp_directory_path() / ("lat_test_config_impossible_" + std::to_string(::getpid()));
-    fs::create_directories(path);
-    const std::string file = (path / "run.yaml").string();
-    std::ofstream(file) << "data.path: corpus.txt\n" << c.yaml;
-    std::string message = config_error([&] { lat::load_config(file); });
+    const TempDir dir("lat_test_config_impossible_");
+    const std::string file = dir.path("run.yaml");
+    write_bytes(file, "data.path: corpus.txt\n" + c.yaml);
+    std::string message = error_of<lat::ConfigError>([&] { lat::load_config(file); });
     const std::string expected = std::string(c.expected).replace(c.expected.rfind("run.yaml"), 8, file);
     EXPECT_EQ(message, expected) << "for:\n" << c.yaml;
-    fs::remove_all(path);
   }
   // d_model not divisible by n_heads is fine once head_dim is set.
   EXPECT_EQ(parse("model:\n  d_model: 130\n  n_heads: 4\n  head_dim: 32\n").model.head_dim, 32);
   // data.path is required.
-  EXPECT_EQ(config_error([] { lat::parse_config("train.lr: 0.1\n", "run.yaml"); }),
+  EXPECT_EQ(error_of<lat::ConfigError>([] { lat::parse_config("train.lr: 0.1\n", "run.yaml"); }),
             "data.path: required: the text or token file to train on (not set in run.yaml)");
 }
 

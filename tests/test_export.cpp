@@ -3,12 +3,9 @@
 // tokenizer.json describe the model, tied embeddings get an lm_head copy, h5-weights has no
 // training state, every --checkpoint form loads the same weights, the exported model computes
 // the same logits, bad inputs are named; info's parameter and memory figures by hand.
-#include <unistd.h>
-
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <sstream>
 #include <string>
@@ -20,6 +17,7 @@
 
 #include "lat/tape.h"
 #include "layers/swiglu.h"
+#include "tests/test_files.h"
 #include "train/checkpoint.h"
 #include "train/export.h"
 #include "train/generate.h"
@@ -35,21 +33,11 @@ namespace {
 const std::string kVocab = "\n abcdefghi\xc3\xa9";
 constexpr int64_t kVocabSize = 12;
 
-class ExportTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() / (std::string("lat_test_export_") + info->name() + "_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+using namespace lat::testing;
 
-  /// A config from model.* YAML lines (data.path is never read here).
-  static lat::Config config(const std::string& model_yaml) {
-    return lat::parse_config("model:\n" + model_yaml + "data:\n  path: corpus.txt\n", "test.yaml");
-  }
+class ExportTest : public TempDirTest {
+ protected:
+  ExportTest() : TempDirTest("lat_test_export_") {}
 
   /// Saves a checkpoint of a freshly initialized model of `config` (with optimizer, rng and
   /// data state, as a training run writes) and returns it.
@@ -75,28 +63,7 @@ class ExportTest : public ::testing::Test {
     lat::save_checkpoint(path(file), c);
     return c;
   }
-
-  fs::path dir_;
 };
-
-std::string read_file(const std::string& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const lat::Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no lat::Error thrown";
-  return "";
-}
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 bool bit_equal(const lat::Tensor& a, const lat::Tensor& b) {
   if (a.shape() != b.shape()) return false;
@@ -117,7 +84,7 @@ lat::Tensor logits_of(const lat::ModelWeights& w, const std::vector<int64_t>& id
 }
 
 TEST_F(ExportTest, SafetensorsKeepsNamesShapesAndValuesAndDescribesTheModel) {
-  const lat::Config cfg = config(kHybrid);
+  const lat::Config cfg = model_config(kHybrid);
   const lat::Checkpoint ckpt = save("ckpt.h5", cfg);
   const auto written = lat::export_model({path("ckpt.h5"), "safetensors", path("out"), "f32", {}});
   EXPECT_EQ(written, (std::vector<std::string>{path("out/model.safetensors"), path("out/config.json"),
@@ -133,7 +100,7 @@ TEST_F(ExportTest, SafetensorsKeepsNamesShapesAndValuesAndDescribesTheModel) {
   EXPECT_EQ(file.metadata.at("step"), "7");
   EXPECT_EQ(file.metadata.at("tokens_seen"), "1234");
 
-  const nlohmann::json j = nlohmann::json::parse(read_file(path("out/config.json")));
+  const nlohmann::json j = nlohmann::json::parse(read_bytes(path("out/config.json")));
   EXPECT_EQ(j["architectures"], nlohmann::json({"HybridLMForCausalLM"}));
   EXPECT_EQ(j["model_type"], "lat_hybrid");
   EXPECT_EQ(j["torch_dtype"], "float32");
@@ -151,7 +118,7 @@ TEST_F(ExportTest, SafetensorsKeepsNamesShapesAndValuesAndDescribesTheModel) {
   EXPECT_EQ(j["tie_word_embeddings"], false);
   EXPECT_EQ(lat::parse_config(j["lat_config"].get<std::string>(), "lat_config"), cfg);
 
-  const nlohmann::json tok = nlohmann::json::parse(read_file(path("out/tokenizer.json")));
+  const nlohmann::json tok = nlohmann::json::parse(read_bytes(path("out/tokenizer.json")));
   EXPECT_EQ(tok["type"], "char");
   ASSERT_EQ(tok["vocab"].size(), static_cast<size_t>(kVocabSize));
   EXPECT_EQ(tok["vocab"][0], "\n");
@@ -159,13 +126,13 @@ TEST_F(ExportTest, SafetensorsKeepsNamesShapesAndValuesAndDescribesTheModel) {
 }
 
 TEST_F(ExportTest, TiedEmbeddingsWriteAnLmHeadCopyThatLoadingDrops) {
-  const lat::Config cfg = config(kHybrid + "  tie_embeddings: true\n");
+  const lat::Config cfg = model_config(kHybrid + "  tie_embeddings: true\n");
   const lat::Checkpoint ckpt = save("tied.h5", cfg);
   lat::export_model({path("tied.h5"), "safetensors", path("out"), "f32", {}});
   const lat::SafetensorsFile file = lat::load_safetensors(path("out/model.safetensors"));
   EXPECT_EQ(file.tensors.back().first, "lm_head.weight");
   EXPECT_TRUE(bit_equal(file.at("lm_head.weight"), file.at("embeddings.weight")));
-  EXPECT_EQ(nlohmann::json::parse(read_file(path("out/config.json")))["tie_word_embeddings"], true);
+  EXPECT_EQ(nlohmann::json::parse(read_bytes(path("out/config.json")))["tie_word_embeddings"], true);
 
   const lat::ModelWeights w = lat::load_model_weights(path("out/model.safetensors"));
   ASSERT_EQ(w.checkpoint.model.size(), ckpt.model.size());
@@ -174,27 +141,27 @@ TEST_F(ExportTest, TiedEmbeddingsWriteAnLmHeadCopyThatLoadingDrops) {
 }
 
 TEST_F(ExportTest, ModelsOfTokenIdsAndBytesKeepTheirTokenizerType) {
-  save("ids.h5", config(kHybrid), "none");
+  save("ids.h5", model_config(kHybrid), "none");
   lat::export_model({path("ids.h5"), "safetensors", path("ids"), "f32", {}});
   EXPECT_FALSE(fs::exists(path("ids/tokenizer.json")));
   EXPECT_EQ(lat::load_model_weights(path("ids")).checkpoint.tokenizer_type, "none");
 
-  save("bytes.h5", config(kHybrid), "byte");
+  save("bytes.h5", model_config(kHybrid), "byte");
   lat::export_model({path("bytes.h5"), "safetensors", path("bytes"), "f32", {}});
-  const nlohmann::json tok = nlohmann::json::parse(read_file(path("bytes/tokenizer.json")));
+  const nlohmann::json tok = nlohmann::json::parse(read_bytes(path("bytes/tokenizer.json")));
   EXPECT_EQ(tok, nlohmann::json({{"type", "byte"}, {"vocab_size", 256}}));
   EXPECT_EQ(lat::load_model_weights(path("bytes")).checkpoint.tokenizer_type, "byte");
 }
 
 TEST_F(ExportTest, Bf16ExportRoundsEveryValueToNearestEven) {
-  const lat::Checkpoint ckpt = save("ckpt.h5", config(kHybrid));
+  const lat::Checkpoint ckpt = save("ckpt.h5", model_config(kHybrid));
   lat::export_model({path("ckpt.h5"), "safetensors", path("out"), "bf16", {}});
-  const std::string bytes = read_file(path("out/model.safetensors"));
+  const std::string bytes = read_bytes(path("out/model.safetensors"));
   uint64_t n = 0;
   std::memcpy(&n, bytes.data(), 8);
   const nlohmann::json header = nlohmann::json::parse(bytes.substr(8, n));
   EXPECT_EQ(header["embeddings.weight"]["dtype"], "BF16");
-  EXPECT_EQ(nlohmann::json::parse(read_file(path("out/config.json")))["torch_dtype"], "bfloat16");
+  EXPECT_EQ(nlohmann::json::parse(read_bytes(path("out/config.json")))["torch_dtype"], "bfloat16");
   const lat::SafetensorsFile file = lat::load_safetensors(path("out/model.safetensors"));
   for (const auto& [name, original] : ckpt.model) {
     const auto got = file.at(name).to_vector<float>(), want = original.to_vector<float>();
@@ -204,7 +171,7 @@ TEST_F(ExportTest, Bf16ExportRoundsEveryValueToNearestEven) {
 }
 
 TEST_F(ExportTest, H5WeightsHasOnlyModelConfigTokenizerAndRootAttributes) {
-  const lat::Checkpoint ckpt = save("ckpt.h5", config(kHybrid));
+  const lat::Checkpoint ckpt = save("ckpt.h5", model_config(kHybrid));
   const auto written = lat::export_model({path("ckpt.h5"), "h5-weights", path("out"), "f32", {}});
   EXPECT_EQ(written, std::vector<std::string>{path("out/model.h5")});
   EXPECT_FALSE(fs::exists(path("out/model.h5.partial")));
@@ -233,7 +200,7 @@ TEST_F(ExportTest, H5WeightsHasOnlyModelConfigTokenizerAndRootAttributes) {
 
 TEST_F(ExportTest, EveryCheckpointFormLoadsTheSameModel) {
   fs::create_directories(path("run"));
-  const lat::Checkpoint ckpt = save("run/ckpt_00000007.h5", config(kHybrid));
+  const lat::Checkpoint ckpt = save("run/ckpt_00000007.h5", model_config(kHybrid));
   lat::write_latest(path("run"), "ckpt_00000007.h5");
   lat::export_model({path("run"), "safetensors", path("st"), "f32", {}});
   lat::export_model({path("run"), "h5-weights", path("h5"), "f32", {}});
@@ -258,7 +225,7 @@ TEST_F(ExportTest, EveryCheckpointFormLoadsTheSameModel) {
 }
 
 TEST_F(ExportTest, GenerateFromTheExportsGivesTheSameText) {
-  save("ckpt.h5", config(kHybrid));
+  save("ckpt.h5", model_config(kHybrid));
   lat::export_model({path("ckpt.h5"), "safetensors", path("st"), "f32", {}});
   lat::export_model({path("ckpt.h5"), "h5-weights", path("h5"), "f32", {}});
   auto sample = [](const std::string& checkpoint) {
@@ -279,7 +246,7 @@ TEST_F(ExportTest, GenerateFromTheExportsGivesTheSameText) {
 }
 
 TEST_F(ExportTest, CheckTokensWritesLatsLogitsForwardAndStepwise) {
-  const lat::Config cfg = config(kHybrid);
+  const lat::Config cfg = model_config(kHybrid);
   save("ckpt.h5", cfg);
   const std::vector<int64_t> ids = {0, 5, 11, 2, 2, 7, 1, 9, 3};
   const auto written = lat::export_model({path("ckpt.h5"), "safetensors", path("out"), "f32", ids});
@@ -298,7 +265,7 @@ TEST_F(ExportTest, CheckTokensWritesLatsLogitsForwardAndStepwise) {
 }
 
 TEST_F(ExportTest, BadOptionsAreConfigErrors) {
-  save("ckpt.h5", config(kHybrid));
+  save("ckpt.h5", model_config(kHybrid));
   EXPECT_THROW(lat::export_model({path("ckpt.h5"), "onnx", path("out"), "f32", {}}), lat::ConfigError);
   EXPECT_THROW(lat::export_model({path("ckpt.h5"), "safetensors", path("out"), "f16", {}}), lat::ConfigError);
   EXPECT_THROW(lat::export_model({path("ckpt.h5"), "h5-weights", path("out"), "bf16", {}}), lat::ConfigError);
@@ -306,14 +273,8 @@ TEST_F(ExportTest, BadOptionsAreConfigErrors) {
 }
 
 TEST_F(ExportTest, NewerCheckpointVersionSaysWhichIsSupported) {
-  save("v2.h5", config(kHybrid));
-  hid_t file = H5Fopen(path("v2.h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
-  ASSERT_GE(file, 0);
-  hid_t attr = H5Aopen(file, "version", H5P_DEFAULT);
-  const int64_t two = 2;
-  H5Awrite(attr, H5T_NATIVE_INT64, &two);
-  H5Aclose(attr);
-  H5Fclose(file);
+  save("v2.h5", model_config(kHybrid));
+  ASSERT_NO_FATAL_FAILURE(overwrite_int64_attribute(path("v2.h5"), "version", 2));
   for (const auto& f : std::vector<std::function<void()>>{
            [&] { lat::load_model_weights(path("v2.h5")); },
            [&] { lat::export_model({path("v2.h5"), "safetensors", path("out"), "f32", {}}); },
@@ -325,7 +286,7 @@ TEST_F(ExportTest, NewerCheckpointVersionSaysWhichIsSupported) {
 }
 
 TEST_F(ExportTest, BrokenExportsAreNamed) {
-  save("ckpt.h5", config(kHybrid));
+  save("ckpt.h5", model_config(kHybrid));
   lat::export_model({path("ckpt.h5"), "safetensors", path("out"), "f32", {}});
   const std::string st = path("out/model.safetensors");
 
@@ -346,9 +307,9 @@ TEST_F(ExportTest, BrokenExportsAreNamed) {
   EXPECT_TRUE(contains(message, "'embeddings.weight': expected shape [12, 16], got [12, 17]")) << message;
 
   // A header overrunning the file.
-  std::string bytes = read_file(st);
+  std::string bytes = read_bytes(st);
   bytes.resize(bytes.size() / 2);
-  std::ofstream(path("out/model.safetensors"), std::ios::binary) << bytes;
+  write_bytes(path("out/model.safetensors"), bytes);
   message = error_of([&] { lat::load_model_weights(st); });
   EXPECT_TRUE(contains(message, st)) << message;
 
@@ -358,7 +319,7 @@ TEST_F(ExportTest, BrokenExportsAreNamed) {
   EXPECT_TRUE(contains(message, path("out/config.json"))) << message;
 
   // config.json that lat did not write.
-  std::ofstream(path("out/config.json")) << R"({"model_type": "llama"})";
+  write_bytes(path("out/config.json"), R"({"model_type": "llama"})");
   message = error_of([&] { lat::load_model_weights(path("out/fewer.safetensors")); });
   EXPECT_TRUE(contains(message, "no string 'lat_config'")) << message;
 }
@@ -367,7 +328,7 @@ TEST_F(ExportTest, BrokenExportsAreNamed) {
 
 TEST_F(ExportTest, InfoCountsParametersPerModule) {
   // d_model 16 = 2 heads x 8: attention projections 4 x 16 x 16.
-  const lat::Config cfg = config(kHybrid);
+  const lat::Config cfg = model_config(kHybrid);
   const lat::ModelInfo info = lat::model_info(cfg, kVocabSize, 100);
   lat::Generator gen(0);
   lat::HybridLM model(lat::hybrid_lm_config(cfg.model, kVocabSize), gen);
@@ -390,14 +351,14 @@ TEST_F(ExportTest, InfoCountsParametersPerModule) {
                                                                  {"layers.2.mlp", 3 * D * F},
                                                                  {"norms", 7 * D},
                                                                  {"lm_head", kVocabSize * D}}));
-  const lat::ModelInfo tied = lat::model_info(config(kHybrid + "  tie_embeddings: true\n"), kVocabSize, 100);
+  const lat::ModelInfo tied = lat::model_info(model_config(kHybrid + "  tie_embeddings: true\n"), kVocabSize, 100);
   EXPECT_EQ(tied.total_params, info.total_params - kVocabSize * D);
   EXPECT_EQ(tied.params.back().name, "lm_head (tied to embeddings)");
 }
 
 TEST_F(ExportTest, InfoMemoryOfStatesAndKvCaches) {
   // H 4, K 8, V 16 (expand_v 2), attention kv heads 2, window 64, conv 3.
-  const lat::Config cfg = config(
+  const lat::Config cfg = model_config(
       "  d_model: 32\n  n_layers: 4\n  n_heads: 4\n  layers: \"gdn,linear_attn,attn\"\n  expand_v: 2.0\n"
       "  attn: {n_kv_heads: 2, window_size: 64}\n  linear: {conv_size: 3, normalize: true}\n");
   const int64_t H = 4, K = 8, V = 16, Hkv = 2;
@@ -420,7 +381,7 @@ TEST_F(ExportTest, InfoMemoryOfStatesAndKvCaches) {
 }
 
 TEST_F(ExportTest, InfoOnACheckpointReportsItsFacts) {
-  save("ckpt.h5", config(kHybrid));
+  save("ckpt.h5", model_config(kHybrid));
   lat::export_model({path("ckpt.h5"), "safetensors", path("out"), "f32", {}});
   for (const std::string& p : {path("ckpt.h5"), path("out/model.safetensors")}) {
     const lat::ModelInfo info = lat::inspect(p, 32);

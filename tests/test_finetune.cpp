@@ -2,14 +2,10 @@
 // lr_mult resolution, init_from shape checks (strict errors name every parameter and both
 // shapes; non-strict resizes vocabularies and lists what it skipped), the tokenizer a
 // fine-tuning run uses.
-#include <unistd.h>
-
 #include <cstdio>
 #include <filesystem>
 #include <map>
-#include <sstream>
 #include <fstream>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -17,6 +13,7 @@
 
 #include "lat/ops.h"
 #include "lat/tape.h"
+#include "tests/test_files.h"
 #include "train/checkpoint.h"
 #include "train/finetune.h"
 #include "train/model.h"
@@ -26,19 +23,15 @@ namespace fs = std::filesystem;
 
 namespace {
 
-class FinetuneTest : public ::testing::Test {
+using namespace lat::testing;
+
+class FinetuneTest : public TempDirTest {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() / (std::string("lat_test_ft_") + info->name() + "_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
+  FinetuneTest() : TempDirTest("lat_test_ft_") {}
   void TearDown() override {
     std::fclose(log_);
-    fs::remove_all(dir_);
+    TempDirTest::TearDown();
   }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
 
   /// Trains a tiny model on a small text for `steps` steps into `out`, with extra config
   /// lines; returns the final checkpoint.
@@ -61,13 +54,7 @@ class FinetuneTest : public ::testing::Test {
   }
 
   std::FILE* log_ = std::tmpfile();
-
-  fs::path dir_;
 };
-
-lat::Config config(const std::string& model_yaml, const std::string& data_path = "corpus.txt") {
-  return lat::parse_config("model:\n" + model_yaml + "data:\n  path: " + data_path + "\n", "test.yaml");
-}
 
 const std::string kModel = "  d_model: 16\n  n_layers: 2\n  n_heads: 2\n  layers: \"gdn,attn\"\n";
 
@@ -84,18 +71,6 @@ lat::ModelWeights weights_of(const lat::HybridLM& model, const std::string& sour
   return w;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const lat::Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no lat::Error thrown";
-  return "";
-}
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
-
 TEST(Glob, StarCrossesDotsQuestionMarkAndClasses) {
   EXPECT_TRUE(lat::glob_match("layers.0.*", "layers.0.attn.q_proj.weight"));
   EXPECT_FALSE(lat::glob_match("layers.0.*", "layers.10.attn.q_proj.weight"));
@@ -108,7 +83,7 @@ TEST(Glob, StarCrossesDotsQuestionMarkAndClasses) {
 }
 
 TEST(Freeze, FrozenParametersGetNoGradientAndAreNotTrainable) {
-  const lat::Config cfg = config(kModel);
+  const lat::Config cfg = model_config(kModel);
   auto model = build(cfg, 10, 1);
   const auto params = model->named_parameters();
   const auto frozen = lat::frozen_names(params, {"layers.0.*", "embeddings.*"});
@@ -129,7 +104,7 @@ TEST(Freeze, FrozenParametersGetNoGradientAndAreNotTrainable) {
 }
 
 TEST(Freeze, PatternsThatMatchNothingOrEverythingAreConfigErrors) {
-  auto model = build(config(kModel), 10, 1);
+  auto model = build(model_config(kModel), 10, 1);
   const auto params = model->named_parameters();
   try {
     lat::frozen_names(params, {"layers.0.*", "layer.1.*"});
@@ -141,7 +116,7 @@ TEST(Freeze, PatternsThatMatchNothingOrEverythingAreConfigErrors) {
 }
 
 TEST(LrMult, LastMatchingPatternWinsAndUnmatchedIsAnError) {
-  auto model = build(config(kModel), 10, 1);
+  auto model = build(model_config(kModel), 10, 1);
   const auto params = model->named_parameters();
   const auto mults = lat::lr_multipliers(params, {{"layers.*", 0.5}, {"*.A_log", 0.0}, {"layers.1.*", 2.0}});
   std::map<std::string, double> m(mults.begin(), mults.end());
@@ -156,7 +131,7 @@ TEST(LrMult, LastMatchingPatternWinsAndUnmatchedIsAnError) {
 }
 
 TEST(InitFrom, StrictCopiesEveryParameterBitForBit) {
-  const lat::Config cfg = config(kModel);
+  const lat::Config cfg = model_config(kModel);
   auto base = build(cfg, 10, 1);
   auto model = build(cfg, 10, 2);
   const lat::InitReport report = lat::init_from_weights(*model, weights_of(*base, "base.h5"), true);
@@ -167,10 +142,10 @@ TEST(InitFrom, StrictCopiesEveryParameterBitForBit) {
 }
 
 TEST(InitFrom, StrictMismatchNamesEveryParameterAndBothShapes) {
-  auto base = build(config(kModel), 10, 1);
+  auto base = build(model_config(kModel), 10, 1);
   // Wider MLP, one layer more, tied embeddings (no lm_head).
-  auto model = build(config("  d_model: 16\n  n_layers: 3\n  n_heads: 2\n  layers: \"gdn,attn\"\n  mlp_ratio: 2.0\n"
-                            "  tie_embeddings: true\n"),
+  auto model = build(model_config("  d_model: 16\n  n_layers: 3\n  n_heads: 2\n  layers: \"gdn,attn\"\n"
+                                  "  mlp_ratio: 2.0\n  tie_embeddings: true\n"),
                      10, 2);
   const auto before = model->named_parameters().front().second.to_vector<float>();
   const std::string message =
@@ -185,8 +160,8 @@ TEST(InitFrom, StrictMismatchNamesEveryParameterAndBothShapes) {
 }
 
 TEST(InitFrom, NonStrictResizesTheVocabularyAndListsTheRest) {
-  auto base = build(config(kModel), 10, 1);
-  auto model = build(config("  d_model: 16\n  n_layers: 3\n  n_heads: 2\n  layers: \"gdn,attn\"\n"), 13, 2);
+  auto base = build(model_config(kModel), 10, 1);
+  auto model = build(model_config("  d_model: 16\n  n_layers: 3\n  n_heads: 2\n  layers: \"gdn,attn\"\n"), 13, 2);
   const auto fresh = model->named_parameters();
   std::map<std::string, std::vector<float>> initial;
   for (const auto& [name, t] : fresh) initial[name] = t.to_vector<float>();
@@ -221,24 +196,24 @@ TEST_F(FinetuneTest, TokenizerKeepsTheCheckpointsIdsAndExtendsOnlyWhenAllowed) {
   std::ofstream(path("same.txt")) << "bad cab\nace\n";
   std::ofstream(path("new.txt")) << "zebra!\n";
 
-  auto same = lat::finetune_tokenizer(init, config(kModel, path("same.txt")).data, true);
+  auto same = lat::finetune_tokenizer(init, model_config(kModel, path("same.txt")).data, true);
   ASSERT_TRUE(same.has_value());
   EXPECT_EQ(same->vocab_string(), init.tokenizer_vocab);  // not the text's own sorted vocabulary
 
   try {
-    lat::finetune_tokenizer(init, config(kModel, path("new.txt")).data, true);
+    lat::finetune_tokenizer(init, model_config(kModel, path("new.txt")).data, true);
     ADD_FAILURE() << "no error";
   } catch (const lat::ConfigError& e) {
     EXPECT_TRUE(contains(e.what(), "3 characters outside the checkpoint's vocabulary: '!', 'r', 'z'")) << e.what();
   }
-  auto extended = lat::finetune_tokenizer(init, config(kModel, path("new.txt")).data, false);
+  auto extended = lat::finetune_tokenizer(init, model_config(kModel, path("new.txt")).data, false);
   ASSERT_TRUE(extended.has_value());
   EXPECT_EQ(extended->vocab_string(), "\n abcde!rz");
 
   lat::Checkpoint byte_init;
   byte_init.tokenizer_type = "byte";
-  EXPECT_THROW(lat::finetune_tokenizer(byte_init, config(kModel, path("same.txt")).data, true), lat::ConfigError);
-  EXPECT_FALSE(lat::finetune_tokenizer(byte_init, config(kModel, path("same.txt")).data, false).has_value());
+  EXPECT_THROW(lat::finetune_tokenizer(byte_init, model_config(kModel, path("same.txt")).data, true), lat::ConfigError);
+  EXPECT_FALSE(lat::finetune_tokenizer(byte_init, model_config(kModel, path("same.txt")).data, false).has_value());
 }
 
 std::map<std::string, std::vector<float>> values(const lat::Checkpoint& c) {

@@ -1,11 +1,9 @@
 // Generation: token sampling (temperature, top-k, top-p) against the distributions they
 // define, greedy decoding against the full forward pass, and `lat generate` on a checkpoint.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -13,6 +11,7 @@
 #include "data/tokenizer.h"
 #include "lat/lat.h"
 #include "layers/hybrid_lm.h"
+#include "tests/test_files.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
 #include "train/generate.h"
@@ -113,9 +112,8 @@ TEST(Generate, GreedyTokensAreTheArgmaxOfTheFullForward) {
 // `lat generate` on a checkpoint (file and run directory): prompt, then max_new_tokens
 // characters, then a newline; the same seed gives the same text.
 TEST(Generate, StreamsPromptAndContinuationFromACheckpoint) {
-  const fs::path dir = fs::temp_directory_path() / ("lat_test_generate_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  const testing::TempDir temp("lat_test_generate_");
+  const fs::path& dir = temp.dir();
   const Tokenizer tokenizer = Tokenizer::char_from_text("abcdefgh ijk\n");
   Config config = parse_config(
       "model: {d_model: 16, n_layers: 2, n_heads: 2, layers: \"gdn,attn\"}\ndata: {path: x.txt}\ntrain: {threads: 1}\n",
@@ -155,7 +153,6 @@ TEST(Generate, StreamsPromptAndContinuationFromACheckpoint) {
   bad.prompt = "xyz";  // not in the vocabulary
   std::ostringstream ignored;
   EXPECT_THROW(generate(bad, ignored), Error);
-  fs::remove_all(dir);
 }
 
 }  // namespace

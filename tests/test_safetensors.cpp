@@ -2,49 +2,29 @@
 // against a float64 reference, F16 reading, the byte layout (header length, 8-byte aligned data
 // section, offsets), metadata, and bad files (header overrunning the file, bad JSON, unknown
 // dtype, offsets out of range / overlapping / not matching the shape, a missing tensor).
-#include <unistd.h>
-
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <functional>
 #include <limits>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "tests/test_files.h"
 #include "train/safetensors.h"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-class SafetensorsTest : public ::testing::Test {
+using namespace lat::testing;
+
+class SafetensorsTest : public TempDirTest {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() / (std::string("lat_test_st_") + info->name() + "_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-
-  fs::path dir_;
+  SafetensorsTest() : TempDirTest("lat_test_st_") {}
 };
-
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
-
-void write_bytes(const std::string& path, const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; }
 
 /// A safetensors file from a header text and a data section, with the 8-byte length prefix.
 std::string make_file(const std::string& header, const std::string& data, uint64_t header_len) {
@@ -55,18 +35,6 @@ std::string make_file(const std::string& header, const std::string& data, uint64
 std::string make_file(const std::string& header, const std::string& data) {
   return make_file(header, data, header.size());
 }
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const lat::Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no lat::Error thrown";
-  return "";
-}
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 std::vector<float> random_values(size_t n, uint64_t seed) {
   lat::Generator gen(seed);

@@ -3,7 +3,6 @@
 // at every step), config changes on resume, a truncated checkpoint, learning, the final eval
 // over the whole val split, SIGTERM, a non-finite loss.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
@@ -11,7 +10,6 @@
 #include <filesystem>
 #include <fstream>
 #include <numbers>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -19,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "data/dataset.h"
+#include "tests/test_files.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
 #include "train/eval.h"
@@ -30,12 +29,8 @@ namespace fs = std::filesystem;
 namespace lat {
 namespace {
 
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using testing::read_bytes;
+using testing::write_bytes;
 
 std::vector<nlohmann::ordered_json> read_metrics(const fs::path& path) {
   std::vector<nlohmann::ordered_json> out;
@@ -52,14 +47,12 @@ std::vector<std::string> keys_of(const nlohmann::ordered_json& j) {
 
 // A temporary directory with a toy corpus (a sentence repeated: easy to learn) and a tiny
 // config; removed at the end of the test.
-class TrainerTest : public ::testing::Test {
+class TrainerTest : public testing::TempDirTest {
  protected:
+  TrainerTest() : TempDirTest("lat_test_trainer_") {}
+
   void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() /
-           ("lat_test_trainer_" + std::to_string(::getpid()) + "_" + info->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    TempDirTest::SetUp();
     std::string text;
     for (int i = 0; i < 300; ++i) text += "the quick brown fox jumps over the lazy dog.\n";
     std::ofstream(dir_ / "toy.txt") << text;
@@ -91,7 +84,7 @@ class TrainerTest : public ::testing::Test {
   }
   void TearDown() override {
     std::fclose(log_);
-    fs::remove_all(dir_);
+    TempDirTest::TearDown();
   }
 
   Config config(std::vector<std::string> overrides = {}) const {
@@ -105,7 +98,6 @@ class TrainerTest : public ::testing::Test {
   }
   fs::path run_dir() const { return dir_ / "run"; }
 
-  fs::path dir_;
   std::FILE* log_ = nullptr;
 };
 
@@ -120,12 +112,12 @@ TEST_F(TrainerTest, RunWritesTheFilesOfDesign) {
   EXPECT_FALSE(fs::exists(run_dir() / "ckpt_00000004.h5"));
   EXPECT_TRUE(fs::exists(run_dir() / "ckpt_00000008.h5"));
   EXPECT_TRUE(fs::exists(run_dir() / "ckpt_00000012.h5"));
-  EXPECT_EQ(read_file(run_dir() / "latest").substr(0, 16), "ckpt_00000012.h5");
+  EXPECT_EQ(read_bytes(run_dir() / "latest").substr(0, 16), "ckpt_00000012.h5");
   for (const auto& entry : fs::directory_iterator(run_dir()))
     EXPECT_NE(entry.path().extension(), ".tmp") << entry.path();
 
   // config.yaml is the resolved config.
-  EXPECT_EQ(parse_config(read_file(run_dir() / "config.yaml"), "config.yaml"), config());
+  EXPECT_EQ(parse_config(read_bytes(run_dir() / "config.yaml"), "config.yaml"), config());
 
   // metrics.jsonl: a log record per step (log_every 1), eval records at 4 and 8 (random
   // batches) and 12 (the whole val split), keys in DESIGN's order.
@@ -231,9 +223,9 @@ TEST_F(TrainerTest, ResumeWithChangedModelKeysIsAConfigErrorListingThem) {
 TEST_F(TrainerTest, TruncatedCheckpointIsAnErrorNamingItAndIsLeftUntouched) {
   run({"train.stop_at=4"});
   const fs::path ckpt = run_dir() / "ckpt_00000004.h5";
-  const std::string bytes = read_file(ckpt);
+  const std::string bytes = read_bytes(ckpt);
   const std::string truncated = bytes.substr(0, bytes.size() / 2);
-  std::ofstream(ckpt, std::ios::binary | std::ios::trunc) << truncated;
+  write_bytes(ckpt, truncated);
   try {
     run();
     FAIL() << "expected an error for the truncated checkpoint";
@@ -242,8 +234,8 @@ TEST_F(TrainerTest, TruncatedCheckpointIsAnErrorNamingItAndIsLeftUntouched) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find(ckpt.string()), std::string::npos) << e.what();
   }
-  EXPECT_EQ(read_file(ckpt), truncated);
-  EXPECT_EQ(read_file(run_dir() / "latest").substr(0, 16), "ckpt_00000004.h5");
+  EXPECT_EQ(read_bytes(ckpt), truncated);
+  EXPECT_EQ(read_bytes(run_dir() / "latest").substr(0, 16), "ckpt_00000004.h5");
   EXPECT_FALSE(fs::exists(run_dir() / "ckpt_00000008.h5"));
 }
 
@@ -267,7 +259,7 @@ TEST_F(TrainerTest, FinalEvalCoversTheWholeValSplit) {
   ASSERT_TRUE(records.back().contains("val_loss"));
   EXPECT_EQ(records.back()["step"].get<int64_t>(), 5);
   CheckpointEval e = evaluate_checkpoint(s.checkpoint);
-  const std::string text = read_file(dir_ / "toy.txt");
+  const std::string text = read_bytes(dir_ / "toy.txt");
   const int64_t n = static_cast<int64_t>(text.size());
   const int64_t n_val = n - static_cast<int64_t>(std::floor(static_cast<double>(n) * 0.9));
   EXPECT_EQ(e.result.tokens, n_val - 1);
@@ -311,7 +303,7 @@ TEST_F(TrainerTest, NonFiniteLossIsAnErrorNamingTheStepAndKeepsTheLastCheckpoint
   } catch (const Error& e) {
     const std::string what = e.what();
     EXPECT_NE(what.find("training loss is"), std::string::npos) << what;
-    const std::string latest = read_file(run_dir() / "latest").substr(0, 16);
+    const std::string latest = read_bytes(run_dir() / "latest").substr(0, 16);
     EXPECT_NE(what.find(latest), std::string::npos) << what;
     // ckpt_every 1: the checkpoint of the step before the failure is the last one written.
     const int64_t failed_step = std::stoll(what.substr(what.find("step ") + 5));

@@ -1,0 +1,131 @@
+// Helpers shared by the tests that read and write files (checkpoints, safetensors, export,
+// fine-tuning, config, trainer, generation): a fresh temporary directory per test, whole-file
+// reads and writes, an HDF5 attribute overwritten in place, the message of the lat::Error a
+// call throws, and a config from model YAML lines.
+#pragma once
+#include <gtest/gtest.h>
+#include <hdf5.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <system_error>
+#include <utility>
+
+#include "lat/error.h"
+#include "train/config.h"
+
+namespace lat::testing {
+
+/// <system temp>/<prefix><test name>_<pid>, emptied and created. The test name keeps tests
+/// apart and the pid keeps concurrent runs (ctest -j) apart; '/' of parameterized test names
+/// becomes '_' so the directory is one level deep.
+inline std::filesystem::path fresh_temp_dir(const std::string& prefix) {
+  std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  std::replace(name.begin(), name.end(), '/', '_');
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / (prefix + name + "_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+/// A fresh_temp_dir for the scope of one object (inside a TEST body), removed on destruction.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& prefix) : dir_(fresh_temp_dir(prefix)) {}
+  ~TempDir() {
+    std::error_code ignored;  // a destructor must not throw; a leftover directory is harmless
+    std::filesystem::remove_all(dir_, ignored);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  const std::filesystem::path& dir() const { return dir_; }
+  /// dir/name as a string.
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+ private:
+  std::filesystem::path dir_;
+};
+
+/// GoogleTest fixture base: a fresh_temp_dir(prefix) in dir_ for every test, removed in
+/// TearDown. Derived fixtures pass their prefix, e.g. "lat_test_ckpt_", and call the base
+/// SetUp / TearDown when they override them.
+class TempDirTest : public ::testing::Test {
+ protected:
+  explicit TempDirTest(std::string prefix) : prefix_(std::move(prefix)) {}
+
+  void SetUp() override { dir_ = fresh_temp_dir(prefix_); }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  /// dir_/name as a string.
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  /// Writes `text` to dir_/name and returns that path.
+  std::string write(const std::string& name, const std::string& text) const {
+    std::ofstream(path(name), std::ios::binary) << text;
+    return path(name);
+  }
+
+  std::filesystem::path dir_;
+
+ private:
+  std::string prefix_;
+};
+
+/// The whole file as bytes ("" when it cannot be opened).
+inline std::string read_bytes(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+/// Replaces the file's contents with `bytes` (creating it).
+inline void write_bytes(const std::filesystem::path& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+/// Overwrites the existing int64 attribute `name` of the root group of the HDF5 file at
+/// `path` (e.g. a checkpoint's version, to reach the version check). A fatal failure when the
+/// file does not open: call under ASSERT_NO_FATAL_FAILURE.
+inline void overwrite_int64_attribute(const std::string& path, const char* name, int64_t value) {
+  const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(file, 0) << path;
+  const hid_t attr = H5Aopen(file, name, H5P_DEFAULT);
+  H5Awrite(attr, H5T_NATIVE_INT64, &value);
+  H5Aclose(attr);
+  H5Fclose(file);
+}
+
+/// The message of the E (lat::Error or a subclass such as lat::ConfigError) thrown by `f`;
+/// fails the test and returns "" when `f` returns normally. Other exceptions propagate.
+template <class E = Error>
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected a lat::Error (or the subclass asked for), none was thrown";
+  return "";
+}
+
+/// True when `part` occurs in `text`.
+inline bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+/// parse_config of "model:" followed by `model_yaml` (indented lines) and a data.path line
+/// (never read by parse_config), as "test.yaml".
+inline Config model_config(const std::string& model_yaml, const std::string& data_path = "corpus.txt") {
+  return parse_config("model:\n" + model_yaml + "data:\n  path: " + data_path + "\n", "test.yaml");
+}
+
+}  // namespace lat::testing
