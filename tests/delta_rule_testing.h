@@ -2,15 +2,18 @@
 // extra beta input, keys L2-normalized as the layers feed them, one forward+backward with
 // random upstream gradients on o and final_state, and per-tensor comparison (relative error
 // ||a - b|| / ||b||) that also records the largest error seen per tensor name, printed at
-// exit for the record. Letters as in include/lat/linear_attention.h.
+// exit for the record; the checks both delta-rule tests run (the sweep against the reference,
+// chaining, token-by-token steps). Letters as in include/lat/linear_attention.h.
 #pragma once
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "tests/linear_attention_testing.h"
 
@@ -26,6 +29,11 @@ struct DeltaCase {
 inline std::string delta_case_name(const DeltaCase& c) {
   return case_name(c.base) + (c.l2norm_in_kernel ? "_l2" : "") +
          (c.chunk_size != 64 ? "_C" + std::to_string(c.chunk_size) : "");
+}
+
+/// delta_case_name of a sweep parameter: the name generator of INSTANTIATE_TEST_SUITE_P.
+inline std::string delta_param_name(const ::testing::TestParamInfo<DeltaCase>& info) {
+  return delta_case_name(info.param);
 }
 
 struct DeltaInputs {
@@ -115,6 +123,45 @@ inline void expect_delta_close(const DeltaResult& actual, const DeltaResult& exp
   check("dg", a.dg, b.dg);
   check("dbeta", actual.dbeta, expected.dbeta);
   check("d_initial_state", a.d_initial_state, b.d_initial_state);
+}
+
+/// The sweep check of one case: chunk and fused_recurrent (float32) against the float64
+/// reference on the case's seeded inputs, each within `tol` (labels "chunk", "fused_recurrent").
+inline void expect_chunk_and_recurrent_match_reference(const DeltaCase& c, const DeltaOp& reference,
+                                                       const DeltaOp& chunk, const DeltaOp& recurrent, double tol) {
+  DeltaInputs in = make_delta_inputs(c);
+  DeltaResult ref = run_delta(reference, in, DType::f64);
+  expect_delta_close(run_delta(chunk, in, DType::f32), ref, tol, "chunk");
+  expect_delta_close(run_delta(recurrent, in, DType::f32), ref, tol, "fused_recurrent");
+}
+
+/// x[:, t] of x [B, T, ...]: [B, ...]; undefined stays undefined (no g).
+inline Tensor token_at(const Tensor& x, int64_t t) {
+  if (!x.defined()) return x;
+  Shape s = x.shape();
+  s.erase(s.begin() + 1);
+  return slice(x, 1, t, t + 1).reshape(s);
+}
+
+/// A recurrent step under test: (q_t, k_t, v_t, g_t, beta_t, state) -> o_t [B, H, V],
+/// updating state [B, H, K, V] in place; g_t is undefined for the ungated delta rule.
+using DeltaStep = std::function<Tensor(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                       Tensor&)>;
+
+/// Runs `step` token by token over the inputs of `c` from a copy of their initial state and
+/// expects the outputs (concatenated over T) and the final state within 1e-6 of `ref`, the
+/// fused_recurrent result: the same float32 math, one token at a time.
+inline void expect_steps_match(const DeltaCase& c, const DeltaInputs& in, const LinearAttentionOutput& ref,
+                               const DeltaStep& step) {
+  const Inputs& b = in.base;
+  Tensor state = b.initial_state.clone();
+  std::vector<Tensor> o_t;
+  for (int64_t t = 0; t < c.base.T; ++t)
+    o_t.push_back(step(token_at(b.q, t), token_at(b.k, t), token_at(b.v, t), token_at(b.g, t), token_at(in.beta, t),
+                       state)
+                      .reshape({c.base.B, 1, c.base.H, c.base.V}));
+  EXPECT_LT(relative_error(concat(o_t, 1), ref.o), 1e-6);
+  EXPECT_LT(relative_error(state, ref.final_state), 1e-6);
 }
 
 /// One call over T = 150 tokens equals two calls over 75 chained through final_state ->

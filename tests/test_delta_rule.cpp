@@ -60,16 +60,10 @@ class DeltaRuleSweep : public ::testing::TestWithParam<DeltaCase> {};
 
 TEST_P(DeltaRuleSweep, ChunkAndRecurrentMatchFloat64Reference) {
   const DeltaCase& c = GetParam();
-  testing::DeltaInputs in = testing::make_delta_inputs(c);
-  testing::DeltaResult ref = testing::run_delta(naive_op(c), in, DType::f64);
-  testing::expect_delta_close(testing::run_delta(chunk_op(c), in, DType::f32), ref, kTol, "chunk");
-  testing::expect_delta_close(testing::run_delta(recurrent_op(c), in, DType::f32), ref, kTol, "fused_recurrent");
+  testing::expect_chunk_and_recurrent_match_reference(c, naive_op(c), chunk_op(c), recurrent_op(c), kTol);
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, DeltaRuleSweep, ::testing::ValuesIn(sweep()),
-                         [](const ::testing::TestParamInfo<DeltaCase>& info) {
-                           return testing::delta_case_name(info.param);
-                         });
+INSTANTIATE_TEST_SUITE_P(Shapes, DeltaRuleSweep, ::testing::ValuesIn(sweep()), testing::delta_param_name);
 
 // Finite differences of the float64 reference without g, with and without the L2 norm.
 TEST(DeltaRule, ReferenceMatchesFiniteDifferences) {
@@ -118,19 +112,11 @@ TEST(DeltaRule, RecurrentStepMatchesFusedRecurrent) {
     const testing::Inputs& b = in.base;
     const float scale = 0.6f;
     LinearAttentionOutput ref = fused_recurrent_delta_rule(b.q, b.k, b.v, in.beta, scale, b.initial_state, true, l2);
-    Tensor state = b.initial_state.clone();
-    std::vector<Tensor> o_t;
-    for (int64_t t = 0; t < c.base.T; ++t) {
-      auto at = [t](const Tensor& x) {
-        Shape s = x.shape();
-        s.erase(s.begin() + 1);
-        return slice(x, 1, t, t + 1).reshape(s);
-      };
-      o_t.push_back(recurrent_step_delta_rule(at(b.q), at(b.k), at(b.v), at(in.beta), scale, state, l2)
-                        .reshape({c.base.B, 1, c.base.H, c.base.V}));
-    }
-    EXPECT_LT(relative_error(concat(o_t, 1), ref.o), 1e-6);
-    EXPECT_LT(relative_error(state, ref.final_state), 1e-6);
+    auto step = [&](const Tensor& q_t, const Tensor& k_t, const Tensor& v_t, const Tensor& /*g_t*/,
+                    const Tensor& beta_t, Tensor& state) {
+      return recurrent_step_delta_rule(q_t, k_t, v_t, beta_t, scale, state, l2);
+    };
+    testing::expect_steps_match(c, in, ref, step);
   }
 }
 
