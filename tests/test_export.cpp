@@ -264,6 +264,18 @@ TEST_F(ExportTest, CheckTokensWritesLatsLogitsForwardAndStepwise) {
   EXPECT_LT(std::sqrt(num / den), 1e-5);
 }
 
+TEST_F(ExportTest, CheckTokenOutsideTheVocabularyFailsBeforeAnyFileIsWritten) {
+  save("ckpt.h5", model_config(kHybrid));
+  const std::string message = error_of<lat::ConfigError>(
+      [&] { lat::export_model({path("ckpt.h5"), "safetensors", path("out"), "f32", {1, 2, kVocabSize}}); });
+  EXPECT_TRUE(contains(message, "--check-tokens: id " + std::to_string(kVocabSize) + " is outside the vocabulary [0, " +
+                                    std::to_string(kVocabSize) + ")"))
+      << message;
+  EXPECT_FALSE(fs::exists(path("out")));
+  EXPECT_THROW(lat::export_model({path("ckpt.h5"), "safetensors", path("out"), "f32", {-1}}), lat::ConfigError);
+  EXPECT_FALSE(fs::exists(path("out")));
+}
+
 TEST_F(ExportTest, BadOptionsAreConfigErrors) {
   save("ckpt.h5", model_config(kHybrid));
   EXPECT_THROW(lat::export_model({path("ckpt.h5"), "onnx", path("out"), "f32", {}}), lat::ConfigError);
@@ -375,7 +387,7 @@ TEST_F(ExportTest, InfoMemoryOfStatesAndKvCaches) {
     EXPECT_EQ(info.memory[2].state, kv);
     EXPECT_EQ(info.memory[3].kind, "gdn");
     EXPECT_EQ(info.memory_total, 2 * (gdn_state + gdn_conv) + la_state + kv);
-    EXPECT_EQ(info.attention_only_total, 4 * kv);
+    EXPECT_EQ(info.attention_only_total, 4 * 2 * L * Hkv * K);  // full attention, no window
   }
   EXPECT_THROW(lat::model_info(cfg, kVocabSize, 0), lat::Error);
 }

@@ -334,7 +334,12 @@ std::vector<std::string> export_model(const ExportOptions& options) {
 
   const ModelWeights w = load_model_weights(options.checkpoint);
   const Config config = parse_config(w.checkpoint.config_yaml, w.path);
-  build_model(w, config);  // every tensor present with its config's shape, and nothing else
+  // Every tensor present with its config's shape, and nothing else.
+  const int64_t vocab_size = build_model(w, config)->vocab_size();
+  for (int64_t id : options.check_tokens)  // before any file is written
+    if (id < 0 || id >= vocab_size)
+      throw ConfigError("export: --check-tokens: id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                        std::to_string(vocab_size) + ")");
   std::error_code ec;
   fs::create_directories(options.out_dir, ec);
   if (ec) throw Error("export: cannot create --out directory '" + options.out_dir + "': " + ec.message());

@@ -57,7 +57,8 @@ struct ExportOptions {
 };
 
 /// Writes the export (see the top of this file) and returns the paths written. Throws
-/// ConfigError for a bad format or dtype (bf16 with h5-weights), lat::Error when the checkpoint
+/// ConfigError for a bad format or dtype (bf16 with h5-weights) or a check token outside the
+/// vocabulary (before anything is written), lat::Error when the checkpoint
 /// cannot be read, its tensors do not match its config, or a file cannot be written.
 std::vector<std::string> export_model(const ExportOptions& options);
 

@@ -3,8 +3,8 @@
 // memory at a context of L tokens: each linear layer's recurrent state (H*K*V floats, V+1
 // columns with linear_attn's normalizer) plus its short-convolution states ((W-1) inputs of
 // q, k and v), each attention layer's KV cache (2 * min(L, window) * Hkv * D floats), against
-// the KV cache of an attention-only model of the same shape (every layer attention, same
-// attention settings). On a checkpoint also step, tokens seen, losses and the config.
+// the KV cache of an attention-only model of the same shape with full attention (every layer
+// attention over all L tokens, no window: the standard transformer). On a checkpoint also step, tokens seen, losses and the config.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -38,7 +38,7 @@ struct ModelInfo {
   int64_t context = 0;
   std::vector<LayerMemory> memory;  // one per layer
   int64_t memory_total = 0;             // sum of state + conv over layers
-  int64_t attention_only_total = 0;     // KV caches of the attention-only model
+  int64_t attention_only_total = 0;     // KV caches of the full-attention, attention-only model
   // From a checkpoint (absent for a config):
   struct CheckpointFacts {
     std::string path;
