@@ -1,7 +1,11 @@
 // Checkpoints (train/checkpoint.h): bit-exact round trip, the HDF5 layout of DESIGN.md read
 // back with the HDF5 C API, bad files, version check, atomic save, and the run directory's
 // latest / prune / stale tmp / metrics.jsonl handling.
+#include <sys/resource.h>
+
 #include <cmath>
+#include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -409,6 +413,33 @@ TEST_F(CheckpointTest, FailedSaveLeavesTheCompleteCheckpointUntouched) {
   lat::save_checkpoint(target, second);
   EXPECT_EQ(lat::load_checkpoint(target).step, 2);
   EXPECT_FALSE(fs::exists(target + ".tmp"));
+}
+
+// A disk that fills up while the checkpoint is written (here: a file size limit, EFBIG): the
+// error names the file and the reason, the old checkpoint keeps its bytes, and the process
+// then exits normally (HDF5 used to crash at exit on the file whose close had failed).
+TEST_F(CheckpointTest, WriteErrorOnAFullDiskIsReportedAndTheProcessExitsCleanly) {
+  const std::string target = path("ckpt_00000001.h5");
+  lat::save_checkpoint(target, sample_checkpoint());
+  const std::string original = read_bytes(target);
+  lat::Checkpoint big = sample_checkpoint();
+  big.step = 2;
+  big.model[0].second = lat::Tensor::zeros({1 << 20});  // 4 MiB
+  auto save_under_a_file_size_limit = [&] {
+    std::signal(SIGXFSZ, SIG_IGN);  // the write fails with EFBIG instead of killing us
+    const rlimit limit{1 << 18, 1 << 18};
+    setrlimit(RLIMIT_FSIZE, &limit);
+    try {
+      lat::save_checkpoint(target, big);
+    } catch (const lat::Error& e) {
+      std::fprintf(stderr, "caught: %s\n", e.what());
+      std::exit(fs::exists(target + ".tmp") || read_bytes(target) != original ? 3 : 0);
+    }
+    std::exit(4);
+  };
+  EXPECT_EXIT(save_under_a_file_size_limit(), ::testing::ExitedWithCode(0),
+              "caught: save_checkpoint: '.*ckpt_00000001.h5': .*File too large");
+  EXPECT_EQ(read_bytes(target), original);
 }
 
 TEST_F(CheckpointTest, InvalidNamesAreRejectedBeforeWriting) {

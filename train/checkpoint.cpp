@@ -19,6 +19,13 @@ namespace {
 
 constexpr const char* kFormat = "lat-checkpoint";
 
+// At exit HDF5 closes whatever is still open (H5_term_library). A file whose write failed
+// (disk full, file size limit) stays open inside HDF5 after its H5Fclose fails too, and that
+// second close at exit crashed the process (SIGSEGV) after lat had reported the error. lat
+// closes every file it opens itself, so it skips HDF5's exit pass; this must run before any
+// other HDF5 call, hence a static initializer.
+const bool kHdf5ExitPassSkipped = [] { return H5dont_atexit() >= 0; }();
+
 // ---- HDF5 plumbing ------------------------------------------------------------------------
 
 /// Silences HDF5's error-stack printing for its lifetime and restores the previous handler.
