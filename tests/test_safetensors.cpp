@@ -231,6 +231,12 @@ TEST_F(SafetensorsTest, WriterRejectsBadNamesAndLeavesNoFile) {
   EXPECT_FALSE(fs::exists(p));
   EXPECT_TRUE(contains(error_of([&] { lat::save_safetensors(path("no/such/dir/x.safetensors"), {}); }),
                        "cannot open"));
+  // A directory where the file should go: the rename's own reason, and no temporary left.
+  fs::create_directories(path("d.safetensors/inside"));
+  const std::string message = error_of([&] { lat::save_safetensors(path("d.safetensors"), {}); });
+  EXPECT_TRUE(contains(message, "cannot rename")) << message;
+  EXPECT_TRUE(contains(message, "Is a directory")) << message;
+  EXPECT_FALSE(fs::exists(path("d.safetensors.tmp")));
 }
 
 }  // namespace

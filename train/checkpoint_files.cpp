@@ -67,8 +67,9 @@ void write_atomically(const fs::path& path, const std::string& text, const std::
   std::error_code ec;
   fs::rename(tmp, path, ec);
   if (ec) {
+    const std::string reason = ec.message();  // before remove() reuses ec
     fs::remove(tmp, ec);
-    LAT_CHECK(false, who << ": cannot rename '" << tmp.string() << "' to '" << path.string() << "'");
+    LAT_CHECK(false, who << ": cannot rename '" << tmp.string() << "' to '" << path.string() << "': " << reason);
   }
 }
 

@@ -188,8 +188,9 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
   if (ec) {
+    const std::string reason = ec.message();  // before remove() reuses ec
     std::filesystem::remove(tmp, ec);
-    throw Error(std::string(where) + path + "': cannot rename '" + tmp + "': " + ec.message());
+    throw Error(std::string(where) + path + "': cannot rename '" + tmp + "': " + reason);
   }
 }
 
