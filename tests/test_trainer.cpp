@@ -311,6 +311,19 @@ TEST_F(TrainerTest, NonFiniteLossIsAnErrorNamingTheStepAndKeepsTheLastCheckpoint
   }
 }
 
+TEST_F(TrainerTest, OutDirThatIsAFileIsAConfigErrorAndTheFileIsKept) {
+  write_bytes(run_dir().string(), "not a directory");
+  try {
+    run();
+    FAIL() << "expected a ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("train.out_dir: '" + run_dir().string() + "' exists and is not a directory"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(read_bytes(run_dir().string()), "not a directory");
+}
+
 TEST_F(TrainerTest, ResumeNeverRefusesAnOutDirWithCheckpoints) {
   run({"train.stop_at=4"});
   EXPECT_THROW(run({"train.resume=never"}), ConfigError);

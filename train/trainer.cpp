@@ -209,6 +209,10 @@ void Run::broadcast_state() {
 void Run::prepare(const std::optional<std::string>& resume_path) {
   // Read everything that can fail before any file of out_dir is touched: a bad checkpoint
   // stays as it is, for the user to inspect.
+  std::error_code ec;
+  if (fs::exists(out_dir_, ec) && !fs::is_directory(out_dir_, ec))
+    throw ConfigError("train.out_dir: '" + out_dir_.string() +
+                      "' exists and is not a directory (expected a run directory, or a path to create)");
   std::optional<Checkpoint> ckpt;
   std::optional<Tokenizer> tokenizer;
   if (resume_path) {
@@ -285,7 +289,8 @@ void Run::prepare(const std::optional<std::string>& resume_path) {
   summary_.start_step = step_;
 
   if (dist_.is_root()) {
-    fs::create_directories(out_dir_);
+    fs::create_directories(out_dir_, ec);
+    LAT_CHECK(!ec, "train.out_dir: cannot create '" << out_dir_.string() << "': " << ec.message());
     for (const std::string& name : clean_stale_tmp(out_dir_.string())) log("removed stale " + name);
     const fs::path metrics_path = out_dir_ / "metrics.jsonl";
     const int64_t dropped = truncate_metrics(metrics_path.string(), step_);
