@@ -298,6 +298,12 @@ TEST(Config, ImpossibleValues) {
       {"model:\n  d_model: 130\n  n_heads: 4\n",
        "model.n_heads: model.d_model (130) is not divisible by model.n_heads (4); set model.head_dim or change one "
        "of them (run.yaml:4)"},
+      {"model:\n  d_model: 100\n  n_heads: 4\n  layers: gdn,attn\n",
+       "model.d_model: attention layers need an even head_dim (RoPE rotates pairs of dimensions), got head_dim 25 "
+       "(d_model / n_heads unless model.head_dim is set) (run.yaml:3)"},
+      {"model:\n  head_dim: 33\n  layers: attn\n",
+       "model.head_dim: attention layers need an even head_dim (RoPE rotates pairs of dimensions), got head_dim 33 "
+       "(d_model / n_heads unless model.head_dim is set) (run.yaml:3)"},
       {"model.n_layers: 0\n", "model.n_layers: expected an int >= 1, got 0 (run.yaml:2)"},
       {"model.layers: gdn,gdm\n",
        "model.layers: unknown mixer 'gdm', did you mean 'gdn'? (expected attn, linear_attn, simple_gla, retention, "
@@ -343,6 +349,8 @@ TEST(Config, ImpossibleValues) {
     const std::string expected = std::string(c.expected).replace(c.expected.rfind("run.yaml"), 8, file);
     EXPECT_EQ(message, expected) << "for:\n" << c.yaml;
   }
+  // An odd head_dim is fine without attention layers (no RoPE).
+  EXPECT_EQ(parse("model:\n  d_model: 100\n  n_heads: 4\n  layers: gdn\n").model.head_dim, 25);
   // d_model not divisible by n_heads is fine once head_dim is set.
   EXPECT_EQ(parse("model:\n  d_model: 130\n  n_heads: 4\n  head_dim: 32\n").model.head_dim, 32);
   // data.path is required.

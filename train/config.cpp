@@ -427,6 +427,11 @@ void resolve_and_check(Loader& loader, const std::string& config_name, bool chec
   if (value_dim < 1 || value_dim != std::round(value_dim))
     fail("model.expand_v", "head_dim (" + std::to_string(c.model.head_dim) + ") * expand_v must be a whole number >= 1");
   const bool has_linear = std::any_of(pattern.begin(), pattern.end(), [](const std::string& m) { return m != "attn"; });
+  const bool has_attn = std::find(pattern.begin(), pattern.end(), "attn") != pattern.end();
+  if (has_attn && c.model.head_dim % 2 != 0)
+    fail(loader.was_set("model.head_dim") ? "model.head_dim" : "model.d_model",
+         "attention layers need an even head_dim (RoPE rotates pairs of dimensions), got head_dim " +
+             std::to_string(c.model.head_dim) + " (d_model / n_heads unless model.head_dim is set)");
   if (has_linear && (c.model.head_dim > 256 || value_dim > 256))
     fail(loader.was_set("model.head_dim") ? "model.head_dim" : "model.d_model",
          "the linear-attention kernels take head dimensions up to 256, got head_dim " +
