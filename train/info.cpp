@@ -194,7 +194,10 @@ std::string format_info(const ModelInfo& info) {
                 grouped(info.attention_only_total).c_str(), bytes_of(info.attention_only_total).c_str());
   out << line;
   if (info.memory_total > 0) {
-    std::snprintf(line, sizeof line, "  the hybrid needs %.3gx the memory of the attention-only model\n",
+    const bool attention_only = std::all_of(info.memory.begin(), info.memory.end(),
+                                            [](const LayerMemory& l) { return l.kind == "attn"; });
+    std::snprintf(line, sizeof line, "  this %s needs %.3gx the memory of the full-attention model\n",
+                  attention_only ? "model" : "hybrid",
                   static_cast<double>(info.memory_total) / static_cast<double>(info.attention_only_total));
     out << line;
   }

@@ -48,6 +48,13 @@ std::string join(const std::vector<std::string>& items, const char* sep) {
   return out;
 }
 
+// value with up to 6 significant digits: 0.003, 1e-05, 1e+30 (learning rates).
+std::string general(double value) {
+  std::ostringstream os;
+  os << value;
+  return os.str();
+}
+
 std::string fixed(double value, int digits) {
   std::ostringstream os;
   os.setf(std::ios::fixed);
@@ -311,8 +318,8 @@ void Run::prepare(const std::optional<std::string>& resume_path) {
   log("model: " + std::to_string(model_->n_layers()) + " layers (" + join(model_->config().layers, ",") +
       "), d_model " + std::to_string(config_.model.d_model) + ", " + std::to_string(config_.model.n_heads) +
       " heads: " + fixed(static_cast<double>(model_->num_parameters()) / 1e6, 3) + "M parameters");
-  log("optimizer: " + optimizer_->type() + ", lr " + fixed(train_.lr, 6) + " (" + train_.schedule + ", warmup " +
-      std::to_string(train_.warmup) + ", min " + fixed(train_.min_lr, 6) + "), batch " +
+  log("optimizer: " + optimizer_->type() + ", lr " + general(train_.lr) + " (" + train_.schedule + ", warmup " +
+      std::to_string(train_.warmup) + ", min " + general(train_.min_lr) + "), batch " +
       std::to_string(train_.batch_size) + " x " + std::to_string(train_.grad_accum) + " x " +
       std::to_string(config_.data.block_size) + " tokens, " + std::to_string(get_num_threads()) + " threads, " +
       device_.str() +
