@@ -152,7 +152,14 @@ TEST(Generate, StreamsPromptAndContinuationFromACheckpoint) {
   bad.checkpoint = dir.string();
   bad.prompt = "xyz";  // not in the vocabulary
   std::ostringstream ignored;
-  EXPECT_THROW(generate(bad, ignored), Error);
+  try {
+    generate(bad, ignored);
+    FAIL() << "expected a ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("generate: --prompt: "), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'x'"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(ignored.str().empty());  // nothing written before the error
 }
 
 }  // namespace

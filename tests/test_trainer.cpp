@@ -324,6 +324,17 @@ TEST_F(TrainerTest, OutDirThatIsAFileIsAConfigErrorAndTheFileIsKept) {
   EXPECT_EQ(read_bytes(run_dir().string()), "not a directory");
 }
 
+TEST_F(TrainerTest, UnavailableCudaDeviceIsAConfigErrorNamingTrainDevice) {
+  if (cuda_device_count() > 7) GTEST_SKIP() << "this machine has a cuda:7";
+  try {
+    run({"train.device=cuda:7"});
+    FAIL() << "expected a ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("train.device: 'cuda:7': ", 0), 0u) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(run_dir() / "metrics.jsonl"));
+}
+
 TEST_F(TrainerTest, ResumeNeverRefusesAnOutDirWithCheckpoints) {
   run({"train.stop_at=4"});
   EXPECT_THROW(run({"train.resume=never"}), ConfigError);

@@ -2,6 +2,7 @@
 #include "train/generate.h"
 
 #include "lat/ops.h"
+#include "train/config.h"
 #include "train/model.h"
 
 namespace lat {
@@ -37,7 +38,11 @@ void generate(const GenerateOptions& options, std::ostream& out) {
   const Tokenizer& tokenizer = *trained.tokenizer;
   std::vector<int64_t> prompt;
   if (!options.prompt.empty()) {
-    prompt = tokenizer.encode(options.prompt);
+    try {
+      prompt = tokenizer.encode(options.prompt);
+    } catch (const Error& e) {  // a character the model never saw: the user's input, exit code 2
+      throw ConfigError(std::string("generate: --prompt: ") + e.what());
+    }
   } else {
     try {
       prompt = tokenizer.encode("\n");

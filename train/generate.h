@@ -31,7 +31,8 @@ struct GenerateOptions {
 
 /// Writes the prompt, then the continuation token by token (flushed after each), to `out`.
 /// Throws lat::Error for a bad checkpoint, a checkpoint without a tokenizer (trained on token
-/// ids), a prompt character outside the vocabulary, or invalid sampling flags.
+/// ids) or invalid sampling flags; ConfigError (naming --prompt) for a prompt character
+/// outside the vocabulary.
 void generate(const GenerateOptions& options, std::ostream& out);
 
 }  // namespace lat

@@ -73,6 +73,11 @@ Device parse_device(const std::string& device) {
   if (!cuda_built())
     throw ConfigError("train.device: '" + device +
                       "': this lat was built without CUDA (configure with -DLAT_CUDA=ON where nvcc is installed)");
+  const int visible = cuda_device_count();
+  if (d.index >= visible)
+    throw ConfigError("train.device: '" + device + "': " + std::to_string(visible) +
+                      " CUDA device(s) are visible to this process" +
+                      (visible == 0 ? " (no GPU or driver here; use train.device: cpu)" : ""));
   return d;
 }
 

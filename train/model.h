@@ -30,7 +30,8 @@ void load_weights(const Module& model, const std::vector<std::pair<std::string, 
 void move_parameters(const Module& model, Device device);
 
 /// "cpu", "cuda" (= cuda:0) or "cuda:N" as a Device. Throws ConfigError naming
-/// train.device for anything else, or for CUDA when this build has no CUDA backend.
+/// train.device for anything else, for CUDA when this build has no CUDA backend, and for a
+/// CUDA device this process cannot see (none on a machine without a GPU).
 Device parse_device(const std::string& device);
 
 /// A trained model with what is needed to use it.
