@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "lat/lat.h"
+#include "tests/test_files.h"
 
 namespace lat {
 namespace {
@@ -217,15 +218,7 @@ TEST(SumTo, GradientsMatchFiniteDifferences) {
 }
 
 // ---- errors ----------------------------------------------------------------------------------
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no lat::Error thrown";
-  return "";
-}
+using testing::error_of;  // the message of the lat::Error thrown by f
 
 void expect_contains(const std::string& message, const std::vector<std::string>& parts) {
   for (const std::string& part : parts) EXPECT_NE(message.find(part), std::string::npos) << message;
