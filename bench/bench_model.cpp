@@ -30,8 +30,8 @@
 // idle cores: when another process competes for them, OpenMP's barriers can make a step
 // 100x slower (seen on a 2-core machine); the load average is printed at the start and end.
 //
-//   build-bench/bench/bench_model                  # the full run (minutes: 32k prefills)
-//   build-bench/bench/bench_model --contexts 1024 --steps 3 --decode-steps 8   # a quick check
+//   build/bench/bench_model                  # the full run (minutes: 32k prefills)
+//   build/bench/bench_model --contexts 1024 --steps 3 --decode-steps 8   # a quick check
 // Flags: --config-dir DIR (default: configs/ of the working directory, else of the source
 // tree the executable was built in), --contexts L1,L2,.. (1024,8192,32768), --decode-steps N
 // (64), --prefill-chunk N (1024; 0 = the whole prompt in one call), --models

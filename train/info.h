@@ -4,7 +4,8 @@
 // columns with linear_attn's normalizer) plus its short-convolution states ((W-1) inputs of
 // q, k and v), each attention layer's KV cache (2 * min(L, window) * Hkv * D floats), against
 // the KV cache of an attention-only model of the same shape with full attention (every layer
-// attention over all L tokens, no window: the standard transformer). On a checkpoint also step, tokens seen, losses and the config.
+// attention over all L tokens, no window: the standard transformer). On a checkpoint also
+// step, tokens seen, losses and the config.
 #pragma once
 #include <cstdint>
 #include <optional>
