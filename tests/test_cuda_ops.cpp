@@ -18,6 +18,8 @@
 #include "layers/short_conv.h"
 #include "optim/adamw.h"
 #include "optim/clip.h"
+#include "train/distributed.h"
+#include "train/distributed_nccl.h"
 
 namespace lat {
 namespace {
@@ -332,6 +334,24 @@ TEST_F(CudaOps, AdamWStepAndClippingMatchCpu) {
   EXPECT_LT(relative_error(n_gpu.to(Device::cpu()), n_cpu), 1e-6);
   const OptimizerState state = gpu_opt.export_state();
   EXPECT_TRUE(state.at("norm.weight").at("exp_avg").device().is_cuda());
+}
+
+// The NCCL gradient all-reduce as a one-rank job (issue 7's smoke test: the GPU host has one
+// GPU). Summing over one rank is the identity, so every value must come back bit for bit,
+// through both bucket paths: a bucket that is one piece of one tensor (reduced in place) and
+// buckets packed from several tensors into the staging buffer.
+TEST_F(CudaOps, NcclAllReduceOnOneRankKeepsEveryValue) {
+  LAT_REQUIRE_CUDA();
+  if (!nccl::built()) GTEST_SKIP() << "this CUDA build has no NCCL (nccl.h not found)";
+  const Distributed& dist = Distributed::get();
+  ASSERT_EQ(dist.world_size(), 1) << "run the one-rank smoke test without mpirun";
+  std::vector<Tensor> host = {randn({300}), randn({7, 3}), randn({5}), randn({2, 40})};
+  std::vector<Tensor> gpu;
+  for (const Tensor& t : host) gpu.push_back(t.to(kGpu));
+  const int64_t calls = nccl::all_reduce_sum(gpu, 64, dist);  // 64-element buckets
+  EXPECT_GE(calls, 6);  // 406 elements in buckets of 64
+  for (size_t i = 0; i < host.size(); ++i)
+    EXPECT_EQ(gpu[i].to(Device::cpu()).to_vector<float>(), host[i].to_vector<float>()) << "tensor " << i;
 }
 
 TEST_F(CudaOps, ErrorsNameTheOpAndDevice) {
