@@ -82,6 +82,17 @@ TEST(Distributed, PlainLaunchIsOneRankAndCollectivesKeepValues) {
   EXPECT_EQ(dist.broadcast(std::string("abc")), "abc");
 }
 
+TEST(Distributed, LauncherRankComesFromTheLaunchersEnvironment) {
+  ASSERT_FALSE(launched_by_mpi()) << "run this test without mpirun";
+  EXPECT_EQ(launcher_rank(), 0);
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"}) {
+    setenv(name, "3", 1);
+    EXPECT_EQ(launcher_rank(), 3) << name;
+    unsetenv(name);
+  }
+  EXPECT_EQ(launcher_rank(), 0);
+}
+
 TEST(Distributed, RejectsMixedDtypesAndIntegerSums) {
   Distributed& dist = Distributed::get();
   EXPECT_THROW(dist.all_reduce_sum({iota(2), iota(2, DType::f64)}), Error);

@@ -108,6 +108,12 @@ bool launched_by_mpi() {
   return false;
 }
 
+int launcher_rank() {
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"})
+    if (const char* value = std::getenv(name)) return std::atoi(value);
+  return 0;
+}
+
 bool Distributed::built_with_mpi() {
 #ifdef LAT_WITH_MPI
   return true;

@@ -99,4 +99,8 @@ class Distributed {
 /// PMIx launcher): OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK is set.
 bool launched_by_mpi();
 
+/// This process's rank as the MPI launcher's environment gives it (OMPI_COMM_WORLD_RANK,
+/// PMI_RANK or PMIX_RANK), without starting MPI; 0 for a plain launch.
+int launcher_rank();
+
 }  // namespace lat

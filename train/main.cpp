@@ -1,9 +1,11 @@
 // The `lat` command-line tool (DESIGN.md, "The command line"). Exit codes: 0 success,
 // 1 failure while running, 2 bad usage or config. Errors go to stderr as one line
 // starting "error: "; stdout carries only what a command outputs.
+#include <chrono>
 #include <exception>
 #include <iostream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -11,6 +13,7 @@
 #include "lat/lat.h"
 #include "train/cli/command.h"
 #include "train/config.h"
+#include "train/distributed.h"
 
 namespace {
 
@@ -60,7 +63,13 @@ int main(int argc, char** argv) {
     std::cout << app.help();
     return 0;
   } catch (const lat::ConfigError& e) {
-    std::cerr << "error: " << one_line(e.what()) << "\n";
+    // Under mpirun every rank reads the same config and fails the same way: rank 0 prints the
+    // one message, the others wait a moment so that the launcher, which tears the job down
+    // at the first non-zero exit, does not kill rank 0 before it has printed.
+    if (lat::launcher_rank() == 0)
+      std::cerr << "error: " << one_line(e.what()) << "\n";
+    else
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
     return kExitUsage;
   } catch (const std::exception& e) {
     std::cerr << "error: " << one_line(e.what()) << "\n";
