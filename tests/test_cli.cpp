@@ -65,6 +65,13 @@ TEST(Cli, UnknownOptionExitsTwoWithOneErrorLine) {
   EXPECT_EQ(r.out, "");
 }
 
+TEST(Cli, NegativeSeedExitsTwoNamingTheFlag) {
+  // Checked while parsing, before the checkpoint is looked at.
+  Result r = run_lat("generate --checkpoint no-such-run --seed -1");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err.rfind("error: --seed: expected an int >= 0, got -1", 0), 0u) << r.err;
+}
+
 TEST(Cli, UnknownCommandExitsTwo) {
   Result r = run_lat("no-such-command");
   EXPECT_EQ(r.exit_code, 2);

@@ -49,7 +49,9 @@ Command add_generate_command(CLI::App& app) {
   sub->add_option("--top-p", o->sampling.top_p, "nucleus sampling mass; 1 = off")
       ->check(probability_mass)
       ->capture_default_str();
-  sub->add_option("--seed", o->seed, "random seed of the sampler")->capture_default_str();
+  sub->add_option("--seed", o->seed, "random seed of the sampler")
+      ->check(non_negative_int)  // an unsigned option would take -1 as 2^64 - 1
+      ->capture_default_str();
   return {sub, [o] {
             generate(*o, std::cout);
             return 0;
