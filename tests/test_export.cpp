@@ -390,6 +390,8 @@ TEST_F(ExportTest, InfoMemoryOfStatesAndKvCaches) {
     EXPECT_EQ(info.attention_only_total, 4 * 2 * L * Hkv * K);  // full attention, no window
   }
   EXPECT_THROW(lat::model_info(cfg, kVocabSize, 0), lat::Error);
+  EXPECT_THROW(lat::model_info(cfg, kVocabSize, lat::kMaxContext + 1), lat::Error);
+  EXPECT_NO_THROW(lat::model_info(cfg, kVocabSize, lat::kMaxContext));
 }
 
 TEST_F(ExportTest, InfoOnACheckpointReportsItsFacts) {

@@ -90,7 +90,8 @@ int64_t config_vocab_size(const Config& config) {
 }  // namespace
 
 ModelInfo model_info(const Config& config, int64_t vocab_size, int64_t context) {
-  LAT_CHECK(context >= 1, "lat info: --context: expected >= 1, got " << context);
+  LAT_CHECK(context >= 1 && context <= kMaxContext,
+            "lat info: --context: expected an int in [1, 2^40], got " << context);
   ModelInfo info;
   info.config = config;
   info.vocab_size = vocab_size;

@@ -16,6 +16,10 @@
 
 namespace lat {
 
+/// The largest context `lat info` reports on (2^40 tokens): the float counts of a KV cache at
+/// that length still fit int64.
+constexpr int64_t kMaxContext = int64_t{1} << 40;
+
 /// Parameters of one module (or group of modules).
 struct ParamCount {
   std::string name;  // e.g. "embeddings", "layers.0.attn (gdn)", "layers.0.mlp", "norms"
@@ -53,7 +57,7 @@ struct ModelInfo {
 };
 
 /// The info of `config` with `vocab_size` tokens at `context` tokens. Throws lat::Error when
-/// context < 1 or the config does not build a model.
+/// context is outside [1, kMaxContext] or the config does not build a model.
 ModelInfo model_info(const Config& config, int64_t vocab_size, int64_t context);
 
 /// `lat info PATH`: a YAML config (.yaml, .yml: vocabulary from model.vocab_size, else from

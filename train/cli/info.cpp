@@ -20,14 +20,16 @@ Command add_info_command(CLI::App& app) {
   sub->add_option("--context", *context, "context length L for the memory figures")
       ->check(CLI::Validator(
           [](const std::string& text) {
-            return std::strtoll(text.c_str(), nullptr, 10) >= 1 ? std::string() : "expected an int >= 1, got " + text;
+            const long long value = std::strtoll(text.c_str(), nullptr, 10);  // saturates on overflow
+            return value >= 1 && value <= kMaxContext ? std::string()
+                                                      : "expected an int in [1, 2^40], got " + text;
           },
-          "INT >= 1"))
+          "INT in [1, 2^40]"))
       ->capture_default_str();
   sub->footer(
       "Memory per sequence in f32: a linear layer keeps its recurrent state (n_heads x K x V) and short-conv "
       "states whatever L is; an attention layer keeps a KV cache of 2 x min(L, window) x n_kv_heads x head_dim. "
-      "The attention-only model has every layer attention with the same attention settings.");
+      "The comparison is an attention-only model of the same shape with full attention (no window).");
   return {sub, [path, context] {
             std::cout << format_info(inspect(*path, *context));
             return 0;
