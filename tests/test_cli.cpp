@@ -72,6 +72,25 @@ TEST(Cli, NegativeSeedExitsTwoNamingTheFlag) {
   EXPECT_EQ(r.err.rfind("error: --seed: expected an int >= 0, got -1", 0), 0u) << r.err;
 }
 
+TEST(Cli, UnwritableStdoutExitsOne) {
+  if (!std::filesystem::exists("/dev/full")) GTEST_SKIP() << "no /dev/full here";
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    ("lat_test_cli_full_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::string text;
+  for (int i = 0; i < 1000; ++i) text += "to be or not to be\n";  // val split > block_size
+  std::ofstream(dir / "corpus.txt") << text;
+  std::ofstream(dir / "run.yaml") << "data.path: " << (dir / "corpus.txt").string() << "\n";
+  const std::string command = std::string("'") + LAT_BINARY_DIR + "/lat' info '" + (dir / "run.yaml").string() +
+                              "' >/dev/full 2>'" + (dir / "err").string() + "'";
+  const int status = std::system(command.c_str());
+  const std::string err = read_file(dir / "err");
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 1) << err;
+  EXPECT_EQ(err.rfind("error: cannot write to standard output", 0), 0u) << err;
+}
+
 TEST(Cli, UnknownCommandExitsTwo) {
   Result r = run_lat("no-such-command");
   EXPECT_EQ(r.exit_code, 2);

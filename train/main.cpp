@@ -1,7 +1,9 @@
 // The `lat` command-line tool (DESIGN.md, "The command line"). Exit codes: 0 success,
 // 1 failure while running, 2 bad usage or config. Errors go to stderr as one line
 // starting "error: "; stdout carries only what a command outputs.
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <exception>
 #include <iostream>
 #include <string>
@@ -58,8 +60,18 @@ int main(int argc, char** argv) {
   }
 
   try {
-    for (const lat::cli::Command& command : commands)
-      if (command.app->parsed()) return command.run();
+    for (const lat::cli::Command& command : commands) {
+      if (!command.app->parsed()) continue;
+      const int code = command.run();
+      // A generated text or an eval result that could not be written (a full disk, a closed
+      // pipe with SIGPIPE ignored) is a failure, not a success with nothing to show.
+      std::cout.flush();
+      if (!std::cout) {
+        std::cerr << "error: cannot write to standard output: " << std::strerror(errno) << "\n";
+        return kExitFailure;
+      }
+      return code;
+    }
     std::cout << app.help();
     return 0;
   } catch (const lat::ConfigError& e) {
