@@ -22,6 +22,7 @@
 #include "train/config.h"
 #include "train/eval.h"
 #include "train/model.h"
+#include "train/run_dir_lock.h"
 #include "train/trainer.h"
 
 namespace fs = std::filesystem;
@@ -333,6 +334,26 @@ TEST_F(TrainerTest, UnavailableCudaDeviceIsAConfigErrorNamingTrainDevice) {
     EXPECT_EQ(std::string(e.what()).rfind("train.device: 'cuda:7': ", 0), 0u) << e.what();
   }
   EXPECT_FALSE(fs::exists(run_dir() / "metrics.jsonl"));
+}
+
+TEST_F(TrainerTest, OutDirInUseByAnotherRunIsAConfigErrorAndNothingChanges) {
+  run({"train.stop_at=4"});
+  const std::string metrics = read_bytes((run_dir() / "metrics.jsonl").string());
+  const std::string config_yaml = read_bytes((run_dir() / "config.yaml").string());
+  {
+    const RunDirLock other(run_dir().string());  // as another lat train would hold it
+    try {
+      run();
+      FAIL() << "expected a ConfigError";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("train.out_dir: '" + run_dir().string() + "' is in use by another lat train"),
+                std::string::npos)
+          << e.what();
+    }
+    EXPECT_EQ(read_bytes((run_dir() / "metrics.jsonl").string()), metrics);
+    EXPECT_EQ(read_bytes((run_dir() / "config.yaml").string()), config_yaml);
+  }
+  EXPECT_EQ(run().step, 12);  // the lock is gone with its holder: the run resumes
 }
 
 TEST_F(TrainerTest, ResumeNeverRefusesAnOutDirWithCheckpoints) {

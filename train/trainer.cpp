@@ -30,6 +30,7 @@
 #include "train/metrics.h"
 #include "train/model.h"
 #include "train/progress.h"
+#include "train/run_dir_lock.h"
 #include "train/signals.h"
 #include "train/train_optimizer.h"
 
@@ -152,6 +153,7 @@ class Run {
   std::unique_ptr<TrainOptimizer> optimizer_;
   std::vector<std::string> frozen_;  // config freeze resolved to parameter names
   std::unique_ptr<MetricsWriter> metrics_;
+  std::optional<RunDirLock> out_dir_lock_;  // rank 0: held for the whole run
   TrainSummary summary_;
   int64_t step_ = 0;
   int64_t tokens_seen_ = 0;
@@ -298,6 +300,7 @@ void Run::prepare(const std::optional<std::string>& resume_path) {
   if (dist_.is_root()) {
     fs::create_directories(out_dir_, ec);
     LAT_CHECK(!ec, "train.out_dir: cannot create '" << out_dir_.string() << "': " << ec.message());
+    out_dir_lock_.emplace(out_dir_.string());  // before anything in out_dir changes
     for (const std::string& name : clean_stale_tmp(out_dir_.string())) log("removed stale " + name);
     const fs::path metrics_path = out_dir_ / "metrics.jsonl";
     const int64_t dropped = truncate_metrics(metrics_path.string(), step_);
