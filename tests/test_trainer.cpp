@@ -356,6 +356,24 @@ TEST_F(TrainerTest, OutDirInUseByAnotherRunIsAConfigErrorAndNothingChanges) {
   EXPECT_EQ(run().step, 12);  // the lock is gone with its holder: the run resumes
 }
 
+TEST_F(TrainerTest, EvalOnDataOfAnotherKindIsAConfigError) {
+  run({"train.stop_at=4"});
+  // Token ids (uint16, as nanoGPT writes them) for a model trained on text: refused.
+  std::string ids;
+  for (uint16_t i = 0; i < 400; ++i) ids.append(reinterpret_cast<const char*>(&i), sizeof i);
+  write_bytes((dir_ / "ids.bin").string(), ids);
+  try {
+    evaluate_checkpoint(run_dir().string(), (dir_ / "ids.bin").string());
+    FAIL() << "expected a ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("eval: --data: '" + (dir_ / "ids.bin").string() + "' holds token ids (bin)"),
+              std::string::npos)
+        << e.what();
+  }
+  // Text goes through the checkpoint's own tokenizer.
+  EXPECT_GT(evaluate_checkpoint(run_dir().string(), (dir_ / "toy.txt").string()).result.tokens, 0);
+}
+
 TEST_F(TrainerTest, ResumeNeverRefusesAnOutDirWithCheckpoints) {
   run({"train.stop_at=4"});
   EXPECT_THROW(run({"train.resume=never"}), ConfigError);

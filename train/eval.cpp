@@ -5,6 +5,8 @@
 
 #include "lat/ops.h"
 #include "lat/tape.h"
+#include "data/dataset.h"
+#include "train/config.h"
 #include "train/model.h"
 
 namespace lat {
@@ -60,6 +62,18 @@ CheckpointEval evaluate_checkpoint(const std::string& checkpoint, const std::str
   options.block_size = config.data.block_size;
   options.val_fraction = config.data.val_fraction;
   options.vocab_size = trained.model->vocab_size();
+  if (!data_path.empty()) {
+    // Ids must mean what they meant in training: text goes through the checkpoint's own
+    // tokenizer, token files only fit a model trained on token ids.
+    const std::string format = resolve_format(options.path, options.format);
+    if (format == "text" && !trained.tokenizer)
+      throw ConfigError("eval: --data: '" + options.path + "' is text, but '" + trained.path +
+                        "' was trained on token ids (no tokenizer): give a .bin or .h5 token file");
+    if (format != "text" && trained.tokenizer)
+      throw ConfigError("eval: --data: '" + options.path + "' holds token ids (" + format + "), but '" +
+                        trained.path + "' was trained on text with a " + trained.tokenizer->type() +
+                        " tokenizer: give a text file");
+  }
   LoadedData data = load_data(options, trained.tokenizer);
   CheckpointEval e;
   e.checkpoint = trained.path;
