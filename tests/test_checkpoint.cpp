@@ -20,6 +20,7 @@
 #include "lat/version.h"
 #include "tests/test_files.h"
 #include "train/checkpoint.h"
+#include "train/config.h"
 
 namespace fs = std::filesystem;
 
@@ -467,9 +468,9 @@ TEST_F(CheckpointTest, FileNamesLatestAndResolve) {
 
   // Empty run directory: nothing to resume, and resolving is an error naming it.
   EXPECT_FALSE(lat::find_latest_checkpoint(dir_.string()).has_value());
-  std::string message = error_of([&] { lat::resolve_checkpoint(dir_.string()); });
+  std::string message = error_of<lat::ConfigError>([&] { lat::resolve_checkpoint(dir_.string()); });
   EXPECT_NE(message.find("no checkpoint in this run directory"), std::string::npos) << message;
-  message = error_of([&] { lat::resolve_checkpoint(path("nowhere")); });
+  message = error_of<lat::ConfigError>([&] { lat::resolve_checkpoint(path("nowhere")); });
   EXPECT_NE(message.find("no such file or directory"), std::string::npos) << message;
 
   // Without `latest`, the highest step wins (not the last name in directory order).

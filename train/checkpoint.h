@@ -100,8 +100,8 @@ void write_latest(const std::string& out_dir, const std::string& file_name);
 std::optional<std::string> find_latest_checkpoint(const std::string& out_dir);
 
 /// A checkpoint path from what a user gave: a file is returned as it is; a run directory
-/// gives its latest checkpoint. Throws lat::Error when `path` does not exist or the directory
-/// holds no checkpoint.
+/// gives its latest checkpoint. Throws ConfigError (the user's input: exit code 2) when `path`
+/// does not exist or the directory holds no checkpoint.
 std::string resolve_checkpoint(const std::string& path);
 
 /// Deletes all but the newest `keep_last` ckpt_*.h5 files of `out_dir` (0 = keep all), never

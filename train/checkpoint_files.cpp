@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "train/checkpoint.h"
+#include "train/config.h"
 
 namespace fs = std::filesystem;
 
@@ -102,11 +103,13 @@ std::optional<std::string> find_latest_checkpoint(const std::string& out_dir) {
 
 std::string resolve_checkpoint(const std::string& path) {
   std::error_code ec;
-  LAT_CHECK(fs::exists(path, ec), "resolve_checkpoint: '" << path << "': no such file or directory");
+  // A path the user gave that leads to no checkpoint is bad input (ConfigError, exit code 2).
+  if (!fs::exists(path, ec)) throw ConfigError("checkpoint '" + path + "': no such file or directory");
   if (!fs::is_directory(path, ec)) return path;
   std::optional<std::string> latest = find_latest_checkpoint(path);
-  LAT_CHECK(latest.has_value(), "resolve_checkpoint: '" << path << "': no checkpoint in this run directory "
-                                                        << "(no 'latest' file, no ckpt_*.h5)");
+  if (!latest)
+    throw ConfigError("checkpoint '" + path +
+                      "': no checkpoint in this run directory (no 'latest' file, no ckpt_*.h5)");
   return *latest;
 }
 
