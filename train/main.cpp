@@ -75,13 +75,16 @@ int main(int argc, char** argv) {
     std::cout << app.help();
     return 0;
   } catch (const lat::ConfigError& e) {
-    // Under mpirun every rank reads the same config and fails the same way: rank 0 prints the
-    // one message, the others wait a moment so that the launcher, which tears the job down
-    // at the first non-zero exit, does not kill rank 0 before it has printed.
-    if (lat::launcher_rank() == 0)
+    // Under mpirun every rank usually reads the same config and fails the same way: rank 0
+    // prints at once; the others wait a moment, in which the launcher (which ends the job at
+    // the first non-zero exit) normally stops them, and print only an error of their own.
+    const int rank = lat::launcher_rank();
+    if (rank == 0) {
       std::cerr << "error: " << one_line(e.what()) << "\n";
-    else
+    } else {
       std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      std::cerr << "error: rank " << rank << ": " << one_line(e.what()) << "\n";
+    }
     return kExitUsage;
   } catch (const std::exception& e) {
     std::cerr << "error: " << one_line(e.what()) << "\n";
