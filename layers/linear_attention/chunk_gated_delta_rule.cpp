@@ -3,7 +3,6 @@
 // backward. chunk_delta_rule.cpp calls the same op with g undefined.
 #include "layers/linear_attention/chunk_gated_delta_rule.h"
 
-#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -21,43 +20,6 @@ namespace {
 struct ChunkedInputs {
   AlignedBuffer q, k, v, g, beta, q_rstd, k_rstd;
 };
-
-// One array of an op in both layouts: api [B, T, H, D] (D = 1 for [B, T, H]) and chunked
-// [B*H, NT*C, D] (rows t >= T zero).
-struct Layouts {
-  const float* api_in;  // source of a gather
-  float* api_out;       // destination of a scatter
-  float* chunked;
-  int64_t D;
-};
-
-// api -> chunked for every array, in one OpenMP pass over (b, h) (one thread team for all
-// of an op's arrays, as common.h's to_chunked is for one).
-void gather(const std::vector<Layouts>& arrays, const Dims& d, int64_t C) {
-  const int64_t padded = num_chunks(d.T, C) * C;
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int64_t b = 0; b < d.B; ++b)
-    for (int64_t h = 0; h < d.H; ++h)
-      for (const Layouts& x : arrays) {
-        float* out = x.chunked + (b * d.H + h) * padded * x.D;
-        for (int64_t t = 0; t < d.T; ++t)
-          std::memcpy(out + t * x.D, x.api_in + ((b * d.T + t) * d.H + h) * x.D, x.D * sizeof(float));
-        std::memset(out + d.T * x.D, 0, (padded - d.T) * x.D * sizeof(float));
-      }
-}
-
-// chunked -> api for every array (padding rows dropped), in one OpenMP pass over (b, h).
-void scatter(const std::vector<Layouts>& arrays, const Dims& d, int64_t C) {
-  const int64_t padded = num_chunks(d.T, C) * C;
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int64_t b = 0; b < d.B; ++b)
-    for (int64_t h = 0; h < d.H; ++h)
-      for (const Layouts& x : arrays) {
-        const float* in = x.chunked + (b * d.H + h) * padded * x.D;
-        for (int64_t t = 0; t < d.T; ++t)
-          std::memcpy(x.api_out + ((b * d.T + t) * d.H + h) * x.D, in + t * x.D, x.D * sizeof(float));
-      }
-}
 
 }  // namespace
 
@@ -79,7 +41,7 @@ LinearAttentionOutput gated_delta_rule_chunk_op(const char* op, const Tensor& q,
   auto in = std::make_shared<ChunkedInputs>();
   in->q = AlignedBuffer(rows * d.K), in->k = AlignedBuffer(rows * d.K), in->v = AlignedBuffer(rows * d.V);
   in->beta = AlignedBuffer(rows);
-  std::vector<Layouts> arrays{{q.data<float>(), nullptr, in->q.data(), d.K},
+  std::vector<ChunkedArray> arrays{{q.data<float>(), nullptr, in->q.data(), d.K},
                               {k.data<float>(), nullptr, in->k.data(), d.K},
                               {v.data<float>(), nullptr, in->v.data(), d.V},
                               {beta.data<float>(), nullptr, in->beta.data(), 1}};
@@ -87,7 +49,7 @@ LinearAttentionOutput gated_delta_rule_chunk_op(const char* op, const Tensor& q,
     in->g = AlignedBuffer(rows);
     arrays.push_back({g.data<float>(), nullptr, in->g.data(), 1});
   }
-  gather(arrays, d, C);
+  to_chunked(arrays, d.B, d.T, d.H, C);
   if (use_qk_l2norm_in_kernel) {
     in->q_rstd = AlignedBuffer(rows);
     in->k_rstd = AlignedBuffer(rows);
@@ -106,7 +68,7 @@ LinearAttentionOutput gated_delta_rule_chunk_op(const char* op, const Tensor& q,
   Tensor final_state = output_final_state ? Tensor::empty({d.B, d.H, d.K, d.V}) : Tensor();
   gated_delta_rule_chunk_forward_cpu(p, oc.data(), output_final_state ? final_state.data<float>() : nullptr);
   Tensor o = Tensor::empty({d.B, d.T, d.H, d.V});
-  scatter({{nullptr, o.data<float>(), oc.data(), d.V}}, d, C);
+  from_chunked({{nullptr, o.data<float>(), oc.data(), d.V}}, d.B, d.T, d.H, C);
 
   if (needs_grad({&q, &k, &v, &g, &beta, &initial_state})) {
     std::vector<Tensor> outputs{o};
@@ -115,7 +77,7 @@ LinearAttentionOutput gated_delta_rule_chunk_op(const char* op, const Tensor& q,
     auto backward_fn = [p, d, rows, in, l2 = use_qk_l2norm_in_kernel](const std::vector<Tensor>& grad_outputs) {
       const int64_t C = p.C;
       AlignedBuffer d_o(rows * d.V);
-      gather({{grad_outputs[0].data<float>(), nullptr, d_o.data(), d.V}}, d, C);
+      to_chunked({{grad_outputs[0].data<float>(), nullptr, d_o.data(), d.V}}, d.B, d.T, d.H, C);
       const float* dht = grad_outputs.size() > 1 ? grad_outputs[1].data<float>() : nullptr;
       AlignedBuffer dq(rows * d.K), dk(rows * d.K), dv(rows * d.V), dg(p.g ? rows : 0), dbeta(rows);
       Tensor dh0 = p.h0 ? Tensor::empty({d.B, d.H, d.K, d.V}) : Tensor();
@@ -131,12 +93,12 @@ LinearAttentionOutput gated_delta_rule_chunk_op(const char* op, const Tensor& q,
       Tensor dq_api = Tensor::empty({d.B, d.T, d.H, d.K}), dk_api = Tensor::empty({d.B, d.T, d.H, d.K});
       Tensor dv_api = Tensor::empty({d.B, d.T, d.H, d.V}), dbeta_api = Tensor::empty({d.B, d.T, d.H});
       Tensor dg_api = p.g ? Tensor::empty({d.B, d.T, d.H}) : Tensor();
-      std::vector<Layouts> grads{{nullptr, dq_api.data<float>(), dq.data(), d.K},
+      std::vector<ChunkedArray> grads{{nullptr, dq_api.data<float>(), dq.data(), d.K},
                                  {nullptr, dk_api.data<float>(), dk.data(), d.K},
                                  {nullptr, dv_api.data<float>(), dv.data(), d.V},
                                  {nullptr, dbeta_api.data<float>(), dbeta.data(), 1}};
       if (p.g) grads.push_back({nullptr, dg_api.data<float>(), dg.data(), 1});
-      scatter(grads, d, C);
+      from_chunked(grads, d.B, d.T, d.H, C);
       return std::vector<Tensor>{dq_api, dk_api, dv_api, dg_api, dbeta_api, dh0};
     };
     record(op, {q, k, v, g, beta, initial_state}, outputs, backward_fn);

@@ -221,10 +221,7 @@ void phase_a_chunk(const GatedDeltaRuleChunkParams& p, Arrays& a, bool backward,
 void state_pass_head(const GatedDeltaRuleChunkParams& p, Arrays& a, int64_t bh, float* ht) {
   const int64_t NT = p.NT, C = p.C, K = p.K, V = p.V, KV1 = K + V, KV = K * V;
   float* h = a.h.data() + bh * NT * KV;
-  if (p.h0)
-    std::memcpy(h, p.h0 + bh * KV, KV * sizeof(float));
-  else
-    std::fill(h, h + KV, 0.0f);
+  copy_or_zero(p.h0 ? p.h0 + bh * KV : nullptr, KV, h);
   for (int64_t c = 0; c < NT; ++c) {
     const int64_t n = bh * NT + c;
     const float* S = h + c * KV;
@@ -245,10 +242,7 @@ void reverse_state_pass_head(const GatedDeltaRuleChunkParams& p, Arrays& a, int6
                              const float* dht, float* dh0) {
   const int64_t NT = p.NT, C = p.C, K = p.K, V = p.V, KV1 = K + V, KV = K * V;
   float* dh = a.dh.data() + bh * NT * KV;
-  if (dht)
-    std::memcpy(dh + (NT - 1) * KV, dht + bh * KV, KV * sizeof(float));
-  else
-    std::fill(dh + (NT - 1) * KV, dh + NT * KV, 0.0f);
+  copy_or_zero(dht ? dht + bh * KV : nullptr, KV, dh + (NT - 1) * KV);
   for (int64_t c = NT - 1; c >= 0; --c) {
     const int64_t n = bh * NT + c;
     const float* dS = dh + c * KV;

@@ -217,10 +217,7 @@ std::shared_ptr<const ChunkSaved> chunk_decay_forward_cpu(const ChunkParams& p, 
   gate_cumsum(p, s, G);
 
   AlignedBuffer carry(s.BH * KV);
-  if (p.h0)
-    std::memcpy(carry.data(), p.h0, s.BH * KV * sizeof(float));
-  else
-    std::fill(carry.data(), carry.data() + s.BH * KV, 0.0f);
+  copy_or_zero(p.h0, s.BH * KV, carry.data());
   AlignedBuffer q(blk * CK), k(blk * CK), v(blk * CV), kdec(blk * CK), qdec(blk * CK), U(blk * KV),
       o(blk * CV);
   for (int64_t n0 = 0; n0 < s.N; n0 += kBlock) {
@@ -260,10 +257,7 @@ void chunk_decay_backward_cpu(const ChunkParams& p, const ChunkSaved& saved, con
   float* dG_out = p.g ? grads.dg : nullptr;
 
   AlignedBuffer carry(s.BH * KV);
-  if (dht)
-    std::memcpy(carry.data(), dht, s.BH * KV * sizeof(float));
-  else
-    std::fill(carry.data(), carry.data() + s.BH * KV, 0.0f);
+  copy_or_zero(dht, s.BH * KV, carry.data());
   const int64_t blk = std::min(kBlock, s.N);
   AlignedBuffer q(blk * CK), k(blk * CK), v(blk * CV), d_o(blk * CV), d_odec(blk * CV), kdec(blk * CK),
       vdec(blk * CV), W(blk * KV), dH(blk * KV), dq(blk * CK), dk(blk * CK), dv(blk * CV), P(blk * CC), dG(blk * C);

@@ -3,6 +3,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -233,25 +234,44 @@ double resolve_scale(std::optional<double> scale, int64_t K) {
   return scale ? *scale : 1.0 / std::sqrt(static_cast<double>(K));
 }
 
-void to_chunked(const float* src, int64_t B, int64_t T, int64_t H, int64_t D, int64_t C, float* dst) {
-  int64_t padded = num_chunks(T, C) * C;
-#pragma omp parallel for collapse(2) if (B * H * T * D > (1 << 14))
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < H; ++h) {
-      float* out = dst + (b * H + h) * padded * D;
-      for (int64_t t = 0; t < T; ++t) std::memcpy(out + t * D, src + ((b * T + t) * H + h) * D, D * sizeof(float));
-      std::memset(out + T * D, 0, (padded - T) * D * sizeof(float));
-    }
+void copy_or_zero(const float* src, int64_t n, float* dst) {
+  if (src)
+    std::memcpy(dst, src, n * sizeof(float));
+  else
+    std::fill(dst, dst + n, 0.0f);
 }
 
-void from_chunked(const float* src, int64_t B, int64_t T, int64_t H, int64_t D, int64_t C, float* dst) {
-  int64_t padded = num_chunks(T, C) * C;
-#pragma omp parallel for collapse(2) if (B * H * T * D > (1 << 14))
+namespace {
+
+// Runs copy(array, first api row of (b, h), chunked rows of (b, h), padded rows) for every
+// array and (b, h), OpenMP over (b, h) when the arrays are large enough to share.
+template <class Copy>
+void for_each_head(const std::vector<ChunkedArray>& arrays, int64_t B, int64_t T, int64_t H, int64_t C,
+                   const Copy& copy) {
+  const int64_t padded = num_chunks(T, C) * C;
+  int64_t columns = 0;
+  for (const ChunkedArray& x : arrays) columns += x.D;
+#pragma omp parallel for collapse(2) if (B * H * T * columns > (1 << 14))
   for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < H; ++h) {
-      const float* in = src + (b * H + h) * padded * D;
-      for (int64_t t = 0; t < T; ++t) std::memcpy(dst + ((b * T + t) * H + h) * D, in + t * D, D * sizeof(float));
-    }
+    for (int64_t h = 0; h < H; ++h)
+      for (const ChunkedArray& x : arrays) copy(x, (b * T * H + h) * x.D, (b * H + h) * padded * x.D, padded);
+}
+
+}  // namespace
+
+void to_chunked(const std::vector<ChunkedArray>& arrays, int64_t B, int64_t T, int64_t H, int64_t C) {
+  for_each_head(arrays, B, T, H, C, [&](const ChunkedArray& x, int64_t api, int64_t chunked, int64_t padded) {
+    float* out = x.chunked + chunked;
+    for (int64_t t = 0; t < T; ++t) std::memcpy(out + t * x.D, x.api_in + api + t * H * x.D, x.D * sizeof(float));
+    std::memset(out + T * x.D, 0, (padded - T) * x.D * sizeof(float));
+  });
+}
+
+void from_chunked(const std::vector<ChunkedArray>& arrays, int64_t B, int64_t T, int64_t H, int64_t C) {
+  for_each_head(arrays, B, T, H, C, [&](const ChunkedArray& x, int64_t api, int64_t chunked, int64_t) {
+    const float* in = x.chunked + chunked;
+    for (int64_t t = 0; t < T; ++t) std::memcpy(x.api_out + api + t * H * x.D, in + t * x.D, x.D * sizeof(float));
+  });
 }
 
 void gather_chunk(const float* x, int64_t T, int64_t H, int64_t D, int64_t C, int64_t n, float* dst,

@@ -9,6 +9,7 @@
 #pragma once
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "autograd/cpu/fast_exp.h"
 #include "lat/tensor.h"
@@ -96,12 +97,26 @@ class AlignedBuffer {
   size_t bytes_ = 0;  // the block's size in the cache
 };
 
-/// [B, T, H, D] -> [B*H, NT*C, D]: dst row (b*H + h, t) = src[b, t, h, :]; rows
-/// t in [T, NT*C) are zero. dst holds B*H*NT*C*D floats. OpenMP over B*H.
-void to_chunked(const float* src, int64_t B, int64_t T, int64_t H, int64_t D, int64_t C, float* dst);
+/// dst[0, n) = src[0, n), or zeros when src is null (an optional initial state or final-state
+/// gradient).
+void copy_or_zero(const float* src, int64_t n, float* dst);
 
-/// [B*H, NT*C, D] -> [B, T, H, D]: the inverse of to_chunked (padding rows dropped).
-void from_chunked(const float* src, int64_t B, int64_t T, int64_t H, int64_t D, int64_t C, float* dst);
+/// One array of an op in both layouts: api [B, T, H, D] (D = 1 for [B, T, H]) and chunked
+/// [B*H, NT*C, D], chunked row (b*H + h, t) = api[b, t, h, :], rows t in [T, NT*C) zero.
+/// to_chunked reads `api_in`, from_chunked writes `api_out`; `chunked` holds B*H*NT*C*D floats.
+struct ChunkedArray {
+  const float* api_in = nullptr;
+  float* api_out = nullptr;
+  float* chunked = nullptr;
+  int64_t D = 1;
+};
+
+/// api -> chunked (zero padded) for every array, in one OpenMP pass over (b, h): one thread
+/// team for all of an op's arrays.
+void to_chunked(const std::vector<ChunkedArray>& arrays, int64_t B, int64_t T, int64_t H, int64_t C);
+
+/// chunked -> api for every array (padding rows dropped), in one OpenMP pass over (b, h).
+void from_chunked(const std::vector<ChunkedArray>& arrays, int64_t B, int64_t T, int64_t H, int64_t C);
 
 /// One chunk n of the chunked order (n = (b*H + h)*NT + c): copies its C rows of
 /// x [B, T, H, D] into dst [C, D + ones_column]; with ones_column, the extra last column
