@@ -30,6 +30,8 @@ namespace fs = std::filesystem;
 namespace lat {
 namespace {
 
+using testing::contains;
+using testing::error_of;
 using testing::read_bytes;
 using testing::write_bytes;
 
@@ -314,25 +316,16 @@ TEST_F(TrainerTest, NonFiniteLossIsAnErrorNamingTheStepAndKeepsTheLastCheckpoint
 
 TEST_F(TrainerTest, OutDirThatIsAFileIsAConfigErrorAndTheFileIsKept) {
   write_bytes(run_dir().string(), "not a directory");
-  try {
-    run();
-    FAIL() << "expected a ConfigError";
-  } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("train.out_dir: '" + run_dir().string() + "' exists and is not a directory"),
-              std::string::npos)
-        << e.what();
-  }
+  const std::string message = error_of<ConfigError>([&] { run(); });
+  EXPECT_TRUE(contains(message, "train.out_dir: '" + run_dir().string() + "' exists and is not a directory"))
+      << message;
   EXPECT_EQ(read_bytes(run_dir().string()), "not a directory");
 }
 
 TEST_F(TrainerTest, UnavailableCudaDeviceIsAConfigErrorNamingTrainDevice) {
   if (cuda_device_count() > 7) GTEST_SKIP() << "this machine has a cuda:7";
-  try {
-    run({"train.device=cuda:7"});
-    FAIL() << "expected a ConfigError";
-  } catch (const ConfigError& e) {
-    EXPECT_EQ(std::string(e.what()).rfind("train.device: 'cuda:7': ", 0), 0u) << e.what();
-  }
+  const std::string message = error_of<ConfigError>([&] { run({"train.device=cuda:7"}); });
+  EXPECT_EQ(message.rfind("train.device: 'cuda:7': ", 0), 0u) << message;
   EXPECT_FALSE(fs::exists(run_dir() / "metrics.jsonl"));
 }
 
@@ -342,14 +335,9 @@ TEST_F(TrainerTest, OutDirInUseByAnotherRunIsAConfigErrorAndNothingChanges) {
   const std::string config_yaml = read_bytes((run_dir() / "config.yaml").string());
   {
     const RunDirLock other(run_dir().string());  // as another lat train would hold it
-    try {
-      run();
-      FAIL() << "expected a ConfigError";
-    } catch (const ConfigError& e) {
-      EXPECT_NE(std::string(e.what()).find("train.out_dir: '" + run_dir().string() + "' is in use by another lat train"),
-                std::string::npos)
-          << e.what();
-    }
+    const std::string message = error_of<ConfigError>([&] { run(); });
+    EXPECT_TRUE(contains(message, "train.out_dir: '" + run_dir().string() + "' is in use by another lat train"))
+        << message;
     EXPECT_EQ(read_bytes((run_dir() / "metrics.jsonl").string()), metrics);
     EXPECT_EQ(read_bytes((run_dir() / "config.yaml").string()), config_yaml);
   }
@@ -362,14 +350,10 @@ TEST_F(TrainerTest, EvalOnDataOfAnotherKindIsAConfigError) {
   std::string ids;
   for (uint16_t i = 0; i < 400; ++i) ids.append(reinterpret_cast<const char*>(&i), sizeof i);
   write_bytes((dir_ / "ids.bin").string(), ids);
-  try {
-    evaluate_checkpoint(run_dir().string(), (dir_ / "ids.bin").string());
-    FAIL() << "expected a ConfigError";
-  } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("eval: --data: '" + (dir_ / "ids.bin").string() + "' holds token ids (bin)"),
-              std::string::npos)
-        << e.what();
-  }
+  const std::string message =
+      error_of<ConfigError>([&] { evaluate_checkpoint(run_dir().string(), (dir_ / "ids.bin").string()); });
+  EXPECT_TRUE(contains(message, "eval: --data: '" + (dir_ / "ids.bin").string() + "' holds token ids (bin)"))
+      << message;
   // Text goes through the checkpoint's own tokenizer.
   EXPECT_GT(evaluate_checkpoint(run_dir().string(), (dir_ / "toy.txt").string()).result.tokens, 0);
 }
