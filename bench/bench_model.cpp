@@ -67,6 +67,7 @@
 #include "train/config.h"
 #include "train/model.h"
 #include "train/train_optimizer.h"
+#include "train/train_step.h"
 
 namespace fs = std::filesystem;
 
@@ -506,14 +507,7 @@ TrainResult bench_training(const std::string& name, const lat::Config& config, c
     }
     const auto start = Clock::now();
     // Run::train_step of train/trainer.cpp, one rank.
-    double loss = 0.0;
-    for (const lat::Batch& b : micro) {
-      Tensor logits = model.forward(b.inputs);
-      Tensor ce = lat::cross_entropy(logits.reshape({-1, logits.size(-1)}), b.targets.reshape({-1}), lat::kIgnoreIndex);
-      const double weight = static_cast<double>(b.tokens) / static_cast<double>(tokens);
-      loss += ce.item() * weight;
-      lat::backward(weight == 1.0 ? ce : ce * weight);
-    }
+    const double loss = lat::accumulate_gradients(model, micro, tokens, lat::Device::cpu());
     const lat::GradNorm norm = optimizer.clip_grad_norm(train.grad_clip);
     if (norm.finite)
       optimizer.step(schedule.at(step));

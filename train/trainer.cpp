@@ -33,6 +33,7 @@
 #include "train/run_dir_lock.h"
 #include "train/signals.h"
 #include "train/train_optimizer.h"
+#include "train/train_step.h"
 
 namespace fs = std::filesystem;
 
@@ -367,16 +368,7 @@ double Run::train_step(int64_t step, double lr, GradNorm& norm) {
       if (test_failure_.kill) std::raise(SIGKILL);
       throw Error("rank " + std::to_string(dist_.rank()) + " fails here on purpose (LAT_TEST_FAIL_AT test hook)");
     }
-    for (const Batch& b : micro) {
-      Tensor logits = model_->forward(b.inputs.to(device_));
-      Tensor ce =
-          cross_entropy(logits.reshape({-1, logits.size(-1)}), b.targets.to(device_).reshape({-1}), kIgnoreIndex);
-      // Each micro-batch's mean weighted by its share of the step's targets: the gradients
-      // sum to those of the mean over all the step's tokens.
-      const double weight = static_cast<double>(b.tokens) / static_cast<double>(tokens);
-      loss += ce.item() * weight;
-      backward(weight == 1.0 ? ce : ce * weight);
-    }
+    loss = accumulate_gradients(*model_, micro, tokens, device_);
   } catch (const Error& e) {
     // Diverging weights can trip a kernel's input check (e.g. a NaN log-decay) before the
     // loss is computed: name the step and the checkpoint to go back to.
