@@ -347,7 +347,8 @@ Tensor swiglu(const Tensor& gate, const Tensor& up) {
   else
     swiglu_forward_cpu(a.data<double>(), u.data<double>(), y.data<double>(), n);
   if (needs_grad({&gate, &up})) {
-    record("swiglu", {gate, up}, {y}, [a, u, n](const Grads& grads) {
+    record("swiglu", {gate, up}, {y}, [a, u](const Grads& grads) {
+      const int64_t n = a.numel();
       const Tensor& g = grads[0];
       Tensor da = Tensor::empty(a.shape(), a.dtype(), a.device());
       Tensor du = Tensor::empty(a.shape(), a.dtype(), a.device());

@@ -65,7 +65,8 @@ CheckpointEval evaluate_checkpoint(const std::string& checkpoint, const std::str
   if (!data_path.empty()) {
     // Ids must mean what they meant in training: text goes through the checkpoint's own
     // tokenizer, token files only fit a model trained on token ids.
-    const std::string format = resolve_format(options.path, options.format);
+    options.format = resolve_format(options.path, options.format);  // load_data need not detect it again
+    const std::string& format = options.format;
     if (format == "text" && !trained.tokenizer)
       throw ConfigError("eval: --data: '" + options.path + "' is text, but '" + trained.path +
                         "' was trained on token ids (no tokenizer): give a .bin or .h5 token file");
