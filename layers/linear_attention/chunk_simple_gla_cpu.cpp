@@ -56,6 +56,14 @@ struct Sizes {
         KV(p.K * p.Vs()) {}
 };
 
+// Chunk n's rows of q, k (C x K) and v (C x Vs, with the normalizer's ones column when
+// asked for) into q, k, v.
+void gather_qkv(const ChunkParams& p, const Sizes& s, int64_t n, float* q, float* k, float* v) {
+  gather_chunk(p.q, p.T, p.H, s.K, s.C, n, q);
+  gather_chunk(p.k, p.T, p.H, s.K, s.C, n, k);
+  gather_chunk(p.v, p.T, p.H, s.V, s.C, n, v, p.ones_column);
+}
+
 // One batched product over the nb chunks of a block, C[i] = op(A[i]) op(B[i]) + beta C[i].
 void gemm(int64_t nb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, int64_t stride_a, bool trans_a,
           const float* B, int64_t ldb, int64_t stride_b, bool trans_b, float* C, int64_t ldc, int64_t stride_c,
@@ -206,7 +214,6 @@ void intra_backward(float* P, const float* A, const float* G, const float* q, co
 std::shared_ptr<const ChunkSaved> chunk_decay_forward_cpu(const ChunkParams& p, float* r, float* ht, bool save) {
   Sizes s(p);
   const int64_t C = s.C, K = s.K, Vs = s.Vs, KV = s.KV, CK = C * K, CV = C * Vs, CC = C * C;
-  const bool ones = p.ones_column;
   const int64_t blk = std::min(kBlock, s.N);
   // Without backward, the scores and states of a block are not kept past it.
   auto saved = std::make_shared<ChunkSaved>();
@@ -227,9 +234,7 @@ std::shared_ptr<const ChunkSaved> chunk_decay_forward_cpu(const ChunkParams& p, 
 #pragma omp parallel for
     for (int64_t i = 0; i < nb; ++i) {
       const float* g = G + (n0 + i) * C;
-      gather_chunk(p.q, p.T, p.H, K, C, n0 + i, q.data() + i * CK);
-      gather_chunk(p.k, p.T, p.H, K, C, n0 + i, k.data() + i * CK);
-      gather_chunk(p.v, p.T, p.H, s.V, C, n0 + i, v.data() + i * CV, ones);
+      gather_qkv(p, s, n0 + i, q.data() + i * CK, k.data() + i * CK, v.data() + i * CV);
       scale_rows(k.data() + i * CK, K, g, C, Decay::tail, 1.0f, kdec.data() + i * CK);
       scale_rows(q.data() + i * CK, K, g, C, Decay::head, p.scale, qdec.data() + i * CK);
     }
@@ -252,7 +257,6 @@ void chunk_decay_backward_cpu(const ChunkParams& p, const ChunkSaved& saved, con
                               const ChunkGrads& grads) {
   Sizes s(p);
   const int64_t C = s.C, K = s.K, Vs = s.Vs, KV = s.KV, CK = C * K, CV = C * Vs, CC = C * C;
-  const bool ones = p.ones_column;
   const float *G = saved.g.data(), *H = saved.h.data(), *A = saved.a.data();
   float* dG_out = p.g ? grads.dg : nullptr;
 
@@ -269,9 +273,7 @@ void chunk_decay_backward_cpu(const ChunkParams& p, const ChunkSaved& saved, con
 #pragma omp parallel for
     for (int64_t i = 0; i < nb; ++i) {
       const float* g = G + (n0 + i) * C;
-      gather_chunk(p.q, p.T, p.H, K, C, n0 + i, q.data() + i * CK);
-      gather_chunk(p.k, p.T, p.H, K, C, n0 + i, k.data() + i * CK);
-      gather_chunk(p.v, p.T, p.H, s.V, C, n0 + i, v.data() + i * CV, ones);
+      gather_qkv(p, s, n0 + i, q.data() + i * CK, k.data() + i * CK, v.data() + i * CV);
       gather_chunk(dr, p.T, p.H, Vs, C, n0 + i, d_o.data() + i * CV);
       scale_rows(d_o.data() + i * CV, Vs, g, C, Decay::head, p.scale, d_odec.data() + i * CV);
       scale_rows(v.data() + i * CV, Vs, g, C, Decay::tail, 1.0f, vdec.data() + i * CV);
