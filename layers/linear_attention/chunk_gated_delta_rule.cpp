@@ -6,12 +6,15 @@
 #include <memory>
 #include <vector>
 
+#include "autograd/cpu/aligned_buffer.h"
 #include "lat/tape.h"
 #include "layers/linear_attention/chunk_cuda_ops.h"
 #include "layers/linear_attention/common.h"
 #include "layers/linear_attention/qk_l2norm.h"
 
 namespace lat::linear_attention {
+
+using cpu::AlignedBuffer;
 namespace {
 
 // The op's inputs in the per-head chunked layout (workspace buffers, so repeated calls do

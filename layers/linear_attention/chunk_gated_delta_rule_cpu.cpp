@@ -44,11 +44,14 @@
 #include <algorithm>
 #include <cstring>
 
+#include "autograd/cpu/aligned_buffer.h"
 #include "layers/linear_attention/chunk_gated_delta_rule.h"
 #include "layers/linear_attention/common.h"
 #include "layers/linear_attention/tile_gemm.h"
 
 namespace lat::linear_attention {
+
+using cpu::AlignedBuffer;
 namespace {
 
 // Log-decays below this act as this value: e^-100 is below float's range, so the decay is

@@ -33,11 +33,14 @@
 #include <cstring>
 #include <vector>
 
+#include "autograd/cpu/aligned_buffer.h"
 #include "autograd/cpu/gemm.h"
 #include "layers/linear_attention/chunk_simple_gla.h"
 #include "layers/linear_attention/common.h"
 
 namespace lat::linear_attention {
+
+using cpu::AlignedBuffer;
 
 struct ChunkSaved {
   AlignedBuffer g;  // [N, C]: G, chunk-local inclusive cumsum (padding rows add 0)

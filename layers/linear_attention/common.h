@@ -71,32 +71,6 @@ inline int64_t num_chunks(int64_t T, int64_t C) { return (T + C - 1) / C; }
 /// so this is the only exp the kernels need.
 inline float exp_nonpositive(float x) { return cpu::fast_exp(x); }
 
-/// An uninitialized, 64-byte aligned float array for kernel workspaces and saved
-/// activations (no autograd, no poisoning: kernels write every element they read).
-/// Blocks come from a process-wide cache of freed blocks of the same size (up to 2 GiB
-/// kept): the chunk kernels need a dozen buffers of the same sizes at every step, and
-/// fresh pages from the OS cost more (faults and zeroing) than the kernels' own work.
-/// Large blocks ask for transparent huge pages. Thread-safe.
-class AlignedBuffer {
- public:
-  AlignedBuffer() = default;
-  explicit AlignedBuffer(int64_t n);
-  ~AlignedBuffer();
-  AlignedBuffer(AlignedBuffer&& other) noexcept;
-  AlignedBuffer& operator=(AlignedBuffer&& other) noexcept;
-  AlignedBuffer(const AlignedBuffer&) = delete;
-  AlignedBuffer& operator=(const AlignedBuffer&) = delete;
-
-  float* data() { return data_; }
-  const float* data() const { return data_; }
-  int64_t size() const { return size_; }
-
- private:
-  float* data_ = nullptr;
-  int64_t size_ = 0;
-  size_t bytes_ = 0;  // the block's size in the cache
-};
-
 /// dst[0, n) = src[0, n), or zeros when src is null (an optional initial state or final-state
 /// gradient).
 void copy_or_zero(const float* src, int64_t n, float* dst);
