@@ -9,6 +9,7 @@
 #include "autograd/cpu/aligned_buffer.h"
 #include "lat/tape.h"
 #include "layers/linear_attention/chunk_cuda_ops.h"
+#include "layers/linear_attention/chunk_layout.h"
 #include "layers/linear_attention/common.h"
 #include "layers/linear_attention/qk_l2norm.h"
 
@@ -34,7 +35,7 @@ LinearAttentionOutput gated_delta_rule_chunk_op(const char* op, const Tensor& q,
   if (g.defined()) check_g(op, g, q, d);
   check_beta(op, beta, q, d);
   check_initial_state(op, initial_state, q, d, d.V);
-  check_chunk_size(op, chunk_size);
+  check_chunk_size(op, chunk_size, q);
   if (q.device().is_cuda())
     return gated_delta_rule_cuda(op, q, k, v, g, beta, resolve_scale(scale, d.K), initial_state, output_final_state,
                                  use_qk_l2norm_in_kernel, chunk_size);
@@ -44,13 +45,13 @@ LinearAttentionOutput gated_delta_rule_chunk_op(const char* op, const Tensor& q,
   auto in = std::make_shared<ChunkedInputs>();
   in->q = AlignedBuffer(rows * d.K), in->k = AlignedBuffer(rows * d.K), in->v = AlignedBuffer(rows * d.V);
   in->beta = AlignedBuffer(rows);
-  std::vector<ChunkedArray> arrays{{q.data<float>(), nullptr, in->q.data(), d.K},
-                              {k.data<float>(), nullptr, in->k.data(), d.K},
-                              {v.data<float>(), nullptr, in->v.data(), d.V},
-                              {beta.data<float>(), nullptr, in->beta.data(), 1}};
+  std::vector<ToChunked> arrays{{q.data<float>(), in->q.data(), d.K},
+                                {k.data<float>(), in->k.data(), d.K},
+                                {v.data<float>(), in->v.data(), d.V},
+                                {beta.data<float>(), in->beta.data(), 1}};
   if (g.defined()) {
     in->g = AlignedBuffer(rows);
-    arrays.push_back({g.data<float>(), nullptr, in->g.data(), 1});
+    arrays.push_back({g.data<float>(), in->g.data(), 1});
   }
   to_chunked(arrays, d.B, d.T, d.H, C);
   if (use_qk_l2norm_in_kernel) {
@@ -71,7 +72,7 @@ LinearAttentionOutput gated_delta_rule_chunk_op(const char* op, const Tensor& q,
   Tensor final_state = output_final_state ? Tensor::empty({d.B, d.H, d.K, d.V}) : Tensor();
   gated_delta_rule_chunk_forward_cpu(p, oc.data(), output_final_state ? final_state.data<float>() : nullptr);
   Tensor o = Tensor::empty({d.B, d.T, d.H, d.V});
-  from_chunked({{nullptr, o.data<float>(), oc.data(), d.V}}, d.B, d.T, d.H, C);
+  from_chunked({{oc.data(), o.data<float>(), d.V}}, d.B, d.T, d.H, C);
 
   if (needs_grad({&q, &k, &v, &g, &beta, &initial_state})) {
     std::vector<Tensor> outputs{o};
@@ -80,7 +81,7 @@ LinearAttentionOutput gated_delta_rule_chunk_op(const char* op, const Tensor& q,
     auto backward_fn = [p, d, rows, in, l2 = use_qk_l2norm_in_kernel](const std::vector<Tensor>& grad_outputs) {
       const int64_t C = p.C;
       AlignedBuffer d_o(rows * d.V);
-      to_chunked({{grad_outputs[0].data<float>(), nullptr, d_o.data(), d.V}}, d.B, d.T, d.H, C);
+      to_chunked({{grad_outputs[0].data<float>(), d_o.data(), d.V}}, d.B, d.T, d.H, C);
       const float* dht = grad_outputs.size() > 1 ? grad_outputs[1].data<float>() : nullptr;
       AlignedBuffer dq(rows * d.K), dk(rows * d.K), dv(rows * d.V), dg(p.g ? rows : 0), dbeta(rows);
       Tensor dh0 = p.h0 ? Tensor::empty({d.B, d.H, d.K, d.V}) : Tensor();
@@ -96,11 +97,11 @@ LinearAttentionOutput gated_delta_rule_chunk_op(const char* op, const Tensor& q,
       Tensor dq_api = Tensor::empty({d.B, d.T, d.H, d.K}), dk_api = Tensor::empty({d.B, d.T, d.H, d.K});
       Tensor dv_api = Tensor::empty({d.B, d.T, d.H, d.V}), dbeta_api = Tensor::empty({d.B, d.T, d.H});
       Tensor dg_api = p.g ? Tensor::empty({d.B, d.T, d.H}) : Tensor();
-      std::vector<ChunkedArray> grads{{nullptr, dq_api.data<float>(), dq.data(), d.K},
-                                 {nullptr, dk_api.data<float>(), dk.data(), d.K},
-                                 {nullptr, dv_api.data<float>(), dv.data(), d.V},
-                                 {nullptr, dbeta_api.data<float>(), dbeta.data(), 1}};
-      if (p.g) grads.push_back({nullptr, dg_api.data<float>(), dg.data(), 1});
+      std::vector<FromChunked> grads{{dq.data(), dq_api.data<float>(), d.K},
+                                     {dk.data(), dk_api.data<float>(), d.K},
+                                     {dv.data(), dv_api.data<float>(), d.V},
+                                     {dbeta.data(), dbeta_api.data<float>(), 1}};
+      if (p.g) grads.push_back({dg.data(), dg_api.data<float>(), 1});
       from_chunked(grads, d.B, d.T, d.H, C);
       return std::vector<Tensor>{dq_api, dk_api, dv_api, dg_api, dbeta_api, dh0};
     };

@@ -46,6 +46,7 @@
 
 #include "autograd/cpu/aligned_buffer.h"
 #include "layers/linear_attention/chunk_gated_delta_rule.h"
+#include "layers/linear_attention/chunk_layout.h"
 #include "layers/linear_attention/common.h"
 #include "layers/linear_attention/tile_gemm.h"
 

@@ -20,7 +20,7 @@ LinearAttentionOutput chunk_linear_attn(const Tensor& q, const Tensor& k, const 
   Dims d = check_qkv(op, q, k, v);
   int64_t Vs = normalize ? d.V + 1 : d.V;
   check_initial_state(op, initial_state, q, d, Vs);
-  check_chunk_size(op, chunk_size);
+  check_chunk_size(op, chunk_size, q);
   if (q.device().is_cuda())
     return chunk_decay_cuda(op, q, k, v, Tensor(), resolve_scale(scale, d.K), normalize, initial_state,
                             output_final_state, chunk_size);

@@ -17,7 +17,7 @@ LinearAttentionOutput chunk_simple_gla(const Tensor& q, const Tensor& k, const T
   Dims d = check_qkv(op, q, k, v);
   check_g(op, g, q, d);
   check_initial_state(op, initial_state, q, d, d.V);
-  check_chunk_size(op, chunk_size);
+  check_chunk_size(op, chunk_size, q);
   if (q.device().is_cuda())
     return chunk_decay_cuda(op, q, k, v, g, resolve_scale(scale, d.K), false, initial_state, output_final_state,
                             chunk_size);

@@ -36,6 +36,7 @@
 #include "autograd/cpu/aligned_buffer.h"
 #include "autograd/cpu/gemm.h"
 #include "layers/linear_attention/chunk_simple_gla.h"
+#include "layers/linear_attention/chunk_layout.h"
 #include "layers/linear_attention/common.h"
 
 namespace lat::linear_attention {

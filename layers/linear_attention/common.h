@@ -1,15 +1,10 @@
 // Shared pieces of the linear-attention ops (layers/linear_attention/): argument checks
-// for all four families, the default scale, and the re-layout between the API layout
-// [B, T, H, D] and the per-head chunked layout [B*H, NT*C, D] that the CPU kernels use.
-//
-// Letters: B batch, T tokens, H heads, K key dim, V value dim, C chunk size,
-// NT = ceil(T / C) chunks. The chunked layout stores, for each (b, h), the NT*C rows of
-// one head contiguously (rows t >= T are zero), so every per-chunk product is one
-// batched gemm with a single batch stride over (b, h, chunk).
+// for both op families, the backend choice, the default scale and the exp of the CPU
+// kernels. Letters: B batch, T tokens, H heads, K key dim, V value dim, C chunk size,
+// NT = ceil(T / C) chunks.
 #pragma once
 #include <cstdint>
 #include <optional>
-#include <vector>
 
 #include "autograd/cpu/fast_exp.h"
 #include "lat/tensor.h"
@@ -45,8 +40,11 @@ void check_initial_state(const char* op, const Tensor& initial_state, const Tens
 /// Checks that q lives on the CPU (for ops with no device kernel yet).
 void check_cpu(const char* op, const Tensor& q);
 
-/// Checks chunk_size > 0.
-void check_chunk_size(const char* op, int chunk_size);
+/// Largest chunk size of the CUDA chunk kernels (one 64-row tile per chunk, tile.cuh).
+inline constexpr int kMaxCudaChunkSize = 64;
+
+/// Checks chunk_size > 0, and at most kMaxCudaChunkSize when q is a CUDA tensor.
+void check_chunk_size(const char* op, int chunk_size, const Tensor& q);
 
 /// Checks the arguments of a recurrent_step_*: q_t, k_t [B, H, K], v_t [B, H, V], state
 /// [B, H, K, state_v(V)] (state_v_extra = 1 for the normalized form), all f32 on one
@@ -70,37 +68,5 @@ inline int64_t num_chunks(int64_t T, int64_t C) { return (T + C - 1) / C; }
 /// factors are always exp of a non-positive number (ALGORITHMS.md 2.3, stability rules),
 /// so this is the only exp the kernels need.
 inline float exp_nonpositive(float x) { return cpu::fast_exp(x); }
-
-/// dst[0, n) = src[0, n), or zeros when src is null (an optional initial state or final-state
-/// gradient).
-void copy_or_zero(const float* src, int64_t n, float* dst);
-
-/// One array of an op in both layouts: api [B, T, H, D] (D = 1 for [B, T, H]) and chunked
-/// [B*H, NT*C, D], chunked row (b*H + h, t) = api[b, t, h, :], rows t in [T, NT*C) zero.
-/// to_chunked reads `api_in`, from_chunked writes `api_out`; `chunked` holds B*H*NT*C*D floats.
-struct ChunkedArray {
-  const float* api_in = nullptr;
-  float* api_out = nullptr;
-  float* chunked = nullptr;
-  int64_t D = 1;
-};
-
-/// api -> chunked (zero padded) for every array, in one OpenMP pass over (b, h): one thread
-/// team for all of an op's arrays.
-void to_chunked(const std::vector<ChunkedArray>& arrays, int64_t B, int64_t T, int64_t H, int64_t C);
-
-/// chunked -> api for every array (padding rows dropped), in one OpenMP pass over (b, h).
-void from_chunked(const std::vector<ChunkedArray>& arrays, int64_t B, int64_t T, int64_t H, int64_t C);
-
-/// One chunk n of the chunked order (n = (b*H + h)*NT + c): copies its C rows of
-/// x [B, T, H, D] into dst [C, D + ones_column]; with ones_column, the extra last column
-/// is 1 on valid rows; rows t >= T are zero. For kernels that walk blocks of chunks.
-void gather_chunk(const float* x, int64_t T, int64_t H, int64_t D, int64_t C, int64_t n, float* dst,
-                  bool ones_column = false);
-
-/// The inverse of gather_chunk: the first D of the `cols` columns of src [C, cols] into
-/// the valid rows of chunk n of x [B, T, H, D].
-void scatter_chunk(const float* src, int64_t cols, int64_t T, int64_t H, int64_t D, int64_t C, int64_t n,
-                   float* x);
 
 }  // namespace lat::linear_attention
