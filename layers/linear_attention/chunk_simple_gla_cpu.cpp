@@ -33,39 +33,41 @@
 #include <cstring>
 #include <vector>
 
+#include <utility>
+
 #include "autograd/cpu/aligned_buffer.h"
 #include "autograd/cpu/gemm.h"
-#include "layers/linear_attention/chunk_simple_gla.h"
 #include "layers/linear_attention/chunk_layout.h"
 #include "layers/linear_attention/common.h"
+#include "layers/linear_attention/decay_kernels.h"
 
 namespace lat::linear_attention {
+namespace {
 
 using cpu::AlignedBuffer;
 
-struct ChunkSaved {
-  AlignedBuffer g;  // [N, C]: G, chunk-local inclusive cumsum (padding rows add 0)
-  AlignedBuffer h;  // [N, K, Vs]: S_[c], the state entering each chunk
-  AlignedBuffer a;  // [N, C, C]: scale (Q K^T ⊙ D)
+struct ChunkDecaySaved : DecaySaved {
+  AlignedBuffer g;        // [N, C]: G, chunk-local inclusive cumsum (padding rows add 0)
+  AlignedBuffer h;        // [N, K, Vs]: S_[c], the state entering each chunk
+  AlignedBuffer a;        // [N, C, C]: scale (Q K^T ⊙ D)
+  AlignedBuffer readout;  // [B, T, H, V + 1]: r, with the normalizer only
 };
-
-namespace {
 
 constexpr int64_t kBlock = 32;  // chunks per pass block: ~16 buffers of 32 x 16 KiB stay in L3
 
 struct Sizes {
   int64_t BH, NT, N, C, K, V, Vs, KV;
-  explicit Sizes(const ChunkParams& p)
+  explicit Sizes(const DecayParams& p)
       : BH(p.B * p.H), NT(p.NT()), N(p.B * p.H * p.NT()), C(p.C), K(p.K), V(p.V), Vs(p.Vs()),
         KV(p.K * p.Vs()) {}
 };
 
 // Chunk n's rows of q, k (C x K) and v (C x Vs, with the normalizer's ones column when
 // asked for) into q, k, v.
-void gather_qkv(const ChunkParams& p, const Sizes& s, int64_t n, float* q, float* k, float* v) {
+void gather_qkv(const DecayParams& p, const Sizes& s, int64_t n, float* q, float* k, float* v) {
   gather_chunk(p.q, p.T, p.H, s.K, s.C, n, q);
   gather_chunk(p.k, p.T, p.H, s.K, s.C, n, k);
-  gather_chunk(p.v, p.T, p.H, s.V, s.C, n, v, p.ones_column);
+  gather_chunk(p.v, p.T, p.H, s.V, s.C, n, v, p.normalize);
 }
 
 // One batched product over the nb chunks of a block, C[i] = op(A[i]) op(B[i]) + beta C[i].
@@ -82,7 +84,7 @@ void gemm(int64_t nb, int64_t M, int64_t N, int64_t K, const float* A, int64_t l
 
 // G [N, C]: chunk-local inclusive cumsum of g; zeros without a gate. Padding rows add
 // g = 0, so they carry Λ and every e^{Λ - G} there is 1 (their q, k, v are 0).
-void gate_cumsum(const ChunkParams& p, const Sizes& s, float* G) {
+void gate_cumsum(const DecayParams& p, const Sizes& s, float* G) {
 #pragma omp parallel for
   for (int64_t bh = 0; bh < s.BH; ++bh) {
     int64_t b = bh / p.H, h = bh % p.H;
@@ -213,14 +215,13 @@ void intra_backward(float* P, const float* A, const float* G, const float* q, co
   }
 }
 
-}  // namespace
-
-std::shared_ptr<const ChunkSaved> chunk_decay_forward_cpu(const ChunkParams& p, float* r, float* ht, bool save) {
+// Forward up to the readout r [B, T, H, Vs] (o itself without the normalizer).
+std::shared_ptr<ChunkDecaySaved> readout_forward(const DecayParams& p, float* r, float* ht, bool save) {
   Sizes s(p);
   const int64_t C = s.C, K = s.K, Vs = s.Vs, KV = s.KV, CK = C * K, CV = C * Vs, CC = C * C;
   const int64_t blk = std::min(kBlock, s.N);
   // Without backward, the scores and states of a block are not kept past it.
-  auto saved = std::make_shared<ChunkSaved>();
+  auto saved = std::make_shared<ChunkDecaySaved>();
   saved->g = AlignedBuffer(s.N * C);
   saved->h = AlignedBuffer((save ? s.N : blk) * KV);
   saved->a = AlignedBuffer((save ? s.N : blk) * CC);
@@ -257,8 +258,9 @@ std::shared_ptr<const ChunkSaved> chunk_decay_forward_cpu(const ChunkParams& p, 
   return save ? saved : nullptr;
 }
 
-void chunk_decay_backward_cpu(const ChunkParams& p, const ChunkSaved& saved, const float* dr, const float* dht,
-                              const ChunkGrads& grads) {
+// Backward from the readout's gradient dr [B, T, H, Vs].
+void readout_backward(const DecayParams& p, const ChunkDecaySaved& saved, const float* dr, const float* dht,
+                      const DecayGrads& grads) {
   Sizes s(p);
   const int64_t C = s.C, K = s.K, Vs = s.Vs, KV = s.KV, CK = C * K, CV = C * Vs, CC = C * C;
   const float *G = saved.g.data(), *H = saved.h.data(), *A = saved.a.data();
@@ -307,6 +309,33 @@ void chunk_decay_backward_cpu(const ChunkParams& p, const ChunkSaved& saved, con
       if (dG_out) scatter_chunk(dG.data() + i * C, 1, p.T, p.H, 1, C, n0 + i, dG_out);
     }
   }
+}
+
+}  // namespace
+
+std::shared_ptr<const DecaySaved> chunk_decay_forward_cpu(const DecayParams& p, float* o, float* ht, bool save) {
+  if (!p.normalize) return readout_forward(p, o, ht, save);
+  // The readout [B, T, H, V + 1] (last column: the normalizer's denominator) goes through
+  // a buffer, which backward needs again.
+  const int64_t rows = p.B * p.T * p.H;
+  AlignedBuffer r(rows * p.Vs());
+  std::shared_ptr<ChunkDecaySaved> saved = readout_forward(p, r.data(), ht, save);
+  normalize_forward_cpu(r.data(), rows, p.V, o);
+  if (saved) saved->readout = std::move(r);
+  return saved;
+}
+
+void chunk_decay_backward_cpu(const DecayParams& p, const DecaySaved& saved, const float* d_o, const float* dht,
+                              const DecayGrads& grads) {
+  const auto& s = static_cast<const ChunkDecaySaved&>(saved);
+  if (!p.normalize) {
+    readout_backward(p, s, d_o, dht, grads);
+    return;
+  }
+  const int64_t rows = p.B * p.T * p.H;
+  AlignedBuffer dr(rows * p.Vs());
+  normalize_backward_cpu(s.readout.data(), d_o, rows, p.V, dr.data());
+  readout_backward(p, s, dr.data(), dht, grads);
 }
 
 }  // namespace lat::linear_attention

@@ -151,6 +151,9 @@ void check_step_beta(const char* op, const Tensor& beta_t, const Dims& d) {
   check_range(op, "beta_t", beta_t, 0.0, 1.0, "values in [0, 1]");
 }
 
+const float* data_or_null(const Tensor& t) { return t.defined() ? t.data<float>() : nullptr; }
+float* data_or_null(Tensor& t) { return t.defined() ? t.data<float>() : nullptr; }
+
 float resolve_scale(std::optional<float> scale, int64_t K) {
   return scale ? *scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(K)));
 }

@@ -46,6 +46,14 @@ inline constexpr int kMaxCudaChunkSize = 64;
 /// Checks chunk_size > 0, and at most kMaxCudaChunkSize when q is a CUDA tensor.
 void check_chunk_size(const char* op, int chunk_size, const Tensor& q);
 
+/// Which kernels run an op's recurrence: chunkwise (chunk_*), or token by token
+/// (fused_recurrent_*, CPU only).
+enum class Form { chunk, fused_recurrent };
+
+/// The tensor's f32 data, or null for an undefined tensor (an absent optional input).
+const float* data_or_null(const Tensor& t);
+float* data_or_null(Tensor& t);
+
 /// Checks the arguments of a recurrent_step_*: q_t, k_t [B, H, K], v_t [B, H, V], state
 /// [B, H, K, state_v(V)] (state_v_extra = 1 for the normalized form), all f32 on one
 /// device, state defined. Returns the sizes with T = 1.
