@@ -7,13 +7,11 @@
 
 #include "lat/ops.h"
 #include "lat/tape.h"
+#include "layers/linear_attention/common.h"
 #include "layers/linear_attention_layers.h"
 
 namespace lat {
 namespace {
-
-// The linear-attention kernels take K and V up to 256 (ALGORITHMS.md 2.6).
-constexpr int64_t kMaxHeadDim = 256;
 
 // Mamba-2's initialization (state-spaces/mamba, mamba_ssm/modules/mamba2.py): A ~ U[1, 16],
 // A_log = log A; dt ~ exp(U[log 1e-3, log 1e-1]) clamped to >= 1e-4, and dt_bias the inverse
@@ -53,11 +51,11 @@ LinearMixer::LinearMixer(std::string kind, const MixerConfig& config) : config_(
               op << ": d_model: expected a multiple of n_heads " << c.n_heads << ", got " << c.d_model);
     c.head_dim = c.d_model / c.n_heads;
   }
-  LAT_CHECK(c.head_dim > 0 && c.head_dim <= kMaxHeadDim,
-            op << ": head_dim: expected 1.." << kMaxHeadDim << " (the kernels' limit), got " << c.head_dim);
+  LAT_CHECK(c.head_dim > 0 && c.head_dim <= linear_attention::kMaxHeadDim,
+            op << ": head_dim: expected 1.." << linear_attention::kMaxHeadDim << " (the kernels' limit), got " << c.head_dim);
   const double v = static_cast<double>(c.head_dim) * c.expand_v;
-  LAT_CHECK(c.expand_v > 0 && v >= 1 && v == std::round(v) && v <= kMaxHeadDim,
-            op << ": expand_v: expected head_dim * expand_v a whole number in 1.." << kMaxHeadDim << ", got "
+  LAT_CHECK(c.expand_v > 0 && v >= 1 && v == std::round(v) && v <= linear_attention::kMaxHeadDim,
+            op << ": expand_v: expected head_dim * expand_v a whole number in 1.." << linear_attention::kMaxHeadDim << ", got "
                << c.head_dim << " * " << c.expand_v << " = " << v);
   value_dim_ = static_cast<int64_t>(v);
   LAT_CHECK(!c.use_short_conv || c.conv_size >= 1,
@@ -111,14 +109,14 @@ void LinearMixer::add_o_proj(Generator& gen) {
                              std::make_unique<Linear>(c.n_heads * value_dim_, c.d_model, gen, c.out_init_std));
 }
 
-LinearMixer::QKV LinearMixer::project_qkv(const Tensor& x, LinearMixerState* state, bool silu_without_conv) const {
+LinearMixer::QKV LinearMixer::project_qkv(const Tensor& x, LinearMixerState* state, WithoutConv without_conv) const {
   const int64_t B = x.size(0), T = x.size(1), H = config_.n_heads;
   Tensor q = q_proj_->forward(x), k = k_proj_->forward(x), v = v_proj_->forward(x);
   if (q_conv1d_ != nullptr) {
     q = run_conv(*q_conv1d_, q, state ? &state->q_conv : nullptr);
     k = run_conv(*k_conv1d_, k, state ? &state->k_conv : nullptr);
     v = run_conv(*v_conv1d_, v, state ? &state->v_conv : nullptr);
-  } else if (silu_without_conv) {
+  } else if (without_conv == WithoutConv::silu) {
     q = silu(q);
     k = silu(k);
     v = silu(v);
