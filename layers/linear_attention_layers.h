@@ -11,10 +11,10 @@
 #include <memory>
 #include <string>
 
+#include "layers/fused/short_conv.h"
 #include "layers/linear.h"
 #include "layers/mixer.h"
 #include "layers/rms_norm.h"
-#include "layers/short_conv.h"
 
 namespace lat {
 

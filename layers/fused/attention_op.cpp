@@ -1,12 +1,12 @@
 // causal_attention: argument checks, dtype dispatch and the tape node around the CPU kernels.
-#include "layers/attention_op.h"
+#include "layers/fused/attention_op.h"
 
 #include <cmath>
 
 #include "lat/tape.h"
-#include "layers/attention_op_cpu.h"
+#include "layers/fused/attention_op_cpu.h"
 #ifdef LAT_WITH_CUDA
-#include "layers/attention_op_cuda.h"
+#include "layers/fused/attention_op_cuda.h"
 #endif
 
 namespace lat {

@@ -1,4 +1,4 @@
-// CPU kernels of the fused causal attention (layers/attention_op.h): plain structs of
+// CPU kernels of the fused causal attention (layers/fused/attention_op.h): plain structs of
 // pointers, sizes and strides in, no framework tensors.
 #pragma once
 #include <algorithm>

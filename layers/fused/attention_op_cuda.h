@@ -1,4 +1,4 @@
-// CUDA kernels of the fused causal attention (layers/attention_op.h): plain structs of
+// CUDA kernels of the fused causal attention (layers/fused/attention_op.h): plain structs of
 // pointers, sizes and strides, f32. Same tiling and formulas as the CPU kernels
 // (attention_op_cpu.h): FlashAttention's online softmax forward (Dao et al. 2022, alg. 1)
 // and FlashAttention-2's backward split into a dq pass and a dk/dv pass (Dao 2023, sec. 3.1).
