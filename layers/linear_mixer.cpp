@@ -13,6 +13,9 @@
 namespace lat {
 namespace {
 
+// The kernels' limit on K and V.
+using linear_attention::kMaxHeadDim;
+
 // Mamba-2's initialization (state-spaces/mamba, mamba_ssm/modules/mamba2.py): A ~ U[1, 16],
 // A_log = log A; dt ~ exp(U[log 1e-3, log 1e-1]) clamped to >= 1e-4, and dt_bias the inverse
 // softplus of dt, dt + log(-expm1(-dt)), so that softplus(dt_bias) = dt at a zero input.
@@ -51,11 +54,11 @@ LinearMixer::LinearMixer(std::string kind, const MixerConfig& config) : config_(
               op << ": d_model: expected a multiple of n_heads " << c.n_heads << ", got " << c.d_model);
     c.head_dim = c.d_model / c.n_heads;
   }
-  LAT_CHECK(c.head_dim > 0 && c.head_dim <= linear_attention::kMaxHeadDim,
-            op << ": head_dim: expected 1.." << linear_attention::kMaxHeadDim << " (the kernels' limit), got " << c.head_dim);
+  LAT_CHECK(c.head_dim > 0 && c.head_dim <= kMaxHeadDim,
+            op << ": head_dim: expected 1.." << kMaxHeadDim << " (the kernels' limit), got " << c.head_dim);
   const double v = static_cast<double>(c.head_dim) * c.expand_v;
-  LAT_CHECK(c.expand_v > 0 && v >= 1 && v == std::round(v) && v <= linear_attention::kMaxHeadDim,
-            op << ": expand_v: expected head_dim * expand_v a whole number in 1.." << linear_attention::kMaxHeadDim << ", got "
+  LAT_CHECK(c.expand_v > 0 && v >= 1 && v == std::round(v) && v <= kMaxHeadDim,
+            op << ": expand_v: expected head_dim * expand_v a whole number in 1.." << kMaxHeadDim << ", got "
                << c.head_dim << " * " << c.expand_v << " = " << v);
   value_dim_ = static_cast<int64_t>(v);
   LAT_CHECK(!c.use_short_conv || c.conv_size >= 1,

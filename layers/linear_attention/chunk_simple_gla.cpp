@@ -16,7 +16,9 @@ LinearAttentionOutput chunk_simple_gla(const Tensor& q, const Tensor& k, const T
   check_initial_state(op, initial_state, q, d, d.V);
   check_chunk_size(op, chunk_size, q);
   return run_decay(op, Form::chunk, {q, k, v, g, initial_state},
-                   {.scale = resolve_scale(scale, d.K), .output_final_state = output_final_state, .chunk_size = chunk_size});
+                   {.scale = resolve_scale(scale, d.K),
+                    .output_final_state = output_final_state,
+                    .chunk_size = chunk_size});
 }
 
 }  // namespace lat

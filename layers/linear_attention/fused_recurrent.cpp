@@ -18,7 +18,9 @@ LinearAttentionOutput fused_recurrent_linear_attn(const Tensor& q, const Tensor&
   check_initial_state(op, initial_state, q, d, normalize ? d.V + 1 : d.V);
   check_cpu(op, q);
   return run_decay(op, Form::fused_recurrent, {q, k, v, Tensor(), initial_state},
-                   {.scale = resolve_scale(scale, d.K), .normalize = normalize, .output_final_state = output_final_state});
+                   {.scale = resolve_scale(scale, d.K),
+                    .normalize = normalize,
+                    .output_final_state = output_final_state});
 }
 
 LinearAttentionOutput fused_recurrent_simple_gla(const Tensor& q, const Tensor& k, const Tensor& v,
