@@ -38,13 +38,6 @@ struct SeqOut {
   int64_t sb = 0, sh = 0, st = 0;
 };
 
-/// [B, T, H, D] row-major.
-inline Seq api_seq(const float* p, int64_t T, int64_t H, int64_t D) { return {p, T * H * D, D, H * D}; }
-inline SeqOut api_out(float* p, int64_t T, int64_t H, int64_t D) { return {p, T * H * D, D, H * D}; }
-/// [B*H, rows, D] row-major (rows per head, e.g. NT*64).
-inline Seq head_seq(const float* p, int64_t H, int64_t rows, int64_t D) { return {p, H * rows * D, rows * D, D}; }
-inline SeqOut head_out(float* p, int64_t H, int64_t rows, int64_t D) { return {p, H * rows * D, rows * D, D}; }
-
 /// Sizes of one call; V is the state width.
 struct Dims {
   int64_t B = 0, T = 0, H = 0, K = 0, V = 0;
@@ -55,6 +48,19 @@ struct Dims {
   int64_t NK() const { return (K + 63) / 64; }
   int64_t NV() const { return (V + 63) / 64; }
 };
+
+/// The API layout [B, T, H, D] row-major.
+inline Seq api_seq(const float* p, const Dims& d, int64_t D) { return {p, d.T * d.H * D, D, d.H * D}; }
+inline SeqOut api_out(float* p, const Dims& d, int64_t D) { return {p, d.T * d.H * D, D, d.H * D}; }
+/// The per-head layout [B*H, NT*C, D] row-major (W, U, V^new and their gradients).
+inline Seq head_seq(const float* p, const Dims& d, int64_t D) {
+  const int64_t rows = d.NT() * d.C;
+  return {p, d.H * rows * D, rows * D, D};
+}
+inline SeqOut head_out(float* p, const Dims& d, int64_t D) {
+  const int64_t rows = d.NT() * d.C;
+  return {p, d.H * rows * D, rows * D, D};
+}
 
 // ---- chunk_simple_gla_cuda.cu: the decayed kernels (simple_gla, linear attention) ------
 

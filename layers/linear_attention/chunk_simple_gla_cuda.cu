@@ -461,16 +461,7 @@ struct ChunkDecaySaved : DecaySaved {
 };
 
 // The kernels' sizes; their V is the state width Vs.
-cu::Dims dims_of(const DecayParams& p) {
-  cu::Dims d;
-  d.B = p.B, d.T = p.T, d.H = p.H, d.K = p.K, d.V = p.Vs();
-  d.C = p.C;
-  d.device = p.device;
-  return d;
-}
-
-cu::Seq api(const float* x, const cu::Dims& d, int64_t D) { return cu::api_seq(x, d.T, d.H, D); }
-cu::SeqOut api_out(float* x, const cu::Dims& d, int64_t D) { return cu::api_out(x, d.T, d.H, D); }
+cu::Dims dims_of(const DecayParams& p) { return {p.B, p.T, p.H, p.K, p.Vs(), p.C, p.device}; }
 
 }  // namespace
 
@@ -490,12 +481,13 @@ std::shared_ptr<const DecaySaved> chunk_decay_forward_cuda(const DecayParams& p,
     r = saved->readout.data();
   }
   saved->G = DeviceBuffer(d.BH() * d.NT() * cu::tile::kT, p.device);
+  const float* G = saved->G.data();
   cu::chunk_cumsum(d, p.g, saved->G.data());
+  const cu::Seq q = cu::api_seq(p.q, d, d.K), k = cu::api_seq(p.k, d, d.K), v = cu::api_seq(values, d, Vs);
   {
     DeviceBuffer h(d.BH() * d.NT() * d.K * Vs, p.device);
-    cu::chunk_fwd_h(d, api(p.k, d, d.K), api(values, d, Vs), saved->G.data(), p.h0, h.data(), ht);
-    cu::chunk_fwd_o(d, api(p.q, d, d.K), api(p.k, d, d.K), api(values, d, Vs), saved->G.data(), h.data(), p.scale,
-                    api_out(r, d, Vs));
+    cu::chunk_fwd_h(d, k, v, G, p.h0, h.data(), ht);
+    cu::chunk_fwd_o(d, q, k, v, G, h.data(), p.scale, cu::api_out(r, d, Vs));
   }
   if (p.normalize) cu::normalize_forward(r, rows, p.V, kNormEps, o, p.device);
   return save ? saved : nullptr;
@@ -506,29 +498,27 @@ void chunk_decay_backward_cuda(const DecayParams& p, const DecaySaved& saved, co
   const auto& s = static_cast<const ChunkDecaySaved&>(saved);
   const cu::Dims d = dims_of(p);
   const int64_t Vs = d.V, rows = p.B * p.T * p.H;
-  const float* values = p.normalize ? s.values.data() : p.v;
   const float* G = s.G.data();
+  const cu::Seq q = cu::api_seq(p.q, d, d.K), k = cu::api_seq(p.k, d, d.K);
+  const cu::Seq v = cu::api_seq(p.normalize ? s.values.data() : p.v, d, Vs);
   // dr, the readout's gradient: through the normalizer, or d_o itself.
-  const float* dr = d_o;
   DeviceBuffer dr_normalized;
   if (p.normalize) {
     dr_normalized = DeviceBuffer(rows * Vs, p.device);
     cu::normalize_backward(s.readout.data(), d_o, rows, p.V, kNormEps, dr_normalized.data(), p.device);
-    dr = dr_normalized.data();
   }
+  const cu::Seq dr = cu::api_seq(p.normalize ? dr_normalized.data() : d_o, d, Vs);
   DeviceBuffer h(d.BH() * d.NT() * d.K * Vs, p.device);
-  cu::chunk_fwd_h(d, api(p.k, d, d.K), api(values, d, Vs), G, p.h0, h.data(), nullptr);
+  cu::chunk_fwd_h(d, k, v, G, p.h0, h.data(), nullptr);
   DeviceBuffer dh(d.BH() * d.NT() * d.K * Vs, p.device);
-  cu::chunk_bwd_dh(d, api(p.q, d, d.K), api(dr, d, Vs), G, dht, p.scale, dh.data(), grads.dh0);
+  cu::chunk_bwd_dh(d, q, dr, G, dht, p.scale, dh.data(), grads.dh0);
   const bool with_dg = p.g != nullptr && grads.dg != nullptr;
   DeviceBuffer dg_part = with_dg ? DeviceBuffer(d.NK() * 2 * d.BH() * d.NT() * cu::tile::kT, p.device) : DeviceBuffer();
-  cu::chunk_bwd_dqk(d, api(p.q, d, d.K), api(p.k, d, d.K), api(values, d, Vs), api(dr, d, Vs), G, h.data(),
-                    dh.data(), p.scale, api_out(grads.dq, d, d.K), api_out(grads.dk, d, d.K), dg_part.data(),
-                    cu::Seq{}, nullptr);
+  cu::chunk_bwd_dqk(d, q, k, v, dr, G, h.data(), dh.data(), p.scale, cu::api_out(grads.dq, d, d.K),
+                    cu::api_out(grads.dk, d, d.K), dg_part.data(), cu::Seq{}, nullptr);
   // dv of the extended values; the constant column's gradient is dropped.
   DeviceBuffer dvs = p.normalize ? DeviceBuffer(rows * Vs, p.device) : DeviceBuffer();
-  cu::chunk_bwd_dv(d, api(p.q, d, d.K), api(p.k, d, d.K), api(dr, d, Vs), G, dh.data(), p.scale,
-                   api_out(p.normalize ? dvs.data() : grads.dv, d, Vs));
+  cu::chunk_bwd_dv(d, q, k, dr, G, dh.data(), p.scale, cu::api_out(p.normalize ? dvs.data() : grads.dv, d, Vs));
   if (p.normalize) cu::drop_last_column(dvs.data(), rows, p.V, grads.dv, p.device);
   if (with_dg) cu::chunk_dg_finish(d, dg_part.data(), d.NK(), grads.dg);
 }

@@ -22,7 +22,7 @@ void check_like(const char* op, const char* arg, const Tensor& t, const Tensor& 
 }
 
 void check_shape(const char* op, const char* arg, const Tensor& t, const Shape& expected, const char* layout) {
-  LAT_CHECK(t.defined(), op << ": " << arg << ": expected a tensor " << layout << ", got an undefined tensor");
+  check_defined(op, arg, t, layout);
   LAT_CHECK(t.shape() == expected, op << ": " << arg << ": expected shape " << shape_str(expected) << " "
                                       << layout << ", got " << shape_str(t.shape()));
 }
@@ -84,6 +84,10 @@ Dims check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v
   LAT_CHECK(d.T >= 1, op << ": q: expected T >= 1 tokens, got T=" << d.T);
   check_head_dims(op, d);
   return d;
+}
+
+void check_defined(const char* op, const char* arg, const Tensor& t, const char* layout) {
+  LAT_CHECK(t.defined(), op << ": " << arg << ": expected a tensor " << layout << ", got an undefined tensor");
 }
 
 void check_g(const char* op, const Tensor& g, const Tensor& q, const Dims& d) {

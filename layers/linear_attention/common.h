@@ -25,6 +25,10 @@ inline constexpr int64_t kMaxHeadDim = 256;
 /// (f32 or f64, all the same, when allow_f64). Throws lat::Error naming `op`.
 Dims check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, bool allow_f64 = false);
 
+/// Checks that an input the op requires, though its type allows it absent (g of the gated
+/// ops), is defined: "op: arg: expected a tensor LAYOUT, got an undefined tensor".
+void check_defined(const char* op, const char* arg, const Tensor& t, const char* layout);
+
 /// Checks a log-decay g [B, T, H]: same dtype and device as q, every value <= 0 (the
 /// error names the first offending value and its [b, t, h]; NaN is rejected too).
 void check_g(const char* op, const Tensor& g, const Tensor& q, const Dims& d);

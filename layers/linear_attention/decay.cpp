@@ -1,5 +1,5 @@
-// run_decay (decay.h): the one place where an op of the decayed family allocates its
-// outputs and gradients, picks the kernels of its form and backend, and records its node.
+// run_decay and run_decay_step (decay.h): the decayed family's argument checks, the one
+// switch over forms and backends, and the one tape node.
 #include "layers/linear_attention/decay.h"
 
 #include <memory>
@@ -41,7 +41,7 @@ DecayParams params_of(const DecayInputs& in, const DecayOptions& options, int64_
   p.g = data_or_null(in.g), p.h0 = data_or_null(in.initial_state);
   p.B = in.q.size(0), p.T = T, p.H = in.q.size(-2), p.K = in.q.size(-1), p.V = in.v.size(-1);
   p.C = options.chunk_size;
-  p.scale = options.scale;
+  p.scale = resolve_scale(options.scale, p.K);
   p.normalize = options.normalize;
   p.device = in.q.device().index;
   return p;
@@ -50,7 +50,15 @@ DecayParams params_of(const DecayInputs& in, const DecayOptions& options, int64_
 }  // namespace
 
 LinearAttentionOutput run_decay(const char* op, Form form, const DecayInputs& in, const DecayOptions& options) {
-  const DecayParams p = params_of(in, options, in.q.size(1));
+  const Dims d = check_qkv(op, in.q, in.k, in.v);
+  if (in.g.defined()) check_g(op, in.g, in.q, d);
+  check_initial_state(op, in.initial_state, in.q, d, options.normalize ? d.V + 1 : d.V);
+  if (form == Form::chunk)
+    check_chunk_size(op, options.chunk_size, in.q);
+  else
+    check_cpu(op, in.q);
+
+  const DecayParams p = params_of(in, options, d.T);
   const Device device = in.q.device();
   const bool grad = needs_grad({&in.q, &in.k, &in.v, &in.g, &in.initial_state});
   Tensor o = Tensor::empty({p.B, p.T, p.H, p.V}, DType::f32, device);
@@ -78,7 +86,9 @@ LinearAttentionOutput run_decay(const char* op, Form form, const DecayInputs& in
   return {o, final_state};
 }
 
-Tensor run_decay_step(const DecayInputs& in, const DecayOptions& options, Tensor& state) {
+Tensor run_decay_step(const char* op, const DecayInputs& in, const DecayOptions& options, Tensor& state) {
+  const Dims d = check_step(op, in.q, in.k, in.v, state, options.normalize ? 1 : 0);
+  if (in.g.defined()) check_step_g(op, in.g, d);
   DecayParams p = params_of(in, options, 1);
   p.h0 = nullptr;
   Tensor o = Tensor::empty({p.B, p.H, p.V}, DType::f32, in.q.device());

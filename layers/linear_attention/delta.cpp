@@ -1,6 +1,5 @@
-// run_delta and run_delta_step (delta.h): the one place where an op of the delta-rule
-// family allocates its outputs and gradients, picks the kernels of its form and backend,
-// and records its node.
+// run_delta and run_delta_step (delta.h): the delta-rule family's argument checks, the one
+// switch over forms and backends, and the one tape node.
 #include "layers/linear_attention/delta.h"
 
 #include <memory>
@@ -42,7 +41,7 @@ DeltaParams params_of(const DeltaInputs& in, const DeltaOptions& options, int64_
   p.g = data_or_null(in.g), p.beta = in.beta.data<float>(), p.h0 = data_or_null(in.initial_state);
   p.B = in.q.size(0), p.T = T, p.H = in.q.size(-2), p.K = in.q.size(-1), p.V = in.v.size(-1);
   p.C = options.chunk_size;
-  p.scale = options.scale;
+  p.scale = resolve_scale(options.scale, p.K);
   p.use_qk_l2norm_in_kernel = options.use_qk_l2norm_in_kernel;
   p.device = in.q.device().index;
   return p;
@@ -51,7 +50,16 @@ DeltaParams params_of(const DeltaInputs& in, const DeltaOptions& options, int64_
 }  // namespace
 
 LinearAttentionOutput run_delta(const char* op, Form form, const DeltaInputs& in, const DeltaOptions& options) {
-  const DeltaParams p = params_of(in, options, in.q.size(1));
+  const Dims d = check_qkv(op, in.q, in.k, in.v);
+  if (in.g.defined()) check_g(op, in.g, in.q, d);
+  check_beta(op, in.beta, in.q, d);
+  check_initial_state(op, in.initial_state, in.q, d, d.V);
+  if (form == Form::chunk)
+    check_chunk_size(op, options.chunk_size, in.q);
+  else
+    check_cpu(op, in.q);
+
+  const DeltaParams p = params_of(in, options, d.T);
   const Device device = in.q.device();
   const bool grad = needs_grad({&in.q, &in.k, &in.v, &in.g, &in.beta, &in.initial_state});
   Tensor o = Tensor::empty({p.B, p.T, p.H, p.V}, DType::f32, device);
@@ -81,7 +89,10 @@ LinearAttentionOutput run_delta(const char* op, Form form, const DeltaInputs& in
   return {o, final_state};
 }
 
-Tensor run_delta_step(const DeltaInputs& in, const DeltaOptions& options, Tensor& state) {
+Tensor run_delta_step(const char* op, const DeltaInputs& in, const DeltaOptions& options, Tensor& state) {
+  const Dims d = check_step(op, in.q, in.k, in.v, state);
+  if (in.g.defined()) check_step_g(op, in.g, d);
+  check_step_beta(op, in.beta, d);
   DeltaParams p = params_of(in, options, 1);
   p.h0 = nullptr;
   Tensor o = Tensor::empty({p.B, p.H, p.V}, DType::f32, in.q.device());

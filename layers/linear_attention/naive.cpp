@@ -1,8 +1,9 @@
 // Float64 token-by-token references of the linear-attention family, built from the core
 // tape ops so that backward() gives float64 gradients of every input. They are the test
 // oracle of the chunk and fused-recurrent kernels, so they stay plain recurrences with no
-// tricks: a wrong kernel cannot share a wrong derivation with them. Letters as in common.h. All (b, h) pairs advance together, one token at a
-// time, on a state S [B, H, K, V].
+// tricks: a wrong kernel cannot share a wrong derivation with them. Letters as in
+// common.h. All (b, h) pairs advance together, one token at a time, on a state
+// S [B, H, K, V].
 #include <vector>
 
 #include "layers/linear_attention/common.h"
