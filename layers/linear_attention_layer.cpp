@@ -38,11 +38,10 @@ Tensor LinearAttention::run(const Tensor& x, LinearMixerState* state) const {
             .reshape({B, 1, H, value_dim()});
   } else {
     const Tensor h0 = state != nullptr ? state->recurrent_state : Tensor();
-    const bool output_final_state = state != nullptr;
     LinearAttentionOutput r =
         use_chunk(T, state)
-            ? chunk_linear_attn(q, k, p.v, {}, normalize, h0, output_final_state, static_cast<int>(config_.chunk_size))
-            : fused_recurrent_linear_attn(q, k, p.v, {}, normalize, h0, output_final_state);
+            ? chunk_linear_attn(q, k, p.v, {}, normalize, h0, state != nullptr, static_cast<int>(config_.chunk_size))
+            : fused_recurrent_linear_attn(q, k, p.v, {}, normalize, h0, state != nullptr);
     if (state != nullptr) state->recurrent_state = r.final_state;
     o = r.o;
   }

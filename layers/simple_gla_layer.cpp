@@ -42,11 +42,10 @@ Tensor SimpleGLA::run(const Tensor& x, LinearMixerState* state) const {
             .reshape({B, 1, H, value_dim()});
   } else {
     const Tensor h0 = state != nullptr ? state->recurrent_state : Tensor();
-    const bool output_final_state = state != nullptr;
     LinearAttentionOutput r =
         use_chunk(T, state)
-            ? chunk_simple_gla(p.q, p.k, p.v, g, {}, h0, output_final_state, static_cast<int>(config_.chunk_size))
-            : fused_recurrent_simple_gla(p.q, p.k, p.v, g, {}, h0, output_final_state);
+            ? chunk_simple_gla(p.q, p.k, p.v, g, {}, h0, state != nullptr, static_cast<int>(config_.chunk_size))
+            : fused_recurrent_simple_gla(p.q, p.k, p.v, g, {}, h0, state != nullptr);
     if (state != nullptr) state->recurrent_state = r.final_state;
     o = r.o;
   }

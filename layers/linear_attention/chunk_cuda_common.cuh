@@ -86,3 +86,9 @@ class DeviceBuffer {
 };
 
 }  // namespace lat::linear_attention::cuda
+
+// The names the ops' host code in the .cu files uses.
+namespace lat::linear_attention {
+namespace cu = linear_attention::cuda;
+using cuda::DeviceBuffer;
+}  // namespace lat::linear_attention

@@ -568,9 +568,6 @@ void l2norm_backward(const float* y, const float* rstd, int64_t rows, int64_t D,
 namespace lat::linear_attention {
 namespace {
 
-namespace cu = linear_attention::cuda;
-using cu::DeviceBuffer;
-
 // What forward keeps for backward (the WY factors and states are recomputed): G and, with
 // the in-kernel L2 norm, the normalized q and k with their rstd.
 struct ChunkDeltaSaved : DeltaSaved {

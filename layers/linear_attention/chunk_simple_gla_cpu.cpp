@@ -122,52 +122,34 @@ void mask_scores(float* A, const float* G, int64_t C, float scale) {
   }
 }
 
-// Forward scan through the chunks [n0, n0 + nb) of a block, ascending: H[i] = S_[c]
-// (the carried state of its (b, h); H and U are the block's [nb, KV]), then
-// carry <- e^Λ carry + U[i]; after the last chunk of a sequence the carry is its final
-// state (into ht when set). Parallel over tiles of state elements: each element's scan
-// is independent.
-void scan_block(const Sizes& s, int64_t n0, int64_t nb, const float* U, const float* G, float* carry, float* H,
-                float* ht) {
+// The scans of the states through the chunks [n0, n0 + nb) of a block: forward in
+// ascending chunk order, out[i] = S_[c] and carry <- e^Λ carry + U[i]; backward in
+// descending order, out[i] = dH_c = dL/dS_[c+1] and carry <- e^Λ carry + W[i] (out and
+// add: the block's [nb, KV]; carry: one per (b, h)). After a sequence's last chunk in scan
+// order the carry is its final state (forward) or d initial_state (backward), copied into
+// `last` when set. Parallel over tiles of state elements: each element's scan is
+// independent.
+enum class Scan { forward, backward };
+void scan_block(Scan scan, const Sizes& s, int64_t n0, int64_t nb, const float* add, const float* G, float* carry,
+                float* out, float* last) {
   constexpr int64_t kTile = 512;
+  const bool forward = scan == Scan::forward;
+  const int64_t last_chunk = forward ? s.NT - 1 : 0;
 #pragma omp parallel for
   for (int64_t e0 = 0; e0 < s.KV; e0 += kTile) {
     int64_t e1 = std::min(s.KV, e0 + kTile);
-    for (int64_t i = 0; i < nb; ++i) {
+    for (int64_t step = 0; step < nb; ++step) {
+      int64_t i = forward ? step : nb - 1 - step;
       int64_t n = n0 + i, bh = n / s.NT;
       float decay = exp_nonpositive(G[n * s.C + s.C - 1]);
-      float* state = carry + bh * s.KV;
-      float* h = H + i * s.KV;
-      const float* u = U + i * s.KV;
+      float* c = carry + bh * s.KV;
+      float* o = out + i * s.KV;
+      const float* a = add + i * s.KV;
       for (int64_t e = e0; e < e1; ++e) {
-        h[e] = state[e];
-        state[e] = decay * state[e] + u[e];
+        o[e] = c[e];
+        c[e] = decay * c[e] + a[e];
       }
-      if (ht && n % s.NT == s.NT - 1) std::copy(state + e0, state + e1, ht + bh * s.KV + e0);
-    }
-  }
-}
-
-// Backward scan through the chunks of a block, descending: dH[i] = dL/dS_[c+1] (the
-// carried gradient of its (b, h)), then carry <- e^Λ carry + W[i]; after chunk 0 of a
-// sequence the carry is d initial_state (into dh0 when set).
-void grad_scan_block(const Sizes& s, int64_t n0, int64_t nb, const float* W, const float* G, float* carry,
-                     float* dH, float* dh0) {
-  constexpr int64_t kTile = 512;
-#pragma omp parallel for
-  for (int64_t e0 = 0; e0 < s.KV; e0 += kTile) {
-    int64_t e1 = std::min(s.KV, e0 + kTile);
-    for (int64_t i = nb - 1; i >= 0; --i) {
-      int64_t n = n0 + i, bh = n / s.NT;
-      float decay = exp_nonpositive(G[n * s.C + s.C - 1]);
-      float* grad = carry + bh * s.KV;
-      float* dh = dH + i * s.KV;
-      const float* w = W + i * s.KV;
-      for (int64_t e = e0; e < e1; ++e) {
-        dh[e] = grad[e];
-        grad[e] = decay * grad[e] + w[e];
-      }
-      if (dh0 && n % s.NT == 0) std::copy(grad + e0, grad + e1, dh0 + bh * s.KV + e0);
+      if (last && n % s.NT == last_chunk) std::copy(c + e0, c + e1, last + bh * s.KV + e0);
     }
   }
 }
@@ -245,7 +227,7 @@ std::shared_ptr<ChunkDecaySaved> readout_forward(const DecayParams& p, float* r,
     }
     // State contributions U = (diag(e^{Λ-G}) K)^T V, then the scan gives S_[c].
     gemm(nb, K, Vs, C, kdec.data(), K, CK, true, v.data(), Vs, CV, false, U.data(), Vs, KV);
-    scan_block(s, n0, nb, U.data(), G, carry.data(), h_blk, ht);
+    scan_block(Scan::forward, s, n0, nb, U.data(), G, carry.data(), h_blk, ht);
     // O = A V + diag(scale e^G) Q S_[c], A = scale (Q K^T ⊙ D).
     gemm(nb, C, C, K, q.data(), K, CK, false, k.data(), K, CK, true, a_blk, C, CC);
 #pragma omp parallel for
@@ -287,7 +269,7 @@ void readout_backward(const DecayParams& p, const ChunkDecaySaved& saved, const 
     }
     // W = Q^T dÕ, then the reverse scan gives dH_c = dL/dS_[c+1].
     gemm(nb, K, Vs, C, q.data(), K, CK, true, d_odec.data(), Vs, CV, false, W.data(), Vs, KV);
-    grad_scan_block(s, n0, nb, W.data(), G, carry.data(), dH.data(), grads.dh0);
+    scan_block(Scan::backward, s, n0, nb, W.data(), G, carry.data(), dH.data(), grads.dh0);
     // Inter-chunk parts of dQ and dK first: the gate gradient needs them alone.
     gemm(nb, C, K, Vs, d_odec.data(), Vs, CV, false, h_blk, Vs, KV, true, dq.data(), K, CK);
     gemm(nb, C, K, Vs, vdec.data(), Vs, CV, false, dH.data(), Vs, KV, true, dk.data(), K, CK);

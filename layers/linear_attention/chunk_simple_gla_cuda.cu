@@ -449,8 +449,8 @@ void chunk_dg_finish(const Dims& d, const float* dg_part, int64_t parts, float* 
 namespace lat::linear_attention {
 namespace {
 
-namespace cu = linear_attention::cuda;
-using cu::DeviceBuffer;
+// The kernels' sizes; their V is the state width Vs.
+cu::Dims dims_of(const DecayParams& p) { return {p.B, p.T, p.H, p.K, p.Vs(), p.C, p.device}; }
 
 // What forward keeps for backward (the states are recomputed): G and, with the
 // normalizer, the extended values and the readout.
@@ -459,9 +459,6 @@ struct ChunkDecaySaved : DecaySaved {
   DeviceBuffer values;   // [B, T, H, V + 1]: [v, 1], with the normalizer only
   DeviceBuffer readout;  // [B, T, H, V + 1]: r, with the normalizer only
 };
-
-// The kernels' sizes; their V is the state width Vs.
-cu::Dims dims_of(const DecayParams& p) { return {p.B, p.T, p.H, p.K, p.Vs(), p.C, p.device}; }
 
 }  // namespace
 

@@ -36,6 +36,8 @@ struct DecayParams {
 
   int64_t Vs() const { return normalize ? V + 1 : V; }
   int64_t NT() const { return (T + C - 1) / C; }
+  /// Index of token t of (b, h) in the [B, T, H] layout (row of q, k and v).
+  int64_t row(int64_t b, int64_t t, int64_t h) const { return (b * T + t) * H + h; }
 };
 
 /// Input gradients of one call, API layout, every non-null one overwritten.

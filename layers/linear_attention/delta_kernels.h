@@ -33,6 +33,8 @@ struct DeltaParams {
   int device = 0;                        // CUDA device index of the pointers (CUDA kernels)
 
   int64_t NT() const { return (T + C - 1) / C; }
+  /// Index of token t of (b, h) in the [B, T, H] layout (row of q, k and v).
+  int64_t row(int64_t b, int64_t t, int64_t h) const { return (b * T + t) * H + h; }
 };
 
 /// Input gradients of one call, API layout, every non-null one overwritten.

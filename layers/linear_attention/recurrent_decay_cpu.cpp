@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "autograd/cpu/aligned_buffer.h"
+#include "layers/linear_attention/common.h"
 #include "layers/linear_attention/decay_kernels.h"
 
 namespace lat::linear_attention {
@@ -25,8 +26,6 @@ using cpu::AlignedBuffer;
 
 constexpr int64_t kCheckpointEvery = 64;
 
-int64_t num_blocks(const DecayParams& p) { return (p.T + kCheckpointEvery - 1) / kCheckpointEvery; }
-int64_t row_of(const DecayParams& p, int64_t b, int64_t t, int64_t h) { return (b * p.T + t) * p.H + h; }
 
 // What forward keeps for backward: the state entering every block of kCheckpointEvery
 // tokens, [B*H, num_blocks, K, Vs].
@@ -70,7 +69,7 @@ void write_output(const float* r, int64_t V, bool normalize, float* o) {
 // Forward for every (b, h): o, optionally the final state ht [B, H, K, Vs] and the
 // checkpoints [B*H, num_blocks, K, Vs] (the state entering each block).
 void recurrent_forward(const DecayParams& p, float* o, float* ht, float* checkpoints) {
-  const int64_t K = p.K, Vs = p.Vs(), NB = num_blocks(p);
+  const int64_t K = p.K, Vs = p.Vs(), NB = num_chunks(p.T, kCheckpointEvery);
 #pragma omp parallel for collapse(2)
   for (int64_t b = 0; b < p.B; ++b)
     for (int64_t h = 0; h < p.H; ++h) {
@@ -80,7 +79,7 @@ void recurrent_forward(const DecayParams& p, float* o, float* ht, float* checkpo
       for (int64_t t = 0; t < p.T; ++t) {
         if (checkpoints && t % kCheckpointEvery == 0)
           std::memcpy(checkpoints + (bh * NB + t / kCheckpointEvery) * K * Vs, S.data(), K * Vs * sizeof(float));
-        int64_t row = row_of(p, b, t, h);
+        int64_t row = p.row(b, t, h);
         float a = p.g ? std::exp(p.g[row]) : 1.0f;
         load_value(p, row, vt.data());
         update_state(S.data(), p.k + row * K, vt.data(), a, K, Vs);
@@ -95,7 +94,7 @@ void recurrent_forward(const DecayParams& p, float* o, float* ht, float* checkpo
 // dg is written only when p.g and grads.dg are set, dh0 when grads.dh0 is.
 void recurrent_backward(const DecayParams& p, const float* checkpoints, const float* d_o, const float* dht,
                         const DecayGrads& grads) {
-  const int64_t K = p.K, V = p.V, Vs = p.Vs(), NB = num_blocks(p), KV = K * Vs;
+  const int64_t K = p.K, V = p.V, Vs = p.Vs(), NB = num_chunks(p.T, kCheckpointEvery), KV = K * Vs;
   float* dg = p.g ? grads.dg : nullptr;
 #pragma omp parallel for collapse(2)
   for (int64_t b = 0; b < p.B; ++b)
@@ -109,14 +108,14 @@ void recurrent_backward(const DecayParams& p, const float* checkpoints, const fl
         int64_t t0 = m * kCheckpointEvery, t1 = std::min(p.T, t0 + kCheckpointEvery);
         std::memcpy(states.data(), checkpoints + (bh * NB + m) * KV, KV * sizeof(float));
         for (int64_t t = t0; t < t1; ++t) {
-          int64_t row = row_of(p, b, t, h);
+          int64_t row = p.row(b, t, h);
           float* next = states.data() + (t - t0 + 1) * KV;
           std::memcpy(next, next - KV, KV * sizeof(float));
           load_value(p, row, vt.data());
           update_state(next, p.k + row * K, vt.data(), p.g ? std::exp(p.g[row]) : 1.0f, K, Vs);
         }
         for (int64_t t = t1 - 1; t >= t0; --t) {
-          int64_t row = row_of(p, b, t, h);
+          int64_t row = p.row(b, t, h);
           const float* S = states.data() + (t - t0 + 1) * KV;
           const float* S_prev = S - KV;
           const float* q = p.q + row * K;
@@ -163,19 +162,6 @@ void recurrent_backward(const DecayParams& p, const float* checkpoints, const fl
 
 }  // namespace
 
-std::shared_ptr<const DecaySaved> fused_recurrent_decay_forward_cpu(const DecayParams& p, float* o, float* ht,
-                                                                    bool save) {
-  auto saved = std::make_shared<FusedRecurrentDecaySaved>();
-  if (save) saved->checkpoints = AlignedBuffer(p.B * p.H * num_blocks(p) * p.K * p.Vs());
-  recurrent_forward(p, o, ht, save ? saved->checkpoints.data() : nullptr);
-  return save ? saved : nullptr;
-}
-
-void fused_recurrent_decay_backward_cpu(const DecayParams& p, const DecaySaved& saved, const float* d_o,
-                                        const float* dht, const DecayGrads& grads) {
-  recurrent_backward(p, static_cast<const FusedRecurrentDecaySaved&>(saved).checkpoints.data(), d_o, dht, grads);
-}
-
 void recurrent_step_decay_cpu(const DecayParams& p, float* state, float* o) {
   const int64_t K = p.K, V = p.V, Vs = p.Vs();
 #pragma omp parallel for if (p.B * p.H * K * Vs > (1 << 15))
@@ -186,6 +172,19 @@ void recurrent_step_decay_cpu(const DecayParams& p, float* state, float* o) {
     read_state(state + bh * K * Vs, p.q + bh * K, p.scale, K, Vs, r.data());
     write_output(r.data(), V, p.normalize, o + bh * V);
   }
+}
+
+std::shared_ptr<const DecaySaved> fused_recurrent_decay_forward_cpu(const DecayParams& p, float* o, float* ht,
+                                                                    bool save) {
+  auto saved = std::make_shared<FusedRecurrentDecaySaved>();
+  if (save) saved->checkpoints = AlignedBuffer(p.B * p.H * num_chunks(p.T, kCheckpointEvery) * p.K * p.Vs());
+  recurrent_forward(p, o, ht, save ? saved->checkpoints.data() : nullptr);
+  return save ? saved : nullptr;
+}
+
+void fused_recurrent_decay_backward_cpu(const DecayParams& p, const DecaySaved& saved, const float* d_o,
+                                        const float* dht, const DecayGrads& grads) {
+  recurrent_backward(p, static_cast<const FusedRecurrentDecaySaved&>(saved).checkpoints.data(), d_o, dht, grads);
 }
 
 }  // namespace lat::linear_attention

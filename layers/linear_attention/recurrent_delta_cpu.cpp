@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "autograd/cpu/aligned_buffer.h"
+#include "layers/linear_attention/common.h"
 #include "layers/linear_attention/delta_kernels.h"
 #include "layers/linear_attention/qk_l2norm.h"
 
@@ -27,8 +28,6 @@ using cpu::AlignedBuffer;
 
 constexpr int64_t kCheckpointEvery = 64;
 
-int64_t num_blocks(const DeltaParams& p) { return (p.T + kCheckpointEvery - 1) / kCheckpointEvery; }
-int64_t row_of(const DeltaParams& p, int64_t b, int64_t t, int64_t h) { return (b * p.T + t) * p.H + h; }
 float decay_of(const DeltaParams& p, int64_t row) { return p.g ? std::exp(p.g[row]) : 1.0f; }
 
 // What forward keeps for backward: the state entering every block of kCheckpointEvery
@@ -68,7 +67,7 @@ void delta_step(float* S, const float* q, const float* k, const float* v, float 
 // q and k: p.q and p.k, or their normalized copies.
 void delta_recurrent_forward(const DeltaParams& p, const float* q, const float* k, float* o, float* ht,
                              float* checkpoints) {
-  const int64_t K = p.K, V = p.V, KV = K * V, NB = num_blocks(p);
+  const int64_t K = p.K, V = p.V, KV = K * V, NB = num_chunks(p.T, kCheckpointEvery);
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t b = 0; b < p.B; ++b)
     for (int64_t h = 0; h < p.H; ++h) {
@@ -78,7 +77,7 @@ void delta_recurrent_forward(const DeltaParams& p, const float* q, const float* 
       for (int64_t t = 0; t < p.T; ++t) {
         if (checkpoints && t % kCheckpointEvery == 0)
           std::memcpy(checkpoints + (bh * NB + t / kCheckpointEvery) * KV, S.data(), KV * sizeof(float));
-        const int64_t row = row_of(p, b, t, h);
+        const int64_t row = p.row(b, t, h);
         delta_step(S.data(), q + row * K, k + row * K, p.v + row * V, decay_of(p, row), p.beta[row], p.scale, K, V,
                    r.data(), u.data(), o + row * V);
       }
@@ -91,7 +90,7 @@ void delta_recurrent_forward(const DeltaParams& p, const float* q, const float* 
 // only when p.g and grads.dg are set, dh0 when grads.dh0 is.
 void delta_recurrent_backward(const DeltaParams& p, const float* q_in, const float* k_in, const float* checkpoints,
                               const float* d_o, const float* dht, const DeltaGrads& grads) {
-  const int64_t K = p.K, V = p.V, KV = K * V, NB = num_blocks(p), L = kCheckpointEvery;
+  const int64_t K = p.K, V = p.V, KV = K * V, NB = num_chunks(p.T, kCheckpointEvery), L = kCheckpointEvery;
   float* dg = p.g ? grads.dg : nullptr;
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t b = 0; b < p.B; ++b)
@@ -105,14 +104,14 @@ void delta_recurrent_backward(const DeltaParams& p, const float* q_in, const flo
         const int64_t t0 = m * L, t1 = std::min(p.T, t0 + L);
         std::memcpy(states.data(), checkpoints + (bh * NB + m) * KV, KV * sizeof(float));
         for (int64_t t = t0; t < t1; ++t) {
-          const int64_t row = row_of(p, b, t, h), j = t - t0;
+          const int64_t row = p.row(b, t, h), j = t - t0;
           float* next = states.data() + (j + 1) * KV;
           std::memcpy(next, next - KV, KV * sizeof(float));
           delta_step(next, nullptr, k_in + row * K, p.v + row * V, decay_of(p, row), p.beta[row], p.scale, K, V,
                      rs.data() + j * V, us.data() + j * V, nullptr);
         }
         for (int64_t t = t1 - 1; t >= t0; --t) {
-          const int64_t row = row_of(p, b, t, h), j = t - t0;
+          const int64_t row = p.row(b, t, h), j = t - t0;
           const float* S = states.data() + (j + 1) * KV;  // S_t
           const float* S_prev = S - KV;                   // S_{t-1}
           const float* q = q_in + row * K;
@@ -183,7 +182,7 @@ std::shared_ptr<const DeltaSaved> fused_recurrent_delta_forward_cpu(const DeltaP
     l2norm_rows_forward(saved->kn.data(), rows, p.K, saved->k_rstd.data());
     q = saved->qn.data(), k = saved->kn.data();
   }
-  if (save) saved->checkpoints = AlignedBuffer(p.B * p.H * num_blocks(p) * p.K * p.V);
+  if (save) saved->checkpoints = AlignedBuffer(p.B * p.H * num_chunks(p.T, kCheckpointEvery) * p.K * p.V);
   delta_recurrent_forward(p, q, k, o, ht, save ? saved->checkpoints.data() : nullptr);
   return save ? saved : nullptr;
 }
