@@ -1,9 +1,9 @@
-// Argument checks and layout helpers shared by the linear-attention ops (see common.h).
+// Argument checks and small helpers shared by the linear-attention ops (see common.h).
 #include "layers/linear_attention/common.h"
 
-#include <algorithm>
 #include <cmath>
-#include <cstring>
+#include <sstream>
+#include <string>
 
 namespace lat::linear_attention {
 namespace {

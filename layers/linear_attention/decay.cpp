@@ -89,8 +89,7 @@ LinearAttentionOutput run_decay(const char* op, Form form, const DecayInputs& in
 Tensor run_decay_step(const char* op, const DecayInputs& in, const DecayOptions& options, Tensor& state) {
   const Dims d = check_step(op, in.q, in.k, in.v, state, options.normalize ? 1 : 0);
   if (in.g.defined()) check_step_g(op, in.g, d);
-  DecayParams p = params_of(in, options, 1);
-  p.h0 = nullptr;
+  const DecayParams p = params_of(in, options, 1);
   Tensor o = Tensor::empty({p.B, p.H, p.V}, DType::f32, in.q.device());
 #ifdef LAT_WITH_CUDA
   if (in.q.device().is_cuda()) {

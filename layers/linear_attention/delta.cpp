@@ -93,8 +93,7 @@ Tensor run_delta_step(const char* op, const DeltaInputs& in, const DeltaOptions&
   const Dims d = check_step(op, in.q, in.k, in.v, state);
   if (in.g.defined()) check_step_g(op, in.g, d);
   check_step_beta(op, in.beta, d);
-  DeltaParams p = params_of(in, options, 1);
-  p.h0 = nullptr;
+  const DeltaParams p = params_of(in, options, 1);
   Tensor o = Tensor::empty({p.B, p.H, p.V}, DType::f32, in.q.device());
 #ifdef LAT_WITH_CUDA
   if (in.q.device().is_cuda()) {
