@@ -96,6 +96,9 @@ inline float dot(const float* a, const float* b, int64_t n) {
   return s;
 }
 
+// Which pass the arrays serve: the backward keeps more of phase A (K K^T, scale diag(gamma) Q, T).
+enum class Pass { forward, backward };
+
 // The whole-problem arrays of one call, indexed by chunk n.
 struct Arrays {
   AlignedBuffer G;       // [N, C]        chunk-local inclusive cumsum of g (Lambda = G_{C-1})
@@ -112,11 +115,11 @@ struct Arrays {
   AlignedBuffer dh;    // [N, K, V]     dL/dS_{c+1}
   AlignedBuffer dG;    // [N, C]        dL/dG
 
-  Arrays(const ChunkedParams& p, bool backward) {
+  Arrays(const ChunkedParams& p, Pass pass) {
     const int64_t N = p.BH * p.NT, C = p.C, K = p.K, V = p.V;
     G = AlignedBuffer(N * C), decay = AlignedBuffer(N * C * C), wu = AlignedBuffer(N * C * (K + V));
     vnew = AlignedBuffer(N * C * V), kdecay = AlignedBuffer(N * C * K), h = AlignedBuffer(N * K * V);
-    if (!backward) return;
+    if (pass == Pass::forward) return;
     kk = AlignedBuffer(N * C * C), qg = AlignedBuffer(N * C * K), tinv = AlignedBuffer(N * C * C);
     dwu = AlignedBuffer(N * C * (K + V)), dh = AlignedBuffer(N * K * V), dG = AlignedBuffer(N * C);
   }
@@ -223,7 +226,8 @@ void invert_unit_lower(const ChunkedParams& p, int64_t n, const float* kk, const
 
 // Phase A on chunk n: G, Gamma, the decayed keys, K K^T, T, [W | U] and a copy of U (and,
 // for the backward, K K^T, scale diag(gamma) Q and T kept in a.kk, a.qg, a.tinv).
-void phase_a_chunk(const ChunkedParams& p, Arrays& a, bool backward, int64_t n, Scratch& s) {
+void phase_a_chunk(const ChunkedParams& p, Arrays& a, Pass pass, int64_t n, Scratch& s) {
+  const bool backward = pass == Pass::backward;
   const int64_t C = p.C, K = p.K, V = p.V, KV1 = K + V;
   const float* k = p.k + n * C * K;
   float* G = a.G.data() + n * C;
@@ -439,23 +443,23 @@ void phase_b_chunk(const ChunkedParams& p, Arrays& a, float* o, int64_t n, Scrat
 }
 
 // Phase A and the forward state pass, shared by the forward and the backward.
-void forward_states(const ChunkedParams& p, Arrays& a, bool backward, float* ht) {
-  parallel_for(p, p.BH * p.NT, [&](int64_t n, Scratch& s) { phase_a_chunk(p, a, backward, n, s); });
+void forward_states(const ChunkedParams& p, Arrays& a, Pass pass, float* ht) {
+  parallel_for(p, p.BH * p.NT, [&](int64_t n, Scratch& s) { phase_a_chunk(p, a, pass, n, s); });
   parallel_for(p, p.BH, [&](int64_t bh, Scratch&) { state_pass_head(p, a, bh, ht); });
 }
 
 // Forward: o [BH, NT*C, V] and, when ht is not null, the final state [BH, K, V].
 void forward_chunked(const ChunkedParams& p, float* o, float* ht) {
-  Arrays a(p, false);
-  forward_states(p, a, false, ht);
+  Arrays a(p, Pass::forward);
+  forward_states(p, a, Pass::forward, ht);
   parallel_for(p, p.BH * p.NT, [&](int64_t n, Scratch& s) { phase_b_chunk(p, a, o, n, s); });
 }
 
 // Backward from d_o [BH, NT*C, V] and dht [BH, K, V] (null: no gradient on the final
 // state). Recomputes the forward intermediates (nothing is kept between the passes).
 void backward_chunked(const ChunkedParams& p, const float* d_o, const float* dht, const ChunkedGrads& grads) {
-  Arrays a(p, true);
-  forward_states(p, a, true, nullptr);
+  Arrays a(p, Pass::backward);
+  forward_states(p, a, Pass::backward, nullptr);
   parallel_for(p, p.BH * p.NT, [&](int64_t n, Scratch& s) { phase_b1_chunk(p, a, d_o, grads, n, s); });
   AlignedBuffer dh0_scratch(grads.dh0 ? 0 : p.BH * p.K * p.V);
   float* dh0 = grads.dh0 ? grads.dh0 : dh0_scratch.data();

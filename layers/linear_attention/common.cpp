@@ -8,7 +8,8 @@
 namespace lat::linear_attention {
 namespace {
 
-void check_float(const char* op, const char* arg, const Tensor& t, bool allow_f64) {
+void check_float(const char* op, const char* arg, const Tensor& t, Dtypes dtypes) {
+  const bool allow_f64 = dtypes == Dtypes::f32_or_f64;
   bool ok = t.dtype() == DType::f32 || (allow_f64 && t.dtype() == DType::f64);
   LAT_CHECK(ok, op << ": " << arg << ": expected dtype " << (allow_f64 ? "f32 or f64" : "f32") << ", got "
                    << dtype_name(t.dtype()));
@@ -65,14 +66,14 @@ void check_range(const char* op, const char* arg, const Tensor& t, double lo, do
 
 }  // namespace
 
-Dims check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, bool allow_f64) {
+Dims check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, Dtypes dtypes) {
   LAT_CHECK(q.defined(), op << ": q: expected a tensor [B, T, H, K], got an undefined tensor");
   LAT_CHECK(k.defined(), op << ": k: expected a tensor [B, T, H, K], got an undefined tensor");
   LAT_CHECK(v.defined(), op << ": v: expected a tensor [B, T, H, V], got an undefined tensor");
   LAT_CHECK(q.dim() == 4, op << ": q: expected rank 4 [B, T, H, K], got shape " << shape_str(q.shape()));
   LAT_CHECK(k.dim() == 4, op << ": k: expected rank 4 [B, T, H, K], got shape " << shape_str(k.shape()));
   LAT_CHECK(v.dim() == 4, op << ": v: expected rank 4 [B, T, H, V], got shape " << shape_str(v.shape()));
-  check_float(op, "q", q, allow_f64);
+  check_float(op, "q", q, dtypes);
   check_like(op, "k", k, q);
   check_like(op, "v", v, q);
   LAT_CHECK(k.shape() == q.shape(), op << ": k: expected shape " << shape_str(q.shape())
@@ -127,7 +128,7 @@ Dims check_step(const char* op, const Tensor& q_t, const Tensor& k_t, const Tens
   LAT_CHECK(q_t.defined() && q_t.dim() == 3,
             op << ": q_t: expected rank 3 [B, H, K], got "
                << (q_t.defined() ? "shape " + shape_str(q_t.shape()) : std::string("an undefined tensor")));
-  check_float(op, "q_t", q_t, false);
+  check_float(op, "q_t", q_t, Dtypes::f32);
   Dims d{q_t.size(0), 1, q_t.size(1), q_t.size(2), 0};
   check_shape(op, "k_t", k_t, q_t.shape(), "[B, H, K] (as q_t)");
   check_like(op, "k_t", k_t, q_t);
@@ -145,13 +146,13 @@ Dims check_step(const char* op, const Tensor& q_t, const Tensor& k_t, const Tens
 
 void check_step_g(const char* op, const Tensor& g_t, const Dims& d) {
   check_shape(op, "g_t", g_t, {d.B, d.H}, "[B, H]");
-  check_float(op, "g_t", g_t, false);
+  check_float(op, "g_t", g_t, Dtypes::f32);
   check_range(op, "g_t", g_t, -INFINITY, 0.0, "log-decay values <= 0");
 }
 
 void check_step_beta(const char* op, const Tensor& beta_t, const Dims& d) {
   check_shape(op, "beta_t", beta_t, {d.B, d.H}, "[B, H]");
-  check_float(op, "beta_t", beta_t, false);
+  check_float(op, "beta_t", beta_t, Dtypes::f32);
   check_range(op, "beta_t", beta_t, 0.0, 1.0, "values in [0, 1]");
 }
 

@@ -20,10 +20,13 @@ struct Dims {
 /// ALGORITHMS.md 2.6; all four ops share the limit so layers can swap ops freely).
 inline constexpr int64_t kMaxHeadDim = 256;
 
+/// The dtypes an op accepts: f32 (the kernels), or f32 and f64 (the float64 references).
+enum class Dtypes { f32, f32_or_f64 };
+
 /// Checks q, k [B, T, H, K] and v [B, T, H, V]: defined, rank 4, same device, q and k
-/// the same shape, v sharing B, T, H, T >= 1, B, H >= 1, K and V in 1..256, dtype f32
-/// (f32 or f64, all the same, when allow_f64). Throws lat::Error naming `op`.
-Dims check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, bool allow_f64 = false);
+/// the same shape, v sharing B, T, H, T >= 1, B, H >= 1, K and V in 1..256, a dtype of
+/// `dtypes`, all the same. Throws lat::Error naming `op`.
+Dims check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, Dtypes dtypes = Dtypes::f32);
 
 /// Checks that an input the op requires, though its type allows it absent (g of the gated
 /// ops), is defined: "op: arg: expected a tensor LAYOUT, got an undefined tensor".
