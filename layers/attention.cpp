@@ -6,8 +6,8 @@
 
 #include "lat/ops.h"
 #include "lat/tape.h"
-#include "layers/attention_op.h"
-#include "layers/rope.h"
+#include "layers/fused/attention_op.h"
+#include "layers/fused/rope.h"
 
 namespace lat {
 namespace {

@@ -6,11 +6,17 @@
 #include "layers/linear_attention_layers.h"
 
 namespace lat {
+namespace {
 
-DeltaNet::DeltaNet(const MixerConfig& config, Generator& gen) : DeltaNet(config, gen, false) {}
+// fla's DeltaNet and GatedDeltaNet L2-normalize q and k; the ops do it inside their node.
+constexpr bool kUseQkL2NormInKernel = true;
 
-DeltaNet::DeltaNet(const MixerConfig& config, Generator& gen, bool gated)
-    : LinearMixer(gated ? "gdn" : "delta_net", config), gated_(gated) {
+}  // namespace
+
+DeltaNet::DeltaNet(const MixerConfig& config, Generator& gen) : DeltaNet(config, gen, Decay::none) {}
+
+DeltaNet::DeltaNet(const MixerConfig& config, Generator& gen, Decay decay)
+    : LinearMixer(decay == Decay::mamba2 ? "gdn" : "delta_net", config), gated_(decay == Decay::mamba2) {
   add_qkv_proj(gen);
   add_beta_proj(gen);
   if (gated_) add_mamba2_decay(gen);
@@ -19,31 +25,34 @@ DeltaNet::DeltaNet(const MixerConfig& config, Generator& gen, bool gated)
   add_o_proj(gen);
 }
 
-GatedDeltaNet::GatedDeltaNet(const MixerConfig& config, Generator& gen) : DeltaNet(config, gen, true) {}
+GatedDeltaNet::GatedDeltaNet(const MixerConfig& config, Generator& gen) : DeltaNet(config, gen, Decay::mamba2) {}
 
 Tensor DeltaNet::run(const Tensor& x, LinearMixerState* state) const {
   const int64_t B = x.size(0), T = x.size(1), H = config_.n_heads;
   const int chunk_size = static_cast<int>(config_.chunk_size);
-  QKV p = project_qkv(x, state, true);
+  QKV p = project_qkv(x, state, WithoutConv::silu);
   Tensor b = beta(x);
   Tensor g = gated_ ? mamba2_log_decay(x) : Tensor();
   Tensor o;
   if (state != nullptr && T == 1) {
     Tensor& S = state->recurrent_state;
     o = gated_ ? recurrent_step_gated_delta_rule(token(p.q), token(p.k), token(p.v), token(g), token(b), scale(), S,
-                                                 true)
-               : recurrent_step_delta_rule(token(p.q), token(p.k), token(p.v), token(b), scale(), S, true);
+                                                 kUseQkL2NormInKernel)
+               : recurrent_step_delta_rule(token(p.q), token(p.k), token(p.v), token(b), scale(), S,
+                                           kUseQkL2NormInKernel);
     o = o.reshape({B, 1, H, value_dim()});
   } else {
     const Tensor h0 = state != nullptr ? state->recurrent_state : Tensor();
-    const bool final_state = state != nullptr;
+    const bool output_final_state = state != nullptr;
     LinearAttentionOutput r;
     if (use_chunk(T, state))
-      r = gated_ ? chunk_gated_delta_rule(p.q, p.k, p.v, g, b, {}, h0, final_state, true, chunk_size)
-                 : chunk_delta_rule(p.q, p.k, p.v, b, {}, h0, final_state, true, chunk_size);
+      r = gated_ ? chunk_gated_delta_rule(p.q, p.k, p.v, g, b, {}, h0, output_final_state, kUseQkL2NormInKernel,
+                                          chunk_size)
+                 : chunk_delta_rule(p.q, p.k, p.v, b, {}, h0, output_final_state, kUseQkL2NormInKernel, chunk_size);
     else
-      r = gated_ ? fused_recurrent_gated_delta_rule(p.q, p.k, p.v, g, b, {}, h0, true, true)
-                 : fused_recurrent_delta_rule(p.q, p.k, p.v, b, {}, h0, true, true);
+      r = gated_ ? fused_recurrent_gated_delta_rule(p.q, p.k, p.v, g, b, {}, h0, output_final_state,
+                                                    kUseQkL2NormInKernel)
+                 : fused_recurrent_delta_rule(p.q, p.k, p.v, b, {}, h0, output_final_state, kUseQkL2NormInKernel);
     if (state != nullptr) state->recurrent_state = r.final_state;
     o = r.o;
   }

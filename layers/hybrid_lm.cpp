@@ -57,8 +57,11 @@ void HybridLM::check_ids(const Tensor& ids, const char* where) const {
 Tensor HybridLM::head(const Tensor& h) const {
   Tensor y = norm_->forward(h);
   if (lm_head_ != nullptr) return lm_head_->forward(y);
+  // Tied to the embeddings E [vocab, D]: logits = y E^T.
   const int64_t B = y.size(0), T = y.size(1), D = y.size(2);
-  return matmul(y.reshape({B * T, D}), embeddings_->weight(), false, true).reshape({B, T, config_.vocab_size});
+  constexpr bool kTransposeY = false, kTransposeEmbeddings = true;
+  return matmul(y.reshape({B * T, D}), embeddings_->weight(), kTransposeY, kTransposeEmbeddings)
+      .reshape({B, T, config_.vocab_size});
 }
 
 Tensor HybridLM::forward(const Tensor& ids) const {

@@ -1,4 +1,4 @@
-// HybridLM: the language model of lat (issue 4). Token embedding -> n_layers pre-norm
+// HybridLM: the language model lat trains. Token embedding -> n_layers pre-norm
 // blocks, each a token mixer of the kind its model.layers entry names (softmax attention or
 // one of the linear-attention family) and a SwiGLU MLP, both with residuals -> final RMSNorm
 // -> LM head. Parameter names follow flash-linear-attention's models (DESIGN.md,

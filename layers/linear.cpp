@@ -18,7 +18,9 @@ Tensor Linear::forward(const Tensor& x) const {
             "Linear::forward: x: expected shape [..., " << in_features_ << "], got " << shape_str(x.shape()));
   Shape out_shape = x.shape();
   out_shape.back() = out_features_;
-  Tensor y = matmul(x.reshape({-1, in_features_}), weight_, false, true);
+  // weight is [out, in] (torch's layout): y = x weight^T.
+  constexpr bool kTransposeX = false, kTransposeWeight = true;
+  Tensor y = matmul(x.reshape({-1, in_features_}), weight_, kTransposeX, kTransposeWeight);
   if (bias_.defined()) y = y + bias_;
   return y.reshape(out_shape);
 }

@@ -29,7 +29,7 @@ int64_t LinearAttention::state_columns() const { return config_.normalize ? valu
 
 Tensor LinearAttention::run(const Tensor& x, LinearMixerState* state) const {
   const int64_t B = x.size(0), T = x.size(1), H = config_.n_heads;
-  QKV p = project_qkv(x, state, false);
+  QKV p = project_qkv(x, state, WithoutConv::identity);
   Tensor q = feature_map(p.q, config_.feature_map), k = feature_map(p.k, config_.feature_map);
   const bool normalize = config_.normalize;
   Tensor o;
@@ -41,7 +41,7 @@ Tensor LinearAttention::run(const Tensor& x, LinearMixerState* state) const {
     LinearAttentionOutput r =
         use_chunk(T, state)
             ? chunk_linear_attn(q, k, p.v, {}, normalize, h0, state != nullptr, static_cast<int>(config_.chunk_size))
-            : fused_recurrent_linear_attn(q, k, p.v, {}, normalize, h0, true);
+            : fused_recurrent_linear_attn(q, k, p.v, {}, normalize, h0, state != nullptr);
     if (state != nullptr) state->recurrent_state = r.final_state;
     o = r.o;
   }

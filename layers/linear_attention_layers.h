@@ -11,10 +11,10 @@
 #include <memory>
 #include <string>
 
+#include "layers/fused/short_conv.h"
 #include "layers/linear.h"
 #include "layers/mixer.h"
 #include "layers/rms_norm.h"
-#include "layers/short_conv.h"
 
 namespace lat {
 
@@ -99,10 +99,13 @@ class LinearMixer : public Mixer {
   struct QKV {
     Tensor q, k, v;  // [B, T, H, K], [B, T, H, K], [B, T, H, V]
   };
+  /// What q, k and v go through in place of the short convolutions when a mixer has none:
+  /// nothing (fla's LinearAttention and SimpleGLA) or SiLU (fla's DeltaNet and
+  /// GatedDeltaNet).
+  enum class WithoutConv { identity, silu };
   /// Projections, then the short convolutions (continuing the conv states of `state` when
-  /// given). Without short convolutions, `silu_without_conv` applies SiLU instead (fla's
-  /// DeltaNet and GatedDeltaNet do; its SimpleGLA does not).
-  QKV project_qkv(const Tensor& x, LinearMixerState* state, bool silu_without_conv) const;
+  /// given), or `without_conv` when config.use_short_conv is off.
+  QKV project_qkv(const Tensor& x, LinearMixerState* state, WithoutConv without_conv) const;
   /// g [B, T, H] = -exp(A_log) * softplus(x a_proj^T + dt_bias).
   Tensor mamba2_log_decay(const Tensor& x) const;
   /// beta [B, T, H] = sigmoid(x b_proj^T).
@@ -182,8 +185,9 @@ class DeltaNet : public LinearMixer {
   DeltaNet(const MixerConfig& config, Generator& gen);
 
  protected:
-  /// gated = true builds GatedDeltaNet.
-  DeltaNet(const MixerConfig& config, Generator& gen, bool gated);
+  /// The state's decay: none (DeltaNet) or Mamba-2's data-dependent gate (GatedDeltaNet).
+  enum class Decay { none, mamba2 };
+  DeltaNet(const MixerConfig& config, Generator& gen, Decay decay);
   Tensor run(const Tensor& x, LinearMixerState* state) const override;
 
  private:

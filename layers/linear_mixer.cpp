@@ -7,13 +7,14 @@
 
 #include "lat/ops.h"
 #include "lat/tape.h"
+#include "layers/linear_attention/common.h"
 #include "layers/linear_attention_layers.h"
 
 namespace lat {
 namespace {
 
-// The linear-attention kernels take K and V up to 256 (ALGORITHMS.md 2.6).
-constexpr int64_t kMaxHeadDim = 256;
+// The kernels' limit on K and V.
+using linear_attention::kMaxHeadDim;
 
 // Mamba-2's initialization (state-spaces/mamba, mamba_ssm/modules/mamba2.py): A ~ U[1, 16],
 // A_log = log A; dt ~ exp(U[log 1e-3, log 1e-1]) clamped to >= 1e-4, and dt_bias the inverse
@@ -111,14 +112,14 @@ void LinearMixer::add_o_proj(Generator& gen) {
                              std::make_unique<Linear>(c.n_heads * value_dim_, c.d_model, gen, c.out_init_std));
 }
 
-LinearMixer::QKV LinearMixer::project_qkv(const Tensor& x, LinearMixerState* state, bool silu_without_conv) const {
+LinearMixer::QKV LinearMixer::project_qkv(const Tensor& x, LinearMixerState* state, WithoutConv without_conv) const {
   const int64_t B = x.size(0), T = x.size(1), H = config_.n_heads;
   Tensor q = q_proj_->forward(x), k = k_proj_->forward(x), v = v_proj_->forward(x);
   if (q_conv1d_ != nullptr) {
     q = run_conv(*q_conv1d_, q, state ? &state->q_conv : nullptr);
     k = run_conv(*k_conv1d_, k, state ? &state->k_conv : nullptr);
     v = run_conv(*v_conv1d_, v, state ? &state->v_conv : nullptr);
-  } else if (silu_without_conv) {
+  } else if (without_conv == WithoutConv::silu) {
     q = silu(q);
     k = silu(k);
     v = silu(v);

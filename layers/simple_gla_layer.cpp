@@ -34,7 +34,7 @@ Tensor SimpleGLA::log_decay(const Tensor& x) const {
 
 Tensor SimpleGLA::run(const Tensor& x, LinearMixerState* state) const {
   const int64_t B = x.size(0), T = x.size(1), H = config_.n_heads;
-  QKV p = project_qkv(x, state, false);
+  QKV p = project_qkv(x, state, WithoutConv::identity);
   Tensor g = log_decay(x);
   Tensor o;
   if (state != nullptr && T == 1) {
@@ -45,7 +45,7 @@ Tensor SimpleGLA::run(const Tensor& x, LinearMixerState* state) const {
     LinearAttentionOutput r =
         use_chunk(T, state)
             ? chunk_simple_gla(p.q, p.k, p.v, g, {}, h0, state != nullptr, static_cast<int>(config_.chunk_size))
-            : fused_recurrent_simple_gla(p.q, p.k, p.v, g, {}, h0, true);
+            : fused_recurrent_simple_gla(p.q, p.k, p.v, g, {}, h0, state != nullptr);
     if (state != nullptr) state->recurrent_state = r.final_state;
     o = r.o;
   }

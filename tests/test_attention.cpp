@@ -12,8 +12,8 @@
 
 #include "lat/lat.h"
 #include "layers/attention.h"
-#include "layers/attention_op.h"
-#include "layers/rope.h"
+#include "layers/fused/attention_op.h"
+#include "layers/fused/rope.h"
 
 namespace lat {
 namespace {

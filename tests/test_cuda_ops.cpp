@@ -13,9 +13,9 @@
 
 #include "lat/cuda.h"
 #include "lat/lat.h"
-#include "layers/attention_op.h"
-#include "layers/rope.h"
-#include "layers/short_conv.h"
+#include "layers/fused/attention_op.h"
+#include "layers/fused/rope.h"
+#include "layers/fused/short_conv.h"
 #include "optim/adamw.h"
 #include "optim/clip.h"
 #include "train/distributed.h"

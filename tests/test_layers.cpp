@@ -8,11 +8,11 @@
 
 #include "lat/lat.h"
 #include "layers/embedding.h"
+#include "layers/fused/rope.h"
+#include "layers/fused/short_conv.h"
 #include "layers/linear.h"
 #include "layers/module.h"
 #include "layers/rms_norm.h"
-#include "layers/rope.h"
-#include "layers/short_conv.h"
 #include "layers/swiglu.h"
 
 namespace lat {

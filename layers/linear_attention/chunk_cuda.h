@@ -1,5 +1,7 @@
-// CUDA kernels of the chunkwise linear-attention family (plain-struct launch API, no
-// tensors; STYLE habit 5). The math is ALGORITHMS.md 2.2-2.4; the kernels follow fla's
+// CUDA kernels of the chunkwise linear-attention family: the launch API of the kernels,
+// plain pointers and strided views, no tensors, so the .cu files need no framework
+// headers. chunk_simple_gla_cuda.cu and chunk_gated_delta_rule_cuda.cu call them in order
+// for the ops (decay_kernels.h, delta_kernels.h). The math is ALGORITHMS.md 2.2-2.4; the kernels follow fla's
 // decomposition (2.1): a chunk-local cumulative sum of g, a sequential-over-chunks state
 // pass (one block per (batch*head, K tile, V tile), or per (batch*head, V tile) for the
 // delta rule, whose state update needs all of K), and per-chunk kernels with one block per
@@ -36,13 +38,6 @@ struct SeqOut {
   int64_t sb = 0, sh = 0, st = 0;
 };
 
-/// [B, T, H, D] row-major.
-inline Seq api_seq(const float* p, int64_t T, int64_t H, int64_t D) { return {p, T * H * D, D, H * D}; }
-inline SeqOut api_out(float* p, int64_t T, int64_t H, int64_t D) { return {p, T * H * D, D, H * D}; }
-/// [B*H, rows, D] row-major (rows per head, e.g. NT*64).
-inline Seq head_seq(const float* p, int64_t H, int64_t rows, int64_t D) { return {p, H * rows * D, rows * D, D}; }
-inline SeqOut head_out(float* p, int64_t H, int64_t rows, int64_t D) { return {p, H * rows * D, rows * D, D}; }
-
 /// Sizes of one call; V is the state width.
 struct Dims {
   int64_t B = 0, T = 0, H = 0, K = 0, V = 0;
@@ -53,6 +48,19 @@ struct Dims {
   int64_t NK() const { return (K + 63) / 64; }
   int64_t NV() const { return (V + 63) / 64; }
 };
+
+/// The API layout [B, T, H, D] row-major.
+inline Seq api_seq(const float* p, const Dims& d, int64_t D) { return {p, d.T * d.H * D, D, d.H * D}; }
+inline SeqOut api_out(float* p, const Dims& d, int64_t D) { return {p, d.T * d.H * D, D, d.H * D}; }
+/// The per-head layout [B*H, NT*C, D] row-major (W, U, V^new and their gradients).
+inline Seq head_seq(const float* p, const Dims& d, int64_t D) {
+  const int64_t rows = d.NT() * d.C;
+  return {p, d.H * rows * D, rows * D, D};
+}
+inline SeqOut head_out(float* p, const Dims& d, int64_t D) {
+  const int64_t rows = d.NT() * d.C;
+  return {p, d.H * rows * D, rows * D, D};
+}
 
 // ---- chunk_simple_gla_cuda.cu: the decayed kernels (simple_gla, linear attention) ------
 
@@ -126,18 +134,5 @@ void normalize_forward(const float* r, int64_t rows, int64_t V, float eps, float
 /// dr[:, :V] = do / den, dr[:, V] = -(do . o) / den with den = r[:, V] + eps.
 void normalize_backward(const float* r, const float* d_o, int64_t rows, int64_t V, float eps, float* dr,
                         int device);
-
-// ---- recurrent_cuda.cu: one decoding step, state [BH, K, Vs] updated in place -----------
-
-/// S = a S + k [v, 1?]^T, r = scale S^T q, o = r[:V] (normalize: / (r[V] + eps)); a = e^g
-/// (g [BH] or null: 1). q, k [BH, K], v [BH, V], o [BH, V]; Vs = V + normalize.
-void recurrent_step_decay(int64_t BH, int64_t K, int64_t V, bool normalize, float eps, const float* q,
-                          const float* k, const float* v, const float* g, float scale, float* state, float* o,
-                          int device);
-/// S_a = a S, u = beta (v - S_a^T k), S = S_a + k u^T, o = scale S^T q, with q and k
-/// L2-normalized first when l2norm; a = e^g (g null: 1).
-void recurrent_step_delta(int64_t BH, int64_t K, int64_t V, bool l2norm, const float* q, const float* k,
-                          const float* v, const float* g, const float* beta, float scale, float* state, float* o,
-                          int device);
 
 }  // namespace lat::linear_attention::cuda

@@ -1,6 +1,10 @@
-// Device-side helpers shared by the chunkwise linear-attention kernels (chunk_cuda.h).
+// Helpers shared by the chunkwise linear-attention kernels (chunk_cuda.h): device-side
+// indexing, launch checks, and the host side's device buffers.
 #pragma once
+#include <utility>
+
 #include "autograd/cuda/cuda_check.h"
+#include "autograd/cuda/cuda_memory.h"
 #include "autograd/cuda/tile.cuh"
 #include "layers/linear_attention/chunk_cuda.h"
 
@@ -52,4 +56,39 @@ inline dim3 grid3(int64_t x, int64_t y, int64_t z) {
   return dim3(static_cast<unsigned>(x), static_cast<unsigned>(y), static_cast<unsigned>(z));
 }
 
+/// A float array on one device from lat's caching allocator (autograd/cuda/cuda_memory.h),
+/// NaN-filled under LAT_POISON=1 as tensors are: a call's intermediates and what a forward
+/// keeps for its backward. Freed in stream order (stream.h). Move-only; empty by default.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(int64_t n, int device)
+      : p_(static_cast<float*>(lat::cuda::allocate(static_cast<size_t>(n) * sizeof(float), device))),
+        device_(device) {}
+  ~DeviceBuffer() { lat::cuda::release(p_, device_); }
+  DeviceBuffer(DeviceBuffer&& other) noexcept : p_(std::exchange(other.p_, nullptr)), device_(other.device_) {}
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
+    if (this != &other) {
+      lat::cuda::release(p_, device_);
+      p_ = std::exchange(other.p_, nullptr);
+      device_ = other.device_;
+    }
+    return *this;
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  float* data() const { return p_; }
+
+ private:
+  float* p_ = nullptr;
+  int device_ = 0;
+};
+
 }  // namespace lat::linear_attention::cuda
+
+// The names the ops' host code in the .cu files uses.
+namespace lat::linear_attention {
+namespace cu = linear_attention::cuda;
+using cuda::DeviceBuffer;
+}  // namespace lat::linear_attention

@@ -1,6 +1,7 @@
 // CPU kernel of the chunkwise gated delta rule, forward and backward (ALGORITHMS.md 2.4;
 // Yang et al. 2024 "Parallelizing Linear Transformers with the Delta Rule", sec. 3, and
-// Yang et al. 2025 "Gated Delta Networks", sec. 3.3). Letters as in chunk_gated_delta_rule.h.
+// Yang et al. 2025 "Gated Delta Networks", sec. 3.3). Letters as in common.h; BH = B*H,
+// N = BH*NT chunks in all, chunk n = bh * NT + c.
 //
 // Per chunk (rows i, j in [0, C); G the chunk-local inclusive cumsum of g, gamma = e^G,
 // Gamma_ij = e^{G_i - G_j} for i >= j, Lambda = G_{C-1}; padded rows have g = 0, so
@@ -32,6 +33,10 @@
 //       dG_i += sum_j dA_ij A_ij - sum_j dA_ji A_ji
 //   dg = reverse cumsum of dG within the chunk.
 //
+// Layout. The kernel works in the per-head chunked layout of chunk_layout.h ([BH, NT*C, D],
+// rows t >= T zero, g and beta included): the API-layout inputs are copied in once (q and
+// k L2-normalized there when asked for), the outputs and gradients copied back out.
+//
 // Schedule. Chunk n = bh * NT + c; every per-chunk array has one stride over n. Each phase
 // is one OpenMP loop: the per-chunk phases over chunks, the state passes over (b, h) (each
 // thread walks the chunks of its heads in order). Every product is a single-threaded
@@ -43,13 +48,43 @@
 // dh), the reverse state pass, and B2 (the rest).
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
-#include "layers/linear_attention/chunk_gated_delta_rule.h"
+#include "autograd/cpu/aligned_buffer.h"
+#include "layers/linear_attention/chunk_layout.h"
 #include "layers/linear_attention/common.h"
+#include "layers/linear_attention/delta_kernels.h"
+#include "layers/linear_attention/qk_l2norm.h"
 #include "layers/linear_attention/tile_gemm.h"
 
 namespace lat::linear_attention {
 namespace {
+
+using cpu::AlignedBuffer;
+
+// One call in the per-head chunked layout ([BH, NT*C, D], rows t >= T zero, including g
+// and beta). f32 throughout.
+struct ChunkedParams {
+  int64_t BH = 0, T = 0, NT = 0, C = 0, K = 0, V = 0;  // T: valid rows per head
+  float scale = 1.0f;
+  const float* q = nullptr;     // [BH, NT*C, K] (already L2-normalized when asked for)
+  const float* k = nullptr;     // [BH, NT*C, K]
+  const float* v = nullptr;     // [BH, NT*C, V]
+  const float* g = nullptr;     // [BH, NT*C] log-decay <= 0, or null for the delta rule (g = 0)
+  const float* beta = nullptr;  // [BH, NT*C]
+  const float* h0 = nullptr;    // [BH, K, V], or null for a zero initial state
+};
+
+// Gradients in the chunked layout (every pointer a full, overwritten buffer; dg and dh0
+// may be null when not wanted).
+struct ChunkedGrads {
+  float* dq = nullptr;     // [BH, NT*C, K]
+  float* dk = nullptr;     // [BH, NT*C, K]
+  float* dv = nullptr;     // [BH, NT*C, V]
+  float* dg = nullptr;     // [BH, NT*C]
+  float* dbeta = nullptr;  // [BH, NT*C]
+  float* dh0 = nullptr;    // [BH, K, V]
+};
 
 // Log-decays below this act as this value: e^-100 is below float's range, so the decay is
 // 0 either way, while -inf (a full reset) would make G_i - G_j = -inf - (-inf) = NaN.
@@ -60,6 +95,9 @@ inline float dot(const float* a, const float* b, int64_t n) {
   for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
   return s;
 }
+
+// Which pass the arrays serve: the backward keeps more of phase A (K K^T, scale diag(gamma) Q, T).
+enum class Pass { forward, backward };
 
 // The whole-problem arrays of one call, indexed by chunk n.
 struct Arrays {
@@ -77,11 +115,11 @@ struct Arrays {
   AlignedBuffer dh;    // [N, K, V]     dL/dS_{c+1}
   AlignedBuffer dG;    // [N, C]        dL/dG
 
-  Arrays(const GatedDeltaRuleChunkParams& p, bool backward) {
+  Arrays(const ChunkedParams& p, Pass pass) {
     const int64_t N = p.BH * p.NT, C = p.C, K = p.K, V = p.V;
     G = AlignedBuffer(N * C), decay = AlignedBuffer(N * C * C), wu = AlignedBuffer(N * C * (K + V));
     vnew = AlignedBuffer(N * C * V), kdecay = AlignedBuffer(N * C * K), h = AlignedBuffer(N * K * V);
-    if (!backward) return;
+    if (pass == Pass::forward) return;
     kk = AlignedBuffer(N * C * C), qg = AlignedBuffer(N * C * K), tinv = AlignedBuffer(N * C * C);
     dwu = AlignedBuffer(N * C * (K + V)), dh = AlignedBuffer(N * K * V), dG = AlignedBuffer(N * C);
   }
@@ -96,7 +134,7 @@ struct Scratch {
   AlignedBuffer rows;   // [C, K]
   AlignedBuffer solve;  // the triangular inverse's rows, see invert_unit_lower
 
-  explicit Scratch(const GatedDeltaRuleChunkParams& p)
+  explicit Scratch(const ChunkedParams& p)
       : kk(p.C * p.C),
         tile(p.C * p.C),
         tile2(p.C * p.C),
@@ -107,7 +145,7 @@ struct Scratch {
 
 // Runs body(i, scratch) for i in [0, count), OpenMP over i, one Scratch per thread.
 template <class Body>
-void parallel_for(const GatedDeltaRuleChunkParams& p, int64_t count, const Body& body) {
+void parallel_for(const ChunkedParams& p, int64_t count, const Body& body) {
 #pragma omp parallel
   {
     Scratch s(p);
@@ -117,7 +155,7 @@ void parallel_for(const GatedDeltaRuleChunkParams& p, int64_t count, const Body&
 }
 
 // The chunk-local cumsum G [C] and the decay matrix Gamma [C, C] of chunk n.
-void chunk_decays(const GatedDeltaRuleChunkParams& p, int64_t n, float* G, float* D) {
+void chunk_decays(const ChunkedParams& p, int64_t n, float* G, float* D) {
   const int64_t C = p.C;
   float acc = 0.0f;
   for (int64_t i = 0; i < C; ++i) {
@@ -142,7 +180,7 @@ void scale_rows(const float* x, int64_t C, int64_t D, const Scale& s, float* out
 
 // scores *= scale Gamma in place on one C x C tile (select: the upper triangle and
 // underflowed decays give exact zeros, whatever the product held there).
-void mask_scores(const GatedDeltaRuleChunkParams& p, const float* D, float* scores) {
+void mask_scores(const ChunkedParams& p, const float* D, float* scores) {
   for (int64_t x = 0; x < p.C * p.C; ++x) scores[x] = D[x] != 0.0f ? p.scale * scores[x] * D[x] : 0.0f;
 }
 
@@ -155,7 +193,7 @@ typedef float Vec16 __attribute__((vector_size(64)));
 // sum runs in four independent accumulators (a single running row would chain every
 // update through a store and a reload). The rows are built in `scratch`
 // [C * padded16(C) + C] whose row stride is padded to whole vectors.
-void invert_unit_lower(const GatedDeltaRuleChunkParams& p, int64_t n, const float* kk, const float* D, float* T,
+void invert_unit_lower(const ChunkedParams& p, int64_t n, const float* kk, const float* D, float* T,
                        float* scratch) {
   const int64_t C = p.C, Cp = (C + 15) / 16 * 16;
   float* rows = scratch;
@@ -188,7 +226,8 @@ void invert_unit_lower(const GatedDeltaRuleChunkParams& p, int64_t n, const floa
 
 // Phase A on chunk n: G, Gamma, the decayed keys, K K^T, T, [W | U] and a copy of U (and,
 // for the backward, K K^T, scale diag(gamma) Q and T kept in a.kk, a.qg, a.tinv).
-void phase_a_chunk(const GatedDeltaRuleChunkParams& p, Arrays& a, bool backward, int64_t n, Scratch& s) {
+void phase_a_chunk(const ChunkedParams& p, Arrays& a, Pass pass, int64_t n, Scratch& s) {
+  const bool backward = pass == Pass::backward;
   const int64_t C = p.C, K = p.K, V = p.V, KV1 = K + V;
   const float* k = p.k + n * C * K;
   float* G = a.G.data() + n * C;
@@ -218,7 +257,7 @@ void phase_a_chunk(const GatedDeltaRuleChunkParams& p, Arrays& a, bool backward,
 // The forward state pass of head bh: V_new = U - W S_c over the copy of U, S_{c+1} =
 // e^Lambda S_c + K^T diag(e^{Lambda - G}) V_new into h and, when ht is not null, the
 // final state.
-void state_pass_head(const GatedDeltaRuleChunkParams& p, Arrays& a, int64_t bh, float* ht) {
+void state_pass_head(const ChunkedParams& p, Arrays& a, int64_t bh, float* ht) {
   const int64_t NT = p.NT, C = p.C, K = p.K, V = p.V, KV1 = K + V, KV = K * V;
   float* h = a.h.data() + bh * NT * KV;
   copy_or_zero(p.h0 ? p.h0 + bh * KV : nullptr, KV, h);
@@ -238,7 +277,7 @@ void state_pass_head(const GatedDeltaRuleChunkParams& p, Arrays& a, int64_t bh, 
 // The reverse state pass of head bh: dV_new += diag(e^{Lambda - G}) K dh_c (on top of the
 // local part already in dwu) and dh_{c-1} = e^Lambda dh_c + (scale diag(gamma) Q)^T dO -
 // W^T dV_new; the last step writes d initial_state into dh0.
-void reverse_state_pass_head(const GatedDeltaRuleChunkParams& p, Arrays& a, int64_t bh, const float* d_o,
+void reverse_state_pass_head(const ChunkedParams& p, Arrays& a, int64_t bh, const float* d_o,
                              const float* dht, float* dh0) {
   const int64_t NT = p.NT, C = p.C, K = p.K, V = p.V, KV1 = K + V, KV = K * V;
   float* dh = a.dh.data() + bh * NT * KV;
@@ -263,8 +302,8 @@ void reverse_state_pass_head(const GatedDeltaRuleChunkParams& p, Arrays& a, int6
 // i > j, gamma_i, e^{Lambda - G_j}), never as q . dq - k . dk: that difference cancels
 // O(1) diagonal terms and loses every digit of a dg that strong decay makes tiny (the
 // pairwise form of ALGORITHMS.md 2.3, precision note).
-void phase_b1_chunk(const GatedDeltaRuleChunkParams& p, Arrays& a, const float* d_o,
-                    const GatedDeltaRuleChunkGrads& grads, int64_t n, Scratch& s) {
+void phase_b1_chunk(const ChunkedParams& p, Arrays& a, const float* d_o,
+                    const ChunkedGrads& grads, int64_t n, Scratch& s) {
   const int64_t C = p.C, K = p.K, V = p.V, KV1 = K + V, KV = K * V;
   const float* G = a.G.data() + n * C;
   const float* D = a.decay.data() + n * C * C;
@@ -309,7 +348,7 @@ void phase_b1_chunk(const GatedDeltaRuleChunkParams& p, Arrays& a, const float* 
 // Backward phase B2 on chunk n, after the reverse state pass: the inter-chunk part of dk
 // with the dG terms of the state and write decays, then the WY backward (dW, dA) giving the
 // rest of dk, dv, dbeta and dG, and finally dg.
-void phase_b2_chunk(const GatedDeltaRuleChunkParams& p, Arrays& a, const GatedDeltaRuleChunkGrads& grads, int64_t n,
+void phase_b2_chunk(const ChunkedParams& p, Arrays& a, const ChunkedGrads& grads, int64_t n,
                     Scratch& s) {
   const int64_t NT = p.NT, C = p.C, K = p.K, V = p.V, KV1 = K + V, KV = K * V;
   const float* G = a.G.data() + n * C;
@@ -389,7 +428,7 @@ void phase_b2_chunk(const GatedDeltaRuleChunkParams& p, Arrays& a, const GatedDe
 }
 
 // Phase B on chunk n: O = (scale Q K^T o Gamma o M) V_new + scale diag(gamma) Q S_c.
-void phase_b_chunk(const GatedDeltaRuleChunkParams& p, Arrays& a, float* o, int64_t n, Scratch& s) {
+void phase_b_chunk(const ChunkedParams& p, Arrays& a, float* o, int64_t n, Scratch& s) {
   const int64_t C = p.C, K = p.K, V = p.V;
   const float* q = p.q + n * C * K;
   const float* G = a.G.data() + n * C;
@@ -404,28 +443,107 @@ void phase_b_chunk(const GatedDeltaRuleChunkParams& p, Arrays& a, float* o, int6
 }
 
 // Phase A and the forward state pass, shared by the forward and the backward.
-void forward_states(const GatedDeltaRuleChunkParams& p, Arrays& a, bool backward, float* ht) {
-  parallel_for(p, p.BH * p.NT, [&](int64_t n, Scratch& s) { phase_a_chunk(p, a, backward, n, s); });
+void forward_states(const ChunkedParams& p, Arrays& a, Pass pass, float* ht) {
+  parallel_for(p, p.BH * p.NT, [&](int64_t n, Scratch& s) { phase_a_chunk(p, a, pass, n, s); });
   parallel_for(p, p.BH, [&](int64_t bh, Scratch&) { state_pass_head(p, a, bh, ht); });
 }
 
-}  // namespace
-
-void gated_delta_rule_chunk_forward_cpu(const GatedDeltaRuleChunkParams& p, float* o, float* ht) {
-  Arrays a(p, false);
-  forward_states(p, a, false, ht);
+// Forward: o [BH, NT*C, V] and, when ht is not null, the final state [BH, K, V].
+void forward_chunked(const ChunkedParams& p, float* o, float* ht) {
+  Arrays a(p, Pass::forward);
+  forward_states(p, a, Pass::forward, ht);
   parallel_for(p, p.BH * p.NT, [&](int64_t n, Scratch& s) { phase_b_chunk(p, a, o, n, s); });
 }
 
-void gated_delta_rule_chunk_backward_cpu(const GatedDeltaRuleChunkParams& p, const float* d_o, const float* dht,
-                                         const GatedDeltaRuleChunkGrads& grads) {
-  Arrays a(p, true);
-  forward_states(p, a, true, nullptr);
+// Backward from d_o [BH, NT*C, V] and dht [BH, K, V] (null: no gradient on the final
+// state). Recomputes the forward intermediates (nothing is kept between the passes).
+void backward_chunked(const ChunkedParams& p, const float* d_o, const float* dht, const ChunkedGrads& grads) {
+  Arrays a(p, Pass::backward);
+  forward_states(p, a, Pass::backward, nullptr);
   parallel_for(p, p.BH * p.NT, [&](int64_t n, Scratch& s) { phase_b1_chunk(p, a, d_o, grads, n, s); });
   AlignedBuffer dh0_scratch(grads.dh0 ? 0 : p.BH * p.K * p.V);
   float* dh0 = grads.dh0 ? grads.dh0 : dh0_scratch.data();
   parallel_for(p, p.BH, [&](int64_t bh, Scratch&) { reverse_state_pass_head(p, a, bh, d_o, dht, dh0); });
   parallel_for(p, p.BH * p.NT, [&](int64_t n, Scratch& s) { phase_b2_chunk(p, a, grads, n, s); });
+}
+
+
+// What forward keeps for backward: the inputs in the chunked layout (workspace buffers,
+// so repeated calls do not fault in fresh pages), q and k normalized when asked for, with
+// their rstd. The intermediates are recomputed.
+struct ChunkDeltaSaved : DeltaSaved {
+  AlignedBuffer q, k, v, g, beta, q_rstd, k_rstd;
+};
+
+int64_t chunked_rows(const DeltaParams& p) { return p.B * p.H * p.NT() * p.C; }
+
+std::shared_ptr<ChunkDeltaSaved> chunked_inputs(const DeltaParams& p) {
+  const int64_t rows = chunked_rows(p);
+  auto in = std::make_shared<ChunkDeltaSaved>();
+  in->q = AlignedBuffer(rows * p.K), in->k = AlignedBuffer(rows * p.K), in->v = AlignedBuffer(rows * p.V);
+  in->beta = AlignedBuffer(rows);
+  std::vector<ToChunked> arrays{{p.q, in->q.data(), p.K},
+                                {p.k, in->k.data(), p.K},
+                                {p.v, in->v.data(), p.V},
+                                {p.beta, in->beta.data(), 1}};
+  if (p.g) {
+    in->g = AlignedBuffer(rows);
+    arrays.push_back({p.g, in->g.data(), 1});
+  }
+  to_chunked(arrays, p.B, p.T, p.H, p.C);
+  if (p.use_qk_l2norm_in_kernel) {
+    in->q_rstd = AlignedBuffer(rows);
+    in->k_rstd = AlignedBuffer(rows);
+    l2norm_rows_forward(in->q.data(), rows, p.K, in->q_rstd.data());
+    l2norm_rows_forward(in->k.data(), rows, p.K, in->k_rstd.data());
+  }
+  return in;
+}
+
+ChunkedParams chunked_params(const DeltaParams& p, const ChunkDeltaSaved& in) {
+  ChunkedParams c;
+  c.BH = p.B * p.H, c.T = p.T, c.NT = p.NT(), c.C = p.C, c.K = p.K, c.V = p.V;
+  c.scale = p.scale;
+  c.q = in.q.data(), c.k = in.k.data(), c.v = in.v.data();
+  c.g = p.g ? in.g.data() : nullptr, c.beta = in.beta.data();
+  c.h0 = p.h0;
+  return c;
+}
+
+}  // namespace
+
+std::shared_ptr<const DeltaSaved> chunk_delta_forward_cpu(const DeltaParams& p, float* o, float* ht, bool save) {
+  std::shared_ptr<ChunkDeltaSaved> in = chunked_inputs(p);
+  AlignedBuffer oc(chunked_rows(p) * p.V);
+  forward_chunked(chunked_params(p, *in), oc.data(), ht);
+  from_chunked({{oc.data(), o, p.V}}, p.B, p.T, p.H, p.C);
+  return save ? in : nullptr;
+}
+
+void chunk_delta_backward_cpu(const DeltaParams& p, const DeltaSaved& saved, const float* d_o, const float* dht,
+                              const DeltaGrads& grads) {
+  const auto& in = static_cast<const ChunkDeltaSaved&>(saved);
+  const int64_t rows = chunked_rows(p);
+  AlignedBuffer d_oc(rows * p.V);
+  to_chunked({{d_o, d_oc.data(), p.V}}, p.B, p.T, p.H, p.C);
+  const bool with_dg = p.g != nullptr && grads.dg != nullptr;
+  AlignedBuffer dq(rows * p.K), dk(rows * p.K), dv(rows * p.V), dbeta(rows);
+  AlignedBuffer dg = with_dg ? AlignedBuffer(rows) : AlignedBuffer();
+  ChunkedGrads out;
+  out.dq = dq.data(), out.dk = dk.data(), out.dv = dv.data(), out.dbeta = dbeta.data();
+  out.dg = with_dg ? dg.data() : nullptr;
+  out.dh0 = grads.dh0;
+  backward_chunked(chunked_params(p, in), d_oc.data(), dht, out);
+  if (p.use_qk_l2norm_in_kernel) {
+    l2norm_rows_backward(in.q.data(), in.q_rstd.data(), rows, p.K, dq.data());
+    l2norm_rows_backward(in.k.data(), in.k_rstd.data(), rows, p.K, dk.data());
+  }
+  std::vector<FromChunked> arrays{{dq.data(), grads.dq, p.K},
+                                  {dk.data(), grads.dk, p.K},
+                                  {dv.data(), grads.dv, p.V},
+                                  {dbeta.data(), grads.dbeta, 1}};
+  if (with_dg) arrays.push_back({dg.data(), grads.dg, 1});
+  from_chunked(arrays, p.B, p.T, p.H, p.C);
 }
 
 }  // namespace lat::linear_attention

@@ -17,6 +17,7 @@
 #include "autograd/cuda/launch.cuh"
 #include "autograd/cuda/stream.h"
 #include "layers/linear_attention/chunk_cuda_common.cuh"
+#include "layers/linear_attention/delta_kernels.h"
 
 namespace lat::linear_attention::cuda {
 namespace {
@@ -560,3 +561,100 @@ void l2norm_backward(const float* y, const float* rstd, int64_t rows, int64_t D,
 }
 
 }  // namespace lat::linear_attention::cuda
+
+// ---- the delta-rule family's chunk op (delta_kernels.h): the kernels in order -----------
+// The output and dq/dk passes are chunk_simple_gla_cuda.cu's, run on V^new.
+
+namespace lat::linear_attention {
+namespace {
+
+// What forward keeps for backward (the WY factors and states are recomputed): G and, with
+// the in-kernel L2 norm, the normalized q and k with their rstd.
+struct ChunkDeltaSaved : DeltaSaved {
+  DeviceBuffer G;               // [BH, NT, 64]
+  DeviceBuffer qn, kn;          // [B, T, H, K], with the L2 norm only
+  DeviceBuffer q_rstd, k_rstd;  // [B*T*H], with the L2 norm only
+};
+
+cu::Dims dims_of(const DeltaParams& p) { return {p.B, p.T, p.H, p.K, p.V, p.C, p.device}; }
+
+// The WY factors and the forward state pass: Tm, W, U, h, V^new.
+struct WyForward {
+  DeviceBuffer Tm, W, U, h, v_new;
+};
+
+WyForward wy_forward(const cu::Dims& d, cu::Seq k, const float* v, const float* beta, const float* G, const float* h0,
+                     float* ht) {
+  const int64_t rows = d.NT() * d.C;  // per head, in chunk order
+  WyForward f;
+  f.Tm = DeviceBuffer(d.BH() * d.NT() * cu::tile::kT * cu::tile::kT, d.device);
+  f.W = DeviceBuffer(d.BH() * rows * d.K, d.device);
+  f.U = DeviceBuffer(d.BH() * rows * d.V, d.device);
+  cu::gdn_prepare(d, k, cu::api_seq(v, d, d.V), beta, G, f.Tm.data(), f.W.data(), f.U.data());
+  f.h = DeviceBuffer(d.BH() * d.NT() * d.K * d.V, d.device);
+  f.v_new = DeviceBuffer(d.BH() * rows * d.V, d.device);
+  cu::gdn_fwd_state(d, k, f.W.data(), f.U.data(), G, h0, f.h.data(), f.v_new.data(), ht);
+  return f;
+}
+
+}  // namespace
+
+std::shared_ptr<const DeltaSaved> chunk_delta_forward_cuda(const DeltaParams& p, float* o, float* ht, bool save) {
+  const cu::Dims d = dims_of(p);
+  const int64_t rows = p.B * p.T * p.H;
+  auto saved = std::make_shared<ChunkDeltaSaved>();
+  const float* qn = p.q;
+  const float* kn = p.k;
+  if (p.use_qk_l2norm_in_kernel) {
+    saved->qn = DeviceBuffer(rows * d.K, p.device), saved->kn = DeviceBuffer(rows * d.K, p.device);
+    saved->q_rstd = DeviceBuffer(rows, p.device), saved->k_rstd = DeviceBuffer(rows, p.device);
+    cu::l2norm_forward(p.q, rows, d.K, saved->qn.data(), saved->q_rstd.data(), p.device);
+    cu::l2norm_forward(p.k, rows, d.K, saved->kn.data(), saved->k_rstd.data(), p.device);
+    qn = saved->qn.data(), kn = saved->kn.data();
+  }
+  saved->G = DeviceBuffer(d.BH() * d.NT() * cu::tile::kT, p.device);
+  const float* G = saved->G.data();
+  cu::chunk_cumsum(d, p.g, saved->G.data());
+  const cu::Seq q = cu::api_seq(qn, d, d.K), k = cu::api_seq(kn, d, d.K);
+  {
+    WyForward f = wy_forward(d, k, p.v, p.beta, G, p.h0, ht);
+    cu::chunk_fwd_o(d, q, k, cu::head_seq(f.v_new.data(), d, d.V), G, f.h.data(), p.scale, cu::api_out(o, d, d.V));
+  }
+  return save ? saved : nullptr;
+}
+
+void chunk_delta_backward_cuda(const DeltaParams& p, const DeltaSaved& saved, const float* d_o, const float* dht,
+                               const DeltaGrads& grads) {
+  const auto& s = static_cast<const ChunkDeltaSaved&>(saved);
+  const cu::Dims d = dims_of(p);
+  const int64_t rows = p.B * p.T * p.H, chunk_rows = d.NT() * d.C;
+  const bool l2 = p.use_qk_l2norm_in_kernel;
+  const cu::Seq q = cu::api_seq(l2 ? s.qn.data() : p.q, d, d.K), k = cu::api_seq(l2 ? s.kn.data() : p.k, d, d.K);
+  const cu::Seq dO = cu::api_seq(d_o, d, d.V);
+  const float* G = s.G.data();
+  WyForward f = wy_forward(d, k, p.v, p.beta, G, p.h0, nullptr);
+  // dV^new from the outputs of its own chunk; the state pass adds the inter-chunk part.
+  DeviceBuffer dv_local(d.BH() * chunk_rows * d.V, p.device);
+  cu::chunk_bwd_dv(d, q, k, dO, G, nullptr, p.scale, cu::head_out(dv_local.data(), d, d.V));
+  DeviceBuffer dh(d.BH() * d.NT() * d.K * d.V, p.device);
+  DeviceBuffer dv_new(d.BH() * chunk_rows * d.V, p.device);
+  cu::gdn_bwd_state(d, q, k, dO, f.W.data(), G, dv_local.data(), dht, p.scale, dh.data(), dv_new.data(), grads.dh0);
+  DeviceBuffer dw(d.BH() * chunk_rows * d.K, p.device);
+  // Gate gradient pieces: NK parts from the dq/dk kernel, one from the WY backward.
+  const bool with_dg = p.g != nullptr && grads.dg != nullptr;
+  const int64_t part = 2 * d.BH() * d.NT() * cu::tile::kT;
+  DeviceBuffer dg_part = with_dg ? DeviceBuffer((d.NK() + 1) * part, p.device) : DeviceBuffer();
+  cu::chunk_bwd_dqk(d, q, k, cu::head_seq(f.v_new.data(), d, d.V), dO, G, f.h.data(), dh.data(), p.scale,
+                    cu::api_out(grads.dq, d, d.K), cu::api_out(grads.dk, d, d.K), dg_part.data(),
+                    cu::head_seq(dv_new.data(), d, d.V), dw.data());
+  cu::gdn_bwd_wy(d, k, cu::api_seq(p.v, d, d.V), p.beta, G, f.Tm.data(), dw.data(), dv_new.data(),
+                 cu::api_out(grads.dk, d, d.K), cu::api_out(grads.dv, d, d.V), grads.dbeta,
+                 with_dg ? dg_part.data() + d.NK() * part : nullptr);
+  if (with_dg) cu::chunk_dg_finish(d, dg_part.data(), d.NK() + 1, grads.dg);
+  if (l2) {
+    cu::l2norm_backward(s.qn.data(), s.q_rstd.data(), rows, d.K, grads.dq, p.device);
+    cu::l2norm_backward(s.kn.data(), s.k_rstd.data(), rows, d.K, grads.dk, p.device);
+  }
+}
+
+}  // namespace lat::linear_attention

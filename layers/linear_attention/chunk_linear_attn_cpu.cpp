@@ -1,6 +1,7 @@
-// CPU kernels of the linear-attention normalizer (chunk_linear_attn.h); the chunkwise
-// part is chunk_simple_gla_cpu.cpp's kernel without a gate.
-#include "layers/linear_attention/chunk_linear_attn.h"
+// CPU kernels of Katharopoulos' normalizer of the linear attention (decay_kernels.h): the
+// division by the readout's constant-1 column and its backward. The chunkwise part is
+// chunk_simple_gla_cpu.cpp's kernel without a gate.
+#include "layers/linear_attention/decay_kernels.h"
 
 namespace lat::linear_attention {
 

@@ -33,35 +33,41 @@
 #include <cstring>
 #include <vector>
 
+#include <utility>
+
+#include "autograd/cpu/aligned_buffer.h"
 #include "autograd/cpu/gemm.h"
-#include "layers/linear_attention/chunk_simple_gla.h"
+#include "layers/linear_attention/chunk_layout.h"
 #include "layers/linear_attention/common.h"
+#include "layers/linear_attention/decay_kernels.h"
 
 namespace lat::linear_attention {
-
-struct ChunkSaved {
-  AlignedBuffer g;  // [N, C]: G, chunk-local inclusive cumsum (padding rows add 0)
-  AlignedBuffer h;  // [N, K, Vs]: S_[c], the state entering each chunk
-  AlignedBuffer a;  // [N, C, C]: scale (Q K^T ⊙ D)
-};
-
 namespace {
+
+using cpu::AlignedBuffer;
+
+struct ChunkDecaySaved : DecaySaved {
+  AlignedBuffer g;        // [N, C]: G, chunk-local inclusive cumsum (padding rows add 0)
+  AlignedBuffer h;        // [N, K, Vs]: S_[c], the state entering each chunk
+  AlignedBuffer a;        // [N, C, C]: scale (Q K^T ⊙ D)
+  AlignedBuffer readout;  // [B, T, H, V + 1]: r, with the normalizer only
+};
 
 constexpr int64_t kBlock = 32;  // chunks per pass block: ~16 buffers of 32 x 16 KiB stay in L3
 
 struct Sizes {
   int64_t BH, NT, N, C, K, V, Vs, KV;
-  explicit Sizes(const ChunkParams& p)
+  explicit Sizes(const DecayParams& p)
       : BH(p.B * p.H), NT(p.NT()), N(p.B * p.H * p.NT()), C(p.C), K(p.K), V(p.V), Vs(p.Vs()),
         KV(p.K * p.Vs()) {}
 };
 
 // Chunk n's rows of q, k (C x K) and v (C x Vs, with the normalizer's ones column when
 // asked for) into q, k, v.
-void gather_qkv(const ChunkParams& p, const Sizes& s, int64_t n, float* q, float* k, float* v) {
+void gather_qkv(const DecayParams& p, const Sizes& s, int64_t n, float* q, float* k, float* v) {
   gather_chunk(p.q, p.T, p.H, s.K, s.C, n, q);
   gather_chunk(p.k, p.T, p.H, s.K, s.C, n, k);
-  gather_chunk(p.v, p.T, p.H, s.V, s.C, n, v, p.ones_column);
+  gather_chunk(p.v, p.T, p.H, s.V, s.C, n, v, p.normalize);
 }
 
 // One batched product over the nb chunks of a block, C[i] = op(A[i]) op(B[i]) + beta C[i].
@@ -78,7 +84,7 @@ void gemm(int64_t nb, int64_t M, int64_t N, int64_t K, const float* A, int64_t l
 
 // G [N, C]: chunk-local inclusive cumsum of g; zeros without a gate. Padding rows add
 // g = 0, so they carry Λ and every e^{Λ - G} there is 1 (their q, k, v are 0).
-void gate_cumsum(const ChunkParams& p, const Sizes& s, float* G) {
+void gate_cumsum(const DecayParams& p, const Sizes& s, float* G) {
 #pragma omp parallel for
   for (int64_t bh = 0; bh < s.BH; ++bh) {
     int64_t b = bh / p.H, h = bh % p.H;
@@ -116,52 +122,34 @@ void mask_scores(float* A, const float* G, int64_t C, float scale) {
   }
 }
 
-// Forward scan through the chunks [n0, n0 + nb) of a block, ascending: H[i] = S_[c]
-// (the carried state of its (b, h); H and U are the block's [nb, KV]), then
-// carry <- e^Λ carry + U[i]; after the last chunk of a sequence the carry is its final
-// state (into ht when set). Parallel over tiles of state elements: each element's scan
-// is independent.
-void scan_block(const Sizes& s, int64_t n0, int64_t nb, const float* U, const float* G, float* carry, float* H,
-                float* ht) {
+// The scans of the states through the chunks [n0, n0 + nb) of a block: forward in
+// ascending chunk order, out[i] = S_[c] and carry <- e^Λ carry + U[i]; backward in
+// descending order, out[i] = dH_c = dL/dS_[c+1] and carry <- e^Λ carry + W[i] (out and
+// add: the block's [nb, KV]; carry: one per (b, h)). After a sequence's last chunk in scan
+// order the carry is its final state (forward) or d initial_state (backward), copied into
+// `last` when set. Parallel over tiles of state elements: each element's scan is
+// independent.
+enum class Scan { forward, backward };
+void scan_block(Scan scan, const Sizes& s, int64_t n0, int64_t nb, const float* add, const float* G, float* carry,
+                float* out, float* last) {
   constexpr int64_t kTile = 512;
+  const bool forward = scan == Scan::forward;
+  const int64_t last_chunk = forward ? s.NT - 1 : 0;
 #pragma omp parallel for
   for (int64_t e0 = 0; e0 < s.KV; e0 += kTile) {
     int64_t e1 = std::min(s.KV, e0 + kTile);
-    for (int64_t i = 0; i < nb; ++i) {
+    for (int64_t step = 0; step < nb; ++step) {
+      int64_t i = forward ? step : nb - 1 - step;
       int64_t n = n0 + i, bh = n / s.NT;
       float decay = exp_nonpositive(G[n * s.C + s.C - 1]);
-      float* state = carry + bh * s.KV;
-      float* h = H + i * s.KV;
-      const float* u = U + i * s.KV;
+      float* c = carry + bh * s.KV;
+      float* o = out + i * s.KV;
+      const float* a = add + i * s.KV;
       for (int64_t e = e0; e < e1; ++e) {
-        h[e] = state[e];
-        state[e] = decay * state[e] + u[e];
+        o[e] = c[e];
+        c[e] = decay * c[e] + a[e];
       }
-      if (ht && n % s.NT == s.NT - 1) std::copy(state + e0, state + e1, ht + bh * s.KV + e0);
-    }
-  }
-}
-
-// Backward scan through the chunks of a block, descending: dH[i] = dL/dS_[c+1] (the
-// carried gradient of its (b, h)), then carry <- e^Λ carry + W[i]; after chunk 0 of a
-// sequence the carry is d initial_state (into dh0 when set).
-void grad_scan_block(const Sizes& s, int64_t n0, int64_t nb, const float* W, const float* G, float* carry,
-                     float* dH, float* dh0) {
-  constexpr int64_t kTile = 512;
-#pragma omp parallel for
-  for (int64_t e0 = 0; e0 < s.KV; e0 += kTile) {
-    int64_t e1 = std::min(s.KV, e0 + kTile);
-    for (int64_t i = nb - 1; i >= 0; --i) {
-      int64_t n = n0 + i, bh = n / s.NT;
-      float decay = exp_nonpositive(G[n * s.C + s.C - 1]);
-      float* grad = carry + bh * s.KV;
-      float* dh = dH + i * s.KV;
-      const float* w = W + i * s.KV;
-      for (int64_t e = e0; e < e1; ++e) {
-        dh[e] = grad[e];
-        grad[e] = decay * grad[e] + w[e];
-      }
-      if (dh0 && n % s.NT == 0) std::copy(grad + e0, grad + e1, dh0 + bh * s.KV + e0);
+      if (last && n % s.NT == last_chunk) std::copy(c + e0, c + e1, last + bh * s.KV + e0);
     }
   }
 }
@@ -209,14 +197,13 @@ void intra_backward(float* P, const float* A, const float* G, const float* q, co
   }
 }
 
-}  // namespace
-
-std::shared_ptr<const ChunkSaved> chunk_decay_forward_cpu(const ChunkParams& p, float* r, float* ht, bool save) {
+// Forward up to the readout r [B, T, H, Vs] (o itself without the normalizer).
+std::shared_ptr<ChunkDecaySaved> readout_forward(const DecayParams& p, float* r, float* ht, bool save) {
   Sizes s(p);
   const int64_t C = s.C, K = s.K, Vs = s.Vs, KV = s.KV, CK = C * K, CV = C * Vs, CC = C * C;
   const int64_t blk = std::min(kBlock, s.N);
   // Without backward, the scores and states of a block are not kept past it.
-  auto saved = std::make_shared<ChunkSaved>();
+  auto saved = std::make_shared<ChunkDecaySaved>();
   saved->g = AlignedBuffer(s.N * C);
   saved->h = AlignedBuffer((save ? s.N : blk) * KV);
   saved->a = AlignedBuffer((save ? s.N : blk) * CC);
@@ -240,7 +227,7 @@ std::shared_ptr<const ChunkSaved> chunk_decay_forward_cpu(const ChunkParams& p, 
     }
     // State contributions U = (diag(e^{Λ-G}) K)^T V, then the scan gives S_[c].
     gemm(nb, K, Vs, C, kdec.data(), K, CK, true, v.data(), Vs, CV, false, U.data(), Vs, KV);
-    scan_block(s, n0, nb, U.data(), G, carry.data(), h_blk, ht);
+    scan_block(Scan::forward, s, n0, nb, U.data(), G, carry.data(), h_blk, ht);
     // O = A V + diag(scale e^G) Q S_[c], A = scale (Q K^T ⊙ D).
     gemm(nb, C, C, K, q.data(), K, CK, false, k.data(), K, CK, true, a_blk, C, CC);
 #pragma omp parallel for
@@ -253,8 +240,9 @@ std::shared_ptr<const ChunkSaved> chunk_decay_forward_cpu(const ChunkParams& p, 
   return save ? saved : nullptr;
 }
 
-void chunk_decay_backward_cpu(const ChunkParams& p, const ChunkSaved& saved, const float* dr, const float* dht,
-                              const ChunkGrads& grads) {
+// Backward from the readout's gradient dr [B, T, H, Vs].
+void readout_backward(const DecayParams& p, const ChunkDecaySaved& saved, const float* dr, const float* dht,
+                      const DecayGrads& grads) {
   Sizes s(p);
   const int64_t C = s.C, K = s.K, Vs = s.Vs, KV = s.KV, CK = C * K, CV = C * Vs, CC = C * C;
   const float *G = saved.g.data(), *H = saved.h.data(), *A = saved.a.data();
@@ -281,7 +269,7 @@ void chunk_decay_backward_cpu(const ChunkParams& p, const ChunkSaved& saved, con
     }
     // W = Q^T dÕ, then the reverse scan gives dH_c = dL/dS_[c+1].
     gemm(nb, K, Vs, C, q.data(), K, CK, true, d_odec.data(), Vs, CV, false, W.data(), Vs, KV);
-    grad_scan_block(s, n0, nb, W.data(), G, carry.data(), dH.data(), grads.dh0);
+    scan_block(Scan::backward, s, n0, nb, W.data(), G, carry.data(), dH.data(), grads.dh0);
     // Inter-chunk parts of dQ and dK first: the gate gradient needs them alone.
     gemm(nb, C, K, Vs, d_odec.data(), Vs, CV, false, h_blk, Vs, KV, true, dq.data(), K, CK);
     gemm(nb, C, K, Vs, vdec.data(), Vs, CV, false, dH.data(), Vs, KV, true, dk.data(), K, CK);
@@ -303,6 +291,33 @@ void chunk_decay_backward_cpu(const ChunkParams& p, const ChunkSaved& saved, con
       if (dG_out) scatter_chunk(dG.data() + i * C, 1, p.T, p.H, 1, C, n0 + i, dG_out);
     }
   }
+}
+
+}  // namespace
+
+std::shared_ptr<const DecaySaved> chunk_decay_forward_cpu(const DecayParams& p, float* o, float* ht, bool save) {
+  if (!p.normalize) return readout_forward(p, o, ht, save);
+  // The readout [B, T, H, V + 1] (last column: the normalizer's denominator) goes through
+  // a buffer, which backward needs again.
+  const int64_t rows = p.B * p.T * p.H;
+  AlignedBuffer r(rows * p.Vs());
+  std::shared_ptr<ChunkDecaySaved> saved = readout_forward(p, r.data(), ht, save);
+  normalize_forward_cpu(r.data(), rows, p.V, o);
+  if (saved) saved->readout = std::move(r);
+  return saved;
+}
+
+void chunk_decay_backward_cpu(const DecayParams& p, const DecaySaved& saved, const float* d_o, const float* dht,
+                              const DecayGrads& grads) {
+  const auto& s = static_cast<const ChunkDecaySaved&>(saved);
+  if (!p.normalize) {
+    readout_backward(p, s, d_o, dht, grads);
+    return;
+  }
+  const int64_t rows = p.B * p.T * p.H;
+  AlignedBuffer dr(rows * p.Vs());
+  normalize_backward_cpu(s.readout.data(), d_o, rows, p.V, dr.data());
+  readout_backward(p, s, dr.data(), dht, grads);
 }
 
 }  // namespace lat::linear_attention

@@ -20,6 +20,7 @@
 #include "autograd/cuda/launch.cuh"
 #include "autograd/cuda/stream.h"
 #include "layers/linear_attention/chunk_cuda_common.cuh"
+#include "layers/linear_attention/decay_kernels.h"
 
 namespace lat::linear_attention::cuda {
 namespace {
@@ -442,3 +443,81 @@ void chunk_dg_finish(const Dims& d, const float* dg_part, int64_t parts, float* 
 }
 
 }  // namespace lat::linear_attention::cuda
+
+// ---- the decayed family's chunk op (decay_kernels.h): the kernels above in order ---------
+
+namespace lat::linear_attention {
+namespace {
+
+// The kernels' sizes; their V is the state width Vs.
+cu::Dims dims_of(const DecayParams& p) { return {p.B, p.T, p.H, p.K, p.Vs(), p.C, p.device}; }
+
+// What forward keeps for backward (the states are recomputed): G and, with the
+// normalizer, the extended values and the readout.
+struct ChunkDecaySaved : DecaySaved {
+  DeviceBuffer G;        // [BH, NT, 64]
+  DeviceBuffer values;   // [B, T, H, V + 1]: [v, 1], with the normalizer only
+  DeviceBuffer readout;  // [B, T, H, V + 1]: r, with the normalizer only
+};
+
+}  // namespace
+
+std::shared_ptr<const DecaySaved> chunk_decay_forward_cuda(const DecayParams& p, float* o, float* ht, bool save) {
+  const cu::Dims d = dims_of(p);
+  const int64_t Vs = d.V, rows = p.B * p.T * p.H;
+  auto saved = std::make_shared<ChunkDecaySaved>();
+  // With the normalizer the values get a constant-1 column (state [K, V + 1], z last) and
+  // the readout r [B, T, H, V + 1] is divided by its last column into o.
+  const float* values = p.v;
+  float* r = o;
+  if (p.normalize) {
+    saved->values = DeviceBuffer(rows * Vs, p.device);
+    cu::append_ones_column(p.v, rows, p.V, saved->values.data(), p.device);
+    values = saved->values.data();
+    saved->readout = DeviceBuffer(rows * Vs, p.device);
+    r = saved->readout.data();
+  }
+  saved->G = DeviceBuffer(d.BH() * d.NT() * cu::tile::kT, p.device);
+  const float* G = saved->G.data();
+  cu::chunk_cumsum(d, p.g, saved->G.data());
+  const cu::Seq q = cu::api_seq(p.q, d, d.K), k = cu::api_seq(p.k, d, d.K), v = cu::api_seq(values, d, Vs);
+  {
+    DeviceBuffer h(d.BH() * d.NT() * d.K * Vs, p.device);
+    cu::chunk_fwd_h(d, k, v, G, p.h0, h.data(), ht);
+    cu::chunk_fwd_o(d, q, k, v, G, h.data(), p.scale, cu::api_out(r, d, Vs));
+  }
+  if (p.normalize) cu::normalize_forward(r, rows, p.V, kNormEps, o, p.device);
+  return save ? saved : nullptr;
+}
+
+void chunk_decay_backward_cuda(const DecayParams& p, const DecaySaved& saved, const float* d_o, const float* dht,
+                               const DecayGrads& grads) {
+  const auto& s = static_cast<const ChunkDecaySaved&>(saved);
+  const cu::Dims d = dims_of(p);
+  const int64_t Vs = d.V, rows = p.B * p.T * p.H;
+  const float* G = s.G.data();
+  const cu::Seq q = cu::api_seq(p.q, d, d.K), k = cu::api_seq(p.k, d, d.K);
+  const cu::Seq v = cu::api_seq(p.normalize ? s.values.data() : p.v, d, Vs);
+  // dr, the readout's gradient: through the normalizer, or d_o itself.
+  DeviceBuffer dr_normalized;
+  if (p.normalize) {
+    dr_normalized = DeviceBuffer(rows * Vs, p.device);
+    cu::normalize_backward(s.readout.data(), d_o, rows, p.V, kNormEps, dr_normalized.data(), p.device);
+  }
+  const cu::Seq dr = cu::api_seq(p.normalize ? dr_normalized.data() : d_o, d, Vs);
+  DeviceBuffer h(d.BH() * d.NT() * d.K * Vs, p.device);
+  cu::chunk_fwd_h(d, k, v, G, p.h0, h.data(), nullptr);
+  DeviceBuffer dh(d.BH() * d.NT() * d.K * Vs, p.device);
+  cu::chunk_bwd_dh(d, q, dr, G, dht, p.scale, dh.data(), grads.dh0);
+  const bool with_dg = p.g != nullptr && grads.dg != nullptr;
+  DeviceBuffer dg_part = with_dg ? DeviceBuffer(d.NK() * 2 * d.BH() * d.NT() * cu::tile::kT, p.device) : DeviceBuffer();
+  cu::chunk_bwd_dqk(d, q, k, v, dr, G, h.data(), dh.data(), p.scale, cu::api_out(grads.dq, d, d.K),
+                    cu::api_out(grads.dk, d, d.K), dg_part.data(), cu::Seq{}, nullptr);
+  // dv of the extended values; the constant column's gradient is dropped.
+  DeviceBuffer dvs = p.normalize ? DeviceBuffer(rows * Vs, p.device) : DeviceBuffer();
+  cu::chunk_bwd_dv(d, q, k, dr, G, dh.data(), p.scale, cu::api_out(p.normalize ? dvs.data() : grads.dv, d, Vs));
+  if (p.normalize) cu::drop_last_column(dvs.data(), rows, p.V, grads.dv, p.device);
+  if (with_dg) cu::chunk_dg_finish(d, dg_part.data(), d.NK(), grads.dg);
+}
+
+}  // namespace lat::linear_attention

@@ -1,20 +1,15 @@
-// Argument checks and layout helpers shared by the linear-attention ops (see common.h).
+// Argument checks and small helpers shared by the linear-attention ops (see common.h).
 #include "layers/linear_attention/common.h"
 
-#include <sys/mman.h>
-
-#include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
-#include <map>
-#include <mutex>
-#include <utility>
+#include <sstream>
+#include <string>
 
 namespace lat::linear_attention {
 namespace {
 
-void check_float(const char* op, const char* arg, const Tensor& t, bool allow_f64) {
+void check_float(const char* op, const char* arg, const Tensor& t, Dtypes dtypes) {
+  const bool allow_f64 = dtypes == Dtypes::f32_or_f64;
   bool ok = t.dtype() == DType::f32 || (allow_f64 && t.dtype() == DType::f64);
   LAT_CHECK(ok, op << ": " << arg << ": expected dtype " << (allow_f64 ? "f32 or f64" : "f32") << ", got "
                    << dtype_name(t.dtype()));
@@ -28,7 +23,7 @@ void check_like(const char* op, const char* arg, const Tensor& t, const Tensor& 
 }
 
 void check_shape(const char* op, const char* arg, const Tensor& t, const Shape& expected, const char* layout) {
-  LAT_CHECK(t.defined(), op << ": " << arg << ": expected a tensor " << layout << ", got an undefined tensor");
+  check_defined(op, arg, t, layout);
   LAT_CHECK(t.shape() == expected, op << ": " << arg << ": expected shape " << shape_str(expected) << " "
                                       << layout << ", got " << shape_str(t.shape()));
 }
@@ -69,88 +64,16 @@ void check_range(const char* op, const char* arg, const Tensor& t, double lo, do
     check_range_typed(op, arg, t.data<double>(), t.numel(), lo, hi, t.shape(), what);
 }
 
-// The cache behind AlignedBuffer: freed blocks by size, reused for the same size.
-struct BlockCache {
-  std::mutex mutex;
-  std::multimap<size_t, void*> free_blocks;
-  size_t cached_bytes = 0;
-};
-
-constexpr size_t kMaxCachedBytes = size_t(2) << 30;
-constexpr size_t kHugePage = size_t(2) << 20;
-
-BlockCache& block_cache() {
-  // Never destroyed: buffers held by static objects may be freed after main returns.
-  static BlockCache* cache = new BlockCache;
-  return *cache;
-}
-
-void* acquire_block(size_t bytes) {
-  BlockCache& cache = block_cache();
-  {
-    std::lock_guard<std::mutex> lock(cache.mutex);
-    auto it = cache.free_blocks.find(bytes);
-    if (it != cache.free_blocks.end()) {
-      void* p = it->second;
-      cache.free_blocks.erase(it);
-      cache.cached_bytes -= bytes;
-      return p;
-    }
-  }
-  bool huge = bytes >= kHugePage;
-  void* p = std::aligned_alloc(huge ? kHugePage : 64, bytes);
-  LAT_CHECK(p != nullptr, "linear_attention: out of memory allocating a workspace of " << bytes << " bytes");
-  if (huge) madvise(p, bytes, MADV_HUGEPAGE);
-  return p;
-}
-
-void release_block(void* p, size_t bytes) {
-  BlockCache& cache = block_cache();
-  {
-    std::lock_guard<std::mutex> lock(cache.mutex);
-    if (cache.cached_bytes + bytes <= kMaxCachedBytes) {
-      cache.free_blocks.emplace(bytes, p);
-      cache.cached_bytes += bytes;
-      return;
-    }
-  }
-  std::free(p);
-}
-
 }  // namespace
 
-AlignedBuffer::AlignedBuffer(int64_t n) : size_(n) {
-  size_t granule = static_cast<size_t>(n) * sizeof(float) >= kHugePage ? kHugePage : 64;
-  bytes_ = std::max<size_t>(granule, (static_cast<size_t>(n) * sizeof(float) + granule - 1) / granule * granule);
-  data_ = static_cast<float*>(acquire_block(bytes_));
-}
-
-AlignedBuffer::~AlignedBuffer() {
-  if (data_) release_block(data_, bytes_);
-}
-
-AlignedBuffer::AlignedBuffer(AlignedBuffer&& other) noexcept
-    : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)),
-      bytes_(std::exchange(other.bytes_, 0)) {}
-
-AlignedBuffer& AlignedBuffer::operator=(AlignedBuffer&& other) noexcept {
-  if (this != &other) {
-    if (data_) release_block(data_, bytes_);
-    data_ = std::exchange(other.data_, nullptr);
-    size_ = std::exchange(other.size_, 0);
-    bytes_ = std::exchange(other.bytes_, 0);
-  }
-  return *this;
-}
-
-Dims check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, bool allow_f64) {
+Dims check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, Dtypes dtypes) {
   LAT_CHECK(q.defined(), op << ": q: expected a tensor [B, T, H, K], got an undefined tensor");
   LAT_CHECK(k.defined(), op << ": k: expected a tensor [B, T, H, K], got an undefined tensor");
   LAT_CHECK(v.defined(), op << ": v: expected a tensor [B, T, H, V], got an undefined tensor");
   LAT_CHECK(q.dim() == 4, op << ": q: expected rank 4 [B, T, H, K], got shape " << shape_str(q.shape()));
   LAT_CHECK(k.dim() == 4, op << ": k: expected rank 4 [B, T, H, K], got shape " << shape_str(k.shape()));
   LAT_CHECK(v.dim() == 4, op << ": v: expected rank 4 [B, T, H, V], got shape " << shape_str(v.shape()));
-  check_float(op, "q", q, allow_f64);
+  check_float(op, "q", q, dtypes);
   check_like(op, "k", k, q);
   check_like(op, "v", v, q);
   LAT_CHECK(k.shape() == q.shape(), op << ": k: expected shape " << shape_str(q.shape())
@@ -162,6 +85,10 @@ Dims check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v
   LAT_CHECK(d.T >= 1, op << ": q: expected T >= 1 tokens, got T=" << d.T);
   check_head_dims(op, d);
   return d;
+}
+
+void check_defined(const char* op, const char* arg, const Tensor& t, const char* layout) {
+  LAT_CHECK(t.defined(), op << ": " << arg << ": expected a tensor " << layout << ", got an undefined tensor");
 }
 
 void check_g(const char* op, const Tensor& g, const Tensor& q, const Dims& d) {
@@ -189,8 +116,11 @@ void check_cpu(const char* op, const Tensor& q) {
                                     << q.device().str());
 }
 
-void check_chunk_size(const char* op, int chunk_size) {
+void check_chunk_size(const char* op, int chunk_size, const Tensor& q) {
   LAT_CHECK(chunk_size > 0, op << ": chunk_size: expected > 0, got " << chunk_size);
+  LAT_CHECK(!q.device().is_cuda() || chunk_size <= kMaxCudaChunkSize,
+            op << ": chunk_size: expected 1.." << kMaxCudaChunkSize << " on " << q.device().str() << ", got "
+               << chunk_size);
 }
 
 Dims check_step(const char* op, const Tensor& q_t, const Tensor& k_t, const Tensor& v_t, const Tensor& state,
@@ -198,7 +128,7 @@ Dims check_step(const char* op, const Tensor& q_t, const Tensor& k_t, const Tens
   LAT_CHECK(q_t.defined() && q_t.dim() == 3,
             op << ": q_t: expected rank 3 [B, H, K], got "
                << (q_t.defined() ? "shape " + shape_str(q_t.shape()) : std::string("an undefined tensor")));
-  check_float(op, "q_t", q_t, false);
+  check_float(op, "q_t", q_t, Dtypes::f32);
   Dims d{q_t.size(0), 1, q_t.size(1), q_t.size(2), 0};
   check_shape(op, "k_t", k_t, q_t.shape(), "[B, H, K] (as q_t)");
   check_like(op, "k_t", k_t, q_t);
@@ -216,15 +146,18 @@ Dims check_step(const char* op, const Tensor& q_t, const Tensor& k_t, const Tens
 
 void check_step_g(const char* op, const Tensor& g_t, const Dims& d) {
   check_shape(op, "g_t", g_t, {d.B, d.H}, "[B, H]");
-  check_float(op, "g_t", g_t, false);
+  check_float(op, "g_t", g_t, Dtypes::f32);
   check_range(op, "g_t", g_t, -INFINITY, 0.0, "log-decay values <= 0");
 }
 
 void check_step_beta(const char* op, const Tensor& beta_t, const Dims& d) {
   check_shape(op, "beta_t", beta_t, {d.B, d.H}, "[B, H]");
-  check_float(op, "beta_t", beta_t, false);
+  check_float(op, "beta_t", beta_t, Dtypes::f32);
   check_range(op, "beta_t", beta_t, 0.0, 1.0, "values in [0, 1]");
 }
+
+const float* data_or_null(const Tensor& t) { return t.defined() ? t.data<float>() : nullptr; }
+float* data_or_null(Tensor& t) { return t.defined() ? t.data<float>() : nullptr; }
 
 float resolve_scale(std::optional<float> scale, int64_t K) {
   return scale ? *scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(K)));
@@ -232,70 +165,6 @@ float resolve_scale(std::optional<float> scale, int64_t K) {
 
 double resolve_scale(std::optional<double> scale, int64_t K) {
   return scale ? *scale : 1.0 / std::sqrt(static_cast<double>(K));
-}
-
-void copy_or_zero(const float* src, int64_t n, float* dst) {
-  if (src)
-    std::memcpy(dst, src, n * sizeof(float));
-  else
-    std::fill(dst, dst + n, 0.0f);
-}
-
-namespace {
-
-// Runs copy(array, first api row of (b, h), chunked rows of (b, h), padded rows) for every
-// array and (b, h), OpenMP over (b, h) when the arrays are large enough to share.
-template <class Copy>
-void for_each_head(const std::vector<ChunkedArray>& arrays, int64_t B, int64_t T, int64_t H, int64_t C,
-                   const Copy& copy) {
-  const int64_t padded = num_chunks(T, C) * C;
-  int64_t columns = 0;
-  for (const ChunkedArray& x : arrays) columns += x.D;
-#pragma omp parallel for collapse(2) if (B * H * T * columns > (1 << 14))
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < H; ++h)
-      for (const ChunkedArray& x : arrays) copy(x, (b * T * H + h) * x.D, (b * H + h) * padded * x.D, padded);
-}
-
-}  // namespace
-
-void to_chunked(const std::vector<ChunkedArray>& arrays, int64_t B, int64_t T, int64_t H, int64_t C) {
-  for_each_head(arrays, B, T, H, C, [&](const ChunkedArray& x, int64_t api, int64_t chunked, int64_t padded) {
-    float* out = x.chunked + chunked;
-    for (int64_t t = 0; t < T; ++t) std::memcpy(out + t * x.D, x.api_in + api + t * H * x.D, x.D * sizeof(float));
-    std::memset(out + T * x.D, 0, (padded - T) * x.D * sizeof(float));
-  });
-}
-
-void from_chunked(const std::vector<ChunkedArray>& arrays, int64_t B, int64_t T, int64_t H, int64_t C) {
-  for_each_head(arrays, B, T, H, C, [&](const ChunkedArray& x, int64_t api, int64_t chunked, int64_t) {
-    const float* in = x.chunked + chunked;
-    for (int64_t t = 0; t < T; ++t) std::memcpy(x.api_out + api + t * H * x.D, in + t * x.D, x.D * sizeof(float));
-  });
-}
-
-void gather_chunk(const float* x, int64_t T, int64_t H, int64_t D, int64_t C, int64_t n, float* dst,
-                  bool ones_column) {
-  int64_t NT = num_chunks(T, C), cols = D + (ones_column ? 1 : 0);
-  int64_t bh = n / NT, c = n % NT, b = bh / H, h = bh % H;
-  for (int64_t r = 0; r < C; ++r) {
-    int64_t t = c * C + r;
-    float* row = dst + r * cols;
-    if (t < T) {
-      std::memcpy(row, x + ((b * T + t) * H + h) * D, D * sizeof(float));
-      if (ones_column) row[D] = 1.0f;
-    } else {
-      std::memset(row, 0, cols * sizeof(float));
-    }
-  }
-}
-
-void scatter_chunk(const float* src, int64_t cols, int64_t T, int64_t H, int64_t D, int64_t C, int64_t n,
-                   float* x) {
-  int64_t NT = num_chunks(T, C);
-  int64_t bh = n / NT, c = n % NT, b = bh / H, h = bh % H;
-  for (int64_t r = 0; r < C && c * C + r < T; ++r)
-    std::memcpy(x + ((b * T + c * C + r) * H + h) * D, src + r * cols, D * sizeof(float));
 }
 
 }  // namespace lat::linear_attention

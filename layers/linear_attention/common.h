@@ -1,15 +1,10 @@
 // Shared pieces of the linear-attention ops (layers/linear_attention/): argument checks
-// for all four families, the default scale, and the re-layout between the API layout
-// [B, T, H, D] and the per-head chunked layout [B*H, NT*C, D] that the CPU kernels use.
-//
-// Letters: B batch, T tokens, H heads, K key dim, V value dim, C chunk size,
-// NT = ceil(T / C) chunks. The chunked layout stores, for each (b, h), the NT*C rows of
-// one head contiguously (rows t >= T are zero), so every per-chunk product is one
-// batched gemm with a single batch stride over (b, h, chunk).
+// for both op families, the backend choice, the default scale and the exp of the CPU
+// kernels. Letters: B batch, T tokens, H heads, K key dim, V value dim, C chunk size,
+// NT = ceil(T / C) chunks.
 #pragma once
 #include <cstdint>
 #include <optional>
-#include <vector>
 
 #include "autograd/cpu/fast_exp.h"
 #include "lat/tensor.h"
@@ -25,10 +20,17 @@ struct Dims {
 /// ALGORITHMS.md 2.6; all four ops share the limit so layers can swap ops freely).
 inline constexpr int64_t kMaxHeadDim = 256;
 
+/// The dtypes an op accepts: f32 (the kernels), or f32 and f64 (the float64 references).
+enum class Dtypes { f32, f32_or_f64 };
+
 /// Checks q, k [B, T, H, K] and v [B, T, H, V]: defined, rank 4, same device, q and k
-/// the same shape, v sharing B, T, H, T >= 1, B, H >= 1, K and V in 1..256, dtype f32
-/// (f32 or f64, all the same, when allow_f64). Throws lat::Error naming `op`.
-Dims check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, bool allow_f64 = false);
+/// the same shape, v sharing B, T, H, T >= 1, B, H >= 1, K and V in 1..256, a dtype of
+/// `dtypes`, all the same. Throws lat::Error naming `op`.
+Dims check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, Dtypes dtypes = Dtypes::f32);
+
+/// Checks that an input the op requires, though its type allows it absent (g of the gated
+/// ops), is defined: "op: arg: expected a tensor LAYOUT, got an undefined tensor".
+void check_defined(const char* op, const char* arg, const Tensor& t, const char* layout);
 
 /// Checks a log-decay g [B, T, H]: same dtype and device as q, every value <= 0 (the
 /// error names the first offending value and its [b, t, h]; NaN is rejected too).
@@ -45,8 +47,19 @@ void check_initial_state(const char* op, const Tensor& initial_state, const Tens
 /// Checks that q lives on the CPU (for ops with no device kernel yet).
 void check_cpu(const char* op, const Tensor& q);
 
-/// Checks chunk_size > 0.
-void check_chunk_size(const char* op, int chunk_size);
+/// Largest chunk size of the CUDA chunk kernels (one 64-row tile per chunk, tile.cuh).
+inline constexpr int kMaxCudaChunkSize = 64;
+
+/// Checks chunk_size > 0, and at most kMaxCudaChunkSize when q is a CUDA tensor.
+void check_chunk_size(const char* op, int chunk_size, const Tensor& q);
+
+/// Which kernels run an op's recurrence: chunkwise (chunk_*), or token by token
+/// (fused_recurrent_*, CPU only).
+enum class Form { chunk, fused_recurrent };
+
+/// The tensor's f32 data, or null for an undefined tensor (an absent optional input).
+const float* data_or_null(const Tensor& t);
+float* data_or_null(Tensor& t);
 
 /// Checks the arguments of a recurrent_step_*: q_t, k_t [B, H, K], v_t [B, H, V], state
 /// [B, H, K, state_v(V)] (state_v_extra = 1 for the normalized form), all f32 on one
@@ -70,63 +83,5 @@ inline int64_t num_chunks(int64_t T, int64_t C) { return (T + C - 1) / C; }
 /// factors are always exp of a non-positive number (ALGORITHMS.md 2.3, stability rules),
 /// so this is the only exp the kernels need.
 inline float exp_nonpositive(float x) { return cpu::fast_exp(x); }
-
-/// An uninitialized, 64-byte aligned float array for kernel workspaces and saved
-/// activations (no autograd, no poisoning: kernels write every element they read).
-/// Blocks come from a process-wide cache of freed blocks of the same size (up to 2 GiB
-/// kept): the chunk kernels need a dozen buffers of the same sizes at every step, and
-/// fresh pages from the OS cost more (faults and zeroing) than the kernels' own work.
-/// Large blocks ask for transparent huge pages. Thread-safe.
-class AlignedBuffer {
- public:
-  AlignedBuffer() = default;
-  explicit AlignedBuffer(int64_t n);
-  ~AlignedBuffer();
-  AlignedBuffer(AlignedBuffer&& other) noexcept;
-  AlignedBuffer& operator=(AlignedBuffer&& other) noexcept;
-  AlignedBuffer(const AlignedBuffer&) = delete;
-  AlignedBuffer& operator=(const AlignedBuffer&) = delete;
-
-  float* data() { return data_; }
-  const float* data() const { return data_; }
-  int64_t size() const { return size_; }
-
- private:
-  float* data_ = nullptr;
-  int64_t size_ = 0;
-  size_t bytes_ = 0;  // the block's size in the cache
-};
-
-/// dst[0, n) = src[0, n), or zeros when src is null (an optional initial state or final-state
-/// gradient).
-void copy_or_zero(const float* src, int64_t n, float* dst);
-
-/// One array of an op in both layouts: api [B, T, H, D] (D = 1 for [B, T, H]) and chunked
-/// [B*H, NT*C, D], chunked row (b*H + h, t) = api[b, t, h, :], rows t in [T, NT*C) zero.
-/// to_chunked reads `api_in`, from_chunked writes `api_out`; `chunked` holds B*H*NT*C*D floats.
-struct ChunkedArray {
-  const float* api_in = nullptr;
-  float* api_out = nullptr;
-  float* chunked = nullptr;
-  int64_t D = 1;
-};
-
-/// api -> chunked (zero padded) for every array, in one OpenMP pass over (b, h): one thread
-/// team for all of an op's arrays.
-void to_chunked(const std::vector<ChunkedArray>& arrays, int64_t B, int64_t T, int64_t H, int64_t C);
-
-/// chunked -> api for every array (padding rows dropped), in one OpenMP pass over (b, h).
-void from_chunked(const std::vector<ChunkedArray>& arrays, int64_t B, int64_t T, int64_t H, int64_t C);
-
-/// One chunk n of the chunked order (n = (b*H + h)*NT + c): copies its C rows of
-/// x [B, T, H, D] into dst [C, D + ones_column]; with ones_column, the extra last column
-/// is 1 on valid rows; rows t >= T are zero. For kernels that walk blocks of chunks.
-void gather_chunk(const float* x, int64_t T, int64_t H, int64_t D, int64_t C, int64_t n, float* dst,
-                  bool ones_column = false);
-
-/// The inverse of gather_chunk: the first D of the `cols` columns of src [C, cols] into
-/// the valid rows of chunk n of x [B, T, H, D].
-void scatter_chunk(const float* src, int64_t cols, int64_t T, int64_t H, int64_t D, int64_t C, int64_t n,
-                   float* x);
 
 }  // namespace lat::linear_attention

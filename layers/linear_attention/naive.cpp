@@ -1,8 +1,9 @@
 // Float64 token-by-token references of the linear-attention family, built from the core
 // tape ops so that backward() gives float64 gradients of every input. They are the test
-// oracle of the chunk and fused-recurrent kernels (STYLE habit 1): plain recurrences,
-// no tricks. Letters as in common.h. All (b, h) pairs advance together, one token at a
-// time, on a state S [B, H, K, V].
+// oracle of the chunk and fused-recurrent kernels, so they stay plain recurrences with no
+// tricks: a wrong kernel cannot share a wrong derivation with them. Letters as in
+// common.h. All (b, h) pairs advance together, one token at a time, on a state
+// S [B, H, K, V].
 #include <vector>
 
 #include "layers/linear_attention/common.h"
@@ -43,7 +44,7 @@ LinearAttentionOutput naive_linear_attn(const Tensor& q, const Tensor& k, const 
                                         std::optional<double> scale, bool normalize,
                                         const Tensor& initial_state, bool output_final_state) {
   const char* op = "naive_linear_attn";
-  Dims d = linear_attention::check_qkv(op, q, k, v, true);
+  Dims d = linear_attention::check_qkv(op, q, k, v, linear_attention::Dtypes::f32_or_f64);
   int64_t state_v = normalize ? d.V + 1 : d.V;
   linear_attention::check_initial_state(op, initial_state, q, d, state_v);
   double s = linear_attention::resolve_scale(scale, d.K);
@@ -75,7 +76,7 @@ LinearAttentionOutput naive_simple_gla(const Tensor& q, const Tensor& k, const T
                                        std::optional<double> scale, const Tensor& initial_state,
                                        bool output_final_state) {
   const char* op = "naive_simple_gla";
-  Dims d = linear_attention::check_qkv(op, q, k, v, true);
+  Dims d = linear_attention::check_qkv(op, q, k, v, linear_attention::Dtypes::f32_or_f64);
   linear_attention::check_g(op, g, q, d);
   linear_attention::check_initial_state(op, initial_state, q, d, d.V);
   double s = linear_attention::resolve_scale(scale, d.K);
@@ -99,7 +100,7 @@ LinearAttentionOutput naive_gated_delta_rule(const Tensor& q, const Tensor& k, c
                                              const Tensor& initial_state, bool output_final_state,
                                              bool use_qk_l2norm_in_kernel) {
   const char* op = "naive_gated_delta_rule";
-  Dims d = linear_attention::check_qkv(op, q, k, v, true);
+  Dims d = linear_attention::check_qkv(op, q, k, v, linear_attention::Dtypes::f32_or_f64);
   if (g.defined()) linear_attention::check_g(op, g, q, d);
   linear_attention::check_beta(op, beta, q, d);
   linear_attention::check_initial_state(op, initial_state, q, d, d.V);

@@ -5,9 +5,10 @@
 #include "autograd/cuda/cuda_check.h"
 #include "autograd/cuda/launch.cuh"
 #include "autograd/cuda/stream.h"
-#include "layers/linear_attention/chunk_cuda.h"
+#include "layers/linear_attention/decay_kernels.h"
+#include "layers/linear_attention/delta_kernels.h"
 
-namespace lat::linear_attention::cuda {
+namespace lat::linear_attention {
 namespace {
 
 constexpr int kMaxK = 256;
@@ -92,25 +93,23 @@ void check_step(int64_t BH, int64_t K) {
 
 }  // namespace
 
-void recurrent_step_decay(int64_t BH, int64_t K, int64_t V, bool normalize, float eps, const float* q,
-                          const float* k, const float* v, const float* g, float scale, float* state, float* o,
-                          int device) {
-  check_step(BH, K);
-  lat::cuda::DeviceGuard guard(device);
-  const size_t smem = static_cast<size_t>(normalize ? V + 1 : V) * sizeof(float);
-  step_decay_kernel<<<static_cast<unsigned>(BH), lat::cuda::kBlock, smem, lat::cuda::current_stream(device)>>>(
-      K, V, normalize, eps, q, k, v, g, scale, state, o);
+void recurrent_step_decay_cuda(const DecayParams& p, float* state, float* o) {
+  const int64_t BH = p.B * p.H;
+  check_step(BH, p.K);
+  lat::cuda::DeviceGuard guard(p.device);
+  const size_t smem = static_cast<size_t>(p.Vs()) * sizeof(float);
+  step_decay_kernel<<<static_cast<unsigned>(BH), lat::cuda::kBlock, smem, lat::cuda::current_stream(p.device)>>>(
+      p.K, p.V, p.normalize, kNormEps, p.q, p.k, p.v, p.g, p.scale, state, o);
   LAT_CUDA_CHECK_LAUNCH();
 }
 
-void recurrent_step_delta(int64_t BH, int64_t K, int64_t V, bool l2norm, const float* q, const float* k,
-                          const float* v, const float* g, const float* beta, float scale, float* state, float* o,
-                          int device) {
-  check_step(BH, K);
-  lat::cuda::DeviceGuard guard(device);
-  step_delta_kernel<<<static_cast<unsigned>(BH), lat::cuda::kBlock, 0, lat::cuda::current_stream(device)>>>(
-      K, V, l2norm, q, k, v, g, beta, scale, state, o);
+void recurrent_step_delta_cuda(const DeltaParams& p, float* state, float* o) {
+  const int64_t BH = p.B * p.H;
+  check_step(BH, p.K);
+  lat::cuda::DeviceGuard guard(p.device);
+  step_delta_kernel<<<static_cast<unsigned>(BH), lat::cuda::kBlock, 0, lat::cuda::current_stream(p.device)>>>(
+      p.K, p.V, p.use_qk_l2norm_in_kernel, p.q, p.k, p.v, p.g, p.beta, p.scale, state, o);
   LAT_CUDA_CHECK_LAUNCH();
 }
 
-}  // namespace lat::linear_attention::cuda
+}  // namespace lat::linear_attention

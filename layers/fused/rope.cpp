@@ -1,13 +1,13 @@
 // RoPE forward and backward: one rotation kernel, run with +angle forward and -angle
 // backward (a rotation's transpose is its inverse).
-#include "layers/rope.h"
+#include "layers/fused/rope.h"
 
 #include <cmath>
 #include <vector>
 
 #include "lat/tape.h"
 #ifdef LAT_WITH_CUDA
-#include "layers/rope_cuda.h"
+#include "layers/fused/rope_cuda.h"
 #endif
 
 namespace lat {

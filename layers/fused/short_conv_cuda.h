@@ -1,4 +1,4 @@
-// CUDA kernels of the causal depthwise short convolution + SiLU (layers/short_conv.h has
+// CUDA kernels of the causal depthwise short convolution + SiLU (layers/fused/short_conv.h has
 // the op and the formulas), f32. Letters: B batch, T tokens, D channels, W kernel size.
 #pragma once
 #include <cstdint>

@@ -8,7 +8,7 @@
 //   dS_ij = P_ij (dP_ij - delta_i),  dQ = scale dS K,  dK = scale dS^T Q,  dV = P^T dO.
 // Tiles are kBr queries x kBc keys, copied into small row-major buffers; every product is
 // the same register-blocked micro-kernel (out[r, :] += sum_k a[r, k] b[k, :]) over them.
-#include "layers/attention_op_cpu.h"
+#include "layers/fused/attention_op_cpu.h"
 
 #include <cmath>
 #include <cstring>

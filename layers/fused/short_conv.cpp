@@ -6,7 +6,7 @@
 //   dweight[w] = sum_t dpre[t] * xe[t + w],
 // with dx = dxe[W-1 ..] and d(initial_state) = dxe[.. W-1]. The channel axis is innermost,
 // so every inner loop runs over contiguous channels and vectorizes.
-#include "layers/short_conv.h"
+#include "layers/fused/short_conv.h"
 
 #include <cmath>
 #include <cstring>
@@ -16,7 +16,7 @@
 #include "autograd/cpu/fast_exp.h"
 #include "lat/tape.h"
 #ifdef LAT_WITH_CUDA
-#include "layers/short_conv_cuda.h"
+#include "layers/fused/short_conv_cuda.h"
 #endif
 
 namespace lat {

@@ -1,4 +1,4 @@
-// CUDA kernel of the rotary position embedding (layers/rope.h), f32.
+// CUDA kernel of the rotary position embedding (layers/fused/rope.h), f32.
 #pragma once
 #include <cstdint>
 

@@ -1,12 +1,13 @@
-// causal_attention: argument checks, dtype dispatch and the tape node around the CPU kernels.
-#include "layers/attention_op.h"
+// causal_attention: argument checks, the backend and dtype dispatch, and the one tape node
+// around the CPU and CUDA kernels.
+#include "layers/fused/attention_op.h"
 
 #include <cmath>
 
 #include "lat/tape.h"
-#include "layers/attention_op_cpu.h"
+#include "layers/fused/attention_op_cpu.h"
 #ifdef LAT_WITH_CUDA
-#include "layers/attention_op_cuda.h"
+#include "layers/fused/attention_op_cuda.h"
 #endif
 
 namespace lat {
@@ -50,58 +51,74 @@ Dims check_args(const char* op, const Tensor& q, const Tensor& k, const Tensor& 
   return d;
 }
 
+// One call, resolved: the keys read are rows [0, Tk) of k and v (Tk = d.Tk, or the cache's
+// length for the cached form).
+struct Call {
+  Dims d;
+  int64_t Tk;
+  double scale;
+  int64_t window_size;
+  int64_t q_offset;
+};
+
+// The kernels' arguments, the same for both backends (attention_args.h).
 template <class S>
-attention_cpu::Args<S> make_args(const Tensor& q, const Tensor& k, const Tensor& v, const Dims& d, int64_t tk,
-                                 double scale, int64_t window_size, int64_t q_offset) {
-  attention_cpu::Args<S> a;
+attention::Args<S> make_args(const Tensor& q, const Tensor& k, const Tensor& v, const Call& c) {
+  const Dims& d = c.d;
+  attention::Args<S> a;
   a.q = q.data<S>();
   a.k = k.data<S>();
   a.v = v.data<S>();
-  a.B = d.B, a.Tq = d.Tq, a.Tk = tk, a.H = d.H, a.Hkv = d.Hkv, a.D = d.D, a.Dv = d.Dv;
+  a.B = d.B, a.Tq = d.Tq, a.Tk = c.Tk, a.H = d.H, a.Hkv = d.Hkv, a.D = d.D, a.Dv = d.Dv;
   a.q_batch_stride = d.Tq * d.H * d.D;
   a.k_batch_stride = k.size(1) * d.Hkv * d.D;
   a.v_batch_stride = v.size(1) * d.Hkv * d.Dv;
-  a.q_offset = q_offset;
-  a.window = window_size;
-  a.scale = static_cast<S>(scale);
-  return a;
-}
-
-#ifdef LAT_WITH_CUDA
-attention_cuda::Args make_cuda_args(const Tensor& q, const Tensor& k, const Tensor& v, const Dims& d, int64_t tk,
-                                    double scale, int64_t window_size, int64_t q_offset) {
-  attention_cuda::Args a;
-  a.q = q.data<float>();
-  a.k = k.data<float>();
-  a.v = v.data<float>();
-  a.B = d.B, a.Tq = d.Tq, a.Tk = tk, a.H = d.H, a.Hkv = d.Hkv, a.D = d.D, a.Dv = d.Dv;
-  a.q_batch_stride = d.Tq * d.H * d.D;
-  a.k_batch_stride = k.size(1) * d.Hkv * d.D;
-  a.v_batch_stride = v.size(1) * d.Hkv * d.Dv;
-  a.q_offset = q_offset;
-  a.window = window_size;
-  a.scale = static_cast<float>(scale);
+  a.q_offset = c.q_offset;
+  a.window = c.window_size;
+  a.scale = static_cast<S>(c.scale);
   a.device = q.device().index;
   return a;
 }
-#endif
 
-template <class S>
-void run_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Dims& d, int64_t tk, double scale,
-                 int64_t window_size, int64_t q_offset, Tensor& o, Tensor* lse) {
-  attention_cpu::forward(make_args<S>(q, k, v, d, tk, scale, window_size, q_offset), o.data<S>(),
-                         lse != nullptr ? lse->data<S>() : nullptr);
+// The one switch over backends and dtypes (CUDA runs f32 only, checked in check_args).
+// forward writes o and, when lse is not null, the per-row logsumexp [B, H, Tq].
+void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Call& c, Tensor& o, Tensor* lse) {
+#ifdef LAT_WITH_CUDA
+  if (q.device().is_cuda()) {
+    attention_cuda::forward(make_args<float>(q, k, v, c), o.data<float>(), lse ? lse->data<float>() : nullptr);
+    return;
+  }
+#endif
+  if (q.dtype() == DType::f32)
+    attention_cpu::forward(make_args<float>(q, k, v, c), o.data<float>(), lse ? lse->data<float>() : nullptr);
+  else
+    attention_cpu::forward(make_args<double>(q, k, v, c), o.data<double>(), lse ? lse->data<double>() : nullptr);
 }
 
+// dq, dk, dv from the forward's o and lse and the upstream grad_o.
 template <class S>
-std::vector<Tensor> run_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Dims& d, double scale,
-                                 int64_t window_size, int64_t q_offset, const Tensor& o, const Tensor& lse,
-                                 const Tensor& grad_o) {
-  Tensor dq = Tensor::empty(q.shape(), q.dtype());
-  Tensor dk = Tensor::empty(k.shape(), k.dtype());
-  Tensor dv = Tensor::empty(v.shape(), v.dtype());
-  attention_cpu::backward(make_args<S>(q, k, v, d, d.Tk, scale, window_size, q_offset), o.data<S>(), lse.data<S>(),
-                          grad_o.data<S>(), dq.data<S>(), dk.data<S>(), dv.data<S>());
+void backward_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Call& c, const Tensor& o, const Tensor& lse,
+                  const Tensor& grad_o, Tensor& dq, Tensor& dk, Tensor& dv) {
+  attention_cpu::backward(make_args<S>(q, k, v, c), o.data<S>(), lse.data<S>(), grad_o.data<S>(), dq.data<S>(),
+                          dk.data<S>(), dv.data<S>());
+}
+
+std::vector<Tensor> backward(const Tensor& q, const Tensor& k, const Tensor& v, const Call& c, const Tensor& o,
+                             const Tensor& lse, const Tensor& grad_o) {
+  Tensor dq = Tensor::empty(q.shape(), q.dtype(), q.device());
+  Tensor dk = Tensor::empty(k.shape(), k.dtype(), k.device());
+  Tensor dv = Tensor::empty(v.shape(), v.dtype(), v.device());
+#ifdef LAT_WITH_CUDA
+  if (q.device().is_cuda()) {
+    attention_cuda::backward(make_args<float>(q, k, v, c), o.data<float>(), lse.data<float>(), grad_o.data<float>(),
+                             dq.data<float>(), dk.data<float>(), dv.data<float>());
+    return {dq, dk, dv};
+  }
+#endif
+  if (q.dtype() == DType::f32)
+    backward_cpu<float>(q, k, v, c, o, lse, grad_o, dq, dk, dv);
+  else
+    backward_cpu<double>(q, k, v, c, o, lse, grad_o, dq, dk, dv);
   return {dq, dk, dv};
 }
 
@@ -113,40 +130,16 @@ Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, std::
   const int64_t offset = q_offset.value_or(d.Tk - d.Tq);
   LAT_CHECK(offset >= 0 && offset <= d.Tk - d.Tq,
             "causal_attention: q_offset: expected a value in [0, Tk - Tq] = [0, " << d.Tk - d.Tq << "], got " << offset);
-  const double s = scale.value_or(1.0 / std::sqrt(static_cast<double>(d.D)));
+  const Call c{d, d.Tk, scale.value_or(1.0 / std::sqrt(static_cast<double>(d.D))), window_size, offset};
 
   const bool grad = needs_grad({&q, &k, &v});
   Tensor o = Tensor::empty({d.B, d.Tq, d.H, d.Dv}, q.dtype(), q.device());
   Tensor lse = grad ? Tensor::empty({d.B, d.H, d.Tq}, q.dtype(), q.device()) : Tensor();
-#ifdef LAT_WITH_CUDA
-  if (q.device().is_cuda()) {
-    attention_cuda::forward(make_cuda_args(q, k, v, d, d.Tk, s, window_size, offset), o.data<float>(),
-                            grad ? lse.data<float>() : nullptr);
-    if (grad) {
-      auto backward_fn = [q, k, v, d, s, window_size, offset, o, lse](const std::vector<Tensor>& g) {
-        Tensor dq = Tensor::empty(q.shape(), q.dtype(), q.device());
-        Tensor dk = Tensor::empty(k.shape(), k.dtype(), k.device());
-        Tensor dv = Tensor::empty(v.shape(), v.dtype(), v.device());
-        attention_cuda::backward(make_cuda_args(q, k, v, d, d.Tk, s, window_size, offset), o.data<float>(),
-                                 lse.data<float>(), g[0].data<float>(), dq.data<float>(), dk.data<float>(),
-                                 dv.data<float>());
-        return std::vector<Tensor>{dq, dk, dv};
-      };
-      record("causal_attention", {q, k, v}, {o}, backward_fn);
-    }
-    return o;
-  }
-#endif
-  if (q.dtype() == DType::f32)
-    run_forward<float>(q, k, v, d, d.Tk, s, window_size, offset, o, grad ? &lse : nullptr);
-  else
-    run_forward<double>(q, k, v, d, d.Tk, s, window_size, offset, o, grad ? &lse : nullptr);
-
+  forward(q, k, v, c, o, grad ? &lse : nullptr);
   if (grad) {
     // Saved for backward: q, k, v (the node's inputs), o and the per-row logsumexp; O(T).
-    record("causal_attention", {q, k, v}, {o}, [q, k, v, d, s, window_size, offset, o, lse](const std::vector<Tensor>& g) {
-      return q.dtype() == DType::f32 ? run_backward<float>(q, k, v, d, s, window_size, offset, o, lse, g[0])
-                                     : run_backward<double>(q, k, v, d, s, window_size, offset, o, lse, g[0]);
+    record("causal_attention", {q, k, v}, {o}, [q, k, v, c, o, lse](const std::vector<Tensor>& g) {
+      return backward(q, k, v, c, o, lse, g[0]);
     });
   }
   return o;
@@ -158,16 +151,9 @@ Tensor causal_attention_cached(const Tensor& q, const Tensor& k_cache, const Ten
   LAT_CHECK(q.dtype() == DType::f32, "causal_attention_cached: q: expected f32, got " << dtype_name(q.dtype()));
   LAT_CHECK(length >= d.Tq && length <= d.Tk, "causal_attention_cached: length: expected a value in [Tq, capacity] = ["
                                                   << d.Tq << ", " << d.Tk << "], got " << length);
-  const double s = scale.value_or(1.0 / std::sqrt(static_cast<double>(d.D)));
+  const Call c{d, length, scale.value_or(1.0 / std::sqrt(static_cast<double>(d.D))), window_size, length - d.Tq};
   Tensor o = Tensor::empty({d.B, d.Tq, d.H, d.Dv}, q.dtype(), q.device());
-#ifdef LAT_WITH_CUDA
-  if (q.device().is_cuda()) {
-    attention_cuda::forward(make_cuda_args(q, k_cache, v_cache, d, length, s, window_size, length - d.Tq),
-                            o.data<float>(), nullptr);
-    return o;
-  }
-#endif
-  run_forward<float>(q, k_cache, v_cache, d, length, s, window_size, length - d.Tq, o, nullptr);
+  forward(q, k_cache, v_cache, c, o, nullptr);
   return o;
 }
 

@@ -11,7 +11,7 @@
 #include "autograd/cuda/launch.cuh"
 #include "autograd/cuda/stream.h"
 #include "autograd/cuda/tile.cuh"
-#include "layers/attention_op_cuda.h"
+#include "layers/fused/attention_op_cuda.h"
 
 namespace lat::attention_cuda {
 namespace {

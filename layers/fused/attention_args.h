@@ -1,12 +1,14 @@
-// CPU kernels of the fused causal attention (layers/attention_op.h): plain structs of
-// pointers, sizes and strides in, no framework tensors.
+// The arguments of one fused causal attention call (attention_op.h): one plain struct of
+// pointers, sizes and strides for the CPU kernels (attention_op_cpu.h) and the CUDA
+// kernels (attention_op_cuda.h).
 #pragma once
 #include <algorithm>
 #include <cstdint>
 
-namespace lat::attention_cpu {
+namespace lat::attention {
 
-/// One attention call. q rows are [B, Tq, H, D], k rows [B, *, Hkv, D], v rows
+/// One attention call, for the CPU kernels (S = float or double) and the CUDA kernels
+/// (S = float, on device `device`). q rows are [B, Tq, H, D], k rows [B, *, Hkv, D], v rows
 /// [B, *, Hkv, Dv], o [B, Tq, H, Dv], contiguous within a batch item; *_batch_stride is
 /// the distance in elements between batch items (a KV cache is longer than Tk).
 /// lse: [B, H, Tq], the per-row logsumexp of the scaled scores (natural log).
@@ -20,6 +22,7 @@ struct Args {
   int64_t q_offset = 0;  // position of query 0 among the keys
   int64_t window = 0;    // 0 = full causal
   S scale = 1;
+  int device = 0;        // CUDA device index (CUDA kernels)
 
   const S* q_row(int64_t b, int64_t i, int64_t h) const { return q + b * q_batch_stride + (i * H + h) * D; }
   const S* k_row(int64_t b, int64_t j, int64_t hk) const { return k + b * k_batch_stride + (j * Hkv + hk) * D; }
@@ -33,16 +36,4 @@ struct Args {
   int64_t query_end(int64_t j) const { return window > 0 ? std::min(Tq, j - q_offset + window) : Tq; }
 };
 
-/// Forward: writes o (contiguous [B, Tq, H, Dv]) and lse ([B, H, Tq]; may be nullptr when
-/// no backward follows). OpenMP over (batch, head, query tile).
-template <class S>
-void forward(const Args<S>& a, S* o, S* lse);
-
-/// Backward from do_ [B, Tq, H, Dv], the forward's o and lse: writes dq [B, Tq, H, D],
-/// dk [B, Tk, Hkv, D], dv [B, Tk, Hkv, Dv] (contiguous; q, k, v batch strides must be the
-/// contiguous ones). dq: OpenMP over (batch, head, query tile); dk, dv: over (batch, kv
-/// head, key tile), summing the query heads of the group, so no two threads write one row.
-template <class S>
-void backward(const Args<S>& a, const S* o, const S* lse, const S* do_, S* dq, S* dk, S* dv);
-
-}  // namespace lat::attention_cpu
+}  // namespace lat::attention

@@ -2,7 +2,7 @@
 #include "autograd/cuda/cuda_check.h"
 #include "autograd/cuda/launch.cuh"
 #include "autograd/cuda/stream.h"
-#include "layers/rope_cuda.h"
+#include "layers/fused/rope_cuda.h"
 
 namespace lat::rope_cuda {
 namespace {

@@ -9,7 +9,7 @@
 #include "autograd/cuda/cuda_memory.h"
 #include "autograd/cuda/launch.cuh"
 #include "autograd/cuda/stream.h"
-#include "layers/short_conv_cuda.h"
+#include "layers/fused/short_conv_cuda.h"
 
 namespace lat::short_conv_cuda {
 namespace {

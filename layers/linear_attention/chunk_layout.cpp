@@ -1,0 +1,74 @@
+// The CPU kernels' data movement between layouts (see chunk_layout.h).
+#include "layers/linear_attention/chunk_layout.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "layers/linear_attention/common.h"
+
+namespace lat::linear_attention {
+
+void copy_or_zero(const float* src, int64_t n, float* dst) {
+  if (src)
+    std::memcpy(dst, src, n * sizeof(float));
+  else
+    std::fill(dst, dst + n, 0.0f);
+}
+
+namespace {
+
+// Runs copy(array, first api row of (b, h), chunked rows of (b, h), padded rows) for every
+// array and (b, h), OpenMP over (b, h) when the arrays are large enough to share.
+template <class Array, class Copy>
+void for_each_head(const std::vector<Array>& arrays, int64_t B, int64_t T, int64_t H, int64_t C, const Copy& copy) {
+  const int64_t padded = num_chunks(T, C) * C;
+  int64_t columns = 0;
+  for (const Array& x : arrays) columns += x.D;
+#pragma omp parallel for collapse(2) if (B * H * T * columns > (1 << 14))
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (const Array& x : arrays) copy(x, (b * T * H + h) * x.D, (b * H + h) * padded * x.D, padded);
+}
+
+}  // namespace
+
+void to_chunked(const std::vector<ToChunked>& arrays, int64_t B, int64_t T, int64_t H, int64_t C) {
+  for_each_head(arrays, B, T, H, C, [&](const ToChunked& x, int64_t api, int64_t chunked, int64_t padded) {
+    float* out = x.chunked + chunked;
+    for (int64_t t = 0; t < T; ++t) std::memcpy(out + t * x.D, x.api + api + t * H * x.D, x.D * sizeof(float));
+    std::memset(out + T * x.D, 0, (padded - T) * x.D * sizeof(float));
+  });
+}
+
+void from_chunked(const std::vector<FromChunked>& arrays, int64_t B, int64_t T, int64_t H, int64_t C) {
+  for_each_head(arrays, B, T, H, C, [&](const FromChunked& x, int64_t api, int64_t chunked, int64_t) {
+    const float* in = x.chunked + chunked;
+    for (int64_t t = 0; t < T; ++t) std::memcpy(x.api + api + t * H * x.D, in + t * x.D, x.D * sizeof(float));
+  });
+}
+
+void gather_chunk(const float* x, int64_t T, int64_t H, int64_t D, int64_t C, int64_t n, float* dst,
+                  bool ones_column) {
+  int64_t NT = num_chunks(T, C), cols = D + (ones_column ? 1 : 0);
+  int64_t bh = n / NT, c = n % NT, b = bh / H, h = bh % H;
+  for (int64_t r = 0; r < C; ++r) {
+    int64_t t = c * C + r;
+    float* row = dst + r * cols;
+    if (t < T) {
+      std::memcpy(row, x + ((b * T + t) * H + h) * D, D * sizeof(float));
+      if (ones_column) row[D] = 1.0f;
+    } else {
+      std::memset(row, 0, cols * sizeof(float));
+    }
+  }
+}
+
+void scatter_chunk(const float* src, int64_t cols, int64_t T, int64_t H, int64_t D, int64_t C, int64_t n,
+                   float* x) {
+  int64_t NT = num_chunks(T, C);
+  int64_t bh = n / NT, c = n % NT, b = bh / H, h = bh % H;
+  for (int64_t r = 0; r < C && c * C + r < T; ++r)
+    std::memcpy(x + ((b * T + c * C + r) * H + h) * D, src + r * cols, D * sizeof(float));
+}
+
+}  // namespace lat::linear_attention

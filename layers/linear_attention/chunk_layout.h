@@ -1,0 +1,53 @@
+// The CPU kernels' data movement between the API layout [B, T, H, D] and chunks: whole
+// arrays into and out of the per-head chunked layout [B*H, NT*C, D] (the delta rule's
+// kernel), and single chunks gathered into and scattered out of a kernel's tiles (the
+// decayed kernel). Letters as in common.h; D = 1 for [B, T, H] arrays (g, beta).
+//
+// The chunked layout stores, for each (b, h), the NT*C rows of one head contiguously:
+// chunked row (b*H + h, t) = api[b, t, h, :], rows t in [T, NT*C) zero. Every per-chunk
+// array then has one stride over the chunks n = (b*H + h)*NT + c.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+namespace lat::linear_attention {
+
+/// dst[0, n) = src[0, n), or zeros when src is null (an optional initial state or
+/// final-state gradient).
+void copy_or_zero(const float* src, int64_t n, float* dst);
+
+/// One array to copy from the API layout into the chunked layout: api [B, T, H, D] is
+/// read, chunked [B*H, NT*C, D] written (padding rows zeroed).
+struct ToChunked {
+  const float* api = nullptr;
+  float* chunked = nullptr;
+  int64_t D = 1;
+};
+
+/// One array to copy from the chunked layout back into the API layout: chunked is read,
+/// api written (padding rows dropped).
+struct FromChunked {
+  const float* chunked = nullptr;
+  float* api = nullptr;
+  int64_t D = 1;
+};
+
+/// Every array api -> chunked, in one OpenMP pass over (b, h): one thread team for all of
+/// an op's arrays.
+void to_chunked(const std::vector<ToChunked>& arrays, int64_t B, int64_t T, int64_t H, int64_t C);
+
+/// Every array chunked -> api, in one OpenMP pass over (b, h).
+void from_chunked(const std::vector<FromChunked>& arrays, int64_t B, int64_t T, int64_t H, int64_t C);
+
+/// One chunk n of the chunked order (n = (b*H + h)*NT + c): copies its C rows of
+/// x [B, T, H, D] into dst [C, D + ones_column]; with ones_column, the extra last column
+/// is 1 on valid rows; rows t >= T are zero. For kernels that walk blocks of chunks.
+void gather_chunk(const float* x, int64_t T, int64_t H, int64_t D, int64_t C, int64_t n, float* dst,
+                  bool ones_column = false);
+
+/// The inverse of gather_chunk: the first D of the `cols` columns of src [C, cols] into
+/// the valid rows of chunk n of x [B, T, H, D].
+void scatter_chunk(const float* src, int64_t cols, int64_t T, int64_t H, int64_t D, int64_t C, int64_t n,
+                   float* x);
+
+}  // namespace lat::linear_attention
