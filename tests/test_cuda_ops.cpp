@@ -336,7 +336,7 @@ TEST_F(CudaOps, AdamWStepAndClippingMatchCpu) {
   EXPECT_TRUE(state.at("norm.weight").at("exp_avg").device().is_cuda());
 }
 
-// The NCCL gradient all-reduce as a one-rank job (issue 7's smoke test: the GPU host has one
+// The NCCL gradient all-reduce as a one-rank job (a smoke test that fits a host with one
 // GPU). Summing over one rank is the identity, so every value must come back bit for bit,
 // through both bucket paths: a bucket that is one piece of one tensor (reduced in place) and
 // buckets packed from several tensors into the staging buffer.

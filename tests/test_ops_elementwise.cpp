@@ -1,6 +1,7 @@
-// Elementwise ops (issue 2, item 4): forward values against a naive float64 reference or a
-// known answer, gradients against central finite differences (lat::grad_check, f64) over
-// NumPy broadcasting cases, one tape node per op, and the errors of item 7.
+// Elementwise ops: forward values against a naive float64 reference or a known answer,
+// gradients against central finite differences (lat::grad_check, f64) over NumPy
+// broadcasting cases, one tape node per op, and errors that name the op, the argument and
+// both shapes or dtypes.
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -1,7 +1,7 @@
-// Reductions (issue 2, item 4): sum and mean over everything and over one axis (negative
-// axes, keepdim), max over an axis (gradient to the first maximum), sum_to. Forward values
-// against a naive float64 loop, gradients against central finite differences (f64), the
-// parallel paths in f32 against f64, and the errors of item 7.
+// Reductions: sum and mean over everything and over one axis (negative axes, keepdim), max
+// over an axis (gradient to the first maximum), sum_to. Forward values against a naive
+// float64 loop, gradients against central finite differences (f64), the parallel paths in
+// f32 against f64, and errors that name the op, the argument and the shape.
 #include <gtest/gtest.h>
 
 #include <functional>
