@@ -10,7 +10,6 @@
 #include <random>
 #include <string>
 
-#include "tests/delta_rule_testing.h"
 #include "tests/linear_attention_testing.h"
 
 namespace lat {

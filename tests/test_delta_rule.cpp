@@ -6,7 +6,7 @@
 // Letters as in include/lat/linear_attention.h.
 #include <gtest/gtest.h>
 
-#include "tests/delta_rule_testing.h"
+#include "tests/linear_attention_testing.h"
 
 namespace lat {
 namespace {

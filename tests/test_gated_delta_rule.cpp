@@ -7,7 +7,7 @@
 
 #include <cmath>
 
-#include "tests/delta_rule_testing.h"
+#include "tests/linear_attention_testing.h"
 
 namespace lat {
 namespace {
