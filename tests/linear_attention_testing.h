@@ -143,18 +143,6 @@ inline bool all_finite(const Tensor& t) {
   return true;
 }
 
-/// Expects `fn` to throw lat::Error whose message contains every string in `parts`.
-inline void expect_error(const std::function<void()>& fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected lat::Error";
-  } catch (const Error& e) {
-    std::string message = e.what();
-    for (const std::string& part : parts)
-      EXPECT_NE(message.find(part), std::string::npos) << "message '" << message << "' lacks '" << part << "'";
-  }
-}
-
 // ---- the (gated) delta rule --------------------------------------------------------------
 
 /// A delta-rule case: the shared Case plus the in-kernel L2 norm flag and the chunk size.

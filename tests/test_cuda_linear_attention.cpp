@@ -7,9 +7,9 @@
 // (LAT_POISON=1). Skipped (GTEST_SKIP) when no CUDA device is visible.
 #include <gtest/gtest.h>
 
-#include <random>
 #include <string>
 
+#include "tests/expect_error.h"
 #include "tests/linear_attention_testing.h"
 
 namespace lat {

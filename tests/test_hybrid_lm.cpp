@@ -8,9 +8,12 @@
 
 #include "lat/lat.h"
 #include "layers/hybrid_lm.h"
+#include "tests/expect_error.h"
 
 namespace lat {
 namespace {
+
+using testing::expect_error;
 
 HybridLMConfig small_config(std::vector<std::string> layers, int64_t d_model = 16, int64_t n_heads = 2) {
   HybridLMConfig c;
@@ -163,20 +166,18 @@ TEST(HybridLM, Gpt2Initialization) {
 
 TEST(HybridLM, Errors) {
   Generator gen(6);
-  try {
-    HybridLM model(small_config({"attn", "mamba"}), gen);
-    FAIL() << "expected an error for an unknown mixer kind";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("mamba"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("gdn"), std::string::npos) << e.what();
-  }
-  EXPECT_THROW(HybridLM(small_config({}), gen), Error);
+  expect_error([&] { HybridLM(small_config({"attn", "mamba"}), gen); }, {"mamba", "gdn"});
+  expect_error([&] { HybridLM(small_config({}), gen); }, {"HybridLM: layers: expected at least one mixer kind"});
   HybridLM model(small_config({"attn"}), gen);
-  EXPECT_THROW(model.forward(Tensor::zeros({2, 3})), Error);                   // f32 ids
-  EXPECT_THROW(model.forward(Tensor::zeros({6}, DType::i64)), Error);          // not [B, T]
-  EXPECT_THROW(model.forward(Tensor::full({1, 2}, 11, DType::i64)), Error);    // id == vocab
+  expect_error([&] { model.forward(Tensor::zeros({2, 3})); },
+               {"HybridLM::forward: ids: expected [B, T] i64, got [2, 3] f32"});  // f32 ids
+  expect_error([&] { model.forward(Tensor::zeros({6}, DType::i64)); },
+               {"HybridLM::forward: ids: expected [B, T] i64, got [6] i64"});  // not [B, T]
+  expect_error([&] { model.forward(Tensor::full({1, 2}, 11, DType::i64)); },
+               {"embedding: ids: id 11 at position [0, 0] is out of range [0, 11)"});  // id == vocab
   HybridLMState state = model.make_states(2);
-  EXPECT_THROW(model.step(Tensor::zeros({3, 1}, DType::i64), state), Error);   // batch 3 vs 2
+  expect_error([&] { model.step(Tensor::zeros({3, 1}, DType::i64), state); },  // batch 3 vs 2
+               {"HybridLM::step: ids: expected [2, T >= 1] for a state of 1 layers", "got [3, 1]"});
 }
 
 }  // namespace

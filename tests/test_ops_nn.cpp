@@ -10,28 +10,20 @@
 #include "lat/grad_check.h"
 #include "lat/ops.h"
 #include "lat/tape.h"
+#include "tests/expect_error.h"
 
 namespace {
 
 using lat::DType;
 using lat::Shape;
 using lat::Tensor;
+using lat::testing::expect_error;
 
 Tensor random(const Shape& shape, uint64_t seed, bool requires_grad = false, double std = 1.0) {
   lat::Generator gen(seed);
   Tensor t = Tensor::randn(shape, gen, DType::f64, 0.0, std);
   t.set_requires_grad(requires_grad);
   return t;
-}
-
-template <class F>
-void expect_error(F f, const std::vector<std::string>& needles) {
-  try {
-    f();
-    FAIL() << "expected lat::Error";
-  } catch (const lat::Error& e) {
-    for (const std::string& n : needles) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what();
-  }
 }
 
 constexpr double kGradTol = 1e-7;
