@@ -10,6 +10,7 @@
 
 #include "lat/lat.h"
 #include "tests/expect_error.h"
+#include "tests/threads_testing.h"
 
 namespace lat {
 namespace {
@@ -173,6 +174,28 @@ TEST(ReduceTape, OneNodePerReduction) {
   max(a, -1);
   EXPECT_EQ(tape_size(), 5u);
   clear_tape();
+}
+
+// Every branch of the CPU sum (one long row, few long rows, many rows, few outputs over a
+// long axis, many outputs) in f64, where any change of the summation order shows in the
+// last bits: the same bits at every thread count.
+TEST(ReduceThreads, SumsAreTheSameBitsAtEveryThreadCount) {
+  struct Case {
+    Shape shape;
+    int64_t axis;  // -1: all elements
+  };
+  for (const Case& c : {Case{{100003}, -1}, Case{{3, 50001}, 1}, Case{{5000, 7}, 1}, Case{{1, 20000, 8}, 1},
+                        Case{{40, 300, 100}, 1}, Case{{2, 9000, 3}, 1}}) {
+    const Tensor x = uniform64(c.shape, 9, -2.0, 2.0, false);
+    const auto sums = testing::at_thread_counts(
+        [&] { return (c.axis < 0 ? sum(x) : sum(x, c.axis)).to_vector<double>(); });
+    EXPECT_EQ(sums[1], sums[0]) << shape_str(c.shape) << ": 2 threads vs 1";
+    EXPECT_EQ(sums[2], sums[0]) << shape_str(c.shape) << ": 3 threads vs 1";
+    EXPECT_LT(rel_err(sums[0], reference_reduce(x.reshape(c.axis < 0 ? Shape{1, x.numel()} : c.shape),
+                                                c.axis < 0 ? 1 : c.axis, Kind::sum)),
+              1e-12)
+        << shape_str(c.shape);
+  }
 }
 
 // ---- sum_to ----------------------------------------------------------------------------------
