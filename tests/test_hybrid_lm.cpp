@@ -3,12 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
 #include "lat/lat.h"
 #include "layers/hybrid_lm.h"
 #include "tests/expect_error.h"
+#include "tests/threads_testing.h"
 
 namespace lat {
 namespace {
@@ -142,6 +144,47 @@ TEST(HybridLM, StepDecodingMatchesForward) {
   for (int64_t t = 0; t < T; ++t)
     EXPECT_LT(relative_error(slice(stepped, 1, t, t + 1), slice(full, 1, t, t + 1)), 1e-4) << "position " << t;
   EXPECT_EQ(tape_size(), 0u) << "step() must not record on the tape";
+}
+
+// One training step's forward and backward with every mixer kind gives the same loss and
+// gradients, bit for bit, at every thread count: what makes training losses reproducible
+// across thread counts. Sizes past the short convolution's parallel threshold, with an odd
+// number of rows (B * T = 291).
+TEST(HybridLM, LossAndGradientsAreTheSameBitsAtEveryThreadCount) {
+  struct Step {
+    float loss = 0;
+    std::vector<std::vector<float>> grads;
+  };
+  const auto steps = testing::at_thread_counts([] {
+    Generator gen(5);
+    HybridLMConfig c = small_config({"attn", "linear_attn", "simple_gla", "retention", "delta_net", "gdn"}, 64, 2);
+    c.mixer.chunk_size = 16;
+    HybridLM model(c, gen);
+    const int64_t B = 3, T = 97;
+    const Tensor ids = random_ids(B, T, c.vocab_size, gen), targets = random_ids(B * T, 1, c.vocab_size, gen);
+    const Tensor loss = cross_entropy(model.forward(ids).reshape({B * T, c.vocab_size}), targets.reshape({B * T}));
+    backward(loss);
+    Step s{static_cast<float>(loss.item()), {}};
+    for (const auto& [name, p] : model.named_parameters()) s.grads.push_back(p.grad().to_vector<float>());
+    return s;
+  });
+  Generator gen(5);
+  HybridLM names(small_config({"attn", "linear_attn", "simple_gla", "retention", "delta_net", "gdn"}, 64, 2), gen);
+  const auto params = names.named_parameters();
+  auto differing = [](const std::vector<float>& a, const std::vector<float>& b) {
+    int64_t n = 0;
+    for (size_t i = 0; i < a.size(); ++i) n += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+    return n;
+  };
+  for (size_t run : {1, 2}) {
+    EXPECT_EQ(steps[run].loss, steps[0].loss) << run + 1 << " threads vs 1";
+    ASSERT_EQ(steps[run].grads.size(), params.size());
+    for (size_t i = 0; i < params.size(); ++i) {
+      ASSERT_EQ(steps[run].grads[i].size(), steps[0].grads[i].size()) << params[i].first;
+      EXPECT_EQ(differing(steps[run].grads[i], steps[0].grads[i]), 0)
+          << "elements of d " << params[i].first << " that differ, " << run + 1 << " threads vs 1";
+    }
+  }
 }
 
 TEST(HybridLM, Gpt2Initialization) {
