@@ -1,4 +1,4 @@
-// Core benchmark (issue 2, item 8), in one process:
+// Core benchmark, in one process: the two costs that bound every model step on the CPU.
 //  1. sgemm GFLOP/s of a 2048 x 2048 x 2048 f32 product through lat::matmul and through a
 //     direct oneDNN 2.6 matmul written here, interleaved over several repeats; the medians
 //     and their ratio (lat should be within 5% of the direct call).

@@ -1,4 +1,4 @@
-// GPU benchmark (issue 6): forward and forward+backward of chunk_simple_gla and
+// GPU benchmark: forward and forward+backward of chunk_simple_gla and
 // chunk_gated_delta_rule on CUDA at B=8, H=16, K=V=128, T in {2048, 8192}, with GFLOP/s
 // from the FLOP counts of ALGORITHMS.md (2.3, 2.4) and that figure as a fraction of the
 // f32 sgemm peak (cuBLAS, TF32 off) measured in the same process.

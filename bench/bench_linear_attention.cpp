@@ -1,4 +1,4 @@
-// Forward+backward time of the chunkwise linear-attention ops (issue 3 benchmark) at
+// Forward+backward time of the chunkwise linear-attention ops at
 // B = 4, H = 4, K = V = 64, T in {256, 512, 2048, 8192}: median milliseconds, GFLOP/s
 // counted with the per-chunk FLOP formulas of ALGORITHMS.md, and that as a fraction of
 // the sgemm peak (GFLOP/s of one 2048^3 lat::cpu::gemm_batched, measured here); also

@@ -1,4 +1,4 @@
-// Whole-model benchmark (issue 4, "Benchmark"), in one process, on the CPU:
+// Whole-model benchmark, in one process, on the CPU:
 //  1. Generation, batch 1, random weights and random token ids (speed and memory do not
 //     depend on them), vocab 65, for three models:
 //       hybrid      the model section of configs/shakespeare_hybrid.yaml (gdn,gdn,attn,gdn;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Data-parallel training throughput (issue 7): the nanoGPT-size hybrid of
+# Data-parallel training throughput: the nanoGPT-size hybrid of
 # configs/shakespeare_hybrid.yaml (d_model 128, 4 layers gdn,gdn,attn,gdn, 4 heads, block 64,
 # batch 12) trained for STEPS steps as
 #   1 rank  x 2 threads   (plain launch, OpenMP inside the ops)

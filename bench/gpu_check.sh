@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The GPU check of issue 6, in two halves, because the GPU host is bare and offline (no
-# Debian packages, no network, at most 64 MiB carried to it) and its CPU may lack this
-# build machine's instructions:
+# The GPU check (CUDA tests, kernel benchmark, a training run), in two halves, because the
+# GPU host is bare and offline (no Debian packages, no network, at most 64 MiB carried to
+# it) and its CPU may lack this build machine's instructions:
 #
 #   bench/gpu_check.sh bundle   (default; on a build machine with nvcc)
 #       builds with LAT_NATIVE=OFF, LAT_MPI=OFF, LAT_CUDA=ON into build-gpu-bundle/, then packs

@@ -1,7 +1,7 @@
 // Batches of token windows. A training sample is a pure function of (seed, split, step,
 // micro-batch, row): no hidden cursor, so a resumed run draws exactly the batches of an
-// uninterrupted one, and N ranks can each take a contiguous share of the same global
-// micro-batch (issue 7).
+// uninterrupted one, and N ranks of a data-parallel run can each take a contiguous share of
+// the same global micro-batch.
 #pragma once
 #include <cstdint>
 #include <string>

@@ -1,11 +1,18 @@
-// Test helpers for the linear-attention ops: seeded inputs, one forward+backward with
-// random upstream gradients on o and final_state, and per-tensor comparison with the
-// relative error ||a - b|| / ||b|| of DESIGN.md. Letters as in include/lat/linear_attention.h.
+// Test helpers for the linear-attention ops, the sweeps of every chunk op against its
+// float64 reference: seeded inputs, one forward+backward with random upstream gradients on
+// o and final_state, and per-tensor comparison with the relative error ||a - b|| / ||b|| of
+// DESIGN.md. The (gated) delta-rule ops add the beta input, keys L2-normalized as the layers
+// feed them, a record of the largest error seen per tensor name (printed at exit), and the
+// checks both delta-rule tests run (the sweep against the reference, chaining, token-by-token
+// steps). Letters as in include/lat/linear_attention.h.
 #pragma once
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <functional>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -102,14 +109,23 @@ inline Result run(const Op& op, const Inputs& in, DType dtype) {
   return {out.o.detach(), out.final_state.detach(), grad(q), grad(k), grad(v), grad(g), grad(h0)};
 }
 
+/// Expects `a` within `tol` relative error of `b`: both undefined (an absent input's
+/// gradient), or both defined with one shape (a fatal failure otherwise). Sets `err` to the
+/// relative error (0 when both are undefined).
+inline void expect_tensor_close(const std::string& name, const Tensor& a, const Tensor& b, double tol, double& err) {
+  err = 0.0;
+  ASSERT_EQ(a.defined(), b.defined()) << name;
+  if (!a.defined()) return;
+  ASSERT_EQ(a.shape(), b.shape()) << name;
+  err = relative_error(a, b);
+  EXPECT_LT(err, tol) << name << ": relative error " << err;
+}
+
 /// Expects every defined tensor of `actual` within `tol` relative error of `expected`.
 inline void expect_close(const Result& actual, const Result& expected, double tol) {
   auto check = [&](const char* name, const Tensor& a, const Tensor& b) {
-    ASSERT_EQ(a.defined(), b.defined()) << name;
-    if (!a.defined()) return;
-    ASSERT_EQ(a.shape(), b.shape()) << name;
-    double err = relative_error(a, b);
-    EXPECT_LT(err, tol) << name << ": relative error " << err;
+    double err = 0.0;
+    expect_tensor_close(name, a, b, tol, err);
   };
   check("o", actual.o, expected.o);
   check("final_state", actual.final_state, expected.final_state);
@@ -127,16 +143,167 @@ inline bool all_finite(const Tensor& t) {
   return true;
 }
 
-/// Expects `fn` to throw lat::Error whose message contains every string in `parts`.
-inline void expect_error(const std::function<void()>& fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected lat::Error";
-  } catch (const Error& e) {
-    std::string message = e.what();
-    for (const std::string& part : parts)
-      EXPECT_NE(message.find(part), std::string::npos) << "message '" << message << "' lacks '" << part << "'";
+// ---- the (gated) delta rule --------------------------------------------------------------
+
+/// A delta-rule case: the shared Case plus the in-kernel L2 norm flag and the chunk size.
+struct DeltaCase {
+  Case base;
+  bool l2norm_in_kernel = false;  // raw q, k, normalized by the op; else k pre-normalized
+  int chunk_size = 64;
+};
+
+inline std::string delta_case_name(const DeltaCase& c) {
+  return case_name(c.base) + (c.l2norm_in_kernel ? "_l2" : "") +
+         (c.chunk_size != 64 ? "_C" + std::to_string(c.chunk_size) : "");
+}
+
+/// delta_case_name of a sweep parameter: the name generator of INSTANTIATE_TEST_SUITE_P.
+inline std::string delta_param_name(const ::testing::TestParamInfo<DeltaCase>& info) {
+  return delta_case_name(info.param);
+}
+
+struct DeltaInputs {
+  Inputs base;  // q, k, v, g, initial_state, d_o, d_final_state
+  Tensor beta;  // [B, T, H] ~ U(0.01, 0.99)
+};
+
+/// Rows of x [..., D] divided by their L2 norm (in place, f32): the keys the layers feed.
+inline void normalize_rows(Tensor& x) {
+  const int64_t D = x.size(-1);
+  float* p = x.data<float>();
+  for (int64_t r = 0; r < x.numel() / D; ++r) {
+    double s = 0.0;
+    for (int64_t i = 0; i < D; ++i) s += double(p[r * D + i]) * p[r * D + i];
+    const float inv = static_cast<float>(1.0 / std::sqrt(s));
+    for (int64_t i = 0; i < D; ++i) p[r * D + i] *= inv;
   }
+}
+
+/// Seeded inputs of make_inputs (state_v = V) plus beta; k L2-normalized unless the op
+/// normalizes it itself.
+inline DeltaInputs make_delta_inputs(const DeltaCase& c) {
+  DeltaInputs in{make_inputs(c.base, c.base.V), Tensor()};
+  Generator gen(c.base.seed * 104729 + 3);
+  in.beta = Tensor::uniform({c.base.B, c.base.T, c.base.H}, gen, 0.01, 0.99);
+  if (!c.l2norm_in_kernel) normalize_rows(in.base.k);
+  return in;
+}
+
+struct DeltaResult {
+  Result base;  // o, final_state, dq, dk, dv, dg, d_initial_state
+  Tensor dbeta;
+};
+
+/// An op under test: (q, k, v, g, beta, initial_state) -> {o, final_state}.
+using DeltaOp = std::function<LinearAttentionOutput(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                                    const Tensor&, const Tensor&)>;
+
+/// Runs `op` on leaf copies converted to `dtype`, then backward from
+/// sum(o * d_o) + sum(final_state * d_final_state).
+inline DeltaResult run_delta(const DeltaOp& op, const DeltaInputs& in, DType dtype) {
+  Tensor beta = in.beta.to(dtype).clone().detach();
+  beta.set_requires_grad(true);
+  Op wrapped = [&](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& h0) {
+    return op(q, k, v, g, beta, h0);
+  };
+  Result r = run(wrapped, in.base, dtype);
+  return {r, beta.grad()};
+}
+
+/// Largest relative error seen per tensor name (for the report printed at exit).
+inline std::map<std::string, double>& max_errors() {
+  static std::map<std::string, double> errors;
+  return errors;
+}
+
+/// Prints max_errors() when the test program ends.
+class PrintMaxErrors : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    for (const auto& [name, err] : max_errors()) std::printf("max relative error %-28s %.3g\n", name.c_str(), err);
+  }
+};
+
+/// Registered at start-up, so every test program that includes this header prints them.
+inline ::testing::Environment* const kPrintMaxErrors = ::testing::AddGlobalTestEnvironment(new PrintMaxErrors);
+
+/// Expects every defined tensor of `actual` within `tol` of `expected`; `label` prefixes
+/// the names recorded in max_errors().
+inline void expect_delta_close(const DeltaResult& actual, const DeltaResult& expected, double tol,
+                               const std::string& label) {
+  auto check = [&](const char* name, const Tensor& a, const Tensor& b) {
+    double err = 0.0;
+    expect_tensor_close(label + " " + name, a, b, tol, err);
+    if (!a.defined() || !b.defined()) return;
+    double& worst = max_errors()[label + " " + name];
+    worst = std::max(worst, err);
+  };
+  const Result &a = actual.base, &b = expected.base;
+  check("o", a.o, b.o);
+  check("final_state", a.final_state, b.final_state);
+  check("dq", a.dq, b.dq);
+  check("dk", a.dk, b.dk);
+  check("dv", a.dv, b.dv);
+  check("dg", a.dg, b.dg);
+  check("dbeta", actual.dbeta, expected.dbeta);
+  check("d_initial_state", a.d_initial_state, b.d_initial_state);
+}
+
+/// The sweep check of one case: chunk and fused_recurrent (float32) against the float64
+/// reference on the case's seeded inputs, each within `tol` (labels "chunk", "fused_recurrent").
+inline void expect_chunk_and_recurrent_match_reference(const DeltaCase& c, const DeltaOp& reference,
+                                                       const DeltaOp& chunk, const DeltaOp& recurrent, double tol) {
+  DeltaInputs in = make_delta_inputs(c);
+  DeltaResult ref = run_delta(reference, in, DType::f64);
+  expect_delta_close(run_delta(chunk, in, DType::f32), ref, tol, "chunk");
+  expect_delta_close(run_delta(recurrent, in, DType::f32), ref, tol, "fused_recurrent");
+}
+
+/// x[:, t] of x [B, T, ...]: [B, ...]; undefined stays undefined (no g).
+inline Tensor token_at(const Tensor& x, int64_t t) {
+  if (!x.defined()) return x;
+  Shape s = x.shape();
+  s.erase(s.begin() + 1);
+  return slice(x, 1, t, t + 1).reshape(s);
+}
+
+/// A recurrent step under test: (q_t, k_t, v_t, g_t, beta_t, state) -> o_t [B, H, V],
+/// updating state [B, H, K, V] in place; g_t is undefined for the ungated delta rule.
+using DeltaStep =
+    std::function<Tensor(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, Tensor&)>;
+
+/// Runs `step` token by token over the inputs of `c` from a copy of their initial state and
+/// expects the outputs (concatenated over T) and the final state within 1e-6 of `ref`, the
+/// fused_recurrent result: the same float32 math, one token at a time.
+inline void expect_steps_match(const DeltaCase& c, const DeltaInputs& in, const LinearAttentionOutput& ref,
+                               const DeltaStep& step) {
+  const Inputs& b = in.base;
+  Tensor state = b.initial_state.clone();
+  std::vector<Tensor> o_t;
+  for (int64_t t = 0; t < c.base.T; ++t)
+    o_t.push_back(
+        step(token_at(b.q, t), token_at(b.k, t), token_at(b.v, t), token_at(b.g, t), token_at(in.beta, t), state)
+            .reshape({c.base.B, 1, c.base.H, c.base.V}));
+  EXPECT_LT(relative_error(concat(o_t, 1), ref.o), 1e-6);
+  EXPECT_LT(relative_error(state, ref.final_state), 1e-6);
+}
+
+/// One call over T = 150 tokens equals two calls over 75 chained through final_state ->
+/// initial_state: outputs, final state and every gradient (through the chained state).
+inline void expect_chaining(Gate gate, const DeltaOp& op) {
+  const DeltaCase c{{2, 150, 2, 16, 24, gate, true, false, 31}};
+  DeltaInputs in = make_delta_inputs(c);
+  DeltaResult whole = run_delta(op, in, DType::f32);
+  auto two_halves = [&](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                        const Tensor& h0) {
+    auto half = [](const Tensor& x, int64_t i) { return x.defined() ? slice(x, 1, i * 75, (i + 1) * 75) : x; };
+    LinearAttentionOutput first = op(half(q, 0), half(k, 0), half(v, 0), half(g, 0), half(beta, 0), h0);
+    LinearAttentionOutput second = op(half(q, 1), half(k, 1), half(v, 1), half(g, 1), half(beta, 1), first.final_state);
+    return LinearAttentionOutput{concat({first.o, second.o}, 1), second.final_state};
+  };
+  DeltaResult chained = run_delta(two_halves, in, DType::f32);
+  // Both sides are float32 computations of the same recurrence, cut at different chunks.
+  expect_delta_close(chained, whole, 1e-5, "chaining");
 }
 
 }  // namespace lat::testing

@@ -14,9 +14,12 @@
 #include "layers/attention.h"
 #include "layers/fused/attention_op.h"
 #include "layers/fused/rope.h"
+#include "tests/expect_error.h"
 
 namespace lat {
 namespace {
+
+using testing::expect_error;
 
 constexpr double kMasked = -1e30;  // additive mask: exp underflows to exactly 0 in float64
 
@@ -250,20 +253,21 @@ TEST(CausalAttention, Prefill32kTokensHasLinearMemory) {
 
 TEST(CausalAttention, BadArgumentsThrow) {
   Tensor q = Tensor::zeros({1, 4, 3, 8}), k = Tensor::zeros({1, 4, 2, 8}), v = Tensor::zeros({1, 4, 2, 8});
-  EXPECT_THROW(causal_attention(q, k, v), Error);  // 3 heads over 2 kv heads
+  expect_error([&] { causal_attention(q, k, v); },
+               {"causal_attention: k: expected a kv head count dividing the 3 query heads, got 2"});
   Tensor q4 = Tensor::zeros({1, 4, 4, 8});
-  EXPECT_THROW(causal_attention(q4, Tensor::zeros({1, 4, 2, 6}), v), Error);  // D mismatch
-  EXPECT_THROW(causal_attention(q4, k, Tensor::zeros({1, 5, 2, 8})), Error);  // Tk mismatch
-  EXPECT_THROW(causal_attention(q4, k, v, {}, -1), Error);                    // negative window
-  EXPECT_THROW(causal_attention(q4, k, v, {}, 0, 1), Error);                  // q_offset past Tk - Tq
-  EXPECT_THROW(causal_attention(Tensor::zeros({4, 4, 8}), k, v), Error);      // rank
-  EXPECT_THROW(causal_attention(q4, k.to(DType::f64), v), Error);             // dtype
-  try {
-    causal_attention(q4, k, v, {}, 0, 3);
-    FAIL() << "expected lat::Error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("q_offset"), std::string::npos) << e.what();
-  }
+  expect_error([&] { causal_attention(q4, Tensor::zeros({1, 4, 2, 6}), v); },
+               {"causal_attention: k: expected shape [1, Tk, Hkv, 8], got [1, 4, 2, 6]"});
+  expect_error([&] { causal_attention(q4, k, Tensor::zeros({1, 5, 2, 8})); },
+               {"causal_attention: v: expected shape [1, 4, 2, Dv], got [1, 5, 2, 8]"});
+  expect_error([&] { causal_attention(q4, k, v, {}, -1); },
+               {"causal_attention: window_size: expected >= 0 (0 = full), got -1"});
+  expect_error([&] { causal_attention(q4, k, v, {}, 0, 1); },
+               {"causal_attention: q_offset: expected a value in [0, Tk - Tq] = [0, 0], got 1"});
+  expect_error([&] { causal_attention(Tensor::zeros({4, 4, 8}), k, v); },
+               {"causal_attention: q: expected shape [B, T, H, D], got [4, 4, 8]"});
+  expect_error([&] { causal_attention(q4, k.to(DType::f64), v); }, {"causal_attention: k: expected f32, got f64"});
+  expect_error([&] { causal_attention(q4, k, v, {}, 0, 3); }, {"q_offset"});
 }
 
 // ---- the Attention mixer ----------------------------------------------------------------
@@ -359,21 +363,24 @@ TEST(AttentionLayer, StepRejectsForeignState) {
   Attention attn(small_config(0), gen);
   struct OtherState : MixerState {};
   OtherState other;
-  EXPECT_THROW(attn.step(Tensor::zeros({1, 1, 32}), other), Error);
+  expect_error([&] { attn.step(Tensor::zeros({1, 1, 32}), other); },
+               {"Attention::step: state: expected a KVCache (made by Attention::make_state)"});
   auto state = attn.make_state(2);
-  EXPECT_THROW(attn.step(Tensor::zeros({1, 1, 32}), *state), Error);  // batch mismatch
+  expect_error([&] { attn.step(Tensor::zeros({1, 1, 32}), *state); },
+               {"Attention::step: x: expected shape [2, T, 32], got [1, 1, 32]"});
 }
 
 TEST(AttentionLayer, BadConfigThrows) {
   Generator gen(13);
   AttentionConfig c = small_config(0);
   c.n_kv_heads = 3;
-  EXPECT_THROW(Attention(c, gen), Error);
+  expect_error([&] { Attention(c, gen); }, {"Attention: n_kv_heads: expected a divisor of n_heads 4, got 3"});
   c = small_config(0);
   c.head_dim = 7;
-  EXPECT_THROW(Attention(c, gen), Error);
+  expect_error([&] { Attention(c, gen); },
+               {"Attention: head_dim: expected a positive even size (RoPE rotates pairs), got 7"});
   c = small_config(-2);
-  EXPECT_THROW(Attention(c, gen), Error);
+  expect_error([&] { Attention(c, gen); }, {"Attention: window_size: expected >= 0 (0 = full), got -2"});
 }
 
 }  // namespace

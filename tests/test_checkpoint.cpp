@@ -18,6 +18,7 @@
 #include <hdf5.h>
 
 #include "lat/version.h"
+#include "tests/expect_error.h"
 #include "tests/test_files.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
@@ -305,15 +306,11 @@ TEST_F(CheckpointTest, FileLayoutMatchesDesign) {
 
 TEST_F(CheckpointTest, MissingTextAndTruncatedFilesAreErrorsNamingTheFile) {
   const std::string missing = path("missing.h5");
-  std::string message = error_of([&] { lat::load_checkpoint(missing); });
-  EXPECT_NE(message.find("'" + missing + "'"), std::string::npos) << message;
-  EXPECT_NE(message.find("no such file"), std::string::npos) << message;
+  expect_error([&] { lat::load_checkpoint(missing); }, {"'" + missing + "'", "no such file"});
 
   const std::string text = path("notes.h5");
   write_bytes(text, "this is not an HDF5 file\n");
-  message = error_of([&] { lat::load_checkpoint(text); });
-  EXPECT_NE(message.find("'" + text + "'"), std::string::npos) << message;
-  EXPECT_NE(message.find("not an HDF5 file"), std::string::npos) << message;
+  expect_error([&] { lat::load_checkpoint(text); }, {"'" + text + "'", "not an HDF5 file"});
   EXPECT_EQ(read_bytes(text), "this is not an HDF5 file\n");
 
   lat::save_checkpoint(path("full.h5"), sample_checkpoint());
@@ -321,8 +318,7 @@ TEST_F(CheckpointTest, MissingTextAndTruncatedFilesAreErrorsNamingTheFile) {
   for (size_t keep : {bytes.size() / 2, bytes.size() - 100, size_t{100}}) {
     const std::string truncated = path("truncated.h5");
     write_bytes(truncated, bytes.substr(0, keep));
-    message = error_of([&] { lat::load_checkpoint(truncated); });
-    EXPECT_NE(message.find("'" + truncated + "'"), std::string::npos) << message;
+    expect_error([&] { lat::load_checkpoint(truncated); }, {"'" + truncated + "'"});
     EXPECT_EQ(read_bytes(truncated), bytes.substr(0, keep)) << "the file was modified";
   }
 }
@@ -331,8 +327,7 @@ TEST_F(CheckpointTest, OtherHdf5FilesAreNotCheckpoints) {
   const std::string plain = path("plain.h5");
   hid_t file = H5Fcreate(plain.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
   H5Fclose(file);
-  EXPECT_NE(error_of([&] { lat::load_checkpoint(plain); }).find("not a lat checkpoint (no 'format' attribute)"),
-            std::string::npos);
+  expect_error([&] { lat::load_checkpoint(plain); }, {"not a lat checkpoint (no 'format' attribute)"});
 
   lat::save_checkpoint(path("other.h5"), sample_checkpoint());
   file = H5Fopen(path("other.h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
@@ -347,8 +342,8 @@ TEST_F(CheckpointTest, OtherHdf5FilesAreNotCheckpoints) {
   H5Sclose(space);
   H5Tclose(type);
   H5Fclose(file);
-  const std::string message = error_of([&] { lat::load_checkpoint(path("other.h5")); });
-  EXPECT_NE(message.find("format is 'something-else', expected 'lat-checkpoint'"), std::string::npos) << message;
+  expect_error([&] { lat::load_checkpoint(path("other.h5")); },
+               {"format is 'something-else', expected 'lat-checkpoint'"});
 }
 
 // Other writers (h5py with numpy bytes, older files) store fixed-length ASCII strings.
@@ -375,9 +370,8 @@ TEST_F(CheckpointTest, NewerVersionIsAnError) {
   const std::string file_path = path("v2.h5");
   lat::save_checkpoint(file_path, sample_checkpoint());
   ASSERT_NO_FATAL_FAILURE(overwrite_int64_attribute(file_path, "version", 2));
-  const std::string message = error_of([&] { lat::load_checkpoint(file_path); });
-  EXPECT_NE(message.find("checkpoint version 2 is newer than this lat supports (1)"), std::string::npos) << message;
-  EXPECT_NE(message.find(file_path), std::string::npos) << message;
+  expect_error([&] { lat::load_checkpoint(file_path); },
+               {"checkpoint version 2 is newer than this lat supports (1)", file_path});
 }
 
 // ---- atomic save --------------------------------------------------------------------------
@@ -393,16 +387,13 @@ TEST_F(CheckpointTest, FailedSaveLeavesTheCompleteCheckpointUntouched) {
   lat::Checkpoint broken = sample_checkpoint();
   broken.step = 2;
   broken.model[2].second = lat::Tensor::from_vector(std::vector<int64_t>{1, 2}, {2});
-  std::string message = error_of([&] { lat::save_checkpoint(target, broken); });
-  EXPECT_NE(message.find(target), std::string::npos) << message;
-  EXPECT_NE(message.find("expected dtype f32, got i64"), std::string::npos) << message;
+  expect_error([&] { lat::save_checkpoint(target, broken); }, {target, "expected dtype f32, got i64"});
   EXPECT_FALSE(fs::exists(target + ".tmp"));
   EXPECT_EQ(read_bytes(target), original);
 
   // The temporary path cannot be created (a directory is in the way).
   fs::create_directories(target + ".tmp/blocker");
-  message = error_of([&] { lat::save_checkpoint(target, broken); });
-  EXPECT_NE(message.find(target + ".tmp"), std::string::npos) << message;
+  expect_error([&] { lat::save_checkpoint(target, broken); }, {target + ".tmp"});
   EXPECT_TRUE(fs::is_directory(target + ".tmp/blocker"));  // not ours: left alone
   EXPECT_EQ(read_bytes(target), original);
   expect_equal(lat::load_checkpoint(target), first);
@@ -446,13 +437,13 @@ TEST_F(CheckpointTest, WriteErrorOnAFullDiskIsReportedAndTheProcessExitsCleanly)
 TEST_F(CheckpointTest, InvalidNamesAreRejectedBeforeWriting) {
   lat::Checkpoint ckpt;
   ckpt.model = {{"a/b", lat::Tensor::from_vector(std::vector<float>{1}, {1})}};
-  EXPECT_NE(error_of([&] { lat::save_checkpoint(path("x.h5"), ckpt); }).find("invalid name 'a/b'"), std::string::npos);
+  expect_error([&] { lat::save_checkpoint(path("x.h5"), ckpt); }, {"invalid name 'a/b'"});
   ckpt.model = {{"w", lat::Tensor::from_vector(std::vector<float>{1}, {1})},
                 {"w", lat::Tensor::from_vector(std::vector<float>{2}, {1})}};
-  EXPECT_NE(error_of([&] { lat::save_checkpoint(path("x.h5"), ckpt); }).find("duplicate name 'w'"), std::string::npos);
+  expect_error([&] { lat::save_checkpoint(path("x.h5"), ckpt); }, {"duplicate name 'w'"});
   ckpt.model.pop_back();
   ckpt.tokenizer_vocab = std::string("a\0b", 3);
-  EXPECT_NE(error_of([&] { lat::save_checkpoint(path("x.h5"), ckpt); }).find("tokenizer_vocab"), std::string::npos);
+  expect_error([&] { lat::save_checkpoint(path("x.h5"), ckpt); }, {"tokenizer_vocab"});
   EXPECT_FALSE(fs::exists(path("x.h5")));
   EXPECT_FALSE(fs::exists(path("x.h5.tmp")));
 }
@@ -468,10 +459,9 @@ TEST_F(CheckpointTest, FileNamesLatestAndResolve) {
 
   // Empty run directory: nothing to resume, and resolving is an error naming it.
   EXPECT_FALSE(lat::find_latest_checkpoint(dir_.string()).has_value());
-  std::string message = error_of<lat::ConfigError>([&] { lat::resolve_checkpoint(dir_.string()); });
-  EXPECT_NE(message.find("no checkpoint in this run directory"), std::string::npos) << message;
-  message = error_of<lat::ConfigError>([&] { lat::resolve_checkpoint(path("nowhere")); });
-  EXPECT_NE(message.find("no such file or directory"), std::string::npos) << message;
+  expect_error<lat::ConfigError>([&] { lat::resolve_checkpoint(dir_.string()); },
+                                 {"no checkpoint in this run directory"});
+  expect_error<lat::ConfigError>([&] { lat::resolve_checkpoint(path("nowhere")); }, {"no such file or directory"});
 
   // Without `latest`, the highest step wins (not the last name in directory order).
   touch(dir_ / "ckpt_00000900.h5");
@@ -488,12 +478,9 @@ TEST_F(CheckpointTest, FileNamesLatestAndResolve) {
 
   // `latest` naming a missing file is an error, not a silent fallback.
   lat::write_latest(dir_.string(), "ckpt_00000500.h5");
-  message = error_of([&] { lat::resolve_checkpoint(dir_.string()); });
-  EXPECT_NE(message.find("ckpt_00000500.h5"), std::string::npos) << message;
-  EXPECT_NE(message.find("does not exist"), std::string::npos) << message;
+  expect_error([&] { lat::resolve_checkpoint(dir_.string()); }, {"ckpt_00000500.h5", "does not exist"});
 
-  EXPECT_NE(error_of([&] { lat::write_latest(dir_.string(), "../x.h5"); }).find("expected ckpt_<step>.h5"),
-            std::string::npos);
+  expect_error([&] { lat::write_latest(dir_.string(), "../x.h5"); }, {"expected ckpt_<step>.h5"});
 }
 
 TEST_F(CheckpointTest, PruneKeepsTheNewestAndLatest) {

@@ -1,10 +1,12 @@
 // Config loading (train/config.h): defaults, a full file, every error kind with the key and
 // its line, --set overrides, to_yaml round trip and the resume comparison.
+#include <source_location>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "tests/expect_error.h"
 #include "tests/test_files.h"
 #include "train/config.h"
 
@@ -24,8 +26,17 @@ lat::Config parse(const std::string& yaml, const std::vector<std::string>& overr
   return lat::parse_config("data.path: corpus.txt\n" + yaml, "run.yaml", overrides);
 }
 
-std::string parse_error(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
-  return error_of<lat::ConfigError>([&] { parse(yaml, overrides); });
+/// Expects parse(yaml, overrides) to throw a ConfigError whose message is exactly `expected`.
+void expect_parse_error(const std::string& yaml, const std::vector<std::string>& overrides, const std::string& expected,
+                        std::source_location where = std::source_location::current()) {
+  const std::string message = expect_error<lat::ConfigError>([&] { parse(yaml, overrides); }, {expected}, where);
+  const ::testing::ScopedTrace trace(where.file_name(), static_cast<int>(where.line()), "expect_parse_error");
+  EXPECT_EQ(message, expected);
+}
+
+void expect_parse_error(const std::string& yaml, const std::string& expected,
+                        std::source_location where = std::source_location::current()) {
+  expect_parse_error(yaml, {}, expected, where);
 }
 
 TEST(Config, ErrorTypeIsALatError) {
@@ -231,61 +242,55 @@ TEST_F(ConfigTest, OutDirDefaultsToConfigFileName) {
 
 TEST_F(ConfigTest, MissingFileAndSyntaxErrorNameTheFile) {
   const std::string missing = (dir_ / "nope.yaml").string();
-  std::string message = error_of<lat::ConfigError>([&] { lat::load_config(missing); });
-  EXPECT_NE(message.find(missing), std::string::npos) << message;
-  EXPECT_NE(message.find("no such file"), std::string::npos) << message;
+  expect_error<lat::ConfigError>([&] { lat::load_config(missing); }, {missing, "no such file"});
 
-  message = error_of<lat::ConfigError>([&] { lat::load_config(dir_.string()); });
-  EXPECT_NE(message.find("is a directory"), std::string::npos) << message;
+  expect_error<lat::ConfigError>([&] { lat::load_config(dir_.string()); }, {"is a directory"});
 
   const std::string bad = write("bad.yaml", "data:\n  path: x\ntrain: [1, 2\n");
-  message = error_of<lat::ConfigError>([&] { lat::load_config(bad); });
-  EXPECT_NE(message.find("YAML syntax error"), std::string::npos) << message;
-  EXPECT_NE(message.find(bad + ":"), std::string::npos) << message;
+  expect_error<lat::ConfigError>([&] { lat::load_config(bad); }, {"YAML syntax error", bad + ":"});
 
-  message = error_of<lat::ConfigError>([&] { lat::parse_config("- a\n- b\n", "list.yaml"); });
-  EXPECT_NE(message.find("expected a map of keys at the top level, got a list"), std::string::npos) << message;
+  expect_error<lat::ConfigError>([&] { lat::parse_config("- a\n- b\n", "list.yaml"); },
+                                 {"expected a map of keys at the top level, got a list"});
 }
 
 TEST(Config, UnknownKeySuggestsNearName) {
-  EXPECT_EQ(parse_error("model:\n  d_modle: 64\n"),
-            "model.d_modle: unknown key, did you mean 'model.d_model'? (run.yaml:3)");
+  expect_parse_error("model:\n  d_modle: 64\n",
+                     "model.d_modle: unknown key, did you mean 'model.d_model'? (run.yaml:3)");
   // A key in the wrong section is found by its last component.
-  EXPECT_EQ(parse_error("lr: 0.1\n"), "lr: unknown key, did you mean 'train.lr'? (run.yaml:2)");
-  EXPECT_EQ(parse_error("train:\n  batchsize: 4\n"),
-            "train.batchsize: unknown key, did you mean 'train.batch_size'? (run.yaml:3)");
-  EXPECT_EQ(parse_error("model:\n  atn:\n    window_size: 4\n"),
-            "model.atn: unknown key, did you mean 'model.attn'? (run.yaml:3)");
+  expect_parse_error("lr: 0.1\n", "lr: unknown key, did you mean 'train.lr'? (run.yaml:2)");
+  expect_parse_error("train:\n  batchsize: 4\n",
+                     "train.batchsize: unknown key, did you mean 'train.batch_size'? (run.yaml:3)");
+  expect_parse_error("model:\n  atn:\n    window_size: 4\n",
+                     "model.atn: unknown key, did you mean 'model.attn'? (run.yaml:3)");
   // Nothing near: no suggestion.
-  EXPECT_EQ(parse_error("\n\nqqqqzzzz: 1\n"), "qqqqzzzz: unknown key (run.yaml:4)");
+  expect_parse_error("\n\nqqqqzzzz: 1\n", "qqqqzzzz: unknown key (run.yaml:4)");
 }
 
 TEST(Config, DuplicateKeysNameTheSecondLine) {
-  EXPECT_EQ(parse_error("train:\n  lr: 1e-3\n  seed: 1\n  lr: 2e-3\n"),
-            "train.lr: duplicate key, first set at line 3 (run.yaml:5)");
+  expect_parse_error("train:\n  lr: 1e-3\n  seed: 1\n  lr: 2e-3\n",
+                     "train.lr: duplicate key, first set at line 3 (run.yaml:5)");
   // The same key in nested and dotted form.
-  EXPECT_EQ(parse_error("train:\n  lr: 1e-3\ntrain.lr: 2e-3\n"),
-            "train.lr: duplicate key, first set at run.yaml:3 (run.yaml:4)");
+  expect_parse_error("train:\n  lr: 1e-3\ntrain.lr: 2e-3\n",
+                     "train.lr: duplicate key, first set at run.yaml:3 (run.yaml:4)");
   // A repeated section.
-  EXPECT_EQ(parse_error("model:\n  d_model: 64\nmodel:\n  n_layers: 2\n"),
-            "model: duplicate key, first set at line 2 (run.yaml:4)");
-  EXPECT_EQ(parse_error("lr_mult:\n  \"a.*\": 1\n  \"a.*\": 2\n"), "lr_mult: duplicate pattern 'a.*' (run.yaml:4)");
+  expect_parse_error("model:\n  d_model: 64\nmodel:\n  n_layers: 2\n",
+                     "model: duplicate key, first set at line 2 (run.yaml:4)");
+  expect_parse_error("lr_mult:\n  \"a.*\": 1\n  \"a.*\": 2\n", "lr_mult: duplicate pattern 'a.*' (run.yaml:4)");
 }
 
 TEST(Config, WrongTypesNameKeyValueAndLine) {
-  EXPECT_EQ(parse_error("train:\n  lr: fast\n"), "train.lr: expected a float, got 'fast' (run.yaml:3)");
-  EXPECT_EQ(parse_error("model.d_model: 64.5\n"), "model.d_model: expected an int, got '64.5' (run.yaml:2)");
-  EXPECT_EQ(parse_error("model.tie_embeddings: maybe\n"),
-            "model.tie_embeddings: expected true or false, got 'maybe' (run.yaml:2)");
-  EXPECT_EQ(parse_error("train.betas: 0.9\n"), "train.betas: expected a list of 2 floats, got '0.9' (run.yaml:2)");
-  EXPECT_EQ(parse_error("train.betas: [0.9, 0.99, 0.999]\n"),
-            "train.betas: expected a list of 2 floats, got a list (run.yaml:2)");
-  EXPECT_EQ(parse_error("freeze: {a: 1}\n"), "freeze: expected a list of strings, got a map (run.yaml:2)");
-  EXPECT_EQ(parse_error("lr_mult:\n  \"x.*\": high\n"), "lr_mult: expected a float, got 'high' (run.yaml:3)");
-  EXPECT_EQ(parse_error("train:\n  optimizer: [adamw]\n"),
-            "train.optimizer: expected a string, got a list (run.yaml:3)");
-  EXPECT_EQ(parse_error("train: 5\n"), "train: expected a map of keys, got '5' (run.yaml:2)");
-  EXPECT_EQ(parse_error("train:\n  lr: .nan\n"), "train.lr: expected a float, got '.nan' (run.yaml:3)");
+  expect_parse_error("train:\n  lr: fast\n", "train.lr: expected a float, got 'fast' (run.yaml:3)");
+  expect_parse_error("model.d_model: 64.5\n", "model.d_model: expected an int, got '64.5' (run.yaml:2)");
+  expect_parse_error("model.tie_embeddings: maybe\n",
+                     "model.tie_embeddings: expected true or false, got 'maybe' (run.yaml:2)");
+  expect_parse_error("train.betas: 0.9\n", "train.betas: expected a list of 2 floats, got '0.9' (run.yaml:2)");
+  expect_parse_error("train.betas: [0.9, 0.99, 0.999]\n",
+                     "train.betas: expected a list of 2 floats, got a list (run.yaml:2)");
+  expect_parse_error("freeze: {a: 1}\n", "freeze: expected a list of strings, got a map (run.yaml:2)");
+  expect_parse_error("lr_mult:\n  \"x.*\": high\n", "lr_mult: expected a float, got 'high' (run.yaml:3)");
+  expect_parse_error("train:\n  optimizer: [adamw]\n", "train.optimizer: expected a string, got a list (run.yaml:3)");
+  expect_parse_error("train: 5\n", "train: expected a map of keys, got '5' (run.yaml:2)");
+  expect_parse_error("train:\n  lr: .nan\n", "train.lr: expected a float, got '.nan' (run.yaml:3)");
 }
 
 /// Each impossible value is rejected, naming the key and its line.
@@ -345,8 +350,8 @@ TEST(Config, ImpossibleValues) {
     const TempDir dir("lat_test_config_impossible_");
     const std::string file = dir.path("run.yaml");
     write_bytes(file, "data.path: corpus.txt\n" + c.yaml);
-    std::string message = error_of<lat::ConfigError>([&] { lat::load_config(file); });
     const std::string expected = std::string(c.expected).replace(c.expected.rfind("run.yaml"), 8, file);
+    const std::string message = expect_error<lat::ConfigError>([&] { lat::load_config(file); }, {expected});
     EXPECT_EQ(message, expected) << "for:\n" << c.yaml;
   }
   // An odd head_dim is fine without attention layers (no RoPE).
@@ -354,8 +359,9 @@ TEST(Config, ImpossibleValues) {
   // d_model not divisible by n_heads is fine once head_dim is set.
   EXPECT_EQ(parse("model:\n  d_model: 130\n  n_heads: 4\n  head_dim: 32\n").model.head_dim, 32);
   // data.path is required.
-  EXPECT_EQ(error_of<lat::ConfigError>([] { lat::parse_config("train.lr: 0.1\n", "run.yaml"); }),
-            "data.path: required: the text or token file to train on (not set in run.yaml)");
+  const std::string required = "data.path: required: the text or token file to train on (not set in run.yaml)";
+  EXPECT_EQ(expect_error<lat::ConfigError>([] { lat::parse_config("train.lr: 0.1\n", "run.yaml"); }, {required}),
+            required);
 }
 
 TEST(Config, SetOverridesAnyKey) {
@@ -374,16 +380,16 @@ TEST(Config, SetOverridesAnyKey) {
 }
 
 TEST(Config, SetErrorsNameTheSetKey) {
-  EXPECT_EQ(parse_error("", {"model.d_modle=64"}),
-            "model.d_modle: unknown key, did you mean 'model.d_model'? (--set model.d_modle)");
-  EXPECT_EQ(parse_error("", {"train.lr=fast"}), "train.lr: expected a float, got 'fast' (--set train.lr)");
-  EXPECT_EQ(parse_error("", {"train.lr"}), "--set 'train.lr': expected key=value");
-  EXPECT_EQ(parse_error("", {"=3"}), "--set '=3': expected key=value");
+  expect_parse_error("", {"model.d_modle=64"},
+                     "model.d_modle: unknown key, did you mean 'model.d_model'? (--set model.d_modle)");
+  expect_parse_error("", {"train.lr=fast"}, "train.lr: expected a float, got 'fast' (--set train.lr)");
+  expect_parse_error("", {"train.lr"}, "--set 'train.lr': expected key=value");
+  expect_parse_error("", {"=3"}, "--set '=3': expected key=value");
   // An impossible value set on the command line names the --set key, not the file.
-  EXPECT_EQ(parse_error("model.n_layers: 2\n", {"model.n_layers=0"}),
-            "model.n_layers: expected an int >= 1, got 0 (--set model.n_layers)");
-  EXPECT_EQ(parse_error("", {"model={d_modl: 3}"}),
-            "model.d_modl: unknown key, did you mean 'model.d_model'? (--set model)");
+  expect_parse_error("model.n_layers: 2\n", {"model.n_layers=0"},
+                     "model.n_layers: expected an int >= 1, got 0 (--set model.n_layers)");
+  expect_parse_error("", {"model={d_modl: 3}"},
+                     "model.d_modl: unknown key, did you mean 'model.d_model'? (--set model)");
 }
 
 TEST_F(ConfigTest, RoundTripThroughToYaml) {

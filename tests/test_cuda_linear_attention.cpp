@@ -3,14 +3,13 @@
 // references: outputs, final states and every input gradient with random upstream
 // gradients on o and final_state, over odd shapes (T = 1, 63, 65; K != V; K, V across the
 // 64-wide tile edges up to 256), chunk sizes, gate regimes and with/without initial state.
-// Seeds are fresh per run (printed on failure); device buffers start as NaN under ctest
+// Seeds are fixed, so a failure reproduces; device buffers start as NaN under ctest
 // (LAT_POISON=1). Skipped (GTEST_SKIP) when no CUDA device is visible.
 #include <gtest/gtest.h>
 
-#include <random>
 #include <string>
 
-#include "tests/delta_rule_testing.h"
+#include "tests/expect_error.h"
 #include "tests/linear_attention_testing.h"
 
 namespace lat {
@@ -29,11 +28,8 @@ const Device kGpu = Device::cuda(0);
       GTEST_SKIP() << (cuda_built() ? "no CUDA device visible" : "lat was built without CUDA (LAT_CUDA=OFF)"); \
   } while (0)
 
-/// A fresh seed for this run, reported by SCOPED_TRACE in each test.
-uint64_t fresh_seed() {
-  static const uint64_t seed = std::random_device{}();
-  return seed;
-}
+/// The seed of every test's inputs.
+constexpr uint64_t kSeed = 20240611;
 
 Tensor to_gpu(const Tensor& t) { return t.defined() ? t.to(kGpu) : t; }
 Tensor to_cpu(const Tensor& t) { return t.defined() ? t.to(Device::cpu()) : t; }
@@ -94,9 +90,8 @@ class CudaDecaySweep : public ::testing::TestWithParam<DecayCase> {};
 TEST_P(CudaDecaySweep, MatchesCpuAndFloat64Reference) {
   LAT_REQUIRE_CUDA();
   DecayCase c = GetParam();
-  c.shape.seed = fresh_seed();
+  c.shape.seed = kSeed;
   c.shape.positive = c.normalize;  // the normalizer runs on feature-mapped (positive) q, k
-  SCOPED_TRACE("seed " + std::to_string(c.shape.seed));
   const int64_t state_v = c.normalize ? c.shape.V + 1 : c.shape.V;
   const testing::Inputs in = testing::make_inputs(c.shape, state_v);
   testing::Op chunk, naive;
@@ -162,8 +157,7 @@ class CudaGdnSweep : public ::testing::TestWithParam<GdnCase> {};
 TEST_P(CudaGdnSweep, MatchesCpuAndFloat64Reference) {
   LAT_REQUIRE_CUDA();
   GdnCase gc = GetParam();
-  gc.c.base.seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(gc.c.base.seed));
+  gc.c.base.seed = kSeed;
   const DeltaCase c = gc.c;
   const testing::DeltaInputs in = testing::make_delta_inputs(c);
   testing::DeltaOp chunk;
@@ -194,8 +188,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaGdnSweep, ::testing::ValuesIn(gdn_sweep()),
 
 TEST(CudaLinearAttention, StrongDecayOverLongSequencesStaysFinite) {
   LAT_REQUIRE_CUDA();
-  SCOPED_TRACE("seed " + std::to_string(fresh_seed()));
-  const Case shape{1, 8192, 2, 32, 32, Gate::strong, true, false, fresh_seed()};
+  const Case shape{1, 8192, 2, 32, 32, Gate::strong, true, false, kSeed};
   const testing::Inputs in = testing::make_inputs(shape, shape.V);
   const testing::Op gla = [](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& h0) {
     return chunk_simple_gla(q, k, v, g, {}, h0, true);
@@ -205,7 +198,7 @@ TEST(CudaLinearAttention, StrongDecayOverLongSequencesStaysFinite) {
     EXPECT_TRUE(testing::all_finite(*t));
   testing::expect_close(gpu, testing::run(gla, in, DType::f32), kTol);
 
-  const DeltaCase dc{{1, 4096, 2, 32, 32, Gate::strong, true, false, fresh_seed()}, true};
+  const DeltaCase dc{{1, 4096, 2, 32, 32, Gate::strong, true, false, kSeed}, true};
   const testing::DeltaInputs din = testing::make_delta_inputs(dc);
   const testing::DeltaOp gdn = [](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                                   const Tensor& beta, const Tensor& h0) {
@@ -221,8 +214,7 @@ TEST(CudaLinearAttention, StrongDecayOverLongSequencesStaysFinite) {
 
 TEST(CudaLinearAttention, RecurrentStepsMatchCpu) {
   LAT_REQUIRE_CUDA();
-  SCOPED_TRACE("seed " + std::to_string(fresh_seed()));
-  Generator gen(fresh_seed());
+  Generator gen(kSeed);
   const int64_t B = 2, H = 3, K = 40, V = 72;
   for (int kind = 0; kind < 6; ++kind) {
     SCOPED_TRACE("kind " + std::to_string(kind));

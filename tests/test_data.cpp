@@ -20,22 +20,14 @@
 #include "data/token_files.h"
 #include "data/tokenizer.h"
 #include "lat/lat.h"
+#include "tests/expect_error.h"
 
 namespace lat {
 namespace {
 
-namespace fs = std::filesystem;
+using testing::expect_error;
 
-template <class F>
-std::string error_message(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected lat::Error";
-  return {};
-}
+namespace fs = std::filesystem;
 
 // A fresh directory per test, removed afterwards.
 class DataFiles : public ::testing::Test {
@@ -121,16 +113,14 @@ TEST(CharTokenizer, SortedVocabAndRoundTripWithMultiByteCharacters) {
 
 TEST(CharTokenizer, Errors) {
   Tokenizer tok = Tokenizer::char_from_text("abc");
-  std::string unknown = error_message([&] { tok.encode("abz"); });
-  EXPECT_NE(unknown.find("'z' (U+007A) at byte offset 2"), std::string::npos) << unknown;
-  EXPECT_NE(error_message([&] { tok.encode("a\n"); }).find("U+000A"), std::string::npos);
-  EXPECT_NE(error_message([&] { Tokenizer::char_from_text("a\xC3"); }).find("invalid UTF-8 at byte offset 1"),
-            std::string::npos);
-  EXPECT_NE(error_message([&] { Tokenizer::char_from_text("\xC0\x80"); }).find("invalid UTF-8"), std::string::npos);
-  EXPECT_NE(error_message([&] { Tokenizer::char_from_vocab("aba"); }).find("appears twice"), std::string::npos);
-  EXPECT_NE(error_message([&] { tok.decode({3}); }).find("id 3"), std::string::npos);
-  EXPECT_NE(error_message([&] { Tokenizer::create("bpe", "x"); }).find("data.tokenizer"), std::string::npos);
-  EXPECT_NE(error_message([&] { Tokenizer::byte().vocab_string(); }).find("char"), std::string::npos);
+  expect_error([&] { tok.encode("abz"); }, {"'z' (U+007A) at byte offset 2"});
+  expect_error([&] { tok.encode("a\n"); }, {"U+000A"});
+  expect_error([&] { Tokenizer::char_from_text("a\xC3"); }, {"invalid UTF-8 at byte offset 1"});
+  expect_error([&] { Tokenizer::char_from_text("\xC0\x80"); }, {"invalid UTF-8"});
+  expect_error([&] { Tokenizer::char_from_vocab("aba"); }, {"appears twice"});
+  expect_error([&] { tok.decode({3}); }, {"id 3"});
+  expect_error([&] { Tokenizer::create("bpe", "x"); }, {"data.tokenizer"});
+  expect_error([&] { Tokenizer::byte().vocab_string(); }, {"char"});
 }
 
 TEST(ByteTokenizer, BytesRoundTrip) {
@@ -141,7 +131,7 @@ TEST(ByteTokenizer, BytesRoundTrip) {
   std::vector<int64_t> ids = tok.encode(text);
   EXPECT_EQ(ids, (std::vector<int64_t>{97, 0xC3, 0xA9, 0xFF}));
   EXPECT_EQ(tok.decode(ids), text);
-  EXPECT_NE(error_message([&] { tok.decode({256}); }).find("id 256"), std::string::npos);
+  expect_error([&] { tok.decode({256}); }, {"id 256"});
 }
 
 // ---- datasets ------------------------------------------------------------------------------------
@@ -170,10 +160,9 @@ TEST_F(DataFiles, TextWithCharAndByteTokenizers) {
   LoadedData resumed = load_data({.path = file, .block_size = 2, .val_fraction = 0.2},
                                  Tokenizer::char_from_vocab("ab\xC3\xA9"));
   EXPECT_EQ(as_vector(resumed.dataset), as_vector(chars.dataset));
-  EXPECT_NE(error_message([&] {
-              load_data({.path = file, .block_size = 2, .val_fraction = 0.2}, Tokenizer::char_from_vocab("ab"));
-            }).find("U+00E9"),
-            std::string::npos);
+  expect_error(
+      [&] { load_data({.path = file, .block_size = 2, .val_fraction = 0.2}, Tokenizer::char_from_vocab("ab")); },
+      {"U+00E9"});
 }
 
 TEST_F(DataFiles, RawBinUint16AndUint32) {
@@ -190,11 +179,10 @@ TEST_F(DataFiles, RawBinUint16AndUint32) {
   EXPECT_EQ(read_bin_tokens(path("b.bin"), "uint16").size(), 16u);
 
   const std::string odd = write_bytes("odd.bin", std::string(7, '\0'));
-  EXPECT_NE(error_message([&] { read_bin_tokens(odd, "uint16"); }).find("7 bytes"), std::string::npos);
-  EXPECT_NE(error_message([&] { read_bin_tokens(path("b.bin"), "int8"); }).find("data.bin_dtype"), std::string::npos);
+  expect_error([&] { read_bin_tokens(odd, "uint16"); }, {"7 bytes"});
+  expect_error([&] { read_bin_tokens(path("b.bin"), "int8"); }, {"data.bin_dtype"});
   const std::vector<uint32_t> huge = {3000000000u};
-  EXPECT_NE(error_message([&] { read_bin_tokens(write_raw("huge.bin", huge), "uint32"); }).find("3000000000 at offset 0"),
-            std::string::npos);
+  expect_error([&] { read_bin_tokens(write_raw("huge.bin", huge), "uint32"); }, {"3000000000 at offset 0"});
 }
 
 TEST_F(DataFiles, LlmcHeaderedBin) {
@@ -203,12 +191,8 @@ TEST_F(DataFiles, LlmcHeaderedBin) {
       << "the header's version decides the width, not bin_dtype";
   const std::vector<uint32_t> u32 = {1u << 20, 3, 4};
   EXPECT_EQ(read_bin_tokens(write_llmc("v2.bin", u32, 2, 3), "uint16"), (std::vector<int32_t>{1 << 20, 3, 4}));
-  EXPECT_NE(error_message([&] { read_bin_tokens(write_llmc("bad_count.bin", u16, 1, 6), "uint16"); })
-                .find("header says 6 tokens"),
-            std::string::npos);
-  EXPECT_NE(error_message([&] { read_bin_tokens(write_llmc("bad_version.bin", u16, 3, 5), "uint16"); })
-                .find("version 3"),
-            std::string::npos);
+  expect_error([&] { read_bin_tokens(write_llmc("bad_count.bin", u16, 1, 6), "uint16"); }, {"header says 6 tokens"});
+  expect_error([&] { read_bin_tokens(write_llmc("bad_version.bin", u16, 3, 5), "uint16"); }, {"version 3"});
   // Format detection by content when the extension says nothing.
   write_llmc("tokens.dat", u16, 1, 5);
   EXPECT_EQ(resolve_format(path("tokens.dat"), "auto"), "bin");
@@ -225,39 +209,32 @@ TEST_F(DataFiles, Hdf5Datasets) {
   write_h5("u.hdf", "train_ids", u16, H5T_STD_U16LE, H5T_NATIVE_UINT16);
   EXPECT_EQ(resolve_format(path("u.hdf"), "auto"), "h5");
   EXPECT_EQ(read_h5_tokens(path("u.hdf"), "train_ids"), (std::vector<int32_t>{60000, 1, 2}));
-  EXPECT_NE(error_message([&] { read_h5_tokens(path("u.hdf"), "tokens"); }).find("no dataset 'tokens'"),
-            std::string::npos);
+  expect_error([&] { read_h5_tokens(path("u.hdf"), "tokens"); }, {"no dataset 'tokens'"});
 
   const std::vector<float> floats = {1.0f, 2.0f};
   write_h5("f.h5", "tokens", floats, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT);
-  EXPECT_NE(error_message([&] { read_h5_tokens(path("f.h5"), "tokens"); }).find("integer"), std::string::npos);
+  expect_error([&] { read_h5_tokens(path("f.h5"), "tokens"); }, {"integer"});
   const std::vector<int32_t> negative = {1, -5};
   write_h5("n.h5", "tokens", negative, H5T_STD_I32LE, H5T_NATIVE_INT32);
-  EXPECT_NE(error_message([&] { read_h5_tokens(path("n.h5"), "tokens"); }).find("-5 at offset 1"), std::string::npos);
+  expect_error([&] { read_h5_tokens(path("n.h5"), "tokens"); }, {"-5 at offset 1"});
   write_bytes("fake.h5", "not hdf5 at all");
-  EXPECT_NE(error_message([&] { read_h5_tokens(path("fake.h5"), "tokens"); }).find("not an HDF5 file"),
-            std::string::npos);
+  expect_error([&] { read_h5_tokens(path("fake.h5"), "tokens"); }, {"not an HDF5 file"});
 }
 
 TEST_F(DataFiles, IdAboveVocabNamesIdAndOffset) {
   std::vector<uint16_t> ids(60, 3);
   ids[37] = 150;
   const std::string file = write_raw("v.bin", ids);
-  std::string message = error_message([&] { load_data({.path = file, .block_size = 4, .vocab_size = 100}); });
-  EXPECT_NE(message.find("token id 150 at offset 37"), std::string::npos) << message;
-  EXPECT_NE(message.find("vocab_size 100"), std::string::npos) << message;
-  EXPECT_NE(message.find(file), std::string::npos) << message;
+  expect_error([&] { load_data({.path = file, .block_size = 4, .vocab_size = 100}); },
+               {"token id 150 at offset 37", "vocab_size 100", file});
   EXPECT_EQ(load_data({.path = file, .block_size = 4, .vocab_size = 151}).dataset.max_id(), 150);
 }
 
 TEST_F(DataFiles, MissingFileNamesPath) {
   for (const std::string name : {"missing.txt", "missing.bin", "missing.h5", "missing"}) {
-    std::string message = error_message([&] { load_data({.path = path(name)}); });
-    EXPECT_NE(message.find(path(name)), std::string::npos) << message;
-    EXPECT_NE(message.find("No such file"), std::string::npos) << message;
+    expect_error([&] { load_data({.path = path(name)}); }, {path(name), "No such file"});
   }
-  EXPECT_NE(error_message([&] { load_data({.path = path("x.bin"), .format = "csv"}); }).find("data.format"),
-            std::string::npos);
+  expect_error([&] { load_data({.path = path("x.bin"), .format = "csv"}); }, {"data.format"});
 }
 
 // ---- split --------------------------------------------------------------------------------------
@@ -276,12 +253,12 @@ TEST(DatasetSplit, PositionsAsNanoGpt) {
 }
 
 TEST(DatasetSplit, ShortSplitsAreErrors) {
-  std::string message = error_message([] { Dataset(iota_tokens(100), 0.1, 10); });
-  EXPECT_NE(message.find("val split has 10 tokens"), std::string::npos) << message;
-  EXPECT_NE(message.find("block_size + 1 = 11"), std::string::npos) << message;
-  EXPECT_NO_THROW(Dataset(iota_tokens(100), 0.1, 9));
-  EXPECT_NE(error_message([] { Dataset(iota_tokens(100), 0.0, 4); }).find("data.val_fraction"), std::string::npos);
-  EXPECT_NE(error_message([] { Dataset(iota_tokens(100), 0.1, 0); }).find("data.block_size"), std::string::npos);
+  expect_error([] { Dataset(iota_tokens(100), 0.1, 10); }, {"val split has 10 tokens", "block_size + 1 = 11"});
+  const Dataset just_long_enough(iota_tokens(100), 0.1, 9);  // val: 10 tokens = block_size + 1
+  EXPECT_EQ(just_long_enough.split_size(Split::train), 90);
+  EXPECT_EQ(just_long_enough.split_size(Split::val), 10);
+  expect_error([] { Dataset(iota_tokens(100), 0.0, 4); }, {"data.val_fraction"});
+  expect_error([] { Dataset(iota_tokens(100), 0.1, 0); }, {"data.block_size"});
 }
 
 // ---- loader ------------------------------------------------------------------------------------
@@ -355,8 +332,8 @@ TEST(BatchLoader, RankSharesConcatenateToTheGlobalBatch) {
     EXPECT_EQ(inputs, full.inputs.to_vector<int64_t>()) << world << " ranks";
     EXPECT_EQ(targets, full.targets.to_vector<int64_t>()) << world << " ranks";
   }
-  EXPECT_NE(error_message([] { rank_rows(10, 0, 4); }).find("train.batch_size 10"), std::string::npos);
-  EXPECT_NE(error_message([] { rank_rows(12, 4, 4); }).find("rank 4"), std::string::npos);
+  expect_error([] { rank_rows(10, 0, 4); }, {"train.batch_size 10"});
+  expect_error([] { rank_rows(12, 4, 4); }, {"rank 4"});
 }
 
 TEST(SequentialEval, CoversTheValSplitOnce) {
@@ -387,7 +364,7 @@ TEST(SequentialEval, CoversTheValSplitOnce) {
   Batch last = eval.batch(2);
   EXPECT_EQ(last.targets.to_vector<int64_t>()[0], 249);
   EXPECT_EQ(last.targets.to_vector<int64_t>()[1], kIgnoreIndex);
-  EXPECT_NE(error_message([&] { eval.batch(3); }).find("index 3"), std::string::npos);
+  expect_error([&] { eval.batch(3); }, {"index 3"});
 }
 
 }  // namespace

@@ -6,7 +6,8 @@
 // Letters as in include/lat/linear_attention.h.
 #include <gtest/gtest.h>
 
-#include "tests/delta_rule_testing.h"
+#include "tests/expect_error.h"
+#include "tests/linear_attention_testing.h"
 
 namespace lat {
 namespace {
@@ -133,45 +134,24 @@ TEST(DeltaRule, BadInputsThrowClearErrors) {
       return fused_recurrent_delta_rule(q, k, v, beta, {}, h0, true);
     };
     Generator gen(2);
-    expect_error(
-        [&] {
-          call(b.q, Tensor::randn({1, 3, 2, 8}, gen), b.v, in.beta, b.initial_state);
-        },
-        {name, "k", "expected shape [1, 4, 2, 8]", "got [1, 3, 2, 8]"});
-    expect_error(
-        [&] {
-          call(b.q, b.k, Tensor::randn({1, 4, 3, 6}, gen), in.beta, b.initial_state);
-        },
-        {name, "v", "expected shape [1, 4, 2, 6]", "got [1, 4, 3, 6]"});
-    expect_error(
-        [&] {
-          call(b.q, b.k, b.v.reshape({8, 6}), in.beta, b.initial_state);
-        },
-        {name, "v", "rank 4", "[8, 6]"});
+    expect_error([&] { call(b.q, Tensor::randn({1, 3, 2, 8}, gen), b.v, in.beta, b.initial_state); },
+                 {name, "k", "expected shape [1, 4, 2, 8]", "got [1, 3, 2, 8]"});
+    expect_error([&] { call(b.q, b.k, Tensor::randn({1, 4, 3, 6}, gen), in.beta, b.initial_state); },
+                 {name, "v", "expected shape [1, 4, 2, 6]", "got [1, 4, 3, 6]"});
+    expect_error([&] { call(b.q, b.k, b.v.reshape({8, 6}), in.beta, b.initial_state); },
+                 {name, "v", "rank 4", "[8, 6]"});
     expect_error([&] { call(b.q, b.k, b.v, Tensor(), b.initial_state); }, {name, "beta", "undefined"});
-    expect_error(
-        [&] {
-          call(b.q, b.k, b.v, Tensor::full({1, 4, 2}, -0.5), b.initial_state);
-        },
-        {name, "beta", "[0, 1]", "-0.5"});
-    expect_error(
-        [&] {
-          call(b.q, b.k, b.v, in.beta, Tensor::zeros({1, 2, 8}));
-        },
-        {name, "initial_state", "[1, 2, 8, 6]", "got [1, 2, 8]"});
+    expect_error([&] { call(b.q, b.k, b.v, Tensor::full({1, 4, 2}, -0.5), b.initial_state); },
+                 {name, "beta", "[0, 1]", "-0.5"});
+    expect_error([&] { call(b.q, b.k, b.v, in.beta, Tensor::zeros({1, 2, 8})); },
+                 {name, "initial_state", "[1, 2, 8, 6]", "got [1, 2, 8]"});
   }
   Tensor state = Tensor::zeros({1, 2, 8, 6});
   Tensor q_t = Tensor::zeros({1, 2, 8}), v_t = Tensor::zeros({1, 2, 6}), beta_t = Tensor::zeros({1, 2});
-  expect_error(
-      [&] {
-        recurrent_step_delta_rule(q_t, Tensor::zeros({1, 2, 7}), v_t, beta_t, 1.0f, state);
-      },
-      {"recurrent_step_delta_rule", "k_t", "[1, 2, 8]"});
-  expect_error(
-      [&] {
-        recurrent_step_delta_rule(q_t, q_t, v_t, Tensor::full({1, 2}, 2.0), 1.0f, state);
-      },
-      {"recurrent_step_delta_rule", "beta_t", "[0, 1]"});
+  expect_error([&] { recurrent_step_delta_rule(q_t, Tensor::zeros({1, 2, 7}), v_t, beta_t, 1.0f, state); },
+               {"recurrent_step_delta_rule", "k_t", "[1, 2, 8]"});
+  expect_error([&] { recurrent_step_delta_rule(q_t, q_t, v_t, Tensor::full({1, 2}, 2.0), 1.0f, state); },
+               {"recurrent_step_delta_rule", "beta_t", "[0, 1]"});
 }
 
 }  // namespace

@@ -6,11 +6,14 @@
 #include <cstdlib>
 #include <numeric>
 
+#include "tests/expect_error.h"
 #include "train/buckets.h"
 #include "train/distributed.h"
 
 namespace lat {
 namespace {
+
+using testing::expect_error;
 
 Tensor iota(int64_t n, DType dtype = DType::f32) {
   std::vector<double> values(static_cast<size_t>(n));
@@ -56,7 +59,7 @@ TEST(Buckets, SmallTensorsShareOneBucketAndLargeOnesSplit) {
   for (const Bucket& b : large) EXPECT_EQ(b.pieces.size(), 1u);
   EXPECT_EQ(large[2].elements, 2u);
   EXPECT_TRUE(plan_buckets({}, sizeof(float), 4).empty());
-  EXPECT_THROW(plan_buckets({iota(3)}, sizeof(float), 0), Error);
+  expect_error([&] { plan_buckets({iota(3)}, sizeof(float), 0); }, {"plan_buckets: bucket_elems: expected > 0, got 0"});
 }
 
 // A plain launch (no MPI launcher in the environment) is rank 0 of 1, and the collectives
@@ -95,12 +98,16 @@ TEST(Distributed, LauncherRankComesFromTheLaunchersEnvironment) {
 
 TEST(Distributed, RejectsMixedDtypesAndIntegerSums) {
   Distributed& dist = Distributed::get();
-  EXPECT_THROW(dist.all_reduce_sum({iota(2), iota(2, DType::f64)}), Error);
-  EXPECT_THROW(dist.all_reduce_sum({Tensor::from_vector(std::vector<int64_t>{1, 2}, {2})}), Error);
-  EXPECT_THROW(dist.all_reduce_sum({iota(2), Tensor()}), Error);
-  EXPECT_THROW(dist.all_reduce_sum({Tensor(), iota(2)}), Error);
-  EXPECT_THROW(dist.broadcast({Tensor()}), Error);
-  EXPECT_THROW(dist.set_bucket_bytes(4), Error);
+  expect_error([&] { dist.all_reduce_sum({iota(2), iota(2, DType::f64)}); },
+               {"Distributed::all_reduce_sum: tensors[1]: expected dtype f32 like tensors[0], got f64"});
+  expect_error([&] { dist.all_reduce_sum({Tensor::from_vector(std::vector<int64_t>{1, 2}, {2})}); },
+               {"Distributed::all_reduce_sum: tensors: expected f32 or f64, got i64"});
+  expect_error([&] { dist.all_reduce_sum({iota(2), Tensor()}); },
+               {"Distributed::all_reduce_sum: tensors[1]: expected a defined tensor"});
+  expect_error([&] { dist.all_reduce_sum({Tensor(), iota(2)}); },
+               {"Distributed::all_reduce_sum: tensors[0]: expected a defined tensor"});
+  expect_error([&] { dist.broadcast({Tensor()}); }, {"Distributed::broadcast: tensors[0]: expected a defined tensor"});
+  expect_error([&] { dist.set_bucket_bytes(4); }, {"Distributed::set_bucket_bytes: bytes: expected >= 8, got 4"});
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 
 #include "lat/tape.h"
 #include "layers/swiglu.h"
+#include "tests/expect_error.h"
 #include "tests/test_files.h"
 #include "train/checkpoint.h"
 #include "train/export.h"
@@ -137,7 +138,10 @@ TEST_F(ExportTest, TiedEmbeddingsWriteAnLmHeadCopyThatLoadingDrops) {
   const lat::ModelWeights w = lat::load_model_weights(path("out/model.safetensors"));
   ASSERT_EQ(w.checkpoint.model.size(), ckpt.model.size());
   for (const auto& [name, t] : w.checkpoint.model) EXPECT_NE(name, "lm_head.weight");
-  EXPECT_NO_THROW(logits_of(w, {1, 2, 3}));
+  // The export without lm_head.weight is the checkpoint's model: the same logits, bit for bit.
+  const lat::Tensor logits = logits_of(w, {1, 2, 3});
+  EXPECT_EQ(logits.shape(), (lat::Shape{1, 3, kVocabSize}));
+  EXPECT_TRUE(bit_equal(logits, logits_of(lat::load_model_weights(path("tied.h5")), {1, 2, 3})));
 }
 
 TEST_F(ExportTest, ModelsOfTokenIdsAndBytesKeepTheirTokenizerType) {
@@ -266,21 +270,29 @@ TEST_F(ExportTest, CheckTokensWritesLatsLogitsForwardAndStepwise) {
 
 TEST_F(ExportTest, CheckTokenOutsideTheVocabularyFailsBeforeAnyFileIsWritten) {
   save("ckpt.h5", model_config(kHybrid));
-  const std::string message = error_of<lat::ConfigError>(
-      [&] { lat::export_model({path("ckpt.h5"), "safetensors", path("out"), "f32", {1, 2, kVocabSize}}); });
-  EXPECT_TRUE(contains(message, "--check-tokens: id " + std::to_string(kVocabSize) + " is outside the vocabulary [0, " +
-                                    std::to_string(kVocabSize) + ")"))
-      << message;
+  expect_error<lat::ConfigError>(
+      [&] {
+        lat::export_model({path("ckpt.h5"), "safetensors", path("out"), "f32", {1, 2, kVocabSize}});
+      },
+      {"--check-tokens: id " + std::to_string(kVocabSize) + " is outside the vocabulary [0, " +
+       std::to_string(kVocabSize) + ")"});
   EXPECT_FALSE(fs::exists(path("out")));
-  EXPECT_THROW(lat::export_model({path("ckpt.h5"), "safetensors", path("out"), "f32", {-1}}), lat::ConfigError);
+  expect_error<lat::ConfigError>([&] { lat::export_model({path("ckpt.h5"), "safetensors", path("out"), "f32", {-1}}); },
+                                 {"export: --check-tokens: id -1 is outside the vocabulary [0, 12)"});
   EXPECT_FALSE(fs::exists(path("out")));
 }
 
 TEST_F(ExportTest, BadOptionsAreConfigErrors) {
   save("ckpt.h5", model_config(kHybrid));
-  EXPECT_THROW(lat::export_model({path("ckpt.h5"), "onnx", path("out"), "f32", {}}), lat::ConfigError);
-  EXPECT_THROW(lat::export_model({path("ckpt.h5"), "safetensors", path("out"), "f16", {}}), lat::ConfigError);
-  EXPECT_THROW(lat::export_model({path("ckpt.h5"), "h5-weights", path("out"), "bf16", {}}), lat::ConfigError);
+  expect_error<lat::ConfigError>([&] { lat::export_model({path("ckpt.h5"), "onnx", path("out"), "f32", {}}); },
+                                 {"export: --format: expected safetensors or h5-weights, got 'onnx'"});
+  expect_error<lat::ConfigError>([&] { lat::export_model({path("ckpt.h5"), "safetensors", path("out"), "f16", {}}); },
+                                 {"export: --dtype: expected f32 or bf16, got 'f16'"});
+  expect_error<lat::ConfigError>(
+      [&] {
+        lat::export_model({path("ckpt.h5"), "h5-weights", path("out"), "bf16", {}});
+      },
+      {"export: --dtype bf16: h5-weights stores f32 (checkpoint layout); use --format safetensors for bf16"});
   EXPECT_FALSE(fs::exists(path("out")));
 }
 
@@ -291,9 +303,7 @@ TEST_F(ExportTest, NewerCheckpointVersionSaysWhichIsSupported) {
            [&] { lat::load_model_weights(path("v2.h5")); },
            [&] { lat::export_model({path("v2.h5"), "safetensors", path("out"), "f32", {}}); },
            [&] { lat::inspect(path("v2.h5"), 16); }}) {
-    const std::string message = error_of(f);
-    EXPECT_TRUE(contains(message, "checkpoint version 2 is newer than this lat supports (1)")) << message;
-    EXPECT_TRUE(contains(message, path("v2.h5"))) << message;
+    expect_error(f, {"checkpoint version 2 is newer than this lat supports (1)", path("v2.h5")});
   }
 }
 
@@ -308,32 +318,29 @@ TEST_F(ExportTest, BrokenExportsAreNamed) {
   for (const auto& t : file.tensors)
     if (t.first != "layers.0.attn.o_norm.weight") fewer.push_back(t);
   lat::save_safetensors(path("out/fewer.safetensors"), fewer);
-  std::string message = error_of([&] { lat::export_model({path("out/fewer.safetensors"), "h5-weights", path("x"), "f32", {}}); });
-  EXPECT_TRUE(contains(message, "has no tensor 'layers.0.attn.o_norm.weight'")) << message;
+  expect_error([&] { lat::export_model({path("out/fewer.safetensors"), "h5-weights", path("x"), "f32", {}}); },
+               {"has no tensor 'layers.0.attn.o_norm.weight'"});
 
   // A tensor of the wrong shape.
   std::vector<std::pair<std::string, lat::Tensor>> wrong = file.tensors;
   wrong[0].second = lat::Tensor::zeros({kVocabSize, 17});
   lat::save_safetensors(path("out/wrong.safetensors"), wrong);
-  message = error_of([&] { lat::export_model({path("out/wrong.safetensors"), "h5-weights", path("x"), "f32", {}}); });
-  EXPECT_TRUE(contains(message, "'embeddings.weight': expected shape [12, 16], got [12, 17]")) << message;
+  expect_error([&] { lat::export_model({path("out/wrong.safetensors"), "h5-weights", path("x"), "f32", {}}); },
+               {"'embeddings.weight': expected shape [12, 16], got [12, 17]"});
 
   // A header overrunning the file.
   std::string bytes = read_bytes(st);
   bytes.resize(bytes.size() / 2);
   write_bytes(path("out/model.safetensors"), bytes);
-  message = error_of([&] { lat::load_model_weights(st); });
-  EXPECT_TRUE(contains(message, st)) << message;
+  expect_error([&] { lat::load_model_weights(st); }, {st});
 
   // No config.json beside the weights.
   fs::remove(path("out/config.json"));
-  message = error_of([&] { lat::load_model_weights(path("out/fewer.safetensors")); });
-  EXPECT_TRUE(contains(message, path("out/config.json"))) << message;
+  expect_error([&] { lat::load_model_weights(path("out/fewer.safetensors")); }, {path("out/config.json")});
 
   // config.json that lat did not write.
   write_bytes(path("out/config.json"), R"({"model_type": "llama"})");
-  message = error_of([&] { lat::load_model_weights(path("out/fewer.safetensors")); });
-  EXPECT_TRUE(contains(message, "no string 'lat_config'")) << message;
+  expect_error([&] { lat::load_model_weights(path("out/fewer.safetensors")); }, {"no string 'lat_config'"});
 }
 
 // ---- lat info ---------------------------------------------------------------------------------
@@ -389,9 +396,13 @@ TEST_F(ExportTest, InfoMemoryOfStatesAndKvCaches) {
     EXPECT_EQ(info.memory_total, 2 * (gdn_state + gdn_conv) + la_state + kv);
     EXPECT_EQ(info.attention_only_total, 4 * 2 * L * Hkv * K);  // full attention, no window
   }
-  EXPECT_THROW(lat::model_info(cfg, kVocabSize, 0), lat::Error);
-  EXPECT_THROW(lat::model_info(cfg, kVocabSize, lat::kMaxContext + 1), lat::Error);
-  EXPECT_NO_THROW(lat::model_info(cfg, kVocabSize, lat::kMaxContext));
+  expect_error([&] { lat::model_info(cfg, kVocabSize, 0); },
+               {"lat info: --context: expected an int in [1, 2^40], got 0"});
+  expect_error([&] { lat::model_info(cfg, kVocabSize, lat::kMaxContext + 1); },
+               {"lat info: --context: expected an int in [1, 2^40], got 1099511627777"});
+  const lat::ModelInfo longest = lat::model_info(cfg, kVocabSize, lat::kMaxContext);
+  EXPECT_EQ(longest.memory[2].state, 2 * 64 * Hkv * K);  // the window bounds the KV cache
+  EXPECT_EQ(longest.attention_only_total, 4 * 2 * lat::kMaxContext * Hkv * K);
 }
 
 TEST_F(ExportTest, InfoOnACheckpointReportsItsFacts) {

@@ -1,7 +1,7 @@
 // Helpers shared by the tests that read and write files (checkpoints, safetensors, export,
 // fine-tuning, config, trainer, generation): a fresh temporary directory per test, whole-file
-// reads and writes, an HDF5 attribute overwritten in place, the message of the lat::Error a
-// call throws, and a config from model YAML lines.
+// reads and writes, an HDF5 attribute overwritten in place, and a config from model YAML
+// lines. Errors are asserted with tests/expect_error.h.
 #pragma once
 #include <gtest/gtest.h>
 #include <hdf5.h>
@@ -11,13 +11,11 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <sstream>
 #include <string>
 #include <system_error>
 #include <utility>
 
-#include "lat/error.h"
 #include "train/config.h"
 
 namespace lat::testing {
@@ -102,19 +100,6 @@ inline void overwrite_int64_attribute(const std::string& path, const char* name,
   H5Awrite(attr, H5T_NATIVE_INT64, &value);
   H5Aclose(attr);
   H5Fclose(file);
-}
-
-/// The message of the E (lat::Error or a subclass such as lat::ConfigError) thrown by `f`;
-/// fails the test and returns "" when `f` returns normally. Other exceptions propagate.
-template <class E = Error>
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a lat::Error (or the subclass asked for), none was thrown";
-  return "";
 }
 
 /// True when `part` occurs in `text`.

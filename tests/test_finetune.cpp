@@ -13,6 +13,7 @@
 
 #include "lat/ops.h"
 #include "lat/tape.h"
+#include "tests/expect_error.h"
 #include "tests/test_files.h"
 #include "train/checkpoint.h"
 #include "train/finetune.h"
@@ -106,13 +107,10 @@ TEST(Freeze, FrozenParametersGetNoGradientAndAreNotTrainable) {
 TEST(Freeze, PatternsThatMatchNothingOrEverythingAreConfigErrors) {
   auto model = build(model_config(kModel), 10, 1);
   const auto params = model->named_parameters();
-  try {
-    lat::frozen_names(params, {"layers.0.*", "layer.1.*"});
-    ADD_FAILURE() << "no error";
-  } catch (const lat::ConfigError& e) {
-    EXPECT_TRUE(contains(e.what(), "freeze: pattern 'layer.1.*' matches no parameter")) << e.what();
-  }
-  EXPECT_THROW(lat::frozen_names(params, {"*"}), lat::ConfigError);
+  expect_error<lat::ConfigError>([&] { lat::frozen_names(params, {"layers.0.*", "layer.1.*"}); },
+                                 {"freeze: pattern 'layer.1.*' matches no parameter"});
+  expect_error<lat::ConfigError>([&] { lat::frozen_names(params, {"*"}); },
+                                 {"freeze: the patterns freeze every parameter; nothing would train"});
 }
 
 TEST(LrMult, LastMatchingPatternWinsAndUnmatchedIsAnError) {
@@ -124,10 +122,12 @@ TEST(LrMult, LastMatchingPatternWinsAndUnmatchedIsAnError) {
   EXPECT_EQ(m.at("layers.0.attn.A_log"), 0.0);
   EXPECT_EQ(m.at("layers.1.attn.q_proj.weight"), 2.0);
   EXPECT_EQ(m.count("embeddings.weight"), 0u);
-  EXPECT_THROW(lat::lr_multipliers(params, {{"layers.5.*", 1.5}}), lat::ConfigError);
+  expect_error<lat::ConfigError>([&] { lat::lr_multipliers(params, {{"layers.5.*", 1.5}}); },
+                                 {"lr_mult: pattern 'layers.5.*' matches no trainable parameter"});
   // Frozen parameters are not trainable: a pattern only they match is an error too.
   const auto trainable = lat::freeze_parameters(params, lat::frozen_names(params, {"embeddings.*"}));
-  EXPECT_THROW(lat::lr_multipliers(trainable, {{"embeddings.*", 0.1}}), lat::ConfigError);
+  expect_error<lat::ConfigError>([&] { lat::lr_multipliers(trainable, {{"embeddings.*", 0.1}}); },
+                                 {"lr_mult: pattern 'embeddings.*' matches no trainable parameter"});
 }
 
 TEST(InitFrom, StrictCopiesEveryParameterBitForBit) {
@@ -148,13 +148,10 @@ TEST(InitFrom, StrictMismatchNamesEveryParameterAndBothShapes) {
                                   "  mlp_ratio: 2.0\n  tie_embeddings: true\n"),
                      10, 2);
   const auto before = model->named_parameters().front().second.to_vector<float>();
-  const std::string message =
-      error_of([&] { lat::init_from_weights(*model, weights_of(*base, "/runs/base/ckpt.h5"), true); });
-  EXPECT_TRUE(contains(message, "init_from '/runs/base/ckpt.h5'")) << message;
-  EXPECT_TRUE(contains(message, "layers.0.mlp.gate_proj.weight: checkpoint [64, 16], model [32, 16]")) << message;
-  EXPECT_TRUE(contains(message, "layers.1.mlp.down_proj.weight: checkpoint [16, 64], model [16, 32]")) << message;
-  EXPECT_TRUE(contains(message, "layers.2.attn.q_proj.weight: not in the checkpoint")) << message;
-  EXPECT_TRUE(contains(message, "lm_head.weight: not a parameter of the model")) << message;
+  expect_error([&] { lat::init_from_weights(*model, weights_of(*base, "/runs/base/ckpt.h5"), true); },
+               {"init_from '/runs/base/ckpt.h5'", "layers.0.mlp.gate_proj.weight: checkpoint [64, 16], model [32, 16]",
+                "layers.1.mlp.down_proj.weight: checkpoint [16, 64], model [16, 32]",
+                "layers.2.attn.q_proj.weight: not in the checkpoint", "lm_head.weight: not a parameter of the model"});
   // Nothing was copied.
   EXPECT_EQ(model->named_parameters().front().second.to_vector<float>(), before);
 }
@@ -200,19 +197,19 @@ TEST_F(FinetuneTest, TokenizerKeepsTheCheckpointsIdsAndExtendsOnlyWhenAllowed) {
   ASSERT_TRUE(same.has_value());
   EXPECT_EQ(same->vocab_string(), init.tokenizer_vocab);  // not the text's own sorted vocabulary
 
-  try {
-    lat::finetune_tokenizer(init, model_config(kModel, path("new.txt")).data, true);
-    ADD_FAILURE() << "no error";
-  } catch (const lat::ConfigError& e) {
-    EXPECT_TRUE(contains(e.what(), "3 characters outside the checkpoint's vocabulary: '!', 'r', 'z'")) << e.what();
-  }
+  expect_error<lat::ConfigError>(
+      [&] { lat::finetune_tokenizer(init, model_config(kModel, path("new.txt")).data, true); },
+      {"3 characters outside the checkpoint's vocabulary: '!', 'r', 'z'"});
   auto extended = lat::finetune_tokenizer(init, model_config(kModel, path("new.txt")).data, false);
   ASSERT_TRUE(extended.has_value());
   EXPECT_EQ(extended->vocab_string(), "\n abcde!rz");
 
   lat::Checkpoint byte_init;
   byte_init.tokenizer_type = "byte";
-  EXPECT_THROW(lat::finetune_tokenizer(byte_init, model_config(kModel, path("same.txt")).data, true), lat::ConfigError);
+  expect_error<lat::ConfigError>(
+      [&] { lat::finetune_tokenizer(byte_init, model_config(kModel, path("same.txt")).data, true); },
+      {"init_from: the checkpoint's tokenizer is 'byte', data.tokenizer is 'char' (init_from_strict: false starts a "
+       "new vocabulary)"});
   EXPECT_FALSE(lat::finetune_tokenizer(byte_init, model_config(kModel, path("same.txt")).data, false).has_value());
 }
 
@@ -256,14 +253,9 @@ TEST_F(FinetuneTest, TrainingKeepsFrozenWeightsBitIdenticalAndChangesTheOthers) 
 
 TEST_F(FinetuneTest, InitFromMismatchThroughTrainNamesEachParameter) {
   train("base", "", 1);
-  try {
-    train("wide", "init_from: " + path("base") + "\nmodel.mlp_ratio: 2.0\n", 1);
-    ADD_FAILURE() << "no error";
-  } catch (const lat::Error& e) {
-    const std::string message = e.what();
-    EXPECT_TRUE(contains(message, "layers.0.mlp.gate_proj.weight: checkpoint [64, 16], model [32, 16]")) << message;
-    EXPECT_TRUE(contains(message, "layers.1.mlp.down_proj.weight: checkpoint [16, 64], model [16, 32]")) << message;
-  }
+  expect_error([&] { train("wide", "init_from: " + path("base") + "\nmodel.mlp_ratio: 2.0\n", 1); },
+               {"layers.0.mlp.gate_proj.weight: checkpoint [64, 16], model [32, 16]",
+                "layers.1.mlp.down_proj.weight: checkpoint [16, 64], model [16, 32]"});
   EXPECT_FALSE(fs::exists(path("wide/ckpt_00000001.h5")));
 }
 

@@ -7,7 +7,8 @@
 
 #include <cmath>
 
-#include "tests/delta_rule_testing.h"
+#include "tests/expect_error.h"
+#include "tests/linear_attention_testing.h"
 
 namespace lat {
 namespace {
@@ -170,57 +171,33 @@ TEST(GatedDeltaRule, BadInputsThrowClearErrors) {
       return fused_recurrent_gated_delta_rule(q, k, v, g, beta, {}, h0, true);
     };
     Generator gen(2);
-    expect_error(
-        [&] {
-          call(b.q, Tensor::randn({1, 4, 2, 7}, gen), b.v, b.g, in.beta, b.initial_state);
-        },
-        {name, "k", "expected shape [1, 4, 2, 8]", "got [1, 4, 2, 7]"});
-    expect_error(
-        [&] {
-          call(b.q, b.k, Tensor::randn({1, 5, 2, 6}, gen), b.g, in.beta, b.initial_state);
-        },
-        {name, "v", "expected shape [1, 4, 2, 6]", "got [1, 5, 2, 6]"});
-    expect_error(
-        [&] {
-          call(b.q.reshape({4, 2, 8}), b.k, b.v, b.g, in.beta, b.initial_state);
-        },
-        {name, "q", "rank 4", "[4, 2, 8]"});
+    expect_error([&] { call(b.q, Tensor::randn({1, 4, 2, 7}, gen), b.v, b.g, in.beta, b.initial_state); },
+                 {name, "k", "expected shape [1, 4, 2, 8]", "got [1, 4, 2, 7]"});
+    expect_error([&] { call(b.q, b.k, Tensor::randn({1, 5, 2, 6}, gen), b.g, in.beta, b.initial_state); },
+                 {name, "v", "expected shape [1, 4, 2, 6]", "got [1, 5, 2, 6]"});
+    expect_error([&] { call(b.q.reshape({4, 2, 8}), b.k, b.v, b.g, in.beta, b.initial_state); },
+                 {name, "q", "rank 4", "[4, 2, 8]"});
     Tensor positive = b.g.clone();
     positive.set({0, 2, 1}, 0.5);
     expect_error([&] { call(b.q, b.k, b.v, positive, in.beta, b.initial_state); },
                  {name, "g", "<= 0", "0.5", "[0, 2, 1]"});
-    expect_error(
-        [&] {
-          call(b.q, b.k, b.v, b.g.reshape({1, 8}), in.beta, b.initial_state);
-        },
-        {name, "g", "[1, 4, 2]", "got [1, 8]"});
+    expect_error([&] { call(b.q, b.k, b.v, b.g.reshape({1, 8}), in.beta, b.initial_state); },
+                 {name, "g", "[1, 4, 2]", "got [1, 8]"});
     expect_error([&] { call(b.q, b.k, b.v, Tensor(), in.beta, b.initial_state); }, {name, "g", "undefined"});
-    expect_error(
-        [&] {
-          call(b.q, b.k, b.v, b.g, Tensor::full({1, 4, 2}, 1.5), b.initial_state);
-        },
-        {name, "beta", "[0, 1]", "1.5"});
-    expect_error(
-        [&] {
-          call(b.q, b.k, b.v, b.g, in.beta.reshape({4, 2}), b.initial_state);
-        },
-        {name, "beta", "[1, 4, 2]", "got [4, 2]"});
-    expect_error(
-        [&] {
-          call(b.q, b.k, b.v, b.g, in.beta, Tensor::zeros({1, 2, 6, 8}));
-        },
-        {name, "initial_state", "[1, 2, 8, 6]", "got [1, 2, 6, 8]"});
+    expect_error([&] { call(b.q, b.k, b.v, b.g, Tensor::full({1, 4, 2}, 1.5), b.initial_state); },
+                 {name, "beta", "[0, 1]", "1.5"});
+    expect_error([&] { call(b.q, b.k, b.v, b.g, in.beta.reshape({4, 2}), b.initial_state); },
+                 {name, "beta", "[1, 4, 2]", "got [4, 2]"});
+    expect_error([&] { call(b.q, b.k, b.v, b.g, in.beta, Tensor::zeros({1, 2, 6, 8})); },
+                 {name, "initial_state", "[1, 2, 8, 6]", "got [1, 2, 6, 8]"});
     expect_error([&] { call(b.q.to(DType::f64), b.k, b.v, b.g, in.beta, b.initial_state); }, {name, "q", "f32"});
   }
   expect_error([&] { chunk_gated_delta_rule(b.q, b.k, b.v, b.g, in.beta, {}, {}, false, false, 0); },
                {"chunk_gated_delta_rule", "chunk_size", "> 0", "got 0"});
   Tensor state = Tensor::zeros({1, 2, 8, 6});
   Tensor q_t = Tensor::zeros({1, 2, 8}), v_t = Tensor::zeros({1, 2, 6}), g_t = Tensor::zeros({1, 2});
-  expect_error(
-      [&] {
-        recurrent_step_gated_delta_rule(q_t, q_t, v_t, Tensor::full({1, 2}, 0.1), g_t, 1.0f, state);
-      },
-      {"recurrent_step_gated_delta_rule", "g_t", "<= 0"});
+  expect_error([&] { recurrent_step_gated_delta_rule(q_t, q_t, v_t, Tensor::full({1, 2}, 0.1), g_t, 1.0f, state); },
+               {"recurrent_step_gated_delta_rule", "g_t", "<= 0"});
   expect_error([&] { recurrent_step_gated_delta_rule(q_t, q_t, v_t, g_t, Tensor::zeros({2}), 1.0f, state); },
                {"recurrent_step_gated_delta_rule", "beta_t", "[1, 2]"});
   Tensor bad_state = Tensor::zeros({1, 2, 6, 8});

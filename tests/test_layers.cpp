@@ -14,9 +14,12 @@
 #include "layers/module.h"
 #include "layers/rms_norm.h"
 #include "layers/swiglu.h"
+#include "tests/expect_error.h"
 
 namespace lat {
 namespace {
+
+using testing::expect_error;
 
 // A float64 copy of t (a new leaf), requiring grad when asked.
 Tensor f64(const Tensor& t, bool requires_grad = false) {
@@ -98,11 +101,16 @@ TEST(Module, ZeroGradDropsGradients) {
 TEST(Module, BadRegistrationsThrow) {
   Generator gen(4);
   Model model(gen);
-  EXPECT_THROW(model.register_parameter("norm", Tensor::ones({2})), Error);       // taken
-  EXPECT_THROW(model.register_parameter("a.b", Tensor::ones({2})), Error);        // dotted
-  EXPECT_THROW(model.register_parameter("", Tensor::ones({2})), Error);           // empty
-  EXPECT_THROW(model.register_parameter("w", Tensor::ones({2}, DType::f64)), Error);  // not f32
-  EXPECT_THROW(model.register_parameter("u", Tensor()), Error);                   // undefined
+  expect_error([&] { model.register_parameter("norm", Tensor::ones({2})); },
+               {"Module::register: name: 'norm' is already registered"});  // taken
+  expect_error([&] { model.register_parameter("a.b", Tensor::ones({2})); },
+               {"Module::register: name: expected no '.' (dots join the levels), got 'a.b'"});  // dotted
+  expect_error([&] { model.register_parameter("", Tensor::ones({2})); },
+               {"Module::register: name: expected a non-empty name"});  // empty
+  expect_error([&] { model.register_parameter("w", Tensor::ones({2}, DType::f64)); },
+               {"Module::register_parameter: w: expected f32, got f64"});  // not f32
+  expect_error([&] { model.register_parameter("u", Tensor()); },
+               {"Module::register_parameter: u: undefined tensor"});  // undefined
 }
 
 // ---- Linear -----------------------------------------------------------------------------
@@ -155,7 +163,8 @@ TEST(Linear, NamesShapesAndInit) {
   for (float v : w) sq += static_cast<double>(v) * v;
   EXPECT_NEAR(std::sqrt(sq / w.size()), 0.02, 0.001);  // 8192 draws of N(0, 0.02^2)
   EXPECT_EQ(Linear(4, 4, gen).named_parameters().size(), 1u);  // no bias by default
-  EXPECT_THROW(lin.forward(Tensor::zeros({2, 63})), Error);
+  expect_error([&] { lin.forward(Tensor::zeros({2, 63})); },
+               {"Linear::forward: x: expected shape [..., 64], got [2, 63]"});
 }
 
 // ---- Embedding ----------------------------------------------------------------------------
@@ -175,7 +184,8 @@ TEST(Embedding, LooksUpRowsAndScatterAddsGradients) {
   EXPECT_EQ(g.at({7, 0}), 1.0);
   EXPECT_EQ(g.at({5, 2}), 0.0);  // unused row
   EXPECT_EQ(emb.named_parameters()[0].first, "weight");
-  EXPECT_THROW(emb.forward(Tensor::from_vector(std::vector<int64_t>{10}, {1})), Error);
+  expect_error([&] { emb.forward(Tensor::from_vector(std::vector<int64_t>{10}, {1})); },
+               {"embedding: ids: id 10 at position [0] is out of range [0, 10)"});
 }
 
 // ---- RMSNorm ------------------------------------------------------------------------------
@@ -215,7 +225,8 @@ TEST(SwiGLU, HiddenSizeRoundsUpToMultipleOf32) {
   EXPECT_EQ(swiglu_hidden_size(96, 4.0), 256);   // exactly 256
   EXPECT_EQ(swiglu_hidden_size(128, 3.0), 256);  // exactly 256
   EXPECT_EQ(swiglu_hidden_size(8, 1.0), 32);     // 5.33 -> 32
-  EXPECT_THROW(swiglu_hidden_size(128, 0.0), Error);
+  expect_error([&] { swiglu_hidden_size(128, 0.0); },
+               {"swiglu_hidden_size: mlp_ratio: expected a positive value, got 0"});
 }
 
 // The SwiGLU computation in any float dtype, from its three weights.
@@ -306,10 +317,14 @@ TEST(RotaryEmbedding, GradCheckAndErrors) {
   GradCheckResult r = grad_check([](const std::vector<Tensor>& in) { return rotary_embedding(in[0], 100.0, 3); },
                                  {Tensor::randn({2, 3, 2, 4}, gen, DType::f64).set_requires_grad(true)});
   EXPECT_LT(r.max_rel_error, 1e-8);
-  EXPECT_THROW(rotary_embedding(Tensor::zeros({1, 2, 2, 5})), Error);       // odd D
-  EXPECT_THROW(rotary_embedding(Tensor::zeros({2, 2, 4})), Error);          // rank 3
-  EXPECT_THROW(rotary_embedding(Tensor::zeros({1, 2, 2, 4}), 0.0), Error);  // theta
-  EXPECT_THROW(rotary_embedding(Tensor::zeros({1, 2, 2, 4}), 1e4, -1), Error);
+  expect_error([&] { rotary_embedding(Tensor::zeros({1, 2, 2, 5})); },
+               {"rotary_embedding: x: expected an even head dim D, got 5"});  // odd D
+  expect_error([&] { rotary_embedding(Tensor::zeros({2, 2, 4})); },
+               {"rotary_embedding: x: expected shape [B, T, H, D], got [2, 2, 4]"});  // rank 3
+  expect_error([&] { rotary_embedding(Tensor::zeros({1, 2, 2, 4}), 0.0); },
+               {"rotary_embedding: theta: expected a positive base, got 0"});  // theta
+  expect_error([&] { rotary_embedding(Tensor::zeros({1, 2, 2, 4}), 1e4, -1); },
+               {"rotary_embedding: position_offset: expected >= 0, got -1"});
 }
 
 // ---- short convolution ----------------------------------------------------------------------
@@ -409,12 +424,17 @@ TEST(ShortConv, PrefillStateThenSteps) {
 
 TEST(ShortConv, BadArgumentsThrow) {
   Tensor x = Tensor::zeros({2, 5, 3});
-  EXPECT_THROW(short_conv(x, Tensor::zeros({4, 1, 4})), Error);            // channels
-  EXPECT_THROW(short_conv(x, Tensor::zeros({3, 4})), Error);               // weight rank
-  EXPECT_THROW(short_conv(x, Tensor::zeros({3, 1, 4}), Tensor::zeros({2, 4, 3})), Error);  // state length
-  EXPECT_THROW(short_conv(x, Tensor::zeros({3, 1, 4}, DType::f64)), Error);                // dtype
+  expect_error([&] { short_conv(x, Tensor::zeros({4, 1, 4})); },
+               {"short_conv: weight: expected shape [3, 1, W] with W >= 1, got [4, 1, 4]"});  // channels
+  expect_error([&] { short_conv(x, Tensor::zeros({3, 4})); },
+               {"short_conv: weight: expected shape [3, 1, W] with W >= 1, got [3, 4]"});  // weight rank
+  expect_error([&] { short_conv(x, Tensor::zeros({3, 1, 4}), Tensor::zeros({2, 4, 3})); },
+               {"short_conv: conv state: expected shape [2, 3, 3], got [2, 4, 3]"});  // state length
+  expect_error([&] { short_conv(x, Tensor::zeros({3, 1, 4}, DType::f64)); },
+               {"short_conv: weight: expected f32, got f64"});  // dtype
   Tensor state = Tensor::zeros({2, 3, 3});
-  EXPECT_THROW(short_conv_step(x, Tensor::zeros({3, 1, 4}), state), Error);  // more than one token
+  expect_error([&] { short_conv_step(x, Tensor::zeros({3, 1, 4}), state); },
+               {"short_conv_step: x_t: expected one token [B, 1, D], got [2, 5, 3]"});  // more than one token
 }
 
 }  // namespace

@@ -19,9 +19,12 @@
 #include "lat/lat.h"
 #include "layers/attention.h"
 #include "layers/linear_attention_layers.h"
+#include "tests/expect_error.h"
 
 namespace lat {
 namespace {
+
+using testing::expect_error;
 
 // Sizes of the small test layers: K = 8 and V = 12 (K != V), a chunk size of 16 so T = 37
 // spans three partial chunks.
@@ -385,39 +388,27 @@ TEST(MixerDecay, Mamba2Initialization) {
 
 // ---- errors ---------------------------------------------------------------------------------
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 TEST(MixerErrors, UnknownKindNamesItAndTheValidOnes) {
   Generator gen(1);
-  const std::string msg = error_of([&] { make_mixer("mamba", small_config(), gen); });
-  EXPECT_NE(msg.find("make_mixer"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("'mamba'"), std::string::npos) << msg;
-  for (const char* kind : {"attn", "linear_attn", "simple_gla", "retention", "delta_net", "gdn"})
-    EXPECT_NE(msg.find(kind), std::string::npos) << msg;
+  expect_error([&] { make_mixer("mamba", small_config(), gen); },
+               {"make_mixer", "'mamba'", "attn", "linear_attn", "simple_gla", "retention", "delta_net", "gdn"});
 }
 
 TEST(MixerErrors, BadConfig) {
   Generator gen(1);
   MixerConfig c = small_config();
   c.feature_map = "softmax";
-  EXPECT_NE(error_of([&] { make_mixer("linear_attn", c, gen); }).find("feature_map"), std::string::npos);
+  expect_error([&] { make_mixer("linear_attn", c, gen); }, {"feature_map"});
   c = small_config();
   c.expand_v = 1.3;  // 8 * 1.3 is not a whole number
-  EXPECT_NE(error_of([&] { make_mixer("gdn", c, gen); }).find("expand_v"), std::string::npos);
+  expect_error([&] { make_mixer("gdn", c, gen); }, {"expand_v"});
   c = small_config();
   c.head_dim = 0;
   c.d_model = 15;  // not a multiple of n_heads 2
-  EXPECT_NE(error_of([&] { make_mixer("simple_gla", c, gen); }).find("d_model"), std::string::npos);
+  expect_error([&] { make_mixer("simple_gla", c, gen); }, {"d_model"});
   c = small_config();
   c.head_dim = 512;
-  EXPECT_NE(error_of([&] { make_mixer("delta_net", c, gen); }).find("head_dim"), std::string::npos);
+  expect_error([&] { make_mixer("delta_net", c, gen); }, {"head_dim"});
 }
 
 TEST(MixerErrors, StepRejectsForeignStateAndWrongShapes) {
@@ -427,12 +418,12 @@ TEST(MixerErrors, StepRejectsForeignStateAndWrongShapes) {
   auto attn = make_mixer("attn", small_config(), gen);
   Tensor x = random_input(2, 1, 16, 2);
   auto gla_state = gla->make_state(2);
-  EXPECT_NE(error_of([&] { gdn->step(x, *gla_state); }).find("simple_gla"), std::string::npos);
+  expect_error([&] { gdn->step(x, *gla_state); }, {"simple_gla"});
   auto attn_state = attn->make_state(2);
-  EXPECT_NE(error_of([&] { gdn->step(x, *attn_state); }).find("state"), std::string::npos);
+  expect_error([&] { gdn->step(x, *attn_state); }, {"state"});
   auto state = gdn->make_state(3);
-  EXPECT_NE(error_of([&] { gdn->step(x, *state); }).find("x: expected shape [3"), std::string::npos);
-  EXPECT_NE(error_of([&] { gdn->forward(random_input(2, 4, 8, 2)); }).find("x: expected shape"), std::string::npos);
+  expect_error([&] { gdn->step(x, *state); }, {"x: expected shape [3"});
+  expect_error([&] { gdn->forward(random_input(2, 4, 8, 2)); }, {"x: expected shape"});
 }
 
 }  // namespace

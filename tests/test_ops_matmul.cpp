@@ -13,12 +13,14 @@
 #include "lat/grad_check.h"
 #include "lat/ops.h"
 #include "lat/tape.h"
+#include "tests/expect_error.h"
 
 namespace {
 
 using lat::DType;
 using lat::Shape;
 using lat::Tensor;
+using lat::testing::expect_error;
 
 Tensor random(const Shape& shape, uint64_t seed, DType dtype = DType::f64, bool requires_grad = false) {
   lat::Generator gen(seed);
@@ -85,16 +87,6 @@ Shape stored(Shape batch, int64_t rows, int64_t cols, bool transposed) {
   batch.push_back(transposed ? cols : rows);
   batch.push_back(transposed ? rows : cols);
   return batch;
-}
-
-template <class F>
-void expect_error(F f, const std::vector<std::string>& needles) {
-  try {
-    f();
-    FAIL() << "expected lat::Error";
-  } catch (const lat::Error& e) {
-    for (const std::string& n : needles) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what();
-  }
 }
 
 TEST(Matmul, KnownAnswer) {
@@ -250,22 +242,16 @@ TEST(Matmul, GemmInsideAParallelRegionIsAnError) {
   lat::cpu::gemm_batched(g);  // serial: fine
   EXPECT_EQ(c, std::vector<float>(4, 2.0f));
   int errors = 0, team = 0;
-  std::string message;
 #pragma omp parallel num_threads(2) reduction(+ : errors)
   {
 #pragma omp single
     team = omp_get_num_threads();
-    try {
-      lat::cpu::gemm_batched(g);
-    } catch (const lat::Error& e) {
-      ++errors;
-#pragma omp critical
-      message = e.what();
-    }
+    // GoogleTest assertions are thread-safe: each thread checks its own error.
+    const std::string message = expect_error([&] { lat::cpu::gemm_batched(g); }, {"inside an OpenMP parallel region"});
+    errors += !message.empty();
   }
   ASSERT_EQ(team, 2) << "the test needs a team of two threads";
   EXPECT_EQ(errors, 2);
-  EXPECT_NE(message.find("inside an OpenMP parallel region"), std::string::npos) << message;
 }
 
 TEST(Matmul, ErrorsNameOpArgumentAndShapes) {

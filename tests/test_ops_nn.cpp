@@ -10,28 +10,21 @@
 #include "lat/grad_check.h"
 #include "lat/ops.h"
 #include "lat/tape.h"
+#include "tests/expect_error.h"
+#include "tests/threads_testing.h"
 
 namespace {
 
 using lat::DType;
 using lat::Shape;
 using lat::Tensor;
+using lat::testing::expect_error;
 
 Tensor random(const Shape& shape, uint64_t seed, bool requires_grad = false, double std = 1.0) {
   lat::Generator gen(seed);
   Tensor t = Tensor::randn(shape, gen, DType::f64, 0.0, std);
   t.set_requires_grad(requires_grad);
   return t;
-}
-
-template <class F>
-void expect_error(F f, const std::vector<std::string>& needles) {
-  try {
-    f();
-    FAIL() << "expected lat::Error";
-  } catch (const lat::Error& e) {
-    for (const std::string& n : needles) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what();
-  }
 }
 
 constexpr double kGradTol = 1e-7;
@@ -254,6 +247,30 @@ TEST(CrossEntropy, Float32MatchesFloat64OnLargeBatch) {
   EXPECT_NEAR(loss64.item(), reference_cross_entropy(logits, t, -100), 1e-12);
   EXPECT_NEAR(loss32.item(), loss64.item(), 1e-6 * loss64.item());
   EXPECT_LT(lat::relative_error(l32.grad(), l64.grad()), 1e-6);
+}
+
+// ---- thread counts -----------------------------------------------------------------------------
+// The sums across rows (rms_norm's dweight, the cross-entropy total) in f64, where any change
+// of the summation order shows in the last bits: the same bits at every thread count.
+TEST(NnOps, SumsAcrossRowsAreTheSameBitsAtEveryThreadCount) {
+  const int64_t rows = 1000, dim = 96;  // past the size where the row loops go parallel
+  const Tensor x = random({rows, dim}, 17), w = random({dim}, 18), g = random({rows, dim}, 19);
+  const auto dweights = lat::testing::at_thread_counts([&] {
+    Tensor wl = w.detach().set_requires_grad(true);
+    lat::backward(lat::rms_norm(x, wl), g);
+    return wl.grad().to_vector<double>();
+  });
+  EXPECT_EQ(dweights[1], dweights[0]) << "2 threads vs 1";
+  EXPECT_EQ(dweights[2], dweights[0]) << "3 threads vs 1";
+
+  const Tensor logits = random({rows, dim}, 20, false, 3.0);
+  std::vector<int64_t> t(rows);
+  for (int64_t i = 0; i < rows; ++i) t[i] = i % 11 == 0 ? -100 : (i * 31) % dim;
+  const Tensor targets = Tensor::from_vector(t, {rows});
+  const auto losses = lat::testing::at_thread_counts([&] { return lat::cross_entropy(logits, targets).item(); });
+  EXPECT_EQ(losses[1], losses[0]) << "2 threads vs 1";
+  EXPECT_EQ(losses[2], losses[0]) << "3 threads vs 1";
+  EXPECT_NEAR(losses[0], reference_cross_entropy(logits, t, -100), 1e-12);
 }
 
 // ---- errors ------------------------------------------------------------------------------------

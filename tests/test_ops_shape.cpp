@@ -9,12 +9,14 @@
 #include "lat/grad_check.h"
 #include "lat/ops.h"
 #include "lat/tape.h"
+#include "tests/expect_error.h"
 
 namespace {
 
 using lat::DType;
 using lat::Shape;
 using lat::Tensor;
+using lat::testing::expect_error;
 
 Tensor random(const Shape& shape, uint64_t seed, bool requires_grad = false) {
   lat::Generator gen(seed);
@@ -25,16 +27,6 @@ Tensor random(const Shape& shape, uint64_t seed, bool requires_grad = false) {
 
 /// 0, 1, 2, ... as f64 in `shape`.
 Tensor iota(const Shape& shape) { return Tensor::arange(0, lat::shape_numel(shape), 1, DType::f64).reshape(shape); }
-
-template <class F>
-void expect_error(F f, const std::vector<std::string>& needles) {
-  try {
-    f();
-    FAIL() << "expected lat::Error";
-  } catch (const lat::Error& e) {
-    for (const std::string& n : needles) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what();
-  }
-}
 
 constexpr double kGradTol = 1e-7;
 

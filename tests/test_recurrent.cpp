@@ -5,6 +5,7 @@
 // Letters as in include/lat/linear_attention.h.
 #include <gtest/gtest.h>
 
+#include "tests/expect_error.h"
 #include "tests/linear_attention_testing.h"
 
 namespace lat {

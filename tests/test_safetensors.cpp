@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "tests/expect_error.h"
 #include "tests/test_files.h"
 #include "train/safetensors.h"
 
@@ -152,90 +153,76 @@ TEST_F(SafetensorsTest, HeaderOverrunningTheFileNamesFileAndLength) {
   const std::string header = R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})";
   const std::string p = path("overrun.safetensors");
   write_bytes(p, make_file(header, std::string(4, '\0'), 1000));
-  const std::string message = error_of([&] { lat::load_safetensors(p); });
-  EXPECT_TRUE(contains(message, p)) << message;
-  EXPECT_TRUE(contains(message, "header length 1000 overruns the file")) << message;
+  expect_error([&] { lat::load_safetensors(p); }, {p, "header length 1000 overruns the file"});
 
   write_bytes(p, "abc");
-  EXPECT_TRUE(contains(error_of([&] { lat::load_safetensors(p); }), "shorter than the 8-byte header length"));
-  EXPECT_TRUE(contains(error_of([&] { lat::load_safetensors(path("missing.safetensors")); }), "missing.safetensors"));
+  expect_error([&] { lat::load_safetensors(p); }, {"shorter than the 8-byte header length"});
+  expect_error([&] { lat::load_safetensors(path("missing.safetensors")); }, {"missing.safetensors"});
 }
 
 TEST_F(SafetensorsTest, BadJsonAndBadEntriesAreNamed) {
   const std::string p = path("bad.safetensors");
   write_bytes(p, make_file("{\"w\": [1,", ""));
-  EXPECT_TRUE(contains(error_of([&] { lat::load_safetensors(p); }), "header is not valid JSON"));
+  expect_error([&] { lat::load_safetensors(p); }, {"header is not valid JSON"});
 
   write_bytes(p, make_file(R"([1, 2])", ""));
-  EXPECT_TRUE(contains(error_of([&] { lat::load_safetensors(p); }), "expected a JSON object"));
+  expect_error([&] { lat::load_safetensors(p); }, {"expected a JSON object"});
 
   write_bytes(p, make_file(R"({"w":{"dtype":"F32","shape":[2]}})", std::string(8, '\0')));
-  EXPECT_TRUE(contains(error_of([&] { lat::load_safetensors(p); }), "tensor 'w': missing 'data_offsets'"));
+  expect_error([&] { lat::load_safetensors(p); }, {"tensor 'w': missing 'data_offsets'"});
 
   write_bytes(p, make_file(R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", std::string(8, '\0')));
-  EXPECT_TRUE(contains(error_of([&] { lat::load_safetensors(p); }), "F32 [3] needs 12"));
+  expect_error([&] { lat::load_safetensors(p); }, {"F32 [3] needs 12"});
 
   write_bytes(p, make_file(R"({"__metadata__":{"a":1}})", ""));
-  EXPECT_TRUE(contains(error_of([&] { lat::load_safetensors(p); }), "__metadata__: 'a': expected a string"));
+  expect_error([&] { lat::load_safetensors(p); }, {"__metadata__: 'a': expected a string"});
 }
 
 TEST_F(SafetensorsTest, UnknownDtypeIsNamed) {
   const std::string p = path("dtype.safetensors");
   write_bytes(p, make_file(R"({"layers.0.w":{"dtype":"Q4_K","shape":[2],"data_offsets":[0,2]}})", "ab"));
-  const std::string message = error_of([&] { lat::load_safetensors(p); });
-  EXPECT_TRUE(contains(message, p)) << message;
-  EXPECT_TRUE(contains(message, "tensor 'layers.0.w': unknown dtype 'Q4_K'")) << message;
+  expect_error([&] { lat::load_safetensors(p); }, {p, "tensor 'layers.0.w': unknown dtype 'Q4_K'"});
 
   write_bytes(p, make_file(R"({"ids":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}})", std::string(8, '\0')));
-  EXPECT_TRUE(contains(error_of([&] { lat::load_safetensors(p); }), "tensor 'ids': unsupported dtype 'I64'"));
+  expect_error([&] { lat::load_safetensors(p); }, {"tensor 'ids': unsupported dtype 'I64'"});
 }
 
 TEST_F(SafetensorsTest, OffsetsOutOfRangeOverlappingOrWithGapsAreErrors) {
   const std::string p = path("off.safetensors");
   write_bytes(p, make_file(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", std::string(4, '\0')));
-  std::string message = error_of([&] { lat::load_safetensors(p); });
-  EXPECT_TRUE(contains(message, "tensor 'w': data_offsets [0, 8] out of range: the data section holds 4 bytes"))
-      << message;
+  expect_error([&] { lat::load_safetensors(p); },
+               {"tensor 'w': data_offsets [0, 8] out of range: the data section holds 4 bytes"});
 
   write_bytes(p, make_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
                            R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
                            std::string(12, '\0')));
-  message = error_of([&] { lat::load_safetensors(p); });
-  EXPECT_TRUE(contains(message, "tensor 'b': data_offsets [4, 12] overlap tensor 'a'")) << message;
+  expect_error([&] { lat::load_safetensors(p); }, {"tensor 'b': data_offsets [4, 12] overlap tensor 'a'"});
 
   write_bytes(p, make_file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", std::string(8, '\0')));
-  EXPECT_TRUE(contains(error_of([&] { lat::load_safetensors(p); }), "leaving a gap"));
+  expect_error([&] { lat::load_safetensors(p); }, {"leaving a gap"});
 
   write_bytes(p, make_file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", std::string(8, '\0')));
-  EXPECT_TRUE(contains(error_of([&] { lat::load_safetensors(p); }), "the tensors cover 4 of the 8 bytes"));
+  expect_error([&] { lat::load_safetensors(p); }, {"the tensors cover 4 of the 8 bytes"});
 }
 
 TEST_F(SafetensorsTest, MissingTensorIsNamed) {
   lat::save_safetensors(path("m.safetensors"), {{"a", lat::Tensor::zeros({2})}});
   const lat::SafetensorsFile file = lat::load_safetensors(path("m.safetensors"));
-  const std::string message = error_of([&] { file.at("lm_head.weight"); });
-  EXPECT_TRUE(contains(message, path("m.safetensors"))) << message;
-  EXPECT_TRUE(contains(message, "no tensor 'lm_head.weight'")) << message;
+  expect_error([&] { file.at("lm_head.weight"); }, {path("m.safetensors"), "no tensor 'lm_head.weight'"});
 }
 
 TEST_F(SafetensorsTest, WriterRejectsBadNamesAndLeavesNoFile) {
   const std::string p = path("w.safetensors");
-  EXPECT_TRUE(contains(error_of([&] {
-                         lat::save_safetensors(p, {{"a", lat::Tensor::zeros({1})}, {"a", lat::Tensor::zeros({1})}});
-                       }),
-                       "got 'a'"));
-  EXPECT_TRUE(contains(error_of([&] { lat::save_safetensors(p, {{"__metadata__", lat::Tensor::zeros({1})}}); }),
-                       "__metadata__"));
-  EXPECT_TRUE(contains(error_of([&] { lat::save_safetensors(p, {{"ids", lat::Tensor::arange(3)}}); }),
-                       "tensor 'ids': expected an f32 or f64 tensor"));
+  expect_error([&] { lat::save_safetensors(p, {{"a", lat::Tensor::zeros({1})}, {"a", lat::Tensor::zeros({1})}}); },
+               {"got 'a'"});
+  expect_error([&] { lat::save_safetensors(p, {{"__metadata__", lat::Tensor::zeros({1})}}); }, {"__metadata__"});
+  expect_error([&] { lat::save_safetensors(p, {{"ids", lat::Tensor::arange(3)}}); },
+               {"tensor 'ids': expected an f32 or f64 tensor"});
   EXPECT_FALSE(fs::exists(p));
-  EXPECT_TRUE(contains(error_of([&] { lat::save_safetensors(path("no/such/dir/x.safetensors"), {}); }),
-                       "cannot open"));
+  expect_error([&] { lat::save_safetensors(path("no/such/dir/x.safetensors"), {}); }, {"cannot open"});
   // A directory where the file should go: the rename's own reason, and no temporary left.
   fs::create_directories(path("d.safetensors/inside"));
-  const std::string message = error_of([&] { lat::save_safetensors(path("d.safetensors"), {}); });
-  EXPECT_TRUE(contains(message, "cannot rename")) << message;
-  EXPECT_TRUE(contains(message, "Is a directory")) << message;
+  expect_error([&] { lat::save_safetensors(path("d.safetensors"), {}); }, {"cannot rename", "Is a directory"});
   EXPECT_FALSE(fs::exists(path("d.safetensors.tmp")));
 }
 

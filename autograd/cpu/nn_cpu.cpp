@@ -2,11 +2,8 @@
 // formulas (and their derivations) are documented in nn_cpu.h beside each declaration.
 #include "autograd/cpu/nn_cpu.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
-#include <vector>
 
 namespace lat::cpu {
 namespace {
@@ -50,35 +47,36 @@ void rms_norm_forward(const T* x, const T* weight, int64_t rows, int64_t dim, do
 template <class T>
 void rms_norm_backward(const T* x, const T* weight, const double* rstd, const T* g, int64_t rows, int64_t dim, T* dx,
                        T* dweight) {
-  // dweight: each thread sums its rows into a private buffer; the buffers are added in
-  // thread order afterwards, so the result does not depend on scheduling.
   const bool parallel = rows * dim > kParallelElements;
-  const int threads = parallel ? omp_get_max_threads() : 1;
-  std::vector<double> partial(dweight ? static_cast<size_t>(threads * dim) : 0, 0.0);
-#pragma omp parallel num_threads(threads) if (parallel)
-  {
-    double* mine = dweight ? partial.data() + omp_get_thread_num() * dim : nullptr;
-#pragma omp for schedule(static)
+  if (dx) {
+#pragma omp parallel for if (parallel)
     for (int64_t r = 0; r < rows; ++r) {
       const T* xr = x + r * dim;
       const T* gr = g + r * dim;
       const double rs = rstd[r];
-      if (dx) {
-        double dot = 0.0;
-        for (int64_t j = 0; j < dim; ++j) dot += static_cast<double>(gr[j]) * weight[j] * xr[j];
-        const T a = static_cast<T>(rs), b = static_cast<T>(rs * rs * rs * dot / static_cast<double>(dim));
-        T* dxr = dx + r * dim;
-        for (int64_t j = 0; j < dim; ++j) dxr[j] = a * gr[j] * weight[j] - b * xr[j];
-      }
-      if (mine)
-        for (int64_t j = 0; j < dim; ++j) mine[j] += static_cast<double>(gr[j]) * xr[j] * rs;
+      double dot = 0.0;
+      for (int64_t j = 0; j < dim; ++j) dot += static_cast<double>(gr[j]) * weight[j] * xr[j];
+      const T a = static_cast<T>(rs), b = static_cast<T>(rs * rs * rs * dot / static_cast<double>(dim));
+      T* dxr = dx + r * dim;
+      for (int64_t j = 0; j < dim; ++j) dxr[j] = a * gr[j] * weight[j] - b * xr[j];
     }
   }
   if (dweight) {
-    for (int64_t j = 0; j < dim; ++j) {
-      double s = 0.0;
-      for (int t = 0; t < threads; ++t) s += partial[t * dim + j];
-      dweight[j] = static_cast<T>(s);
+    // Threads split the columns, and each column sums its rows in row order: the order,
+    // and so the bits, do not depend on the thread count.
+    constexpr int64_t kColumns = 16;
+    const int64_t column_blocks = (dim + kColumns - 1) / kColumns;
+#pragma omp parallel for if (parallel)
+    for (int64_t cb = 0; cb < column_blocks; ++cb) {
+      const int64_t j0 = cb * kColumns, len = std::min(kColumns, dim - j0);
+      double acc[kColumns] = {};
+      for (int64_t r = 0; r < rows; ++r) {
+        const T* xr = x + r * dim + j0;
+        const T* gr = g + r * dim + j0;
+        const double rs = rstd[r];
+        for (int64_t j = 0; j < len; ++j) acc[j] += static_cast<double>(gr[j]) * xr[j] * rs;
+      }
+      for (int64_t j = 0; j < len; ++j) dweight[j0 + j] = static_cast<T>(acc[j]);
     }
   }
 }
@@ -142,14 +140,14 @@ void log_softmax_backward(const T* y, const T* g, int64_t rows, int64_t dim, T* 
 template <class T>
 double cross_entropy_forward(const T* logits, const int64_t* targets, int64_t rows, int64_t dim,
                              int64_t ignore_index, double* lse, int64_t* count) {
+#pragma omp parallel for if (rows * dim > kParallelElements)
+  for (int64_t r = 0; r < rows; ++r) lse[r] = row_log_sum_exp(logits + r * dim, dim);
+  // Summed in row order on one thread (an OpenMP reduction's order follows the thread count).
   double total = 0.0;
   int64_t n = 0;
-#pragma omp parallel for reduction(+ : total, n) if (rows * dim > kParallelElements)
   for (int64_t r = 0; r < rows; ++r) {
-    const T* xr = logits + r * dim;
-    lse[r] = row_log_sum_exp(xr, dim);
     if (targets[r] == ignore_index) continue;
-    total += lse[r] - static_cast<double>(xr[targets[r]]);
+    total += lse[r] - static_cast<double>(logits[r * dim + targets[r]]);
     ++n;
   }
   *count = n;

@@ -1,6 +1,8 @@
 // CPU kernels of the fused neural-network ops (RMSNorm, softmax, log-softmax,
 // cross-entropy). Each works on `rows` independent rows of `dim` contiguous elements
-// (the last axis), parallel over rows with OpenMP; sums accumulate in double.
+// (the last axis), parallel over rows with OpenMP; sums accumulate in double. Sums across
+// rows (dweight, the cross-entropy total) run in row order whatever the thread count, so
+// every thread count gives the same bits.
 // T is float or double. Inputs are validated by the ops in autograd/ops_nn.cpp.
 #pragma once
 #include <cstdint>

@@ -1,6 +1,12 @@
 // CPU loops of the reductions. A reduction over one axis views the contiguous input as
 // [outer, n, inner] (n: the reduced axis) and writes [outer, inner]. Sums accumulate in
 // double, so f32 sums of long rows do not lose precision.
+//
+// Every sum runs in one order that depends on the shape alone: the reduced axis in blocks
+// of kSumBlock entries, each block from its first entry to its last, then the block sums
+// in block order. Threads only decide who computes which block or which outputs, so any
+// thread count gives the same bits (an OpenMP reduction or per-thread partial sums would
+// not: their order follows the thread count).
 #pragma once
 #include <omp.h>
 
@@ -12,16 +18,37 @@
 
 namespace lat::cpu {
 
-/// Sum of x[0..n), accumulated in double.
+/// Entries of the reduced axis per block of a sum (see the file comment).
+constexpr int64_t kSumBlock = 4096;
+
+/// Sum of x[0..n) in double, in the block order of the file comment, on this thread.
 template <class T>
-double sum_all(const T* x, int64_t n) {
-  double acc = 0.0;
-#pragma omp parallel for reduction(+ : acc) if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i) acc += x[i];
-  return acc;
+double blocked_sum(const T* x, int64_t n) {
+  double total = 0.0;
+  for (int64_t begin = 0; begin < n; begin += kSumBlock) {
+    const int64_t end = std::min(n, begin + kSumBlock);
+    double acc = 0.0;
+    for (int64_t i = begin; i < end; ++i) acc += x[i];
+    total += acc;
+  }
+  return total;
 }
 
-/// y[o, i] = scale * sum_j x[o, j, i]; x: [outer, n, inner], y: [outer, inner].
+/// blocked_sum(x, n) with the blocks spread over the threads: the same bits.
+template <class T>
+double sum_all(const T* x, int64_t n) {
+  const int64_t blocks = (n + kSumBlock - 1) / kSumBlock;
+  if (blocks <= 1 || n <= kParallelMin) return blocked_sum(x, n);
+  std::vector<double> partial(static_cast<size_t>(blocks));
+#pragma omp parallel for
+  for (int64_t b = 0; b < blocks; ++b) partial[b] = blocked_sum(x + b * kSumBlock, std::min(kSumBlock, n - b * kSumBlock));
+  double total = 0.0;
+  for (double p : partial) total += p;
+  return total;
+}
+
+/// y[o, i] = scale * sum_j x[o, j, i]; x: [outer, n, inner], y: [outer, inner]. Each sum in
+/// the block order of the file comment, whichever branch computes it.
 template <class T>
 void sum_axis(const T* x, T* y, int64_t outer, int64_t n, int64_t inner, double scale) {
   const int64_t total = outer * n * inner;
@@ -31,25 +58,18 @@ void sum_axis(const T* x, T* y, int64_t outer, int64_t n, int64_t inner, double 
   }
   if (inner == 1) {  // many contiguous rows: one row per task
 #pragma omp parallel for if (total > kParallelMin)
-    for (int64_t o = 0; o < outer; ++o) {
-      double acc = 0.0;
-      const T* row = x + o * n;
-      for (int64_t j = 0; j < n; ++j) acc += row[j];
-      y[o] = static_cast<T>(acc * scale);
-    }
+    for (int64_t o = 0; o < outer; ++o) y[o] = static_cast<T>(blocked_sum(x + o * n, n) * scale);
     return;
   }
-  const int64_t m = outer * inner;
-  const int threads = omp_get_max_threads();
-  if (total > kParallelMin && m < 64 * threads) {
-    // Few outputs but a long axis ([N, D] -> [D] for a bias gradient): split the reduced
-    // axis across threads, each summing into its own partial row, then combine.
-    std::vector<double> partial(static_cast<size_t>(threads) * m, 0.0);
-#pragma omp parallel
-    {
-      double* p = partial.data() + static_cast<size_t>(omp_get_thread_num()) * m;
-#pragma omp for
-      for (int64_t j = 0; j < n; ++j)
+  const int64_t m = outer * inner, blocks = (n + kSumBlock - 1) / kSumBlock;
+  if (total > kParallelMin && blocks > 1 && m < 64 * omp_get_max_threads()) {
+    // Few outputs but a long axis ([N, D] -> [D] for a bias gradient): one task per block
+    // of the axis, summing into its own partial row; the partial rows are added in order.
+    std::vector<double> partial(static_cast<size_t>(blocks * m), 0.0);
+#pragma omp parallel for
+    for (int64_t b = 0; b < blocks; ++b) {
+      double* p = partial.data() + b * m;
+      for (int64_t j = b * kSumBlock; j < std::min(n, (b + 1) * kSumBlock); ++j)
         for (int64_t o = 0; o < outer; ++o) {
           const T* src = x + (o * n + j) * inner;
           double* dst = p + o * inner;
@@ -58,22 +78,26 @@ void sum_axis(const T* x, T* y, int64_t outer, int64_t n, int64_t inner, double 
     }
     for (int64_t k = 0; k < m; ++k) {
       double acc = 0.0;
-      for (int t = 0; t < threads; ++t) acc += partial[static_cast<size_t>(t) * m + k];
+      for (int64_t b = 0; b < blocks; ++b) acc += partial[b * m + k];
       y[k] = static_cast<T>(acc * scale);
     }
     return;
   }
   // Many outputs: each (outer, block of inner) is one task summing rows of the block.
-  constexpr int64_t kBlock = 256;
-  const int64_t blocks = (inner + kBlock - 1) / kBlock;
+  constexpr int64_t kColumns = 256;
+  const int64_t column_blocks = (inner + kColumns - 1) / kColumns;
 #pragma omp parallel for collapse(2) if (total > kParallelMin)
   for (int64_t o = 0; o < outer; ++o)
-    for (int64_t blk = 0; blk < blocks; ++blk) {
-      const int64_t i0 = blk * kBlock, len = std::min(kBlock, inner - i0);
-      double acc[kBlock] = {};
-      for (int64_t j = 0; j < n; ++j) {
-        const T* src = x + (o * n + j) * inner + i0;
-        for (int64_t i = 0; i < len; ++i) acc[i] += src[i];
+    for (int64_t cb = 0; cb < column_blocks; ++cb) {
+      const int64_t i0 = cb * kColumns, len = std::min(kColumns, inner - i0);
+      double acc[kColumns] = {};
+      for (int64_t begin = 0; begin < n; begin += kSumBlock) {
+        double block[kColumns] = {};
+        for (int64_t j = begin; j < std::min(n, begin + kSumBlock); ++j) {
+          const T* src = x + (o * n + j) * inner + i0;
+          for (int64_t i = 0; i < len; ++i) block[i] += src[i];
+        }
+        for (int64_t i = 0; i < len; ++i) acc[i] += block[i];
       }
       for (int64_t i = 0; i < len; ++i) y[o * inner + i0 + i] = static_cast<T>(acc[i] * scale);
     }

@@ -8,6 +8,7 @@
 // so every inner loop runs over contiguous channels and vectorizes.
 #include "layers/fused/short_conv.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -100,24 +101,33 @@ void conv_backward(const ConvArgs<S>& a, const S* dy, S* dx, S* dweight, S* dsta
       for (int64_t c = 0; c < D; ++c) out[c] += wk[c] * d[c];
     }
   }
-  // dweight: each thread sums its share of rows into a private [W, D] buffer.
-  std::vector<S> dwt(static_cast<size_t>(W * D), S(0));
-#pragma omp parallel if (B * T * D * W > 65536)
-  {
-    std::vector<S> local(static_cast<size_t>(W * D), S(0));
-#pragma omp for nowait
-    for (int64_t bt = 0; bt < B * T; ++bt) {
-      const S* d = dpre.data() + bt * D;
-      for (int64_t k = 0; k < W; ++k) {
-        const S* r = a.row(bt / T, bt % T + k);
-        if (r == nullptr) continue;
-        S* acc = local.data() + k * D;
-        for (int64_t c = 0; c < D; ++c) acc[c] += d[c] * r[c];
+  // dweight[w] = sum over the B * T rows of dpre * xe, in S. The rows are cut into two
+  // halves (the first one row longer when B * T is odd; one part below the size where a
+  // parallel loop pays), each half is summed in row order, and the halves are added in
+  // order. That is the order two threads have always used; it is now the order for every
+  // thread count, so 2-thread runs keep their bits and 1 or N threads give the same ones.
+  // Threads split (half, block of channels).
+  const int64_t rows = B * T, parts = B * T * D * W > 65536 ? 2 : 1, part_rows = (rows + parts - 1) / parts;
+  constexpr int64_t kChannels = 64;
+  const int64_t channel_blocks = (D + kChannels - 1) / kChannels;
+  std::vector<S> partial(static_cast<size_t>(parts * W * D), S(0));
+#pragma omp parallel for collapse(2) if (parts > 1)
+  for (int64_t p = 0; p < parts; ++p)
+    for (int64_t cb = 0; cb < channel_blocks; ++cb) {
+      const int64_t c0 = cb * kChannels, c1 = std::min(D, c0 + kChannels);
+      S* acc = partial.data() + p * W * D;
+      for (int64_t bt = p * part_rows; bt < std::min(rows, (p + 1) * part_rows); ++bt) {
+        const S* d = dpre.data() + bt * D;
+        for (int64_t k = 0; k < W; ++k) {
+          const S* r = a.row(bt / T, bt % T + k);
+          if (r == nullptr) continue;
+          for (int64_t c = c0; c < c1; ++c) acc[k * D + c] += d[c] * r[c];
+        }
       }
     }
-#pragma omp critical
-    for (size_t i = 0; i < local.size(); ++i) dwt[i] += local[i];
-  }
+  std::vector<S> dwt(static_cast<size_t>(W * D), S(0));
+  for (int64_t p = 0; p < parts; ++p)
+    for (int64_t i = 0; i < W * D; ++i) dwt[i] += partial[p * W * D + i];
   for (int64_t c = 0; c < D; ++c)
     for (int64_t k = 0; k < W; ++k) dweight[c * W + k] = dwt[k * D + c];
 }

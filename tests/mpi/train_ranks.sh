@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Data-parallel `lat train` under mpirun (issue 7), on a tiny config and a generated corpus.
+# Data-parallel `lat train` under mpirun, on a tiny config and a generated corpus.
 #
 #   train_ranks.sh MODE LAT COMPARE WORK_DIR
 #     equal    1 rank (plain launch) vs 2 ranks, 20 steps (grad_accum 1, then 2): losses within
