@@ -15,7 +15,7 @@
 //     with a full-attention layer grows with L.
 //  2. Training tokens/s of configs/shakespeare_hybrid.yaml and shakespeare_transformer.yaml
 //     and of their "nanoGPT-size" variants (data.block_size=64, train.batch_size=12,
-//     train.grad_accum=1). A step is what the trainer's is (train/trainer.cpp): forward and
+//     train.grad_accum=1). A step is what the trainer's is (train/run/trainer.cpp): forward and
 //     cross-entropy of each micro-batch, backward, global-norm clipping, the AdamW update of
 //     TrainOptimizer at the schedule's learning rate, with the trainer's malloc settings.
 //     Batches are the trainer's (BatchLoader windows of the config's data) when the data file
@@ -64,10 +64,10 @@
 #include "layers/hybrid_lm.h"
 #include "layers/linear_attention_layers.h"
 #include "optim/schedule.h"
-#include "train/config.h"
-#include "train/model.h"
-#include "train/train_optimizer.h"
-#include "train/train_step.h"
+#include "train/config/config.h"
+#include "train/files/model_reader.h"
+#include "train/run/train_optimizer.h"
+#include "train/run/train_step.h"
 
 namespace fs = std::filesystem;
 
@@ -410,7 +410,7 @@ void run_generation(const fs::path& config_dir, const Options& options) {
 
 // ---- training ----------------------------------------------------------------------------
 
-/// The trainer's malloc settings (keep_freed_memory in train/trainer.cpp): freed activation
+/// The trainer's malloc settings (keep_freed_memory in train/run/trainer.cpp): freed activation
 /// memory stays in the heap for the next step instead of being faulted in again.
 void use_trainer_malloc_settings() {
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
@@ -506,7 +506,7 @@ TrainResult bench_training(const std::string& name, const lat::Config& config, c
       tokens += micro.back().tokens;
     }
     const auto start = Clock::now();
-    // Run::train_step of train/trainer.cpp, one rank.
+    // Run::train_step of train/run/trainer.cpp, one rank.
     const double loss = lat::accumulate_gradients(model, micro, tokens, lat::Device::cpu());
     const lat::GradNorm norm = optimizer.clip_grad_norm(train.grad_clip);
     if (norm.finite)

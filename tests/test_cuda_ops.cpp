@@ -18,8 +18,8 @@
 #include "layers/short_conv.h"
 #include "optim/adamw.h"
 #include "optim/clip.h"
-#include "train/distributed.h"
-#include "train/distributed_nccl.h"
+#include "train/distributed/distributed.h"
+#include "train/distributed/nccl.h"
 
 namespace lat {
 namespace {

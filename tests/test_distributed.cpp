@@ -6,8 +6,8 @@
 #include <cstdlib>
 #include <numeric>
 
-#include "train/buckets.h"
-#include "train/distributed.h"
+#include "train/distributed/buckets.h"
+#include "train/distributed/distributed.h"
 
 namespace lat {
 namespace {

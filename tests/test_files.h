@@ -18,7 +18,7 @@
 #include <utility>
 
 #include "lat/error.h"
-#include "train/config.h"
+#include "train/config/config.h"
 
 namespace lat::testing {
 

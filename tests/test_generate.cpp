@@ -12,11 +12,11 @@
 #include "lat/lat.h"
 #include "layers/hybrid_lm.h"
 #include "tests/test_files.h"
-#include "train/checkpoint.h"
-#include "train/config.h"
-#include "train/generate.h"
-#include "train/model.h"
-#include "train/sampling.h"
+#include "train/files/checkpoint.h"
+#include "train/config/config.h"
+#include "train/inference/generate.h"
+#include "train/files/model_reader.h"
+#include "train/inference/sampling.h"
 
 namespace fs = std::filesystem;
 

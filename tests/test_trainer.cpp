@@ -18,12 +18,12 @@
 
 #include "data/dataset.h"
 #include "tests/test_files.h"
-#include "train/checkpoint.h"
-#include "train/config.h"
-#include "train/eval.h"
-#include "train/model.h"
-#include "train/run_dir_lock.h"
-#include "train/trainer.h"
+#include "train/files/checkpoint.h"
+#include "train/config/config.h"
+#include "train/inference/eval.h"
+#include "train/files/model_reader.h"
+#include "train/run/run_dir_lock.h"
+#include "train/run/trainer.h"
 
 namespace fs = std::filesystem;
 

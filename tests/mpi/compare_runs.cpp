@@ -15,7 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "train/checkpoint.h"
+#include "train/files/checkpoint.h"
 
 namespace {
 
