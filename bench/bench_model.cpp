@@ -65,7 +65,7 @@
 #include "layers/linear_attention_layers.h"
 #include "optim/schedule.h"
 #include "train/config/config.h"
-#include "train/files/model_reader.h"
+#include "train/config/model_config.h"
 #include "train/run/train_optimizer.h"
 #include "train/run/train_step.h"
 

@@ -20,6 +20,7 @@
 #include "lat/version.h"
 #include "tests/test_files.h"
 #include "train/files/checkpoint.h"
+#include "train/files/run_dir.h"
 #include "train/config/config.h"
 
 namespace fs = std::filesystem;

@@ -18,11 +18,14 @@
 #include "lat/tape.h"
 #include "layers/swiglu.h"
 #include "tests/test_files.h"
+#include "train/config/model_config.h"
 #include "train/files/checkpoint.h"
 #include "train/files/export.h"
 #include "train/inference/generate.h"
 #include "train/inference/info.h"
 #include "train/files/model_reader.h"
+#include "train/files/run_dir.h"
+#include "train/files/trained_model.h"
 #include "train/files/safetensors.h"
 
 namespace fs = std::filesystem;

@@ -3,6 +3,7 @@
 // shapes; non-strict resizes vocabularies and lists what it skipped), the tokenizer a
 // fine-tuning run uses.
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <fstream>
@@ -16,6 +17,7 @@
 #include "tests/test_files.h"
 #include "train/files/checkpoint.h"
 #include "train/run/finetune.h"
+#include "train/config/model_config.h"
 #include "train/files/model_reader.h"
 #include "train/run/trainer.h"
 

@@ -14,8 +14,9 @@
 #include "tests/test_files.h"
 #include "train/files/checkpoint.h"
 #include "train/config/config.h"
+#include "train/config/model_config.h"
 #include "train/inference/generate.h"
-#include "train/files/model_reader.h"
+#include "train/files/run_dir.h"
 #include "train/inference/sampling.h"
 
 namespace fs = std::filesystem;

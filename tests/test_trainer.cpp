@@ -19,9 +19,10 @@
 #include "data/dataset.h"
 #include "tests/test_files.h"
 #include "train/files/checkpoint.h"
+#include "train/files/run_dir.h"
 #include "train/config/config.h"
 #include "train/inference/eval.h"
-#include "train/files/model_reader.h"
+#include "train/files/trained_model.h"
 #include "train/run/run_dir_lock.h"
 #include "train/run/trainer.h"
 

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "train/files/checkpoint.h"
+#include "train/files/run_dir.h"
 
 namespace {
 

@@ -650,4 +650,8 @@ std::vector<std::string> layer_mixers(const ModelConfig& model) {
   return mixers;
 }
 
+int64_t value_head_dim(const ModelConfig& model) {
+  return static_cast<int64_t>(static_cast<double>(model.head_dim) * model.expand_v);
+}
+
 }  // namespace lat

@@ -137,4 +137,8 @@ std::vector<std::string> resume_incompatible_keys(const Config& saved, const Con
 /// n_layers 3 gives {gdn, attn, gdn}.
 std::vector<std::string> layer_mixers(const ModelConfig& model);
 
+/// The value head dim V = head_dim * expand_v of the linear mixers (a whole number once the
+/// config is validated).
+int64_t value_head_dim(const ModelConfig& model);
+
 }  // namespace lat

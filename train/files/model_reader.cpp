@@ -1,105 +1,111 @@
-// Model construction from config, weight loading and device placement.
+// Reading every model format into ModelWeights (model_reader.h).
 #include "train/files/model_reader.h"
 
-#include <map>
+#include <filesystem>
+#include <optional>
+#include <type_traits>
 
-#include "train/files/checkpoint.h"
-#include "train/files/export.h"
+#include "lat/error.h"
+#include "train/config/config.h"
+#include "train/files/config_json.h"
+#include "train/files/export_layout.h"
+#include "train/files/json_file.h"
+#include "train/files/run_dir.h"
+#include "train/files/safetensors.h"
+#include "train/files/tokenizer_files.h"
+
+namespace fs = std::filesystem;
 
 namespace lat {
+namespace {
 
-HybridLMConfig hybrid_lm_config(const ModelConfig& model, int64_t vocab_size) {
-  HybridLMConfig c;
-  c.vocab_size = model.vocab_size > 0 ? model.vocab_size : vocab_size;
-  c.layers = layer_mixers(model);
-  c.mlp_ratio = model.mlp_ratio;
-  c.norm_eps = model.norm_eps;
-  c.tie_embeddings = model.tie_embeddings;
-  MixerConfig& m = c.mixer;
-  m.d_model = model.d_model;
-  m.n_heads = model.n_heads;
-  m.head_dim = model.head_dim;
-  m.expand_v = model.expand_v;
-  m.n_kv_heads = model.attn.n_kv_heads;
-  m.window_size = model.attn.window_size;
-  m.rope_theta = model.attn.rope_theta;
-  m.feature_map = model.linear.feature_map;
-  m.normalize = model.linear.normalize;
-  m.use_short_conv = model.linear.use_short_conv;
-  m.conv_size = model.linear.conv_size;
-  m.use_gate = model.linear.use_gate;
-  m.chunk_size = model.linear.chunk_size;
-  return c;
+using namespace export_layout;
+
+/// A checkpoint (or an h5-weights export) without its training-only parts.
+ModelWeights load_h5(const std::string& path) {
+  ModelWeights w;
+  w.path = path;
+  w.checkpoint = load_checkpoint(path);
+  w.checkpoint.optimizer = {};
+  w.checkpoint.rng_state.clear();
+  w.checkpoint.data = {};
+  return w;
 }
 
-void load_weights(const Module& model, const std::vector<std::pair<std::string, Tensor>>& weights,
-                  const std::string& source) {
-  std::map<std::string, const Tensor*> by_name;
-  for (const auto& [name, tensor] : weights) by_name[name] = &tensor;
-  for (auto& [name, param] : model.named_parameters()) {
-    auto it = by_name.find(name);
-    LAT_CHECK(it != by_name.end(), "load_weights: '" << source << "' has no tensor '" << name << "'");
-    const Tensor& w = *it->second;
-    LAT_CHECK(w.shape() == param.shape(), "load_weights: '" << source << "': '" << name << "': expected shape "
-                                                            << shape_str(param.shape()) << ", got "
-                                                            << shape_str(w.shape()));
-    param.copy_(w.device() == param.device() ? w : w.to(param.device()));
-    by_name.erase(it);
+/// The integer or float __metadata__ value `key`, or `fallback` when absent.
+template <class T>
+T metadata_number(const SafetensorsFile& file, const std::string& key, T fallback) {
+  auto it = file.metadata.find(key);
+  if (it == file.metadata.end()) return fallback;
+  try {
+    size_t used = 0;
+    T value;
+    if constexpr (std::is_integral_v<T>)
+      value = static_cast<T>(std::stoll(it->second, &used));
+    else
+      value = static_cast<T>(std::stod(it->second, &used));
+    if (used == it->second.size()) return value;
+  } catch (const std::exception&) {
   }
-  LAT_CHECK(by_name.empty(), "load_weights: '" << source << "': tensor '" << by_name.begin()->first
-                                               << "' is not a parameter of this model");
+  throw Error("load_model_weights: '" + file.path + "': __metadata__ '" + key + "': expected a number, got '" +
+              it->second + "'");
 }
 
-void move_parameters(const Module& model, Device device) {
-  for (auto& [name, param] : model.named_parameters()) {
-    if (param.device() == device) continue;
-    // Swap the storage under the existing handle: modules and optimizers hold this very
-    // TensorImpl, so a new tensor would leave them pointing at the old copy.
-    param.impl()->storage = param.to(device).impl()->storage;
+/// The root attributes a safetensors export keeps in __metadata__ (export.cpp writes them).
+void read_export_metadata(const SafetensorsFile& file, Checkpoint& ckpt) {
+  ckpt.step = metadata_number<int64_t>(file, "step", 0);
+  ckpt.tokens_seen = metadata_number<int64_t>(file, "tokens_seen", 0);
+  ckpt.val_loss = metadata_number<double>(file, "val_loss", ckpt.val_loss);
+  ckpt.best_val_loss = metadata_number<double>(file, "best_val_loss", ckpt.best_val_loss);
+  ckpt.world_size = metadata_number<int64_t>(file, "world_size", 1);
+  if (auto it = file.metadata.find("lat_version"); it != file.metadata.end()) ckpt.lat_version = it->second;
+  if (auto it = file.metadata.find("created"); it != file.metadata.end()) ckpt.created = it->second;
+  if (auto it = file.metadata.find("frozen"); it != file.metadata.end()) {
+    const nlohmann::json frozen = parse_json(it->second, file.path + " __metadata__ frozen");
+    if (!frozen.is_array())
+      throw Error("load_model_weights: '" + file.path + "': __metadata__ 'frozen': expected a JSON list");
+    for (const auto& name : frozen) {
+      if (!name.is_string()) throw Error("load_model_weights: '" + file.path + "': __metadata__ 'frozen': expected names");
+      ckpt.frozen.push_back(name.get<std::string>());
+    }
   }
 }
 
-Device parse_device(const std::string& device) {
-  Device d = Device::cpu();
-  if (device == "cpu") return d;
-  if (device == "cuda") {
-    d = Device::cuda(0);
-  } else if (device.rfind("cuda:", 0) == 0 && device.size() > 5 &&
-             device.find_first_not_of("0123456789", 5) == std::string::npos) {
-    d = Device::cuda(std::stoi(device.substr(5)));
-  } else {
-    throw ConfigError("train.device: expected cpu, cuda or cuda:N, got '" + device + "'");
+/// An exported model.safetensors with the config.json and tokenizer.json beside it.
+ModelWeights load_exported_safetensors(const std::string& path) {
+  ModelWeights w;
+  w.path = path;
+  Checkpoint& ckpt = w.checkpoint;
+  const SafetensorsFile file = load_safetensors(path);
+  const fs::path dir = fs::path(path).parent_path();
+  const std::string config_path = (dir / kConfigFile).string();
+  ckpt.config_yaml = read_lat_config(config_path, path);
+  const Config parsed = parse_config(ckpt.config_yaml, config_path);
+  const std::string tokenizer_path = (dir / kTokenizerFile).string();
+  ckpt.tokenizer_type = "none";  // as the trainer saves a model trained on token ids
+  if (fs::exists(tokenizer_path)) read_tokenizer_json(tokenizer_path, ckpt);
+  read_export_metadata(file, ckpt);
+  for (const auto& [name, tensor] : file.tensors) {
+    // The tied copy exists for other tools; lat's model has no lm_head then.
+    if (parsed.model.tie_embeddings && name == "lm_head.weight") continue;
+    ckpt.model.emplace_back(name, tensor);
   }
-  if (!cuda_built())
-    throw ConfigError("train.device: '" + device +
-                      "': this lat was built without CUDA (configure with -DLAT_CUDA=ON where nvcc is installed)");
-  const int visible = cuda_device_count();
-  if (d.index >= visible)
-    throw ConfigError("train.device: '" + device + "': " + std::to_string(visible) +
-                      " CUDA device(s) are visible to this process" +
-                      (visible == 0 ? " (no GPU or driver here; use train.device: cpu)" : ""));
-  return d;
+  return w;
 }
 
-TrainedModel load_trained_model(const std::string& checkpoint) {
-  TrainedModel t;
-  ModelWeights weights = load_model_weights(checkpoint);
-  t.path = weights.path;
-  Checkpoint& ckpt = weights.checkpoint;
-  t.config = parse_config(ckpt.config_yaml, t.path);
-  t.step = ckpt.step;
-  if (ckpt.tokenizer_type == "char")
-    t.tokenizer = Tokenizer::char_from_vocab(ckpt.tokenizer_vocab);
-  else if (ckpt.tokenizer_type == "byte")
-    t.tokenizer = Tokenizer::byte();
-  int64_t vocab_size = 0;
-  for (const auto& [name, tensor] : ckpt.model)
-    if (name == "embeddings.weight" && tensor.dim() == 2) vocab_size = tensor.size(0);
-  LAT_CHECK(vocab_size > 0, "load_trained_model: '" << t.path << "' has no 2-D tensor 'embeddings.weight'");
-  Generator gen(static_cast<uint64_t>(t.config.train.seed));
-  t.model = std::make_unique<HybridLM>(hybrid_lm_config(t.config.model, vocab_size), gen);
-  load_weights(*t.model, ckpt.model, t.path);
-  return t;
+}  // namespace
+
+ModelWeights load_model_weights(const std::string& path) {
+  const fs::path p(path);
+  if (fs::is_directory(p)) {
+    // A run directory first (DESIGN.md); else an export directory.
+    if (std::optional<std::string> latest = find_latest_checkpoint(path)) return load_h5(*latest);
+    if (fs::is_regular_file(p / kWeightsFile)) return load_h5((p / kWeightsFile).string());
+    if (fs::is_regular_file(p / kSafetensorsFile)) return load_exported_safetensors((p / kSafetensorsFile).string());
+    return load_h5(resolve_checkpoint(path));  // throws: no checkpoint there
+  }
+  if (p.extension() == ".safetensors") return load_exported_safetensors(path);
+  return load_h5(resolve_checkpoint(path));
 }
 
 }  // namespace lat

@@ -1,52 +1,26 @@
-// From a config or a checkpoint to a HybridLM: the model.* keys as a HybridLMConfig,
-// loading weights by name, moving parameters to a device, and loading a trained model
-// (with its config and tokenizer) for `lat generate` and `lat eval`.
+// The one reader of model files: everything `--checkpoint` accepts (DESIGN.md "The command
+// line"): a checkpoint (.h5), a run directory (its latest checkpoint), an export directory
+// (its model.h5, else its model.safetensors) or an exported model.safetensors with the
+// config.json and tokenizer.json beside it (export_layout.h), read into one form.
 #pragma once
-#include <cstdint>
-#include <memory>
-#include <optional>
 #include <string>
-#include <utility>
-#include <vector>
 
-#include "data/tokenizer.h"
-#include "layers/hybrid_lm.h"
-#include "train/config/config.h"
+#include "train/files/checkpoint.h"
 
 namespace lat {
 
-/// The HybridLM of the model.* keys with `vocab_size` tokens (model.vocab_size when it is
-/// set, else the caller's: the tokenizer's or the data's).
-HybridLMConfig hybrid_lm_config(const ModelConfig& model, int64_t vocab_size);
-
-/// Copies `weights` (name, tensor) into the parameters of `model` with the same names.
-/// Throws lat::Error naming `source` and the parameter when one is missing, unexpected, or
-/// of another shape.
-void load_weights(const Module& model, const std::vector<std::pair<std::string, Tensor>>& weights,
-                  const std::string& source);
-
-/// Moves every parameter of `model` to `device` in place: the parameter handles the model
-/// and its optimizer hold keep working, now pointing at device storage.
-void move_parameters(const Module& model, Device device);
-
-/// "cpu", "cuda" (= cuda:0) or "cuda:N" as a Device. Throws ConfigError naming
-/// train.device for anything else, for CUDA when this build has no CUDA backend, and for a
-/// CUDA device this process cannot see (none on a machine without a GPU).
-Device parse_device(const std::string& device);
-
-/// A trained model with what is needed to use it.
-struct TrainedModel {
-  std::string path;                  // the checkpoint file read
-  Config config;                     // its resolved config
-  std::optional<Tokenizer> tokenizer;  // none for a model trained on token ids (bin/h5 data)
-  int64_t step = 0;
-  std::unique_ptr<HybridLM> model;
+/// A model's weights with what is needed to rebuild it.
+struct ModelWeights {
+  std::string path;  // the file read: a .h5 checkpoint or a model.safetensors
+  /// Root attributes, config, tokenizer and model tensors (f32, CPU, module order; no
+  /// lm_head.weight copy when the embeddings are tied); optimizer, rng and data empty.
+  Checkpoint checkpoint;
 };
 
-/// Loads what `--checkpoint` accepts (load_model_weights: a checkpoint (.h5), a run
-/// directory's latest checkpoint, an exported model.safetensors or model.h5, or an export
-/// directory): its config, tokenizer and weights (on the CPU). Throws lat::Error naming the file when it is missing, not a
-/// checkpoint, or does not match its own config.
-TrainedModel load_trained_model(const std::string& checkpoint);
+/// Loads what `--checkpoint` accepts (see the top of this file). Throws lat::Error naming the
+/// file: missing, unreadable or bad safetensors (see load_safetensors), a checkpoint from a
+/// newer layout version, config.json missing or without lat_config, or a bad tokenizer.json;
+/// ConfigError for a path that does not exist or a run directory without a checkpoint.
+ModelWeights load_model_weights(const std::string& path);
 
 }  // namespace lat

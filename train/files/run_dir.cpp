@@ -1,5 +1,6 @@
-// The run directory's files besides the checkpoints themselves: `latest`, pruning old
-// checkpoints, stale temporary files and metrics.jsonl cleanup on resume (checkpoint.h).
+// The run directory's files besides the checkpoints themselves (run_dir.h).
+#include "train/files/run_dir.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -8,8 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "train/files/checkpoint.h"
 #include "train/config/config.h"
+#include "train/files/atomic_file.h"
 
 namespace fs = std::filesystem;
 
@@ -55,25 +56,6 @@ std::string read_latest(const std::string& out_dir) {
   return name;
 }
 
-/// Writes `text` to `path` through `path.tmp` and a rename, so readers see the old or the
-/// new file, never a partial one.
-void write_atomically(const fs::path& path, const std::string& text, const std::string& who) {
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-    out.flush();
-    LAT_CHECK(out.good(), who << ": cannot write '" << tmp.string() << "'");
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    const std::string reason = ec.message();  // before remove() reuses ec
-    fs::remove(tmp, ec);
-    LAT_CHECK(false, who << ": cannot rename '" << tmp.string() << "' to '" << path.string() << "': " << reason);
-  }
-}
-
 }  // namespace
 
 std::string checkpoint_file_name(int64_t step) {
@@ -85,7 +67,7 @@ std::string checkpoint_file_name(int64_t step) {
 void write_latest(const std::string& out_dir, const std::string& file_name) {
   LAT_CHECK(checkpoint_step(file_name).has_value(),
             "write_latest: file_name: expected ckpt_<step>.h5, got '" << file_name << "'");
-  write_atomically(fs::path(out_dir) / kLatest, file_name + "\n", "write_latest");
+  write_text_atomically((fs::path(out_dir) / kLatest).string(), file_name + "\n", "write_latest");
 }
 
 std::optional<std::string> find_latest_checkpoint(const std::string& out_dir) {
@@ -176,7 +158,7 @@ int64_t truncate_metrics(const std::string& path, int64_t step) {
     kept += line + "\n";
   }
   // Rewrite also when the last line lacks its '\n', so the next record starts on a new line.
-  if (dropped > 0 || (!text.empty() && text.back() != '\n')) write_atomically(path, kept, "truncate_metrics");
+  if (dropped > 0 || (!text.empty() && text.back() != '\n')) write_text_atomically(path, kept, "truncate_metrics");
   return dropped;
 }
 

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "lat/error.h"
+#include "train/files/atomic_file.h"
 
 namespace lat {
 namespace {
@@ -158,40 +159,27 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
   std::string json = header.dump();
   json.append((8 - (8 + json.size()) % 8) % 8, ' ');  // data section 8-byte aligned
 
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    LAT_CHECK(out, where << path << "': cannot open '" << tmp << "' for writing: " << std::strerror(errno));
-    const uint64_t n = json.size();
-    out.write(reinterpret_cast<const char*>(&n), 8);
-    out.write(json.data(), static_cast<std::streamsize>(json.size()));
-    std::vector<uint16_t> half;
-    for (const Tensor& h : host) {
-      const float* data = h.data<float>();
-      if (dtype == SafetensorsDType::f32) {
-        out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(h.numel() * 4));
-        continue;
-      }
-      half.resize(static_cast<size_t>(h.numel()));
-      const int64_t count = h.numel();
+  write_file_atomically(
+      path,
+      [&](std::ostream& out) {
+        const uint64_t n = json.size();
+        out.write(reinterpret_cast<const char*>(&n), 8);
+        out.write(json.data(), static_cast<std::streamsize>(json.size()));
+        std::vector<uint16_t> half;
+        for (const Tensor& h : host) {
+          const float* data = h.data<float>();
+          if (dtype == SafetensorsDType::f32) {
+            out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(h.numel() * 4));
+            continue;
+          }
+          half.resize(static_cast<size_t>(h.numel()));
+          const int64_t count = h.numel();
 #pragma omp parallel for if (count > 65536)
-      for (int64_t i = 0; i < count; ++i) half[static_cast<size_t>(i)] = float_to_bf16(data[i]);
-      out.write(reinterpret_cast<const char*>(half.data()), static_cast<std::streamsize>(count * 2));
-    }
-    out.flush();
-    if (!out) {
-      std::error_code ec;
-      std::filesystem::remove(tmp, ec);
-      throw Error(std::string(where) + path + "': writing '" + tmp + "' failed: " + std::strerror(errno));
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    const std::string reason = ec.message();  // before remove() reuses ec
-    std::filesystem::remove(tmp, ec);
-    throw Error(std::string(where) + path + "': cannot rename '" + tmp + "': " + reason);
-  }
+          for (int64_t i = 0; i < count; ++i) half[static_cast<size_t>(i)] = float_to_bf16(data[i]);
+          out.write(reinterpret_cast<const char*>(half.data()), static_cast<std::streamsize>(count * 2));
+        }
+      },
+      std::string(where) + path + "'");
 }
 
 SafetensorsFile load_safetensors(const std::string& path) {

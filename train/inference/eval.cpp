@@ -7,7 +7,7 @@
 #include "lat/tape.h"
 #include "data/dataset.h"
 #include "train/config/config.h"
-#include "train/files/model_reader.h"
+#include "train/files/trained_model.h"
 
 namespace lat {
 

@@ -3,7 +3,7 @@
 
 #include "lat/ops.h"
 #include "train/config/config.h"
-#include "train/files/model_reader.h"
+#include "train/files/trained_model.h"
 
 namespace lat {
 

@@ -8,8 +8,9 @@
 #include <sstream>
 
 #include "data/dataset.h"
-#include "train/files/export.h"
+#include "train/config/model_config.h"
 #include "train/files/model_reader.h"
+#include "train/files/trained_model.h"
 
 namespace lat {
 namespace {
@@ -117,7 +118,7 @@ ModelInfo model_info(const Config& config, int64_t vocab_size, int64_t context) 
   info.params.push_back({m.tie_embeddings ? "lm_head (tied to embeddings)" : "lm_head",
                          m.tie_embeddings ? 0 : vocab_size * m.d_model});
 
-  const int64_t H = m.n_heads, K = m.head_dim, V = static_cast<int64_t>(static_cast<double>(K) * m.expand_v);
+  const int64_t H = m.n_heads, K = m.head_dim, V = value_head_dim(m);
   const int64_t attn_rows = m.attn.window_size > 0 ? std::min(context, m.attn.window_size) : context;
   const int64_t kv_cache = 2 * attn_rows * m.attn.n_kv_heads * m.head_dim;
   for (size_t i = 0; i < kinds.size(); ++i) {
@@ -147,10 +148,7 @@ ModelInfo inspect(const std::string& path, int64_t context) {
   const ModelWeights w = load_model_weights(path);
   const Checkpoint& c = w.checkpoint;
   const Config config = parse_config(c.config_yaml, w.path);
-  int64_t vocab_size = config.model.vocab_size;
-  for (const auto& [name, tensor] : c.model)
-    if (name == "embeddings.weight" && tensor.dim() == 2) vocab_size = tensor.size(0);
-  ModelInfo info = model_info(config, vocab_size, context);
+  ModelInfo info = model_info(config, vocab_size_of(w).value_or(config.model.vocab_size), context);
   info.checkpoint = ModelInfo::CheckpointFacts{w.path,          c.step,    c.tokens_seen, c.val_loss,
                                                c.best_val_loss, c.created, c.lat_version, c.frozen};
   return info;
@@ -164,7 +162,7 @@ std::string format_info(const ModelInfo& info) {
   for (const std::string& k : kinds) pattern += (pattern.empty() ? "" : ",") + k;
   out << "model: " << m.n_layers << " layers (" << pattern << "), d_model " << m.d_model << ", " << m.n_heads
       << " heads x " << m.head_dim << " (attention kv heads " << m.attn.n_kv_heads << "), value head dim "
-      << static_cast<int64_t>(static_cast<double>(m.head_dim) * m.expand_v) << ", vocab " << info.vocab_size << "\n";
+      << value_head_dim(m) << ", vocab " << info.vocab_size << "\n";
 
   out << "\nparameters\n";
   size_t width = 5;

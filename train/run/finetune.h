@@ -14,7 +14,7 @@
 #include "data/tokenizer.h"
 #include "layers/module.h"
 #include "train/config/config.h"
-#include "train/files/export.h"
+#include "train/files/model_reader.h"
 
 namespace lat {
 

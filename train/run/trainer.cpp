@@ -20,15 +20,19 @@
 #include "lat/ops.h"
 #include "lat/tape.h"
 #include "optim/schedule.h"
+#include "train/config/model_config.h"
 #include "train/files/checkpoint.h"
+#include "train/files/run_dir.h"
+#include "train/files/tokenizer_files.h"
 #include "train/distributed/distributed.h"
 #include "train/distributed/eval.h"
 #include "train/distributed/nccl.h"
 #include "train/inference/eval.h"
-#include "train/files/export.h"
 #include "train/run/finetune.h"
 #include "train/run/metrics.h"
 #include "train/files/model_reader.h"
+#include "train/files/trained_model.h"
+#include "train/run/device.h"
 #include "train/run/progress.h"
 #include "train/run/run_dir_lock.h"
 #include "train/run/signals.h"
@@ -233,10 +237,7 @@ void Run::prepare(const std::optional<std::string>& resume_path) {
       throw ConfigError("resume: " + *resume_path + " was trained with another config; these keys may not change " +
                         "on resume: " + join(keys, ", ") +
                         " (restore them, or start a new run with another train.out_dir)");
-    if (ckpt->tokenizer_type == "char")
-      tokenizer = Tokenizer::char_from_vocab(ckpt->tokenizer_vocab);
-    else if (ckpt->tokenizer_type == "byte")
-      tokenizer = Tokenizer::byte();
+    tokenizer = checkpoint_tokenizer(*ckpt);
   }
   // Fine-tuning starts from another model's weights, and encodes its text with that model's
   // tokenizer so that ids keep their meaning. A run that resumes has its own checkpoint.
@@ -452,12 +453,7 @@ void Run::save(int64_t step) {
   c.world_size = dist_.world_size();
   c.frozen = frozen_;
   c.config_yaml = to_yaml(config_);
-  if (data_->tokenizer) {
-    c.tokenizer_type = data_->tokenizer->type();
-    if (c.tokenizer_type == "char") c.tokenizer_vocab = data_->tokenizer->vocab_string();
-  } else {
-    c.tokenizer_type = "none";  // bin/h5 token ids: no tokenizer to save
-  }
+  set_checkpoint_tokenizer(c, data_->tokenizer);
   for (auto& [name, tensor] : model_->named_parameters()) c.model.emplace_back(name, tensor);
   optimizer_->save_to(c);
   c.rng_state = gen_.state();
