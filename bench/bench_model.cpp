@@ -65,6 +65,7 @@
 #include "layers/linear_attention_layers.h"
 #include "optim/schedule.h"
 #include "train/config/config.h"
+#include "train/config/data_options.h"
 #include "train/config/model_config.h"
 #include "train/run/train_optimizer.h"
 #include "train/run/train_step.h"
@@ -453,19 +454,10 @@ TrainResult bench_training(const std::string& name, const lat::Config& config, c
   std::unique_ptr<lat::BatchLoader> loader;
   int64_t vocab = kRandomVocab;
   if (const std::optional<std::string> path = find_data(config, repo_root)) {
-    lat::DataOptions d;
+    lat::DataOptions d = lat::data_options(config);
     d.path = *path;
-    d.format = config.data.format;
-    d.tokenizer = config.data.tokenizer;
-    d.bin_dtype = config.data.bin_dtype;
-    d.h5_dataset = config.data.h5_dataset;
-    d.block_size = config.data.block_size;
-    d.val_fraction = config.data.val_fraction;
-    d.vocab_size = config.model.vocab_size;
     data.emplace(lat::load_data(d));
-    vocab = config.model.vocab_size > 0 ? config.model.vocab_size
-            : data->tokenizer           ? data->tokenizer->vocab_size()
-                                        : int64_t{data->dataset.max_id()} + 1;
+    vocab = lat::run_vocab_size(config.model, *data);
     loader = std::make_unique<lat::BatchLoader>(data->dataset, static_cast<uint64_t>(train.seed));
     r.data = *path + " (" + data->format + ", vocab " + std::to_string(vocab) + ")";
   } else {

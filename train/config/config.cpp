@@ -14,6 +14,8 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "train/text/format.h"
+
 namespace lat {
 namespace {
 
@@ -159,12 +161,6 @@ std::vector<std::string> all_key_names() {
 std::string did_you_mean(const std::string& name, const std::vector<std::string>& candidates) {
   std::string near = suggest(name, candidates);
   return near.empty() ? "" : ", did you mean '" + near + "'?";
-}
-
-std::string join(const std::vector<std::string>& items, const std::string& separator) {
-  std::string out;
-  for (size_t i = 0; i < items.size(); ++i) out += (i ? separator : "") + items[i];
-  return out;
 }
 
 /// The comma-separated mixer names of model.layers, trimmed (empty entries kept, to be reported).

@@ -7,6 +7,7 @@
 #include "lat/tape.h"
 #include "data/dataset.h"
 #include "train/config/config.h"
+#include "train/config/data_options.h"
 #include "train/files/trained_model.h"
 
 namespace lat {
@@ -53,19 +54,13 @@ CheckpointEval evaluate_checkpoint(const std::string& checkpoint, const std::str
   TrainedModel trained = load_trained_model(checkpoint);
   const Config& config = trained.config;
   set_num_threads(static_cast<int>(config.train.threads));
-  DataOptions options;
-  options.path = data_path.empty() ? config.data.path : data_path;
-  options.format = data_path.empty() ? config.data.format : "auto";
-  options.tokenizer = config.data.tokenizer;
-  options.bin_dtype = config.data.bin_dtype;
-  options.h5_dataset = config.data.h5_dataset;
-  options.block_size = config.data.block_size;
-  options.val_fraction = config.data.val_fraction;
+  DataOptions options = data_options(config);
   options.vocab_size = trained.model->vocab_size();
   if (!data_path.empty()) {
+    options.path = data_path;
     // Ids must mean what they meant in training: text goes through the checkpoint's own
     // tokenizer, token files only fit a model trained on token ids.
-    options.format = resolve_format(options.path, options.format);  // load_data need not detect it again
+    options.format = resolve_format(options.path, "auto");  // load_data need not detect it again
     const std::string& format = options.format;
     if (format == "text" && !trained.tokenizer)
       throw ConfigError("eval: --data: '" + options.path + "' is text, but '" + trained.path +

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "data/dataset.h"
+#include "train/config/data_options.h"
 #include "train/config/model_config.h"
 #include "train/files/model_reader.h"
 #include "train/files/trained_model.h"
@@ -76,16 +77,7 @@ std::string loss_text(double loss) {
 /// The vocabulary size a run of `config` would use: model.vocab_size, else its data's.
 int64_t config_vocab_size(const Config& config) {
   if (config.model.vocab_size > 0) return config.model.vocab_size;
-  DataOptions options;
-  options.path = config.data.path;
-  options.format = config.data.format;
-  options.tokenizer = config.data.tokenizer;
-  options.bin_dtype = config.data.bin_dtype;
-  options.h5_dataset = config.data.h5_dataset;
-  options.block_size = config.data.block_size;
-  options.val_fraction = config.data.val_fraction;
-  const LoadedData data = load_data(options);
-  return data.tokenizer ? data.tokenizer->vocab_size() : int64_t{data.dataset.max_id()} + 1;
+  return run_vocab_size(config.model, load_data(data_options(config)));
 }
 
 }  // namespace

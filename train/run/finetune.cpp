@@ -11,15 +11,10 @@
 
 #include "data/dataset.h"
 #include "data/token_files.h"
+#include "train/text/format.h"
 
 namespace lat {
 namespace {
-
-std::string join(const std::vector<std::string>& items, const std::string& separator) {
-  std::string out;
-  for (const std::string& item : items) out += (out.empty() ? "" : separator) + item;
-  return out;
-}
 
 /// Copies the first `rows` rows of `src` into `dst` (both row-major f32, same trailing shape).
 void copy_leading_rows(const Tensor& src, Tensor& dst, int64_t rows) {
