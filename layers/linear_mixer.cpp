@@ -7,13 +7,14 @@
 
 #include "lat/ops.h"
 #include "lat/tape.h"
+#include "layers/linear_attention/common.h"
 #include "layers/linear_attention_layers.h"
 
 namespace lat {
 namespace {
 
-// The linear-attention kernels take K and V up to 256 (ALGORITHMS.md 2.6).
-constexpr int64_t kMaxHeadDim = 256;
+// The linear-attention kernels' limit on K and V (ALGORITHMS.md 2.6).
+using linear_attention::kMaxHeadDim;
 
 // Mamba-2's initialization (state-spaces/mamba, mamba_ssm/modules/mamba2.py): A ~ U[1, 16],
 // A_log = log A; dt ~ exp(U[log 1e-3, log 1e-1]) clamped to >= 1e-4, and dt_bias the inverse

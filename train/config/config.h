@@ -2,6 +2,8 @@
 // the schema's default; load_config reads a YAML file plus `--set key=value` overrides and
 // validates everything (unknown and duplicate keys, types, impossible values) before any
 // work starts. Errors name the key and where it was set: "file:line" or "--set key".
+// The table of keys with their bounds is schema.cpp; loader.h reads YAML into a Config and
+// validate.h checks it.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -132,6 +134,10 @@ std::string to_yaml(const Config& config);
 /// not change on resume: every key except train.*, plus train.batch_size, train.grad_accum
 /// and train.seed. Empty when resuming is allowed. In schema order.
 std::vector<std::string> resume_incompatible_keys(const Config& saved, const Config& now);
+
+/// The comma-separated mixer names of model.layers, trimmed; empty entries are kept (the
+/// validator reports them).
+std::vector<std::string> mixer_pattern(const std::string& layers);
 
 /// The mixer names of model.layers expanded to n_layers entries, e.g. "gdn,attn" with
 /// n_layers 3 gives {gdn, attn, gdn}.
