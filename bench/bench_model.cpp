@@ -1,4 +1,4 @@
-// Whole-model benchmark (issue 4, "Benchmark"), in one process, on the CPU:
+// Whole-model benchmark, in one process, on the CPU:
 //  1. Generation, batch 1, random weights and random token ids (speed and memory do not
 //     depend on them), vocab 65, for three models:
 //       hybrid      the model section of configs/shakespeare_hybrid.yaml (gdn,gdn,attn,gdn;
@@ -15,7 +15,7 @@
 //     with a full-attention layer grows with L.
 //  2. Training tokens/s of configs/shakespeare_hybrid.yaml and shakespeare_transformer.yaml
 //     and of their "nanoGPT-size" variants (data.block_size=64, train.batch_size=12,
-//     train.grad_accum=1). A step is what the trainer's is (train/run/trainer.cpp): forward and
+//     train.grad_accum=1). A step is what the trainer's is (train/run/run_loop.cpp): forward and
 //     cross-entropy of each micro-batch, backward, global-norm clipping, the AdamW update of
 //     TrainOptimizer at the schedule's learning rate, with the trainer's malloc settings.
 //     Batches are the trainer's (BatchLoader windows of the config's data) when the data file
@@ -37,7 +37,6 @@
 // (64), --prefill-chunk N (1024; 0 = the whole prompt in one call), --models
 // hybrid,hybrid-full,attention, --steps N (20), --warmup-steps N (3), --threads N,
 // --skip-train, --skip-generate.
-#include <malloc.h>
 #include <omp.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -67,6 +66,7 @@
 #include "train/config/config.h"
 #include "train/config/data_options.h"
 #include "train/config/model_config.h"
+#include "train/run/heap.h"
 #include "train/run/train_optimizer.h"
 #include "train/run/train_step.h"
 
@@ -411,14 +411,6 @@ void run_generation(const fs::path& config_dir, const Options& options) {
 
 // ---- training ----------------------------------------------------------------------------
 
-/// The trainer's malloc settings (keep_freed_memory in train/run/trainer.cpp): freed activation
-/// memory stays in the heap for the next step instead of being faulted in again.
-void use_trainer_malloc_settings() {
-  mallopt(M_MMAP_THRESHOLD, 32 << 20);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
-  mallopt(M_TOP_PAD, 64 << 20);
-}
-
 /// `config`'s data.path as found: as it is (relative to the working directory, as the
 /// trainer reads it), else relative to `repo_root`; nullopt when neither exists.
 std::optional<std::string> find_data(const lat::Config& config, const fs::path& repo_root) {
@@ -498,7 +490,7 @@ TrainResult bench_training(const std::string& name, const lat::Config& config, c
       tokens += micro.back().tokens;
     }
     const auto start = Clock::now();
-    // Run::train_step of train/run/trainer.cpp, one rank.
+    // Run::train_step of train/run/run_loop.cpp, one rank.
     const double loss = lat::accumulate_gradients(model, micro, tokens, lat::Device::cpu());
     const lat::GradNorm norm = optimizer.clip_grad_norm(train.grad_clip);
     if (norm.finite)
@@ -515,7 +507,7 @@ TrainResult bench_training(const std::string& name, const lat::Config& config, c
 
 /// The training part: both configs as they are and at nanoGPT size.
 void run_training(const fs::path& config_dir, const Options& options) {
-  use_trainer_malloc_settings();
+  lat::keep_freed_memory();
   const fs::path repo_root = config_dir.parent_path();
   const std::vector<std::string> nanogpt = {"data.block_size=64", "train.batch_size=12", "train.grad_accum=1"};
   struct Row {

@@ -19,9 +19,9 @@
 
 #include "lat/version.h"
 #include "tests/test_files.h"
+#include "train/config/config.h"
 #include "train/files/checkpoint.h"
 #include "train/files/run_dir.h"
-#include "train/config/config.h"
 
 namespace fs = std::filesystem;
 

@@ -21,12 +21,12 @@
 #include "train/config/model_config.h"
 #include "train/files/checkpoint.h"
 #include "train/files/export.h"
-#include "train/inference/generate.h"
-#include "train/inference/info.h"
 #include "train/files/model_reader.h"
 #include "train/files/run_dir.h"
-#include "train/files/trained_model.h"
 #include "train/files/safetensors.h"
+#include "train/files/trained_model.h"
+#include "train/inference/generate.h"
+#include "train/inference/info.h"
 
 namespace fs = std::filesystem;
 

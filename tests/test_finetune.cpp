@@ -15,10 +15,10 @@
 #include "lat/ops.h"
 #include "lat/tape.h"
 #include "tests/test_files.h"
-#include "train/files/checkpoint.h"
-#include "train/run/finetune.h"
 #include "train/config/model_config.h"
+#include "train/files/checkpoint.h"
 #include "train/files/model_reader.h"
+#include "train/run/finetune.h"
 #include "train/run/trainer.h"
 
 namespace fs = std::filesystem;

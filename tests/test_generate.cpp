@@ -12,11 +12,11 @@
 #include "lat/lat.h"
 #include "layers/hybrid_lm.h"
 #include "tests/test_files.h"
-#include "train/files/checkpoint.h"
 #include "train/config/config.h"
 #include "train/config/model_config.h"
-#include "train/inference/generate.h"
+#include "train/files/checkpoint.h"
 #include "train/files/run_dir.h"
+#include "train/inference/generate.h"
 #include "train/inference/sampling.h"
 
 namespace fs = std::filesystem;

@@ -18,11 +18,11 @@
 
 #include "data/dataset.h"
 #include "tests/test_files.h"
+#include "train/config/config.h"
 #include "train/files/checkpoint.h"
 #include "train/files/run_dir.h"
-#include "train/config/config.h"
-#include "train/inference/eval.h"
 #include "train/files/trained_model.h"
+#include "train/inference/eval.h"
 #include "train/run/run_dir_lock.h"
 #include "train/run/trainer.h"
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Data-parallel `lat train` under mpirun (issue 7), on a tiny config and a generated corpus.
+# Data-parallel `lat train` under mpirun, on a tiny config and a generated corpus.
 #
 #   train_ranks.sh MODE LAT COMPARE WORK_DIR
 #     equal    1 rank (plain launch) vs 2 ranks, 20 steps (grad_accum 1, then 2): losses within
@@ -110,14 +110,15 @@ case "$mode" in
     start=$(date +%s)
     status=0
     kill_run=(train tiny.yaml --set train.out_dir=kill --set train.ckpt_every=0 "${long_run[@]}")
-    "$mpiexec" -n 1 "$lat" "${kill_run[@]}" : -n 1 bash -c 'echo $$ > rank1.pid; exec "$@"' bash "$lat" "${kill_run[@]}" \
-      2> kill.log &
+    "$mpiexec" -n 1 "$lat" "${kill_run[@]}" : \
+      -n 1 bash -c 'echo $$ > rank1.pid; exec "$@"' bash "$lat" "${kill_run[@]}" 2> kill.log &
     job=$!
     for _ in $(seq 1 200); do
       [ -s rank1.pid ] && grep -q '"step":3,' kill/metrics.jsonl 2> /dev/null && break
       sleep 0.1
     done
-    grep -q '"step":3,' kill/metrics.jsonl || { echo "FAIL: kill: rank 0 did not log step 3 within 20 s"; cat kill.log; exit 1; }
+    grep -q '"step":3,' kill/metrics.jsonl ||
+      { echo "FAIL: kill: rank 0 did not log step 3 within 20 s"; cat kill.log; exit 1; }
     kill -KILL "$(cat rank1.pid)"
     wait "$job" || status=$?
     ended kill "$start"

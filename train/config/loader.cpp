@@ -31,11 +31,6 @@ void Loader::apply_override(const std::string& assignment) {
   apply_key(key, value, location, Origin{"", nullptr, location});
 }
 
-std::string Loader::where(const std::string& key) const {
-  auto it = where_.find(key);
-  return it == where_.end() ? "not set in " + source_ : it->second;
-}
-
 void Loader::walk(const YAML::Node& map, const std::string& prefix, const Origin& origin) {
   std::map<std::string, int> keys_here;  // literal keys of this map -> line, for duplicates
   for (const auto& entry : map) {
@@ -74,7 +69,7 @@ void Loader::apply_key(const std::string& key, const YAML::Node& value, const st
 }
 
 void Loader::set(const KeySpec& spec, const YAML::Node& value, const std::string& location, const std::string& file) {
-  where_[spec.key] = location;
+  origins_.set(spec.key, location);
   read_value(spec, value, ValueSource{location, file}, config_);
 }
 

@@ -7,7 +7,8 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include "train/config/config.h"
+#include "train/config/config_types.h"
+#include "train/config/key_origins.h"
 #include "train/config/schema.h"
 
 namespace lat {
@@ -16,7 +17,7 @@ namespace lat {
 class Loader {
  public:
   /// `source` (the file or string name) is named for keys that were never set.
-  explicit Loader(std::string source) : source_(std::move(source)) {}
+  explicit Loader(std::string source) : origins_(std::move(source)) {}
 
   /// Applies a parsed document (the whole file) read from `file`. Throws ConfigError for a
   /// top level that is not a map, a key that is not a name, an unknown or duplicate key
@@ -29,10 +30,8 @@ class Loader {
 
   Config& config() { return config_; }
 
-  /// "file:line" or "--set key" where `key` was last set; "not set in <source>" otherwise.
-  std::string where(const std::string& key) const;
-
-  bool was_set(const std::string& key) const { return where_.count(key) != 0; }
+  /// Where each key was set so far.
+  const KeyOrigins& origins() const { return origins_; }
 
  private:
   /// How the keys of one map are named in errors and checked for repeats: in a file (`file`
@@ -51,9 +50,8 @@ class Loader {
   /// Sets the schema key `spec`, recording where.
   void set(const KeySpec& spec, const YAML::Node& value, const std::string& location, const std::string& file);
 
-  std::string source_;
   Config config_;
-  std::map<std::string, std::string> where_;
+  KeyOrigins origins_;
 };
 
 }  // namespace lat

@@ -9,7 +9,7 @@
 #include "layers/linear_attention/common.h"
 #include "layers/mixer.h"
 #include "train/config/suggest.h"
-#include "train/config/validate.h"
+#include "train/config/validation.h"
 #include "train/text/format.h"
 
 namespace lat {

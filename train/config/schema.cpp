@@ -15,7 +15,9 @@ Bounds ints_from(int64_t low) { return {.min_int = low}; }
 Bounds floats_above(double low) { return {.range = FloatRange{.low = low, .low_open = true}}; }
 Bounds floats_from(double low, const char* note = "") { return {.range = FloatRange{.low = low, .note = note}}; }
 /// [low, high)
-Bounds floats_from_below(double low, double high) { return {.range = FloatRange{.low = low, .high = high, .high_open = true}}; }
+Bounds floats_from_below(double low, double high) {
+  return {.range = FloatRange{.low = low, .high = high, .high_open = true}};
+}
 /// (low, high)
 Bounds floats_between(double low, double high) {
   return {.range = FloatRange{.low = low, .low_open = true, .high = high, .high_open = true}};

@@ -13,7 +13,7 @@
 #include <variant>
 #include <vector>
 
-#include "train/config/config.h"
+#include "train/config/config_types.h"
 
 namespace lat {
 

@@ -73,13 +73,6 @@ void check_bounds(const Validation& v, const KeySpec& spec, Config& config) {
 
 }  // namespace
 
-Validation::Validation(Loader& loader, std::string config_name, bool check_paths)
-    : loader_(loader), config_name_(std::move(config_name)), check_paths_(check_paths) {}
-
-void Validation::fail(const std::string& key, const std::string& message) const {
-  throw ConfigError(key + ": " + message + " (" + loader_.where(key) + ")");
-}
-
 void validate(Validation& v) {
   for (const KeySpec& spec : schema()) {
     check_bounds(v, spec, v.config());

@@ -91,7 +91,8 @@ class ValueReader {
   }
 
  private:
-  [[noreturn]] void type_error(const std::string& expected, const YAML::Node& value, const std::string& location) const {
+  [[noreturn]] void type_error(const std::string& expected, const YAML::Node& value,
+                               const std::string& location) const {
     throw ConfigError(key_ + ": expected " + expected + ", got " + describe(value) + " (" + location + ")");
   }
 

@@ -1,5 +1,5 @@
 // The data-parallel context: MPI start-up and the bucketed collectives (CPU tensors through
-// MPI, CUDA tensors through train/distributed_nccl.h).
+// MPI, CUDA tensors through train/distributed/nccl.h).
 #include "train/distributed/distributed.h"
 
 #include <omp.h>
@@ -203,7 +203,7 @@ void Distributed::all_reduce_sum(const std::vector<Tensor>& tensors) {
   const size_t elem = element_size(dtype);
   const size_t bucket_elems = bucket_elements(bucket_bytes_, elem);
   if (device.is_cuda()) {
-    stats_.all_reduce_buckets += nccl::all_reduce_sum(tensors, bucket_elems, *this);
+    stats_.all_reduce_buckets += nccl::all_reduce_sum(tensors, bucket_elems, nccl_ranks());
   } else {
 #ifdef LAT_WITH_MPI
     reduce_buckets(tensors, elem, bucket_elems, [&](char* data, size_t count) {
@@ -232,6 +232,10 @@ int64_t Distributed::all_reduce_max(int64_t value) const {
   mpi_check(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce");
 #endif
   return value;
+}
+
+nccl::Ranks Distributed::nccl_ranks() const {
+  return {rank_, world_size_, [this](const std::string& text) { return broadcast(text); }};
 }
 
 void Distributed::abort(const std::string& message, int exit_code) const {

@@ -1,4 +1,4 @@
-// Data-parallel training over processes (issue 7; DESIGN.md "Scale-out"): the one place that
+// Data-parallel training over processes (DESIGN.md "Scale-out"): the one place that
 // talks to MPI (Open MPI for CPU ranks) and, for train.device cuda, to NCCL.
 //
 // A run launched with `mpirun -np N lat train ...` has N ranks; a plain launch, or a build
@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "lat/tensor.h"
+#include "train/distributed/nccl.h"
 
 namespace lat {
 
@@ -56,6 +57,8 @@ class Distributed {
   void broadcast(const std::vector<Tensor>& tensors) const;
   /// Rank 0's `text` on every rank.
   std::string broadcast(const std::string& text) const;
+  /// This job's ranks for the NCCL path (broadcast through this context).
+  nccl::Ranks nccl_ranks() const;
 
   /// Sums every tensor over all ranks, in place: packed in list order into buckets of
   /// bucket_bytes(), one all-reduce per bucket. All tensors share one dtype (f32 or f64) and

@@ -9,12 +9,12 @@
 
 namespace lat {
 
-/// evaluate_val_batches (train/eval.h) over the ranks of `dist`; with one rank it is that
-/// function. Throws lat::Error when batches < 1.
+/// evaluate_val_batches (train/inference/eval.h) over the ranks of `dist`; with one rank it is
+/// that function. Throws lat::Error when batches < 1.
 EvalResult evaluate_val_batches(const HybridLM& model, const BatchLoader& loader, int64_t batches,
                                 int64_t batch_size, Device device, const Distributed& dist);
 
-/// evaluate_val_split (train/eval.h) over the ranks of `dist`; with one rank it is that function.
+/// evaluate_val_split (train/inference/eval.h) over the ranks of `dist`; with one rank it is that function.
 EvalResult evaluate_val_split(const HybridLM& model, const Dataset& dataset, int64_t batch_size, Device device,
                               const Distributed& dist);
 

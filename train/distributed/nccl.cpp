@@ -2,7 +2,6 @@
 #include "train/distributed/nccl.h"
 
 #include "lat/error.h"
-#include "train/distributed/distributed.h"
 
 #if defined(LAT_WITH_CUDA) && __has_include(<nccl.h>)
 #define LAT_WITH_NCCL 1
@@ -61,7 +60,7 @@ void cuda_check(cudaError_t result, const char* call) {
 
 // One communicator per process, for the device of the first all-reduce (the ranks' GPUs do
 // not change during a run). Never destroyed: it lives until the process exits.
-ncclComm_t communicator(const Distributed& dist, int device) {
+ncclComm_t communicator(const Ranks& ranks, int device) {
   static ncclComm_t comm = nullptr;
   static int comm_device = -1;
   if (comm != nullptr) {
@@ -71,11 +70,11 @@ ncclComm_t communicator(const Distributed& dist, int device) {
   }
   ncclUniqueId id;
   std::memset(&id, 0, sizeof(id));
-  if (dist.is_root()) check(api().get_unique_id(&id), "ncclGetUniqueId");
-  const std::string shared = dist.broadcast(std::string(reinterpret_cast<const char*>(&id), sizeof(id)));
+  if (ranks.rank == 0) check(api().get_unique_id(&id), "ncclGetUniqueId");
+  const std::string shared = ranks.broadcast(std::string(reinterpret_cast<const char*>(&id), sizeof(id)));
   std::memcpy(&id, shared.data(), sizeof(id));
   cuda::DeviceGuard guard(device);
-  check(api().comm_init_rank(&comm, dist.world_size(), id, dist.rank()), "ncclCommInitRank");
+  check(api().comm_init_rank(&comm, ranks.world_size, id, ranks.rank), "ncclCommInitRank");
   comm_device = device;
   return comm;
 }
@@ -84,13 +83,13 @@ ncclComm_t communicator(const Distributed& dist, int device) {
 
 bool built() { return true; }
 
-int64_t all_reduce_sum(const std::vector<Tensor>& tensors, size_t bucket_elems, const Distributed& dist) {
+int64_t all_reduce_sum(const std::vector<Tensor>& tensors, size_t bucket_elems, const Ranks& ranks) {
   if (tensors.empty()) return 0;
   const int device = tensors[0].device().index;
   const DType dtype = tensors[0].dtype();
   const size_t elem = dtype == DType::f64 ? sizeof(double) : sizeof(float);
   const ncclDataType_t type = dtype == DType::f64 ? ncclFloat64 : ncclFloat32;
-  ncclComm_t comm = communicator(dist, device);
+  ncclComm_t comm = communicator(ranks, device);
   cuda::DeviceGuard guard(device);
   cudaStream_t stream = cuda::current_stream(device);
 
@@ -123,7 +122,7 @@ int64_t all_reduce_sum(const std::vector<Tensor>& tensors, size_t bucket_elems, 
 
 bool built() { return false; }
 
-int64_t all_reduce_sum(const std::vector<Tensor>&, size_t, const Distributed&) {
+int64_t all_reduce_sum(const std::vector<Tensor>&, size_t, const Ranks&) {
   LAT_CHECK(false, "nccl: all_reduce_sum: train.device cuda with several ranks needs NCCL, and this lat was built "
                    "without it (a CUDA build finds nccl.h in the CUDA toolkit; rebuild with LAT_CUDA=ON where "
                    "the toolkit ships NCCL)");

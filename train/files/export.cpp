@@ -59,9 +59,9 @@ void write_safetensors_export(const ModelWeights& w, const Config& config, int64
   save_safetensors(model_path, tensors, parse_safetensors_dtype(options.dtype), export_metadata(w.checkpoint));
   written.push_back(model_path);
   const std::string config_path = (dir / kConfigFile).string();
-  write_text_atomically(config_path,
-                        model_config_json(config, vocab_size, w.checkpoint.tokenizer_type, options.dtype).dump(2) + "\n",
-                        "export");
+  const nlohmann::ordered_json config_json =
+      model_config_json(config, vocab_size, w.checkpoint.tokenizer_type, options.dtype);
+  write_text_atomically(config_path, config_json.dump(2) + "\n", "export");
   written.push_back(config_path);
   const std::string tokenizer_path = (dir / kTokenizerFile).string();
   if (w.checkpoint.tokenizer_type != "char" && w.checkpoint.tokenizer_type != "byte") {

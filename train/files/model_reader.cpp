@@ -65,7 +65,8 @@ void read_export_metadata(const SafetensorsFile& file, Checkpoint& ckpt) {
     if (!frozen.is_array())
       throw Error("load_model_weights: '" + file.path + "': __metadata__ 'frozen': expected a JSON list");
     for (const auto& name : frozen) {
-      if (!name.is_string()) throw Error("load_model_weights: '" + file.path + "': __metadata__ 'frozen': expected names");
+      if (!name.is_string())
+        throw Error("load_model_weights: '" + file.path + "': __metadata__ 'frozen': expected names");
       ckpt.frozen.push_back(name.get<std::string>());
     }
   }

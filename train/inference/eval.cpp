@@ -3,9 +3,9 @@
 
 #include <numbers>
 
+#include "data/dataset.h"
 #include "lat/ops.h"
 #include "lat/tape.h"
-#include "data/dataset.h"
 #include "train/config/config.h"
 #include "train/config/data_options.h"
 #include "train/files/trained_model.h"

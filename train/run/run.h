@@ -1,6 +1,6 @@
 // One training run (train() in trainer.h), as a class whose state lives for the whole run:
 // run_start.cpp starts it (fresh, resumed or fine-tuned: data, model, optimizer, out_dir);
-// trainer.cpp runs the steps, evals and checkpoints. Internal to train/run/.
+// run_loop.cpp runs the steps, evals and checkpoints. Internal to train/run/.
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -23,8 +23,8 @@
 #include "train/run/metrics.h"
 #include "train/run/progress.h"
 #include "train/run/run_dir_lock.h"
+#include "train/run/run_options.h"
 #include "train/run/train_optimizer.h"
-#include "train/run/trainer.h"
 
 namespace lat {
 
@@ -78,7 +78,7 @@ class Run {
   /// The run's description in the log: where it starts, data, model, optimizer, fine-tuning.
   void log_start(const std::optional<std::string>& resume_path, int64_t vocab_size, const ModelSetup& setup);
 
-  // ---- training (trainer.cpp) -----------------------------------------------------------
+  // ---- training (run_loop.cpp) ----------------------------------------------------------
   /// One optimizer step; returns its token-weighted mean loss, `norm` the gradient norm.
   double train_step(int64_t step, double lr, GradNorm& norm);
   /// Sums the gradients over the ranks; returns the sum of the ranks' losses.

@@ -5,11 +5,11 @@
 #include "lat/ops.h"
 #include "train/config/data_options.h"
 #include "train/config/model_config.h"
+#include "train/distributed/nccl.h"
 #include "train/files/atomic_file.h"
 #include "train/files/run_dir.h"
 #include "train/files/tokenizer_files.h"
 #include "train/files/trained_model.h"
-#include "train/distributed/nccl.h"
 #include "train/run/device.h"
 #include "train/run/run.h"
 #include "train/text/format.h"
@@ -106,7 +106,8 @@ Checkpoint Run::read_resume_checkpoint(const std::string& path) const {
   const std::vector<std::string> keys = resume_incompatible_keys(saved, config_);
   if (!keys.empty())
     throw ConfigError("resume: " + path + " was trained with another config; these keys may not change " +
-                      "on resume: " + join(keys, ", ") + " (restore them, or start a new run with another train.out_dir)");
+                      "on resume: " + join(keys, ", ") +
+                      " (restore them, or start a new run with another train.out_dir)");
   return ckpt;
 }
 

@@ -1,4 +1,4 @@
-// `lat train`: the training loop of issue 4 (DESIGN.md "The command line and the files a run
+// `lat train`: the training loop (DESIGN.md "The command line and the files a run
 // writes", "Checkpoint", "Config").
 //
 // A run: resolve where to start (train.resume: auto = the newest checkpoint of out_dir,
@@ -12,36 +12,13 @@
 // a final checkpoint; a checkpoint is also written when the run ends at train.stop_at or on
 // SIGINT/SIGTERM (the step in progress is finished first; the process then exits 0).
 #pragma once
-#include <cstdint>
-#include <cstdio>
-#include <limits>
-#include <optional>
-#include <string>
-
 #include "train/config/config.h"
+#include "train/run/run_options.h"
 
 namespace lat {
 
-/// Where progress and log messages go.
-struct TrainOptions {
-  std::FILE* log = stderr;
-  /// Rewrite one progress line in place; default: when `log` is a terminal.
-  std::optional<bool> live_progress;
-};
-
-/// How a run ended.
-struct TrainSummary {
-  int64_t start_step = 0;      // the checkpoint step it resumed from (0: a fresh run)
-  int64_t step = 0;            // completed optimizer steps at the end
-  std::string end_reason;      // "max_steps", "stop_at", "SIGINT", "SIGTERM", or "nothing to do"
-  int64_t skipped_steps = 0;   // steps skipped in this process for a non-finite gradient norm
-  double val_loss = std::numeric_limits<double>::quiet_NaN();  // whole val split at max_steps; NaN otherwise
-  std::string checkpoint;      // the last checkpoint written, empty when none
-  double all_reduce_seconds = 0.0;  // time in the gradient all-reduce over several ranks (0 with one)
-};
-
 /// Trains as `config` says (a config from load_config: validated and resolved).
-/// Under `mpirun -np N` (train/distributed.h) the N ranks train one model data-parallel: each
+/// Under `mpirun -np N` (train/distributed/distributed.h) the N ranks train one model data-parallel: each
 /// takes its rows of every micro-batch (train.batch_size must divide by N: ConfigError), the
 /// gradients are summed over the ranks so the update equals the 1-rank one, and rank 0 alone
 /// writes metrics, progress and checkpoints. There a failure on any rank prints
@@ -51,7 +28,7 @@ struct TrainSummary {
 /// may not change (listed), train.resume never with checkpoints in out_dir, CUDA in a build
 /// without it, freeze or lr_mult patterns that match no parameter, text with characters
 /// outside an init_from checkpoint's vocabulary (init_from_strict).
-/// Fine-tuning (train/finetune.h): a fresh run with init_from starts from that model's weights
+/// Fine-tuning (train/run/finetune.h): a fresh run with init_from starts from that model's weights
 /// (shapes checked one by one) and tokenizer, and logs the val loss at step 0; frozen
 /// parameters keep no gradient and no optimizer state and are listed in the checkpoint's
 /// `frozen` attribute; lr_mult scales the learning rate per parameter.
