@@ -4,16 +4,10 @@
 namespace lat {
 
 DataOptions data_options(const Config& config) {
-  DataOptions options;
-  options.path = config.data.path;
-  options.format = config.data.format;
-  options.tokenizer = config.data.tokenizer;
-  options.bin_dtype = config.data.bin_dtype;
-  options.h5_dataset = config.data.h5_dataset;
-  options.block_size = config.data.block_size;
-  options.val_fraction = config.data.val_fraction;
-  options.vocab_size = config.model.vocab_size;
-  return options;
+  const DataConfig& d = config.data;
+  return {.path = d.path, .format = d.format, .tokenizer = d.tokenizer, .bin_dtype = d.bin_dtype,
+          .h5_dataset = d.h5_dataset, .block_size = d.block_size, .val_fraction = d.val_fraction,
+          .vocab_size = config.model.vocab_size};
 }
 
 int64_t run_vocab_size(const ModelConfig& model, const LoadedData& data) {

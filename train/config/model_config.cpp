@@ -4,27 +4,22 @@
 namespace lat {
 
 HybridLMConfig hybrid_lm_config(const ModelConfig& model, int64_t vocab_size) {
-  HybridLMConfig c;
-  c.vocab_size = model.vocab_size > 0 ? model.vocab_size : vocab_size;
-  c.layers = layer_mixers(model);
-  c.mlp_ratio = model.mlp_ratio;
-  c.norm_eps = model.norm_eps;
-  c.tie_embeddings = model.tie_embeddings;
-  MixerConfig& m = c.mixer;
-  m.d_model = model.d_model;
-  m.n_heads = model.n_heads;
-  m.head_dim = model.head_dim;
-  m.expand_v = model.expand_v;
-  m.n_kv_heads = model.attn.n_kv_heads;
-  m.window_size = model.attn.window_size;
-  m.rope_theta = model.attn.rope_theta;
-  m.feature_map = model.linear.feature_map;
-  m.normalize = model.linear.normalize;
-  m.use_short_conv = model.linear.use_short_conv;
-  m.conv_size = model.linear.conv_size;
-  m.use_gate = model.linear.use_gate;
-  m.chunk_size = model.linear.chunk_size;
-  return c;
+  const AttnConfig& attn = model.attn;
+  const LinearConfig& linear = model.linear;
+  return {.vocab_size = model.vocab_size > 0 ? model.vocab_size : vocab_size,
+          .layers = layer_mixers(model),
+          .mixer = {// model.*
+                    .d_model = model.d_model, .n_heads = model.n_heads, .head_dim = model.head_dim,
+                    .expand_v = model.expand_v,
+                    // model.attn.*
+                    .n_kv_heads = attn.n_kv_heads, .window_size = attn.window_size, .rope_theta = attn.rope_theta,
+                    // model.linear.*
+                    .feature_map = linear.feature_map, .normalize = linear.normalize,
+                    .use_short_conv = linear.use_short_conv, .conv_size = linear.conv_size,
+                    .use_gate = linear.use_gate, .chunk_size = linear.chunk_size},
+          .mlp_ratio = model.mlp_ratio,
+          .norm_eps = model.norm_eps,
+          .tie_embeddings = model.tie_embeddings};
 }
 
 }  // namespace lat

@@ -1,9 +1,10 @@
 // The config schema (DESIGN.md "Config"): one row per key, in the documented order, carrying
 // the key's name, the Config field behind it (whose alternative is the key's YAML type, and
-// whose initializer in config.h is its default), the values it allows on its own, and the rule
-// that checks it against earlier keys or resolves a derived default. Parsing (loader.h),
-// validation (validate.h), to_yaml and the resume comparison all walk this one table, so a
-// key added here is handled everywhere at once. Internal to train/config/.
+// whose initializer in config_types.h is its default), the values it allows on its own, and
+// the rule that checks it against earlier keys or resolves a derived default (defined beside
+// the table in schema.cpp). Parsing (loader.h), validation (validate.h), to_yaml and the
+// resume comparison all walk this one table, so a key added here is handled everywhere at
+// once. Internal to train/config/.
 #pragma once
 #include <array>
 #include <cstdint>

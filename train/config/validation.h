@@ -1,4 +1,5 @@
-// One validation in progress: what the validator (validate.h) and the rules (rules.h) see.
+// One validation in progress: what the validator (validate.h) and the schema rules
+// (schema.cpp) see.
 // Internal to train/config/.
 #pragma once
 #include <string>

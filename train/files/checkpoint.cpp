@@ -12,6 +12,7 @@
 
 #include <hdf5.h>
 
+#include "data/hdf5_errors.h"
 #include "lat/version.h"
 
 namespace lat {
@@ -27,22 +28,6 @@ constexpr const char* kFormat = "lat-checkpoint";
 const bool kHdf5ExitPassSkipped = [] { return H5dont_atexit() >= 0; }();
 
 // ---- HDF5 plumbing ------------------------------------------------------------------------
-
-/// Silences HDF5's error-stack printing for its lifetime and restores the previous handler.
-class SilenceHdf5Errors {
- public:
-  SilenceHdf5Errors() {
-    H5Eget_auto2(H5E_DEFAULT, &func_, &data_);
-    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-  }
-  ~SilenceHdf5Errors() { H5Eset_auto2(H5E_DEFAULT, func_, data_); }
-  SilenceHdf5Errors(const SilenceHdf5Errors&) = delete;
-  SilenceHdf5Errors& operator=(const SilenceHdf5Errors&) = delete;
-
- private:
-  H5E_auto2_t func_ = nullptr;
-  void* data_ = nullptr;
-};
 
 /// The innermost message on HDF5's error stack, e.g. "truncated file: eof = ...".
 std::string hdf5_detail() {
