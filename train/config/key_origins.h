@@ -21,6 +21,7 @@ class KeyOrigins {
     return it == where_.end() ? "not set in " + source_ : it->second;
   }
 
+  /// Whether `key` was set in the document or an override.
   bool was_set(const std::string& key) const { return where_.count(key) != 0; }
 
  private:

@@ -28,6 +28,7 @@ class Loader {
   /// Throws ConfigError naming "--set key" as apply_document does.
   void apply_override(const std::string& assignment);
 
+  /// The config built so far (defaults where nothing was set).
   Config& config() { return config_; }
 
   /// Where each key was set so far.

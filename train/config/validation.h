@@ -18,6 +18,7 @@ class Validation {
   Validation(Config& config, const KeyOrigins& origins, std::string config_name, bool check_paths)
       : config_(config), origins_(origins), config_name_(std::move(config_name)), check_paths_(check_paths) {}
 
+  /// The config, where keys were set, its name and whether paths are checked (see above).
   Config& config() { return config_; }
   bool was_set(const std::string& key) const { return origins_.was_set(key); }
   const std::string& config_name() const { return config_name_; }

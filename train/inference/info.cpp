@@ -12,6 +12,7 @@
 #include "train/config/model_config.h"
 #include "train/files/model_reader.h"
 #include "train/files/trained_model.h"
+#include "train/text/format.h"
 
 namespace lat {
 namespace {
@@ -149,10 +150,7 @@ ModelInfo inspect(const std::string& path, int64_t context) {
 std::string format_info(const ModelInfo& info) {
   const ModelConfig& m = info.config.model;
   std::ostringstream out;
-  std::vector<std::string> kinds = layer_mixers(m);
-  std::string pattern;
-  for (const std::string& k : kinds) pattern += (pattern.empty() ? "" : ",") + k;
-  out << "model: " << m.n_layers << " layers (" << pattern << "), d_model " << m.d_model << ", " << m.n_heads
+  out << "model: " << m.n_layers << " layers (" << join(layer_mixers(m), ",") << "), d_model " << m.d_model << ", " << m.n_heads
       << " heads x " << m.head_dim << " (attention kv heads " << m.attn.n_kv_heads << "), value head dim "
       << value_head_dim(m) << ", vocab " << info.vocab_size << "\n";
 

@@ -34,6 +34,8 @@ class Run {
  public:
   using Clock = std::chrono::steady_clock;
 
+  /// Holds `config` (validated and resolved) for the whole run; nothing is read or written
+  /// before run().
   Run(const Config& config, const TrainOptions& options);
 
   /// Starts (or resumes), trains to train.max_steps (or stop_at, or a stop signal), evaluates
@@ -54,6 +56,8 @@ class Run {
   void check_supported();
   /// The checkpoint to continue from (train.resume), as rank 0 decides it for every rank.
   std::optional<std::string> shared_resume_source();
+  /// Rank 0's choice: train.resume's path, out_dir's latest checkpoint (auto), or none; throws
+  /// ConfigError for train.resume never with checkpoints in out_dir.
   std::optional<std::string> resume_source();
   /// Everything before the first step: what can fail is read first, so that a bad checkpoint
   /// or config leaves out_dir untouched.
@@ -94,6 +98,7 @@ class Run {
   /// The run's closing log lines.
   void log_end(int stopped_by, double train_seconds);
 
+  /// A line of the run's log (rank 0 alone writes it).
   void log(const std::string& text) {
     if (dist_.is_root()) progress_.message(text);
   }
