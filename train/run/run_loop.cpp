@@ -1,5 +1,7 @@
 // The training loop: steps with gradient accumulation, logs, evals, checkpoints, graceful
 // stop (run.h; how a run starts is run_start.cpp).
+#include "train/run/run.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -11,7 +13,6 @@
 #include "train/files/run_dir.h"
 #include "train/files/tokenizer_files.h"
 #include "train/run/heap.h"
-#include "train/run/run.h"
 #include "train/run/signals.h"
 #include "train/run/train_step.h"
 #include "train/text/format.h"

@@ -1,5 +1,7 @@
 // How a run starts: fresh, resumed from its own checkpoint, or fine-tuned from another
 // model's weights (run.h). Everything that can fail is read before out_dir is touched.
+#include "train/run/run.h"
+
 #include <sstream>
 
 #include "lat/ops.h"
@@ -11,7 +13,6 @@
 #include "train/files/tokenizer_files.h"
 #include "train/files/trained_model.h"
 #include "train/run/device.h"
-#include "train/run/run.h"
 #include "train/text/format.h"
 
 namespace fs = std::filesystem;
