@@ -15,7 +15,7 @@
 //     with a full-attention layer grows with L.
 //  2. Training tokens/s of configs/shakespeare_hybrid.yaml and shakespeare_transformer.yaml
 //     and of their "nanoGPT-size" variants (data.block_size=64, train.batch_size=12,
-//     train.grad_accum=1). A step is what the trainer's is (train/trainer.cpp): forward and
+//     train.grad_accum=1). A step is what the trainer's is (train/run/run_loop.cpp): forward and
 //     cross-entropy of each micro-batch, backward, global-norm clipping, the AdamW update of
 //     TrainOptimizer at the schedule's learning rate, with the trainer's malloc settings.
 //     Batches are the trainer's (BatchLoader windows of the config's data) when the data file
@@ -37,7 +37,6 @@
 // (64), --prefill-chunk N (1024; 0 = the whole prompt in one call), --models
 // hybrid,hybrid-full,attention, --steps N (20), --warmup-steps N (3), --threads N,
 // --skip-train, --skip-generate.
-#include <malloc.h>
 #include <omp.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -64,10 +63,12 @@
 #include "layers/hybrid_lm.h"
 #include "layers/linear_attention_layers.h"
 #include "optim/schedule.h"
-#include "train/config.h"
-#include "train/model.h"
-#include "train/train_optimizer.h"
-#include "train/train_step.h"
+#include "train/config/config.h"
+#include "train/config/data_options.h"
+#include "train/config/model_config.h"
+#include "train/run/heap.h"
+#include "train/run/train_optimizer.h"
+#include "train/run/train_step.h"
 
 namespace fs = std::filesystem;
 
@@ -410,14 +411,6 @@ void run_generation(const fs::path& config_dir, const Options& options) {
 
 // ---- training ----------------------------------------------------------------------------
 
-/// The trainer's malloc settings (keep_freed_memory in train/trainer.cpp): freed activation
-/// memory stays in the heap for the next step instead of being faulted in again.
-void use_trainer_malloc_settings() {
-  mallopt(M_MMAP_THRESHOLD, 32 << 20);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
-  mallopt(M_TOP_PAD, 64 << 20);
-}
-
 /// `config`'s data.path as found: as it is (relative to the working directory, as the
 /// trainer reads it), else relative to `repo_root`; nullopt when neither exists.
 std::optional<std::string> find_data(const lat::Config& config, const fs::path& repo_root) {
@@ -453,19 +446,10 @@ TrainResult bench_training(const std::string& name, const lat::Config& config, c
   std::unique_ptr<lat::BatchLoader> loader;
   int64_t vocab = kRandomVocab;
   if (const std::optional<std::string> path = find_data(config, repo_root)) {
-    lat::DataOptions d;
+    lat::DataOptions d = lat::data_options(config);
     d.path = *path;
-    d.format = config.data.format;
-    d.tokenizer = config.data.tokenizer;
-    d.bin_dtype = config.data.bin_dtype;
-    d.h5_dataset = config.data.h5_dataset;
-    d.block_size = config.data.block_size;
-    d.val_fraction = config.data.val_fraction;
-    d.vocab_size = config.model.vocab_size;
     data.emplace(lat::load_data(d));
-    vocab = config.model.vocab_size > 0 ? config.model.vocab_size
-            : data->tokenizer           ? data->tokenizer->vocab_size()
-                                        : int64_t{data->dataset.max_id()} + 1;
+    vocab = lat::run_vocab_size(config.model, *data);
     loader = std::make_unique<lat::BatchLoader>(data->dataset, static_cast<uint64_t>(train.seed));
     r.data = *path + " (" + data->format + ", vocab " + std::to_string(vocab) + ")";
   } else {
@@ -506,7 +490,7 @@ TrainResult bench_training(const std::string& name, const lat::Config& config, c
       tokens += micro.back().tokens;
     }
     const auto start = Clock::now();
-    // Run::train_step of train/trainer.cpp, one rank.
+    // Run::train_step of train/run/run_loop.cpp, one rank.
     const double loss = lat::accumulate_gradients(model, micro, tokens, lat::Device::cpu());
     const lat::GradNorm norm = optimizer.clip_grad_norm(train.grad_clip);
     if (norm.finite)
@@ -523,7 +507,7 @@ TrainResult bench_training(const std::string& name, const lat::Config& config, c
 
 /// The training part: both configs as they are and at nanoGPT size.
 void run_training(const fs::path& config_dir, const Options& options) {
-  use_trainer_malloc_settings();
+  lat::keep_freed_memory();
   const fs::path repo_root = config_dir.parent_path();
   const std::vector<std::string> nanogpt = {"data.block_size=64", "train.batch_size=12", "train.grad_accum=1"};
   struct Row {

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 
+#include "data/hdf5_errors.h"
 #include "lat/error.h"
 
 namespace lat {
@@ -44,22 +45,6 @@ class H5Handle {
  private:
   hid_t id_;
   herr_t (*close_)(hid_t);
-};
-
-// Silences HDF5's printed error stack while we turn failures into lat::Error.
-class H5QuietErrors {
- public:
-  H5QuietErrors() {
-    H5Eget_auto2(H5E_DEFAULT, &func_, &data_);
-    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-  }
-  ~H5QuietErrors() { H5Eset_auto2(H5E_DEFAULT, func_, data_); }
-  H5QuietErrors(const H5QuietErrors&) = delete;
-  H5QuietErrors& operator=(const H5QuietErrors&) = delete;
-
- private:
-  H5E_auto2_t func_ = nullptr;
-  void* data_ = nullptr;
 };
 
 }  // namespace
@@ -106,7 +91,7 @@ std::vector<int32_t> read_bin_tokens(const std::string& path, const std::string&
 }
 
 std::vector<int32_t> read_h5_tokens(const std::string& path, const std::string& dataset) {
-  H5QuietErrors quiet;
+  SilenceHdf5Errors quiet;
   std::FILE* probe = std::fopen(path.c_str(), "rb");
   LAT_CHECK(probe != nullptr, "dataset: cannot open data.path '" << path << "': " << std::strerror(errno));
   std::fclose(probe);

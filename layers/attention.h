@@ -5,21 +5,17 @@
 #include <cstdint>
 
 #include "layers/linear.h"
+#include "layers/linear_attention_layers.h"
 #include "layers/mixer.h"
 
 namespace lat {
 
-/// Sizes and options of an Attention layer (DESIGN.md model.* and model.attn.*).
-struct AttentionConfig {
-  int64_t d_model = 128;
-  int64_t n_heads = 4;
-  int64_t n_kv_heads = 0;   // 0 = n_heads; must divide n_heads
-  int64_t head_dim = 0;     // 0 = d_model / n_heads
-  int64_t window_size = 0;  // 0 = full causal attention
-  double rope_theta = 10000.0;
-  double init_std = 0.02;      // q, k, v projections
-  double out_init_std = 0.02;  // o_proj (GPT-2: init_std / sqrt(2 n_layers))
-};
+/// Sizes and options of an Attention layer: the mixers' shared MixerConfig, of which it reads
+/// d_model, n_heads, n_kv_heads (0 = n_heads; must divide n_heads), head_dim (0 = d_model /
+/// n_heads), window_size (0 = full causal attention), rope_theta, init_std (q, k, v
+/// projections) and out_init_std (o_proj; GPT-2: init_std / sqrt(2 n_layers)). One config
+/// for every mixer kind, so that the model's options reach each layer by one translation.
+using AttentionConfig = MixerConfig;
 
 /// Generation state of an Attention layer: the rotated keys and the values of the tokens
 /// seen, k and v [B, capacity, Hkv, D], rows [0, length) valid. With a sliding window only

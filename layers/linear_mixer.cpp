@@ -13,7 +13,7 @@
 namespace lat {
 namespace {
 
-// The kernels' limit on K and V.
+// The linear-attention kernels' limit on K and V (ALGORITHMS.md 2.6).
 using linear_attention::kMaxHeadDim;
 
 // Mamba-2's initialization (state-spaces/mamba, mamba_ssm/modules/mamba2.py): A ~ U[1, 16],

@@ -1,30 +1,63 @@
-// make_mixer: model.layers kind -> mixer, the one place that maps kind names to classes.
+// make_mixer: model.layers kind -> mixer, the one place that maps kind names to classes
+// (mixer_kinds() lists the names of the same table).
+#include <algorithm>
+
 #include "layers/attention.h"
 #include "layers/linear_attention_layers.h"
 
 namespace lat {
+namespace {
+
+struct MixerKind {
+  std::string name;
+  std::unique_ptr<Mixer> (*make)(const MixerConfig&, Generator&);
+};
+
+constexpr bool kRetentionDecay = true;  // SimpleGLA with RetNet's fixed decay
+
+const std::vector<MixerKind>& kinds() {
+  static const std::vector<MixerKind> table = {
+      {"attn", [](const MixerConfig& c, Generator& g) -> std::unique_ptr<Mixer> {
+         return std::make_unique<Attention>(c, g);
+       }},
+      {"linear_attn", [](const MixerConfig& c, Generator& g) -> std::unique_ptr<Mixer> {
+         return std::make_unique<LinearAttention>(c, g);
+       }},
+      {"simple_gla", [](const MixerConfig& c, Generator& g) -> std::unique_ptr<Mixer> {
+         return std::make_unique<SimpleGLA>(c, g);
+       }},
+      {"retention", [](const MixerConfig& c, Generator& g) -> std::unique_ptr<Mixer> {
+         return std::make_unique<SimpleGLA>(c, g, kRetentionDecay);
+       }},
+      {"delta_net", [](const MixerConfig& c, Generator& g) -> std::unique_ptr<Mixer> {
+         return std::make_unique<DeltaNet>(c, g);
+       }},
+      {"gdn", [](const MixerConfig& c, Generator& g) -> std::unique_ptr<Mixer> {
+         return std::make_unique<GatedDeltaNet>(c, g);
+       }},
+  };
+  return table;
+}
+
+}  // namespace
+
+const std::vector<std::string>& mixer_kinds() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (const MixerKind& kind : kinds()) out.push_back(kind.name);
+    return out;
+  }();
+  return names;
+}
 
 std::unique_ptr<Mixer> make_mixer(const std::string& kind, const MixerConfig& config, Generator& gen) {
-  if (kind == "attn") {
-    AttentionConfig a;
-    a.d_model = config.d_model;
-    a.n_heads = config.n_heads;
-    a.n_kv_heads = config.n_kv_heads;
-    a.head_dim = config.head_dim;
-    a.window_size = config.window_size;
-    a.rope_theta = config.rope_theta;
-    a.init_std = config.init_std;
-    a.out_init_std = config.out_init_std;
-    return std::make_unique<Attention>(a, gen);
+  const auto it = std::find_if(kinds().begin(), kinds().end(), [&](const MixerKind& k) { return k.name == kind; });
+  if (it == kinds().end()) {
+    std::string expected;
+    for (const std::string& name : mixer_kinds()) expected += (expected.empty() ? "" : ", ") + name;
+    LAT_CHECK(false, "make_mixer: kind: expected one of " << expected << ", got '" << kind << "'");
   }
-  if (kind == "linear_attn") return std::make_unique<LinearAttention>(config, gen);
-  if (kind == "simple_gla") return std::make_unique<SimpleGLA>(config, gen);
-  if (kind == "retention") return std::make_unique<SimpleGLA>(config, gen, true);
-  if (kind == "delta_net") return std::make_unique<DeltaNet>(config, gen);
-  LAT_CHECK(kind == "gdn", "make_mixer: kind: expected one of attn, linear_attn, simple_gla, retention, delta_net, "
-                           "gdn, got '"
-                               << kind << "'");
-  return std::make_unique<GatedDeltaNet>(config, gen);
+  return it->make(config, gen);
 }
 
 }  // namespace lat

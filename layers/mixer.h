@@ -4,6 +4,8 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "layers/module.h"
 
@@ -29,5 +31,9 @@ class Mixer : public Module {
   /// `state` was not made by this kind of mixer or its batch size differs from x's.
   virtual Tensor step(const Tensor& x, MixerState& state) const = 0;
 };
+
+/// The mixer kinds of model.layers, in the documented order (DESIGN.md): attn, linear_attn,
+/// simple_gla, retention, delta_net, gdn. make_mixer builds each; the config accepts these.
+const std::vector<std::string>& mixer_kinds();
 
 }  // namespace lat

@@ -1,4 +1,4 @@
-// Checkpoints (train/checkpoint.h): bit-exact round trip, the HDF5 layout of DESIGN.md read
+// Checkpoints (train/files/checkpoint.h): bit-exact round trip, the HDF5 layout of DESIGN.md read
 // back with the HDF5 C API, bad files, version check, atomic save, and the run directory's
 // latest / prune / stale tmp / metrics.jsonl handling.
 #include <sys/resource.h>
@@ -20,8 +20,9 @@
 #include "lat/version.h"
 #include "tests/expect_error.h"
 #include "tests/test_files.h"
-#include "train/checkpoint.h"
-#include "train/config.h"
+#include "train/config/config.h"
+#include "train/files/checkpoint.h"
+#include "train/files/run_dir.h"
 
 namespace fs = std::filesystem;
 

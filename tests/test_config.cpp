@@ -1,4 +1,4 @@
-// Config loading (train/config.h): defaults, a full file, every error kind with the key and
+// Config loading (train/config/config.h): defaults, a full file, every error kind with the key and
 // its line, --set overrides, to_yaml round trip and the resume comparison.
 #include <source_location>
 #include <string>
@@ -8,7 +8,7 @@
 
 #include "tests/expect_error.h"
 #include "tests/test_files.h"
-#include "train/config.h"
+#include "train/config/config.h"
 
 namespace {
 

@@ -18,8 +18,8 @@
 #include "optim/adamw.h"
 #include "optim/clip.h"
 #include "tests/expect_error.h"
-#include "train/distributed.h"
-#include "train/distributed_nccl.h"
+#include "train/distributed/distributed.h"
+#include "train/distributed/nccl.h"
 
 namespace lat {
 namespace {
@@ -347,7 +347,7 @@ TEST_F(CudaOps, NcclAllReduceOnOneRankKeepsEveryValue) {
   std::vector<Tensor> host = {randn({300}), randn({7, 3}), randn({5}), randn({2, 40})};
   std::vector<Tensor> gpu;
   for (const Tensor& t : host) gpu.push_back(t.to(kGpu));
-  const int64_t calls = nccl::all_reduce_sum(gpu, 64, dist);  // 64-element buckets
+  const int64_t calls = nccl::all_reduce_sum(gpu, 64, dist.nccl_ranks());  // 64-element buckets
   EXPECT_GE(calls, 6);  // 406 elements in buckets of 64
   for (size_t i = 0; i < host.size(); ++i)
     EXPECT_EQ(gpu[i].to(Device::cpu()).to_vector<float>(), host[i].to_vector<float>()) << "tensor " << i;

@@ -7,8 +7,8 @@
 #include <numeric>
 
 #include "tests/expect_error.h"
-#include "train/buckets.h"
-#include "train/distributed.h"
+#include "train/distributed/buckets.h"
+#include "train/distributed/distributed.h"
 
 namespace lat {
 namespace {

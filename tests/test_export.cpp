@@ -1,4 +1,4 @@
-// `lat export` and `lat info` (train/export.h, train/info.h): the safetensors export keeps the
+// `lat export` and `lat info` (train/files/export.h, train/inference/info.h): the safetensors export keeps the
 // checkpoint's names, shapes and values (bit for bit in f32, rounded in bf16), config.json and
 // tokenizer.json describe the model, tied embeddings get an lm_head copy, h5-weights has no
 // training state, every --checkpoint form loads the same weights, the exported model computes
@@ -19,12 +19,15 @@
 #include "layers/swiglu.h"
 #include "tests/expect_error.h"
 #include "tests/test_files.h"
-#include "train/checkpoint.h"
-#include "train/export.h"
-#include "train/generate.h"
-#include "train/info.h"
-#include "train/model.h"
-#include "train/safetensors.h"
+#include "train/config/model_config.h"
+#include "train/files/checkpoint.h"
+#include "train/files/export.h"
+#include "train/files/model_reader.h"
+#include "train/files/run_dir.h"
+#include "train/files/safetensors.h"
+#include "train/files/trained_model.h"
+#include "train/inference/generate.h"
+#include "train/inference/info.h"
 
 namespace fs = std::filesystem;
 

@@ -16,7 +16,8 @@
 #include <system_error>
 #include <utility>
 
-#include "train/config.h"
+#include "lat/error.h"
+#include "train/config/config.h"
 
 namespace lat::testing {
 

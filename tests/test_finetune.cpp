@@ -1,8 +1,9 @@
-// Fine-tuning (train/finetune.h): glob patterns, freeze (no gradient, no optimizer entry),
+// Fine-tuning (train/run/finetune.h): glob patterns, freeze (no gradient, no optimizer entry),
 // lr_mult resolution, init_from shape checks (strict errors name every parameter and both
 // shapes; non-strict resizes vocabularies and lists what it skipped), the tokenizer a
 // fine-tuning run uses.
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <fstream>
@@ -15,10 +16,11 @@
 #include "lat/tape.h"
 #include "tests/expect_error.h"
 #include "tests/test_files.h"
-#include "train/checkpoint.h"
-#include "train/finetune.h"
-#include "train/model.h"
-#include "train/trainer.h"
+#include "train/config/model_config.h"
+#include "train/files/checkpoint.h"
+#include "train/files/model_reader.h"
+#include "train/run/finetune.h"
+#include "train/run/trainer.h"
 
 namespace fs = std::filesystem;
 

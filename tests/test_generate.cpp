@@ -13,11 +13,12 @@
 #include "layers/hybrid_lm.h"
 #include "tests/expect_error.h"
 #include "tests/test_files.h"
-#include "train/checkpoint.h"
-#include "train/config.h"
-#include "train/generate.h"
-#include "train/model.h"
-#include "train/sampling.h"
+#include "train/config/config.h"
+#include "train/config/model_config.h"
+#include "train/files/checkpoint.h"
+#include "train/files/run_dir.h"
+#include "train/inference/generate.h"
+#include "train/inference/sampling.h"
 
 namespace fs = std::filesystem;
 

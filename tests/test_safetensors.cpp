@@ -1,4 +1,4 @@
-// safetensors (train/safetensors.h): f32 round trip bit for bit, bf16 rounding to nearest even
+// safetensors (train/files/safetensors.h): f32 round trip bit for bit, bf16 rounding to nearest even
 // against a float64 reference, F16 reading, the byte layout (header length, 8-byte aligned data
 // section, offsets), metadata, and bad files (header overrunning the file, bad JSON, unknown
 // dtype, offsets out of range / overlapping / not matching the shape, a missing tensor).
@@ -14,7 +14,7 @@
 
 #include "tests/expect_error.h"
 #include "tests/test_files.h"
-#include "train/safetensors.h"
+#include "train/files/safetensors.h"
 
 namespace fs = std::filesystem;
 

@@ -19,12 +19,13 @@
 #include "data/dataset.h"
 #include "tests/expect_error.h"
 #include "tests/test_files.h"
-#include "train/checkpoint.h"
-#include "train/config.h"
-#include "train/eval.h"
-#include "train/model.h"
-#include "train/run_dir_lock.h"
-#include "train/trainer.h"
+#include "train/config/config.h"
+#include "train/files/checkpoint.h"
+#include "train/files/run_dir.h"
+#include "train/files/trained_model.h"
+#include "train/inference/eval.h"
+#include "train/run/run_dir_lock.h"
+#include "train/run/trainer.h"
 
 namespace fs = std::filesystem;
 

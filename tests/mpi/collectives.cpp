@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "train/buckets.h"
-#include "train/distributed.h"
+#include "train/distributed/buckets.h"
+#include "train/distributed/distributed.h"
 
 namespace {
 

@@ -15,7 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "train/checkpoint.h"
+#include "train/files/checkpoint.h"
+#include "train/files/run_dir.h"
 
 namespace {
 

@@ -8,11 +8,12 @@
 #     resume   2 ranks stopped at step 10 and resumed (2 ranks) vs 2 ranks uninterrupted:
 #              bit-identical losses and parameters; then a resume under 1 rank warns and
 #              matches within the tolerances of `equal`
-#     failure  rank 1 throws at step 3 (LAT_TEST_FAIL_AT=1:3:throw, the trainer's test hook):
-#              mpirun exits non-zero within 30 s, stderr names rank 1, no checkpoint is left;
-#              rank 1 killed (SIGKILL) at step 3 (LAT_TEST_FAIL_AT=1:3:kill): the same, but
-#              the launcher names the rank; train.batch_size 3 on 2 ranks is a config error
-#              (exit 2) naming the key
+#     failure  rank 0 cannot write the checkpoint of step 3 (a directory stands where its
+#              temporary file goes, as a full disk would fail it) while rank 1 waits in the
+#              next step's all-reduce: mpirun exits non-zero within 30 s, stderr names rank 0
+#              and the checkpoint, no checkpoint is left; rank 1 killed (SIGKILL) once step 3
+#              is logged: the same, but the launcher names rank 1; train.batch_size 3 on 2
+#              ranks is a config error (exit 2) naming the key
 #
 # MPIEXEC (default mpirun) launches; the OMPI_* settings come from the environment (ctest).
 set -euo pipefail
@@ -79,14 +80,10 @@ case "$mode" in
     "$compare" whole other --loss-rtol 1e-5 --param-atol 1e-5
     ;;
   failure)
-    # fail HOW: rank 1 fails at step 3 of a long run; the job must end non-zero within 30 s
-    # and leave no checkpoint.
-    fail() {
-      local how=$1 start elapsed
-      start=$(date +%s)
-      status=0
-      LAT_TEST_FAIL_AT=1:3:$how "$mpiexec" -n 2 "$lat" train tiny.yaml --set train.out_dir="$how" \
-        --set train.max_steps=100000 --set train.warmup=1 2> "$how.log" || status=$?
+    # ended HOW START: the job that began at START must have ended non-zero within 30 s and
+    # left no checkpoint.
+    ended() {
+      local how=$1 start=$2 elapsed
       elapsed=$(( $(date +%s) - start ))
       cat "$how.log"
       echo "$how: mpirun exit status $status after ${elapsed}s"
@@ -94,10 +91,39 @@ case "$mode" in
       [ "$elapsed" -le 30 ] || { echo "FAIL: $how: took ${elapsed}s to end"; exit 1; }
       if ls "$how"/ckpt_*.h5 > /dev/null 2>&1; then echo "FAIL: $how: a checkpoint was left"; ls "$how"; exit 1; fi
     }
-    fail throw
-    grep -q "^error: rank 1: .*step 3" throw.log || { echo "FAIL: no 'error: rank 1: ... step 3' line"; exit 1; }
-    fail kill
+    long_run=(--set train.max_steps=100000 --set train.warmup=1)
+
+    # Rank 0 fails while rank 1 waits in a collective: the checkpoint of step 3 cannot be
+    # written (its temporary path is taken by a directory, which the run leaves alone).
+    mkdir -p throw/ckpt_00000003.h5.tmp
+    start=$(date +%s)
+    status=0
+    run2 --set train.out_dir=throw --set train.ckpt_every=3 "${long_run[@]}" 2> throw.log || status=$?
+    ended throw "$start"
+    grep -q "^error: rank 0: save_checkpoint: 'throw/ckpt_00000003.h5'" throw.log ||
+      { echo "FAIL: no 'error: rank 0: save_checkpoint: ...ckpt_00000003.h5' line"; exit 1; }
+
+    # Rank 1 dies of SIGKILL once rank 0 has logged step 3 (so both ranks are training).
+    # Rank 1 is the second program of an MPMD launch, which records its pid before exec. No
+    # periodic checkpoints: whenever the kill lands, a checkpoint could only come from the
+    # failure path.
+    start=$(date +%s)
+    status=0
+    kill_run=(train tiny.yaml --set train.out_dir=kill --set train.ckpt_every=0 "${long_run[@]}")
+    "$mpiexec" -n 1 "$lat" "${kill_run[@]}" : \
+      -n 1 bash -c 'echo $$ > rank1.pid; exec "$@"' bash "$lat" "${kill_run[@]}" 2> kill.log &
+    job=$!
+    for _ in $(seq 1 200); do
+      [ -s rank1.pid ] && grep -q '"step":3,' kill/metrics.jsonl 2> /dev/null && break
+      sleep 0.1
+    done
+    grep -q '"step":3,' kill/metrics.jsonl ||
+      { echo "FAIL: kill: rank 0 did not log step 3 within 20 s"; cat kill.log; exit 1; }
+    kill -KILL "$(cat rank1.pid)"
+    wait "$job" || status=$?
+    ended kill "$start"
     grep -qi "rank 1" kill.log || { echo "FAIL: the launcher did not name rank 1"; exit 1; }
+
     # A batch that does not split over the ranks is a config error (exit 2) naming the key.
     status=0
     run2 --set train.out_dir=odd --set train.batch_size=3 2> odd.log || status=$?

@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "train/cli/command.h"
-#include "train/eval.h"
+#include "train/inference/eval.h"
 
 namespace lat::cli {
 

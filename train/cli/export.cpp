@@ -5,8 +5,8 @@
 #include <string>
 
 #include "train/cli/command.h"
-#include "train/config.h"
-#include "train/export.h"
+#include "train/config/config.h"
+#include "train/files/export.h"
 
 namespace lat::cli {
 namespace {

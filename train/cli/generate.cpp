@@ -6,7 +6,7 @@
 #include <memory>
 
 #include "train/cli/command.h"
-#include "train/generate.h"
+#include "train/inference/generate.h"
 
 namespace lat::cli {
 

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "train/cli/command.h"
-#include "train/info.h"
+#include "train/inference/info.h"
 
 namespace lat::cli {
 

@@ -4,8 +4,8 @@
 #include <vector>
 
 #include "train/cli/command.h"
-#include "train/config.h"
-#include "train/trainer.h"
+#include "train/config/config.h"
+#include "train/run/trainer.h"
 
 namespace lat::cli {
 

@@ -1,0 +1,76 @@
+// Defaults, a document and overrides into a Config (loader.h).
+#include "train/config/loader.h"
+
+#include "train/config/suggest.h"
+#include "train/config/yaml_value.h"
+
+namespace lat {
+
+void Loader::apply_document(const YAML::Node& root, const std::string& file) {
+  if (root.IsNull()) return;
+  if (!root.IsMap())
+    throw ConfigError("config: expected a map of keys at the top level, got " + describe(root) + " (" +
+                      node_location(file, root) + ")");
+  std::map<std::string, std::string> leaves_seen;
+  walk(root, "", Origin{file, &leaves_seen, ""});
+}
+
+void Loader::apply_override(const std::string& assignment) {
+  auto eq = assignment.find('=');
+  std::string key = assignment.substr(0, eq);
+  if (eq == std::string::npos || key.empty()) throw ConfigError("--set '" + assignment + "': expected key=value");
+  const std::string location = "--set " + key;
+  YAML::Node value;
+  try {
+    value = YAML::Load(assignment.substr(eq + 1));
+  } catch (const YAML::Exception& e) {
+    throw ConfigError(key + ": cannot parse the value as YAML: " + e.msg + " (" + location + ")");
+  }
+  if (is_section(key) && !value.IsMap())
+    throw ConfigError(key + ": expected a map of keys, got " + describe(value) + " (" + location + ")");
+  apply_key(key, value, location, Origin{"", nullptr, location});
+}
+
+void Loader::walk(const YAML::Node& map, const std::string& prefix, const Origin& origin) {
+  std::map<std::string, int> keys_here;  // literal keys of this map -> line, for duplicates
+  for (const auto& entry : map) {
+    const YAML::Node& key_node = entry.first;
+    const std::string location = origin.file.empty() ? origin.override_location : node_location(origin.file, key_node);
+    if (!key_node.IsScalar())
+      throw ConfigError((prefix.empty() ? "config" : prefix) + ": expected a key name, got " + describe(key_node) +
+                        " (" + location + ")");
+    const std::string name = key_node.Scalar();
+    const std::string key = prefix.empty() ? name : prefix + "." + name;
+    const int line = key_node.Mark().line + 1;
+    if (auto [seen, inserted] = keys_here.emplace(name, line); !inserted)
+      throw ConfigError(key + ": duplicate key, first set at line " + std::to_string(seen->second) + " (" + location +
+                        ")");
+    const YAML::Node& value = entry.second;
+    if (is_section(key) && value.IsNull()) continue;  // an empty section, e.g. "train:" with nothing below
+    apply_key(key, value, location, origin);
+  }
+}
+
+void Loader::apply_key(const std::string& key, const YAML::Node& value, const std::string& location,
+                       const Origin& origin) {
+  if (const KeySpec* spec = find_key(key)) {
+    if (origin.leaves_seen) {
+      if (auto [seen, inserted] = origin.leaves_seen->emplace(key, location); !inserted)
+        throw ConfigError(key + ": duplicate key, first set at " + seen->second + " (" + location + ")");
+    }
+    set(*spec, value, location, origin.file);
+  } else if (is_section(key)) {
+    if (!value.IsMap())
+      throw ConfigError(key + ": expected a map of keys, got " + describe(value) + " (" + location + ")");
+    walk(value, key, origin);
+  } else {
+    throw ConfigError(key + ": unknown key" + did_you_mean(key, all_key_names()) + " (" + location + ")");
+  }
+}
+
+void Loader::set(const KeySpec& spec, const YAML::Node& value, const std::string& location, const std::string& file) {
+  origins_.set(spec.key, location);
+  read_value(spec, value, ValueSource{location, file}, config_);
+}
+
+}  // namespace lat

@@ -1,0 +1,234 @@
+// The schema table (schema.h), in DESIGN.md's order, and the rules its rows name.
+#include "train/config/schema.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <sstream>
+
+#include "layers/linear_attention/common.h"
+#include "layers/mixer.h"
+#include "train/config/suggest.h"
+#include "train/config/validation.h"
+#include "train/text/format.h"
+
+namespace lat {
+namespace {
+
+// ---- rules: checks against earlier keys and derived defaults, each run right after the
+// bounds of the row that names it -----------------------------------------------------------
+
+/// The key to blame for a head dim: model.head_dim when set, else the d_model it came from.
+std::string head_dim_key(const Validation& v) {
+  return v.was_set("model.head_dim") ? "model.head_dim" : "model.d_model";
+}
+
+/// model.head_dim: 0 resolves to d_model / n_heads, which must divide.
+void resolve_head_dim(Validation& v) {
+  ModelConfig& m = v.config().model;
+  if (m.head_dim != 0) return;
+  if (m.d_model % m.n_heads != 0) {
+    const std::string key = v.was_set("model.n_heads") ? "model.n_heads" : "model.d_model";
+    v.fail(key, "model.d_model (" + std::to_string(m.d_model) + ") is not divisible by model.n_heads (" +
+                    std::to_string(m.n_heads) + "); set model.head_dim or change one of them");
+  }
+  m.head_dim = m.d_model / m.n_heads;
+}
+
+/// model.layers: known mixer names, no empty entry, at most n_layers of them.
+void check_layers(Validation& v) {
+  const ModelConfig& m = v.config().model;
+  const std::vector<std::string> pattern = mixer_pattern(m.layers);
+  if (pattern.empty()) v.fail("model.layers", "expected at least one mixer name, got '" + m.layers + "'");
+  const std::vector<std::string>& kinds = mixer_kinds();
+  for (const std::string& mixer : pattern) {
+    if (mixer.empty()) v.fail("model.layers", "empty mixer name in '" + m.layers + "'");
+    if (std::find(kinds.begin(), kinds.end(), mixer) == kinds.end())
+      v.fail("model.layers", "unknown mixer '" + mixer + "'" + did_you_mean(mixer, kinds) + " (expected " +
+                                 join(kinds, ", ") + ")");
+  }
+  // A shorter pattern repeats; a longer one would silently drop mixers.
+  if (static_cast<int64_t>(pattern.size()) > m.n_layers)
+    v.fail("model.layers", "has " + std::to_string(pattern.size()) + " mixers but model.n_layers is " +
+                               std::to_string(m.n_layers) + " (the pattern repeats to n_layers, so give at most " +
+                               std::to_string(m.n_layers) + ")");
+}
+
+/// model.expand_v: a whole value head dim; an even head_dim for attention (RoPE); head dims
+/// within the linear-attention kernels' limit.
+void check_head_dims(Validation& v) {
+  const ModelConfig& m = v.config().model;
+  const double value_dim = static_cast<double>(m.head_dim) * m.expand_v;
+  if (value_dim < 1 || value_dim != std::round(value_dim))
+    v.fail("model.expand_v", "head_dim (" + std::to_string(m.head_dim) + ") * expand_v must be a whole number >= 1");
+  const std::vector<std::string> pattern = mixer_pattern(m.layers);
+  const bool has_linear = std::any_of(pattern.begin(), pattern.end(), [](const std::string& k) { return k != "attn"; });
+  const bool has_attn = std::find(pattern.begin(), pattern.end(), "attn") != pattern.end();
+  if (has_attn && m.head_dim % 2 != 0)
+    v.fail(head_dim_key(v), "attention layers need an even head_dim (RoPE rotates pairs of dimensions), got head_dim " +
+                                std::to_string(m.head_dim) + " (d_model / n_heads unless model.head_dim is set)");
+  const int64_t limit = linear_attention::kMaxHeadDim;
+  if (has_linear && (m.head_dim > limit || value_dim > static_cast<double>(limit)))
+    v.fail(head_dim_key(v), "the linear-attention kernels take head dimensions up to " + std::to_string(limit) +
+                                ", got head_dim " + std::to_string(m.head_dim) + " and value dim " +
+                                std::to_string(static_cast<int64_t>(value_dim)));
+}
+
+/// model.attn.n_kv_heads: 0 resolves to n_heads, which it must divide.
+void resolve_kv_heads(Validation& v) {
+  ModelConfig& m = v.config().model;
+  if (m.attn.n_kv_heads == 0) m.attn.n_kv_heads = m.n_heads;
+  if (m.n_heads % m.attn.n_kv_heads != 0)
+    v.fail("model.attn.n_kv_heads", "model.n_heads (" + std::to_string(m.n_heads) +
+                                        ") is not a multiple of model.attn.n_kv_heads (" +
+                                        std::to_string(m.attn.n_kv_heads) + ")");
+}
+
+/// train.min_lr: not above train.lr.
+void check_min_lr(Validation& v) {
+  const TrainConfig& t = v.config().train;
+  if (t.min_lr <= t.lr) return;
+  std::ostringstream os;
+  os << "min_lr (" << t.min_lr << ") is above train.lr (" << t.lr << ")";
+  v.fail(v.was_set("train.min_lr") ? "train.min_lr" : "train.lr", os.str());
+}
+
+/// train.out_dir: unset resolves to runs/<config name>; set to '' is an error.
+void resolve_out_dir(Validation& v) {
+  std::string& out_dir = v.config().train.out_dir;
+  if (!out_dir.empty()) return;
+  if (v.was_set("train.out_dir")) v.fail("train.out_dir", "expected a directory, got ''");
+  out_dir = "runs/" + v.config_name();
+}
+
+/// train.resume: a path (neither auto nor never) must exist, when paths are checked.
+void check_resume_path(Validation& v) {
+  const std::string& resume = v.config().train.resume;
+  if (v.check_paths() && resume != "auto" && resume != "never" && !std::filesystem::exists(resume))
+    v.fail("train.resume", "expected auto, never or an existing checkpoint path, got '" + resume + "'" +
+                               did_you_mean(resume, {"auto", "never"}));
+}
+
+/// train.device: cpu, cuda or cuda:N.
+void check_device(Validation& v) {
+  const std::string& device = v.config().train.device;
+  bool ok = device == "cpu" || device == "cuda";
+  if (device.rfind("cuda:", 0) == 0 && device.size() > 5)
+    ok = std::all_of(device.begin() + 5, device.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+  if (!ok) v.fail("train.device", "unknown device '" + device + "' (expected cpu, cuda or cuda:N)");
+}
+
+/// init_from: the checkpoint must exist, when paths are checked.
+void check_init_from(Validation& v) {
+  const std::string& init_from = v.config().init_from;
+  if (v.check_paths() && !init_from.empty() && !std::filesystem::exists(init_from))
+    v.fail("init_from", "no such checkpoint: '" + init_from + "'");
+}
+
+// ---- bounds -------------------------------------------------------------------------------
+
+// The key's name and its field: the dotted key is the field's path in Config, written once.
+#define LAT_KEY(path) .key = #path, .field = [](Config& c) -> FieldPtr { return &c.path; }
+
+Bounds ints_from(int64_t low) { return {.min_int = low}; }
+Bounds floats_above(double low) { return {.range = FloatRange{.low = low, .low_open = true}}; }
+Bounds floats_from(double low, const char* note = "") { return {.range = FloatRange{.low = low, .note = note}}; }
+/// [low, high)
+Bounds floats_from_below(double low, double high) {
+  return {.range = FloatRange{.low = low, .high = high, .high_open = true}};
+}
+/// (low, high)
+Bounds floats_between(double low, double high) {
+  return {.range = FloatRange{.low = low, .low_open = true, .high = high, .high_open = true}};
+}
+Bounds one_of(std::vector<std::string> values) { return {.one_of = std::move(values)}; }
+Bounds non_empty(const char* message) { return {.if_empty = message}; }
+
+}  // namespace
+
+const std::vector<KeySpec>& schema() {
+  static const std::vector<KeySpec> keys = {
+      {LAT_KEY(model.vocab_size), .bounds = ints_from(0)},
+      {LAT_KEY(model.d_model), .bounds = ints_from(1)},
+      {LAT_KEY(model.n_layers), .bounds = ints_from(1)},
+      {LAT_KEY(model.n_heads), .bounds = ints_from(1)},
+      {LAT_KEY(model.head_dim), .bounds = ints_from(0), .rule = resolve_head_dim},
+      {LAT_KEY(model.layers), .rule = check_layers},
+      {LAT_KEY(model.expand_v), .bounds = floats_above(0), .rule = check_head_dims},
+      {LAT_KEY(model.mlp_ratio), .bounds = floats_above(0)},
+      {LAT_KEY(model.norm_eps), .bounds = floats_above(0)},
+      {LAT_KEY(model.tie_embeddings)},
+      {LAT_KEY(model.attn.window_size), .bounds = ints_from(0)},
+      {LAT_KEY(model.attn.n_kv_heads), .bounds = ints_from(0), .rule = resolve_kv_heads},
+      {LAT_KEY(model.attn.rope_theta), .bounds = floats_above(0)},
+      {LAT_KEY(model.linear.feature_map), .bounds = one_of({"elu1", "relu", "identity"})},
+      {LAT_KEY(model.linear.normalize)},
+      {LAT_KEY(model.linear.use_short_conv)},
+      {LAT_KEY(model.linear.conv_size), .bounds = ints_from(1)},
+      {LAT_KEY(model.linear.use_gate)},
+      {LAT_KEY(model.linear.chunk_size), .bounds = ints_from(1)},
+      {LAT_KEY(data.path), .bounds = non_empty("required: the text or token file to train on"), .nullable = true},
+      {LAT_KEY(data.format), .bounds = one_of({"auto", "text", "bin", "h5"})},
+      {LAT_KEY(data.tokenizer), .bounds = one_of({"char", "byte"})},
+      {LAT_KEY(data.bin_dtype), .bounds = one_of({"uint16", "uint32"})},
+      {LAT_KEY(data.h5_dataset), .bounds = non_empty("expected a dataset name, got ''")},
+      {LAT_KEY(data.block_size), .bounds = ints_from(1)},
+      {LAT_KEY(data.val_fraction), .bounds = floats_between(0, 1)},
+      {LAT_KEY(train.batch_size), .bounds = ints_from(1)},
+      {LAT_KEY(train.grad_accum), .bounds = ints_from(1)},
+      {LAT_KEY(train.max_steps), .bounds = ints_from(1)},
+      {LAT_KEY(train.stop_at), .bounds = ints_from(0)},
+      {LAT_KEY(train.optimizer), .bounds = one_of({"adamw", "sgd"})},
+      {LAT_KEY(train.lr), .bounds = floats_above(0)},
+      {LAT_KEY(train.min_lr), .bounds = floats_from(0), .rule = check_min_lr},
+      {LAT_KEY(train.warmup), .bounds = ints_from(0)},
+      {LAT_KEY(train.schedule), .bounds = one_of({"cosine", "linear", "constant"})},
+      {LAT_KEY(train.betas), .bounds = floats_from_below(0, 1)},
+      {LAT_KEY(train.eps), .bounds = floats_above(0)},
+      {LAT_KEY(train.weight_decay), .bounds = floats_from(0)},
+      {LAT_KEY(train.momentum), .bounds = floats_from_below(0, 1)},
+      {LAT_KEY(train.grad_clip), .bounds = floats_from(0, " (0 = off)")},
+      {LAT_KEY(train.eval_every), .bounds = ints_from(0)},
+      {LAT_KEY(train.eval_batches), .bounds = ints_from(1)},
+      {LAT_KEY(train.log_every), .bounds = ints_from(1)},
+      {LAT_KEY(train.ckpt_every), .bounds = ints_from(0)},
+      {LAT_KEY(train.keep_last), .bounds = ints_from(0)},
+      {LAT_KEY(train.out_dir), .rule = resolve_out_dir},
+      {LAT_KEY(train.resume), .bounds = non_empty("expected auto, never or a checkpoint path, got ''"),
+       .rule = check_resume_path},
+      {LAT_KEY(train.seed), .bounds = ints_from(0)},
+      {LAT_KEY(train.device), .rule = check_device},
+      {LAT_KEY(train.threads), .bounds = ints_from(0)},
+      {LAT_KEY(init_from), .rule = check_init_from, .nullable = true},
+      {LAT_KEY(init_from_strict)},
+      {LAT_KEY(freeze), .bounds = non_empty("expected a non-empty pattern")},
+      {LAT_KEY(lr_mult), .bounds = {.range = FloatRange{.low = 0}, .if_empty = "expected a non-empty pattern"}},
+  };
+  return keys;
+}
+
+#undef LAT_KEY
+
+const std::vector<std::string>& sections() {
+  static const std::vector<std::string> names = {"model", "model.attn", "model.linear", "data", "train"};
+  return names;
+}
+
+const KeySpec* find_key(const std::string& key) {
+  for (const KeySpec& spec : schema())
+    if (key == spec.key) return &spec;
+  return nullptr;
+}
+
+bool is_section(const std::string& key) {
+  return std::find(sections().begin(), sections().end(), key) != sections().end();
+}
+
+std::vector<std::string> all_key_names() {
+  std::vector<std::string> names;
+  for (const KeySpec& spec : schema()) names.push_back(spec.key);
+  for (const std::string& section : sections()) names.push_back(section);
+  return names;
+}
+
+}  // namespace lat

@@ -1,0 +1,142 @@
+// YAML scalars, lists and maps into Config fields (yaml_value.h).
+#include "train/config/yaml_value.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <type_traits>
+#include <vector>
+
+namespace lat {
+namespace {
+
+bool parse_double_text(std::string text, double& out) {
+  if (!text.empty() && text[0] == '+') text.erase(0, 1);
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, out);
+  return ec == std::errc() && ptr == end && !text.empty() && std::isfinite(out);
+}
+
+bool parse_int_text(std::string text, int64_t& out) {
+  if (!text.empty() && text[0] == '+') text.erase(0, 1);
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, out);
+  if (ec == std::errc() && ptr == end && !text.empty()) return true;
+  // Accept an integral float such as 1e4 (max_steps: 1e4).
+  double value = 0;
+  if (!parse_double_text(text, value) || value != std::floor(value) || std::fabs(value) > 9.0e15) return false;
+  out = static_cast<int64_t>(value);
+  return true;
+}
+
+/// Reads the value of one key; `key` and `source` name it in errors.
+class ValueReader {
+ public:
+  ValueReader(const std::string& key, const ValueSource& source) : key_(key), source_(source) {}
+
+  void read(const YAML::Node& value, int64_t& out) const {
+    if (!value.IsScalar() || !parse_int_text(value.Scalar(), out)) type_error("an int", value, source_.location);
+  }
+
+  void read(const YAML::Node& value, double& out) const { out = to_float(value, source_.location); }
+
+  void read(const YAML::Node& value, bool& out) const {
+    static const std::vector<std::string> yes = {"true", "True", "TRUE"}, no = {"false", "False", "FALSE"};
+    const std::string text = value.IsScalar() ? value.Scalar() : "";
+    if (std::find(yes.begin(), yes.end(), text) != yes.end())
+      out = true;
+    else if (std::find(no.begin(), no.end(), text) != no.end())
+      out = false;
+    else
+      type_error("true or false", value, source_.location);
+  }
+
+  /// A nullable key reads YAML null as "" (not set).
+  void read(const YAML::Node& value, std::string& out, bool nullable) const {
+    if (nullable && value.IsNull())
+      out = "";
+    else if (value.IsScalar())
+      out = value.Scalar();
+    else
+      type_error("a string", value, source_.location);
+  }
+
+  void read(const YAML::Node& value, std::array<double, 2>& out) const {
+    if (!value.IsSequence() || value.size() != 2) type_error("a list of 2 floats", value, source_.location);
+    for (size_t i = 0; i < 2; ++i) out[i] = to_float(value[i], item_location(value[i]));
+  }
+
+  void read(const YAML::Node& value, std::vector<std::string>& out) const {
+    out.clear();
+    if (value.IsNull()) return;
+    if (!value.IsSequence()) type_error("a list of strings", value, source_.location);
+    for (const YAML::Node& item : value) {
+      if (!item.IsScalar()) type_error("a list of strings", item, item_location(item));
+      out.push_back(item.Scalar());
+    }
+  }
+
+  void read(const YAML::Node& value, FloatMap& out) const {
+    out.clear();
+    if (value.IsNull()) return;
+    if (!value.IsMap()) type_error("a map of pattern: float", value, source_.location);
+    for (const auto& entry : value) {
+      const std::string here = item_location(entry.first);
+      if (!entry.first.IsScalar()) type_error("a pattern", entry.first, here);
+      const std::string pattern = entry.first.Scalar();
+      for (const auto& [seen, mult] : out)
+        if (seen == pattern) throw ConfigError(key_ + ": duplicate pattern '" + pattern + "' (" + here + ")");
+      out.emplace_back(pattern, to_float(entry.second, here));
+    }
+  }
+
+ private:
+  [[noreturn]] void type_error(const std::string& expected, const YAML::Node& value,
+                               const std::string& location) const {
+    throw ConfigError(key_ + ": expected " + expected + ", got " + describe(value) + " (" + location + ")");
+  }
+
+  double to_float(const YAML::Node& value, const std::string& location) const {
+    double out = 0;
+    if (!value.IsScalar() || !parse_double_text(value.Scalar(), out)) type_error("a float", value, location);
+    return out;
+  }
+
+  /// Items of lists and maps in a file are named at their own line; in an override, by the key.
+  std::string item_location(const YAML::Node& item) const {
+    return source_.file.empty() ? source_.location : node_location(source_.file, item);
+  }
+
+  const std::string& key_;
+  const ValueSource& source_;
+};
+
+}  // namespace
+
+std::string describe(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Scalar: return "'" + node.Scalar() + "'";
+    case YAML::NodeType::Sequence: return "a list";
+    case YAML::NodeType::Map: return "a map";
+    default: return "nothing (null)";
+  }
+}
+
+std::string node_location(const std::string& file, const YAML::Node& node) {
+  return file + ":" + std::to_string(node.Mark().line + 1);
+}
+
+void read_value(const KeySpec& spec, const YAML::Node& value, const ValueSource& source, Config& config) {
+  const std::string key = spec.key;
+  const ValueReader reader(key, source);
+  std::visit(
+      [&](auto* field) {
+        if constexpr (std::is_same_v<std::remove_pointer_t<decltype(field)>, std::string>)
+          reader.read(value, *field, spec.nullable);
+        else
+          reader.read(value, *field);
+      },
+      spec.field(config));
+}
+
+}  // namespace lat

@@ -1,0 +1,58 @@
+// config.json of an export (config_json.h).
+#include "train/files/config_json.h"
+
+#include "lat/error.h"
+#include "lat/version.h"
+#include "layers/swiglu.h"
+#include "train/files/json_file.h"
+
+namespace lat {
+
+nlohmann::ordered_json model_config_json(const Config& config, int64_t vocab_size, const std::string& tokenizer_type,
+                                         const std::string& dtype) {
+  const ModelConfig& m = config.model;
+  const int64_t mlp_hidden = swiglu_hidden_size(m.d_model, m.mlp_ratio);
+  nlohmann::ordered_json j;
+  j["architectures"] = {"HybridLMForCausalLM"};
+  j["model_type"] = "lat_hybrid";
+  j["torch_dtype"] = dtype == "bf16" ? "bfloat16" : "float32";
+  j["vocab_size"] = vocab_size;
+  j["d_model"] = m.d_model;
+  j["n_layers"] = m.n_layers;
+  j["n_heads"] = m.n_heads;
+  j["head_dim"] = m.head_dim;
+  j["expand_v"] = m.expand_v;
+  j["value_head_dim"] = value_head_dim(m);
+  j["layers"] = layer_mixers(m);
+  j["mlp_ratio"] = m.mlp_ratio;
+  j["mlp_hidden_size"] = mlp_hidden;
+  j["norm_eps"] = m.norm_eps;
+  j["tie_embeddings"] = m.tie_embeddings;
+  j["attn"] = {{"window_size", m.attn.window_size}, {"n_kv_heads", m.attn.n_kv_heads}, {"rope_theta", m.attn.rope_theta}};
+  j["linear"] = {{"feature_map", m.linear.feature_map}, {"normalize", m.linear.normalize},
+                 {"use_short_conv", m.linear.use_short_conv}, {"conv_size", m.linear.conv_size},
+                 {"use_gate", m.linear.use_gate}, {"chunk_size", m.linear.chunk_size}};
+  // The names Hugging Face configs use for the same numbers.
+  j["hidden_size"] = m.d_model;
+  j["num_hidden_layers"] = m.n_layers;
+  j["num_attention_heads"] = m.n_heads;
+  j["num_key_value_heads"] = m.attn.n_kv_heads;
+  j["intermediate_size"] = mlp_hidden;
+  j["rms_norm_eps"] = m.norm_eps;
+  j["rope_theta"] = m.attn.rope_theta;
+  j["tie_word_embeddings"] = m.tie_embeddings;
+  j["tokenizer_type"] = tokenizer_type;
+  j["lat_version"] = version();
+  j["lat_config"] = to_yaml(config);
+  return j;
+}
+
+std::string read_lat_config(const std::string& path, const std::string& model_path) {
+  const nlohmann::json config = read_json_file(path, "the config beside '" + model_path + "'");
+  if (!config.is_object() || !config.contains("lat_config") || !config["lat_config"].is_string())
+    throw Error("load_model_weights: '" + path +
+                "': no string 'lat_config' (the resolved lat config; written by lat export)");
+  return config["lat_config"].get<std::string>();
+}
+
+}  // namespace lat

@@ -1,0 +1,159 @@
+// `lat export`: the export writer (export.h, files in export_layout.h).
+#include "train/files/export.h"
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <sstream>
+
+#include <hdf5.h>
+
+#include "lat/tape.h"
+#include "lat/version.h"
+#include "train/config/config.h"
+#include "train/files/atomic_file.h"
+#include "train/files/config_json.h"
+#include "train/files/export_layout.h"
+#include "train/files/model_reader.h"
+#include "train/files/safetensors.h"
+#include "train/files/tokenizer_files.h"
+#include "train/files/trained_model.h"
+
+namespace fs = std::filesystem;
+
+namespace lat {
+namespace {
+
+using namespace export_layout;
+
+/// The root attributes of the checkpoint as the safetensors __metadata__ (strings only).
+std::map<std::string, std::string> export_metadata(const Checkpoint& ckpt) {
+  auto number = [](double x) {
+    std::ostringstream s;
+    s.precision(17);
+    s << x;
+    return s.str();
+  };
+  // "format": "pt" is what PyTorch loaders (transformers) expect of a safetensors checkpoint.
+  return {{"format", "pt"},
+          {"step", std::to_string(ckpt.step)},
+          {"tokens_seen", std::to_string(ckpt.tokens_seen)},
+          {"val_loss", number(ckpt.val_loss)},
+          {"best_val_loss", number(ckpt.best_val_loss)},
+          {"world_size", std::to_string(ckpt.world_size)},
+          {"lat_version", ckpt.lat_version.empty() ? std::string(version()) : ckpt.lat_version},
+          {"created", ckpt.created},
+          {"frozen", nlohmann::json(ckpt.frozen).dump()}};
+}
+
+/// model.safetensors, config.json and tokenizer.json (none for a model trained on token ids).
+void write_safetensors_export(const ModelWeights& w, const Config& config, int64_t vocab_size,
+                              const ExportOptions& options, std::vector<std::string>& written) {
+  std::vector<std::pair<std::string, Tensor>> tensors = w.checkpoint.model;
+  if (config.model.tie_embeddings) {
+    for (const auto& [name, tensor] : w.checkpoint.model)
+      if (name == "embeddings.weight") tensors.emplace_back("lm_head.weight", tensor);
+  }
+  const fs::path dir(options.out_dir);
+  const std::string model_path = (dir / kSafetensorsFile).string();
+  save_safetensors(model_path, tensors, parse_safetensors_dtype(options.dtype), export_metadata(w.checkpoint));
+  written.push_back(model_path);
+  const std::string config_path = (dir / kConfigFile).string();
+  const nlohmann::ordered_json config_json =
+      model_config_json(config, vocab_size, w.checkpoint.tokenizer_type, options.dtype);
+  write_text_atomically(config_path, config_json.dump(2) + "\n", "export");
+  written.push_back(config_path);
+  const std::string tokenizer_path = (dir / kTokenizerFile).string();
+  if (w.checkpoint.tokenizer_type != "char" && w.checkpoint.tokenizer_type != "byte") {
+    std::error_code ec;
+    fs::remove(tokenizer_path, ec);  // a stale one from an earlier export would describe another model
+  } else {
+    write_text_atomically(tokenizer_path, tokenizer_json(w.checkpoint).dump(2) + "\n", "export");
+    written.push_back(tokenizer_path);
+  }
+}
+
+/// save_checkpoint without the training-only groups: written under a temporary name, /rng
+/// and /data unlinked, then renamed into place.
+void write_h5_weights(const ModelWeights& w, const ExportOptions& options, std::vector<std::string>& written) {
+  const std::string path = (fs::path(options.out_dir) / kWeightsFile).string();
+  const std::string partial = path + ".partial";
+  save_checkpoint(partial, w.checkpoint);
+  hid_t file = H5Fopen(partial.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  bool ok = file >= 0;
+  for (const char* group : {"rng", "data"})
+    if (ok && H5Lexists(file, group, H5P_DEFAULT) > 0) ok = H5Ldelete(file, group, H5P_DEFAULT) >= 0;
+  if (file >= 0) ok = H5Fclose(file) >= 0 && ok;
+  std::error_code ec;
+  if (!ok) {
+    fs::remove(partial, ec);
+    throw Error("export: cannot remove the training state from '" + partial + "'");
+  }
+  fs::rename(partial, path, ec);
+  if (ec) {
+    const std::string reason = ec.message();
+    fs::remove(partial, ec);
+    throw Error("export: cannot rename '" + partial + "' to '" + path + "': " + reason);
+  }
+  written.push_back(path);
+}
+
+/// lat's logits for `tokens` from the export just written, read back (check_logits.safetensors).
+void write_check_logits(const std::string& export_file, const std::vector<int64_t>& tokens, const std::string& out_dir,
+                        std::vector<std::string>& written) {
+  const ModelWeights w = load_model_weights(export_file);
+  const Config config = parse_config(w.checkpoint.config_yaml, w.path);
+  const std::unique_ptr<HybridLM> model = model_from_weights(w, config);
+  const int64_t T = static_cast<int64_t>(tokens.size()), V = model->vocab_size();
+  NoGradGuard no_grad;
+  const Tensor ids = Tensor::from_vector(tokens, {1, T});
+  const Tensor logits = model->forward(ids).reshape({T, V});
+  std::vector<float> step_logits;
+  HybridLMState state = model->make_states(1);
+  for (int64_t t = 0; t < T; ++t) {
+    const Tensor id = Tensor::from_vector(std::vector<int64_t>{tokens[static_cast<size_t>(t)]}, {1, 1});
+    const std::vector<float> row = model->step(id, state).to_vector<float>();
+    step_logits.insert(step_logits.end(), row.begin(), row.end());
+  }
+  std::vector<float> ids_f32(tokens.begin(), tokens.end());
+  const std::string path = (fs::path(out_dir) / kCheckLogitsFile).string();
+  save_safetensors(path, {{"tokens", Tensor::from_vector(ids_f32, {T})},
+                          {"logits", logits},
+                          {"logits_step", Tensor::from_vector(step_logits, {T, V})}});
+  written.push_back(path);
+}
+
+}  // namespace
+
+std::vector<std::string> export_model(const ExportOptions& options) {
+  if (options.format != "safetensors" && options.format != "h5-weights")
+    throw ConfigError("export: --format: expected safetensors or h5-weights, got '" + options.format + "'");
+  if (options.dtype != "f32" && options.dtype != "bf16")
+    throw ConfigError("export: --dtype: expected f32 or bf16, got '" + options.dtype + "'");
+  if (options.format == "h5-weights" && options.dtype != "f32")
+    throw ConfigError("export: --dtype " + options.dtype + ": h5-weights stores f32 (checkpoint layout); use "
+                      "--format safetensors for bf16");
+  if (options.out_dir.empty()) throw ConfigError("export: --out: expected a directory");
+
+  const ModelWeights w = load_model_weights(options.checkpoint);
+  const Config config = parse_config(w.checkpoint.config_yaml, w.path);
+  // Every tensor present with its config's shape, and nothing else.
+  const int64_t vocab_size = model_from_weights(w, config)->vocab_size();
+  for (int64_t id : options.check_tokens)  // before any file is written
+    if (id < 0 || id >= vocab_size)
+      throw ConfigError("export: --check-tokens: id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                        std::to_string(vocab_size) + ")");
+  std::error_code ec;
+  fs::create_directories(options.out_dir, ec);
+  if (ec) throw Error("export: cannot create --out directory '" + options.out_dir + "': " + ec.message());
+
+  std::vector<std::string> written;
+  if (options.format == "safetensors")
+    write_safetensors_export(w, config, vocab_size, options, written);
+  else
+    write_h5_weights(w, options, written);
+  if (!options.check_tokens.empty()) write_check_logits(written.front(), options.check_tokens, options.out_dir, written);
+  return written;
+}
+
+}  // namespace lat

@@ -1,0 +1,29 @@
+// `lat export` (DESIGN.md "The command line"): a checkpoint's weights for other tools, as the
+// files of export_layout.h. Reading them back is model_reader.h's job.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace lat {
+
+/// `lat export`'s flags.
+struct ExportOptions {
+  std::string checkpoint;              // anything load_model_weights accepts
+  std::string format = "safetensors";  // safetensors or h5-weights
+  std::string out_dir;                 // created when missing
+  std::string dtype = "f32";           // f32 or bf16 (safetensors only)
+  /// When not empty, also DIR/check_logits.safetensors for tools/check_export.py: "tokens"
+  /// [T] (the ids as f32), "logits" [T, vocab] (HybridLM::forward, the training path) and
+  /// "logits_step" [T, vocab] (HybridLM::step one token at a time, the generation path), both
+  /// computed by lat from the export read back (so bf16 exports are checked as written).
+  std::vector<int64_t> check_tokens;
+};
+
+/// Writes the export (export_layout.h) and returns the paths written. Throws ConfigError for
+/// a bad format or dtype (bf16 with h5-weights) or a check token outside the vocabulary
+/// (before anything is written), lat::Error when the checkpoint cannot be read, its tensors do
+/// not match its config, or a file cannot be written.
+std::vector<std::string> export_model(const ExportOptions& options);
+
+}  // namespace lat

@@ -1,0 +1,165 @@
+// The run directory's files besides the checkpoints themselves (run_dir.h).
+#include "train/files/run_dir.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "train/config/config.h"
+#include "train/files/atomic_file.h"
+
+namespace fs = std::filesystem;
+
+namespace lat {
+namespace {
+
+constexpr const char* kLatest = "latest";
+
+/// The step of a checkpoint file name "ckpt_<digits>.h5"; nullopt for any other name.
+std::optional<int64_t> checkpoint_step(const std::string& name) {
+  const std::string prefix = "ckpt_", suffix = ".h5";
+  if (name.size() <= prefix.size() + suffix.size() || name.rfind(prefix, 0) != 0 ||
+      name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+    return std::nullopt;
+  const std::string digits = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+  if (!std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) return std::nullopt;
+  return std::stoll(digits);
+}
+
+/// The checkpoint files of `out_dir` as (step, name), oldest first.
+std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& out_dir) {
+  std::vector<std::pair<int64_t, std::string>> found;
+  std::error_code ec;
+  for (const fs::directory_entry& entry : fs::directory_iterator(out_dir, ec)) {
+    if (!entry.is_regular_file()) continue;
+    const std::string name = entry.path().filename().string();
+    if (auto step = checkpoint_step(name)) found.emplace_back(*step, name);
+  }
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+/// The file name `out_dir/latest` holds, or "" when there is no `latest`.
+std::string read_latest(const std::string& out_dir) {
+  const fs::path path = fs::path(out_dir) / kLatest;
+  std::ifstream in(path);
+  if (!in) return "";
+  std::string name;
+  std::getline(in, name);
+  name.erase(name.find_last_not_of(" \t\r\n") + 1);
+  LAT_CHECK(!name.empty() && name.find('/') == std::string::npos,
+            "read_latest: '" << path.string() << "': expected a checkpoint file name, got '" << name << "'");
+  return name;
+}
+
+}  // namespace
+
+std::string checkpoint_file_name(int64_t step) {
+  char name[40];
+  std::snprintf(name, sizeof name, "ckpt_%08lld.h5", static_cast<long long>(step));
+  return name;
+}
+
+void write_latest(const std::string& out_dir, const std::string& file_name) {
+  LAT_CHECK(checkpoint_step(file_name).has_value(),
+            "write_latest: file_name: expected ckpt_<step>.h5, got '" << file_name << "'");
+  write_text_atomically((fs::path(out_dir) / kLatest).string(), file_name + "\n", "write_latest");
+}
+
+std::optional<std::string> find_latest_checkpoint(const std::string& out_dir) {
+  const std::string latest = read_latest(out_dir);
+  if (!latest.empty()) {
+    const fs::path path = fs::path(out_dir) / latest;
+    LAT_CHECK(fs::is_regular_file(path), "find_latest_checkpoint: '" << (fs::path(out_dir) / kLatest).string()
+                                             << "' names '" << latest << "', which does not exist");
+    return path.string();
+  }
+  const auto found = list_checkpoints(out_dir);
+  if (found.empty()) return std::nullopt;
+  return (fs::path(out_dir) / found.back().second).string();
+}
+
+std::string resolve_checkpoint(const std::string& path) {
+  std::error_code ec;
+  // A path the user gave that leads to no checkpoint is bad input (ConfigError, exit code 2).
+  if (!fs::exists(path, ec)) throw ConfigError("checkpoint '" + path + "': no such file or directory");
+  if (!fs::is_directory(path, ec)) return path;
+  std::optional<std::string> latest = find_latest_checkpoint(path);
+  if (!latest)
+    throw ConfigError("checkpoint '" + path +
+                      "': no checkpoint in this run directory (no 'latest' file, no ckpt_*.h5)");
+  return *latest;
+}
+
+std::vector<std::string> prune_checkpoints(const std::string& out_dir, int64_t keep_last) {
+  LAT_CHECK(keep_last >= 0, "prune_checkpoints: keep_last: expected >= 0, got " << keep_last);
+  std::vector<std::string> removed;
+  if (keep_last == 0) return removed;
+  const std::string latest = read_latest(out_dir);
+  const auto found = list_checkpoints(out_dir);
+  const size_t keep = static_cast<size_t>(std::min<int64_t>(keep_last, static_cast<int64_t>(found.size())));
+  for (size_t i = 0; i + keep < found.size(); ++i) {
+    const std::string& name = found[i].second;
+    if (name == latest) continue;
+    std::error_code ec;
+    fs::remove(fs::path(out_dir) / name, ec);
+    LAT_CHECK(!ec, "prune_checkpoints: cannot remove '" << (fs::path(out_dir) / name).string() << "': "
+                                                         << ec.message());
+    removed.push_back(name);
+  }
+  return removed;
+}
+
+std::vector<std::string> clean_stale_tmp(const std::string& out_dir) {
+  std::vector<std::string> removed;
+  std::error_code ec;
+  for (const fs::directory_entry& entry : fs::directory_iterator(out_dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (!entry.is_regular_file() || name.size() <= 4 || name.compare(name.size() - 4, 4, ".tmp") != 0) continue;
+    const std::string stem = name.substr(0, name.size() - 4);
+    if (!checkpoint_step(stem) && stem != kLatest && stem != "metrics.jsonl" && stem != "config.yaml") continue;
+    removed.push_back(name);
+  }
+  for (const std::string& name : removed) {
+    fs::remove(fs::path(out_dir) / name, ec);
+    LAT_CHECK(!ec, "clean_stale_tmp: cannot remove '" << (fs::path(out_dir) / name).string() << "': "
+                                                       << ec.message());
+  }
+  std::sort(removed.begin(), removed.end());
+  return removed;
+}
+
+int64_t truncate_metrics(const std::string& path, int64_t step) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return 0;
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  const std::string text = buffer.str();
+  in.close();
+
+  std::string kept;
+  int64_t dropped = 0;
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    // A line torn by a crash does not parse; a complete record missing only its '\n' is kept.
+    const nlohmann::json record = nlohmann::json::parse(line, nullptr, false);
+    const bool too_new = !record.is_discarded() && record.is_object() && record.contains("step") &&
+                         record["step"].is_number() && record["step"].get<double>() > static_cast<double>(step);
+    if (record.is_discarded() || too_new) {
+      ++dropped;
+      continue;
+    }
+    kept += line + "\n";
+  }
+  // Rewrite also when the last line lacks its '\n', so the next record starts on a new line.
+  if (dropped > 0 || (!text.empty() && text.back() != '\n')) write_text_atomically(path, kept, "truncate_metrics");
+  return dropped;
+}
+
+}  // namespace lat

@@ -1,0 +1,33 @@
+// The tokenizer inside model files: a checkpoint's /tokenizer (type, and for char the
+// vocabulary) and an export's tokenizer.json, each to and from a Tokenizer, so that ids keep
+// the meaning they had in training wherever the model goes.
+#pragma once
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "data/tokenizer.h"
+#include "train/files/checkpoint.h"
+
+namespace lat {
+
+/// The tokenizer the model of `ckpt` was trained with: char (its vocabulary) or byte; nullopt
+/// for any other type ("none": a model trained on token ids). Throws lat::Error for a char
+/// vocabulary that is not valid UTF-8 or repeats a character.
+std::optional<Tokenizer> checkpoint_tokenizer(const Checkpoint& ckpt);
+
+/// Records `tokenizer` in `ckpt`: its type and, for char, its vocabulary; type "none" when
+/// there is no tokenizer (bin/h5 token ids).
+void set_checkpoint_tokenizer(Checkpoint& ckpt, const std::optional<Tokenizer>& tokenizer);
+
+/// The tokenizer.json of an export: {"type": "char", "vocab": [characters in id order]} or
+/// {"type": "byte", "vocab_size": 256}. `ckpt`'s tokenizer type must be char or byte.
+nlohmann::ordered_json tokenizer_json(const Checkpoint& ckpt);
+
+/// Reads the tokenizer.json at `path` into the tokenizer fields of `ckpt`. Throws lat::Error
+/// naming the file when it cannot be read, is not JSON, has no string 'type', a type other
+/// than char or byte, or a char vocabulary that is not a list of strings or not valid.
+void read_tokenizer_json(const std::string& path, Checkpoint& ckpt);
+
+}  // namespace lat

@@ -1,0 +1,47 @@
+// From model files to a HybridLM: the model its config describes, with the weights copied in
+// by name, plus the config and tokenizer needed to use it (`lat generate`, `lat eval`).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "data/tokenizer.h"
+#include "layers/hybrid_lm.h"
+#include "train/config/config.h"
+#include "train/files/model_reader.h"
+
+namespace lat {
+
+/// Copies `weights` (name, tensor) into the parameters of `model` with the same names.
+/// Throws lat::Error naming `source` and the parameter when one is missing, unexpected, or
+/// of another shape.
+void load_weights(const Module& model, const std::vector<std::pair<std::string, Tensor>>& weights,
+                  const std::string& source);
+
+/// The vocabulary size of `w`'s model: the rows of its 2-D embeddings.weight; nullopt when it
+/// has none.
+std::optional<int64_t> vocab_size_of(const ModelWeights& w);
+
+/// The HybridLM of `config`'s model.* keys, sized to `w`'s vocabulary, holding `w`'s weights
+/// (on the CPU). Throws lat::Error naming the file when `w` has no embeddings.weight or a
+/// tensor does not match the config (load_weights).
+std::unique_ptr<HybridLM> model_from_weights(const ModelWeights& w, const Config& config);
+
+/// A trained model with what is needed to use it.
+struct TrainedModel {
+  std::string path;                    // the checkpoint file read
+  Config config;                       // its resolved config
+  std::optional<Tokenizer> tokenizer;  // none for a model trained on token ids (bin/h5 data)
+  int64_t step = 0;
+  std::unique_ptr<HybridLM> model;
+};
+
+/// Loads what `--checkpoint` accepts (load_model_weights): its config, tokenizer and weights
+/// (on the CPU). Throws lat::Error naming the file when it is missing, not a checkpoint, or
+/// does not match its own config.
+TrainedModel load_trained_model(const std::string& checkpoint);
+
+}  // namespace lat

@@ -1,0 +1,82 @@
+// Validation losses: sums of per-batch cross-entropy weighted by their target counts.
+#include "train/inference/eval.h"
+
+#include <numbers>
+
+#include "data/dataset.h"
+#include "lat/ops.h"
+#include "lat/tape.h"
+#include "train/config/config.h"
+#include "train/config/data_options.h"
+#include "train/files/trained_model.h"
+
+namespace lat {
+
+double EvalResult::bpc() const { return loss / std::numbers::ln2; }
+
+double batch_loss_sum(const HybridLM& model, const Batch& batch, Device device) {
+  if (batch.tokens == 0) return 0.0;
+  NoGradGuard no_grad;
+  Tensor logits = model.forward(batch.inputs.to(device));
+  const int64_t V = logits.size(-1);
+  Tensor loss = cross_entropy(logits.reshape({-1, V}), batch.targets.to(device).reshape({-1}), kIgnoreIndex);
+  return loss.item() * static_cast<double>(batch.tokens);
+}
+
+EvalResult evaluate_val_batches(const HybridLM& model, const BatchLoader& loader, int64_t batches,
+                                int64_t batch_size, Device device) {
+  LAT_CHECK(batches >= 1, "evaluate_val_batches: batches: expected >= 1, got " << batches);
+  double sum = 0.0;
+  EvalResult r;
+  for (int64_t i = 0; i < batches; ++i) {
+    Batch b = loader.eval_batch(i, batch_size);
+    sum += batch_loss_sum(model, b, device);
+    r.tokens += b.tokens;
+  }
+  r.loss = sum / static_cast<double>(r.tokens);
+  return r;
+}
+
+EvalResult evaluate_val_split(const HybridLM& model, const Dataset& dataset, int64_t batch_size, Device device) {
+  SequentialEval windows(dataset, batch_size);
+  double sum = 0.0;
+  EvalResult r;
+  for (int64_t i = 0; i < windows.num_batches(); ++i) {
+    Batch b = windows.batch(i);
+    sum += batch_loss_sum(model, b, device);
+    r.tokens += b.tokens;
+  }
+  r.loss = sum / static_cast<double>(r.tokens);
+  return r;
+}
+
+CheckpointEval evaluate_checkpoint(const std::string& checkpoint, const std::string& data_path) {
+  TrainedModel trained = load_trained_model(checkpoint);
+  const Config& config = trained.config;
+  set_num_threads(static_cast<int>(config.train.threads));
+  DataOptions options = data_options(config);
+  options.vocab_size = trained.model->vocab_size();
+  if (!data_path.empty()) {
+    options.path = data_path;
+    // Ids must mean what they meant in training: text goes through the checkpoint's own
+    // tokenizer, token files only fit a model trained on token ids.
+    options.format = resolve_format(options.path, "auto");  // load_data need not detect it again
+    const std::string& format = options.format;
+    if (format == "text" && !trained.tokenizer)
+      throw ConfigError("eval: --data: '" + options.path + "' is text, but '" + trained.path +
+                        "' was trained on token ids (no tokenizer): give a .bin or .h5 token file");
+    if (format != "text" && trained.tokenizer)
+      throw ConfigError("eval: --data: '" + options.path + "' holds token ids (" + format + "), but '" +
+                        trained.path + "' was trained on text with a " + trained.tokenizer->type() +
+                        " tokenizer: give a text file");
+  }
+  LoadedData data = load_data(options, trained.tokenizer);
+  CheckpointEval e;
+  e.checkpoint = trained.path;
+  e.step = trained.step;
+  e.data_path = options.path;
+  e.result = evaluate_val_split(*trained.model, data.dataset, config.train.batch_size, Device::cpu());
+  return e;
+}
+
+}  // namespace lat

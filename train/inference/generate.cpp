@@ -1,0 +1,64 @@
+// Prompt -> states -> sampled tokens, streamed.
+#include "train/inference/generate.h"
+
+#include "lat/ops.h"
+#include "train/config/config.h"
+#include "train/files/trained_model.h"
+
+namespace lat {
+
+std::vector<int64_t> generate_tokens(const HybridLM& model, const std::vector<int64_t>& prompt,
+                                     int64_t max_new_tokens, const SamplingOptions& sampling, Generator& gen,
+                                     const std::function<void(int64_t)>& on_token) {
+  LAT_CHECK(!prompt.empty(), "generate_tokens: prompt: expected at least one token");
+  LAT_CHECK(max_new_tokens >= 0, "generate: --max-new-tokens: expected >= 0, got " << max_new_tokens);
+  validate(sampling);
+  HybridLMState state = model.make_states(1);
+  const int64_t V = model.vocab_size();
+  std::vector<int64_t> out;
+  Tensor ids = Tensor::from_vector(prompt, {1, static_cast<int64_t>(prompt.size())});
+  for (int64_t i = 0; i < max_new_tokens; ++i) {
+    Tensor logits = model.step(ids, state);  // [1, T, V]: the last row predicts the next token
+    const float* last = logits.data<float>() + (logits.size(1) - 1) * V;
+    const int64_t next = sample_token(last, V, sampling, gen);
+    out.push_back(next);
+    if (on_token) on_token(next);
+    ids = Tensor::from_vector(std::vector<int64_t>{next}, {1, 1});
+  }
+  return out;
+}
+
+void generate(const GenerateOptions& options, std::ostream& out) {
+  validate(options.sampling);
+  LAT_CHECK(options.max_new_tokens >= 0, "generate: --max-new-tokens: expected >= 0, got " << options.max_new_tokens);
+  TrainedModel trained = load_trained_model(options.checkpoint);
+  LAT_CHECK(trained.tokenizer.has_value(), "generate: '" << trained.path
+                                                         << "' has no tokenizer (trained on token ids): no text to write");
+  set_num_threads(static_cast<int>(trained.config.train.threads));
+  const Tokenizer& tokenizer = *trained.tokenizer;
+  std::vector<int64_t> prompt;
+  if (!options.prompt.empty()) {
+    try {
+      prompt = tokenizer.encode(options.prompt);
+    } catch (const Error& e) {  // a character the model never saw: the user's input, exit code 2
+      throw ConfigError(std::string("generate: --prompt: ") + e.what());
+    }
+  } else {
+    try {
+      prompt = tokenizer.encode("\n");
+    } catch (const Error&) {
+      prompt = {0};
+    }
+  }
+  out << options.prompt;
+  out.flush();
+  Generator gen(options.seed);
+  generate_tokens(*trained.model, prompt, options.max_new_tokens, options.sampling, gen, [&](int64_t id) {
+    out << tokenizer.decode_one(id);
+    out.flush();
+  });
+  out << '\n';
+  out.flush();
+}
+
+}  // namespace lat

@@ -1,0 +1,71 @@
+// `lat info CKPT|CONFIG [--context L]`: what a model is made of and what it costs to run.
+// Parameters per module (counted on the HybridLM built from the config) and the generation
+// memory at a context of L tokens: each linear layer's recurrent state (H*K*V floats, V+1
+// columns with linear_attn's normalizer) plus its short-convolution states ((W-1) inputs of
+// q, k and v), each attention layer's KV cache (2 * min(L, window) * Hkv * D floats), against
+// the KV cache of an attention-only model of the same shape with full attention (every layer
+// attention over all L tokens, no window: the standard transformer). On a checkpoint also
+// step, tokens seen, losses and the config.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "train/config/config.h"
+
+namespace lat {
+
+/// The largest context `lat info` reports on (2^40 tokens): the float counts of a KV cache at
+/// that length still fit int64.
+constexpr int64_t kMaxContext = int64_t{1} << 40;
+
+/// Parameters of one module (or group of modules).
+struct ParamCount {
+  std::string name;  // e.g. "embeddings", "layers.0.attn (gdn)", "layers.0.mlp", "norms"
+  int64_t count = 0;
+};
+
+/// Generation memory of one layer at the context length, in f32 elements per sequence.
+struct LayerMemory {
+  int64_t layer = 0;
+  std::string kind;     // the mixer kind
+  int64_t state = 0;    // recurrent state (linear) or KV cache (attn)
+  int64_t conv = 0;     // short-convolution states (linear mixers with use_short_conv)
+};
+
+/// The numbers `lat info` prints.
+struct ModelInfo {
+  Config config;
+  int64_t vocab_size = 0;
+  std::vector<ParamCount> params;  // module order; lm_head last
+  int64_t total_params = 0;
+  int64_t context = 0;
+  std::vector<LayerMemory> memory;  // one per layer
+  int64_t memory_total = 0;             // sum of state + conv over layers
+  int64_t attention_only_total = 0;     // KV caches of the full-attention, attention-only model
+  // From a checkpoint (absent for a config):
+  struct CheckpointFacts {
+    std::string path;
+    int64_t step = 0;
+    int64_t tokens_seen = 0;
+    double val_loss = 0.0, best_val_loss = 0.0;  // NaN: not evaluated
+    std::string created, lat_version;
+    std::vector<std::string> frozen;
+  };
+  std::optional<CheckpointFacts> checkpoint;
+};
+
+/// The info of `config` with `vocab_size` tokens at `context` tokens. Throws lat::Error when
+/// context is outside [1, kMaxContext] or the config does not build a model.
+ModelInfo model_info(const Config& config, int64_t vocab_size, int64_t context);
+
+/// `lat info PATH`: a YAML config (.yaml, .yml: vocabulary from model.vocab_size, else from
+/// its data) or anything `--checkpoint` accepts (load_model_weights). Throws ConfigError for a
+/// bad config, lat::Error for an unreadable checkpoint or context < 1.
+ModelInfo inspect(const std::string& path, int64_t context);
+
+/// The report `lat info` prints: parameter table, memory table, checkpoint facts and config.
+std::string format_info(const ModelInfo& info);
+
+}  // namespace lat

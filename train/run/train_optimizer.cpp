@@ -1,0 +1,93 @@
+// TrainOptimizer: building the optimizer from the config, clipping, and its checkpoint state.
+#include "train/run/train_optimizer.h"
+
+#include "optim/adamw.h"
+#include "optim/clip.h"
+#include "optim/sgd.h"
+#include "train/config/config.h"
+
+namespace lat {
+namespace {
+
+std::vector<NamedParameter> as_named_parameters(const std::vector<NamedTensor>& params) {
+  std::vector<NamedParameter> out;
+  out.reserve(params.size());
+  for (const auto& [name, tensor] : params) out.push_back({name, tensor});
+  return out;
+}
+
+}  // namespace
+
+TrainOptimizer::TrainOptimizer(const TrainConfig& train, const std::vector<NamedTensor>& params) {
+  if (train.optimizer == "adamw") {
+    AdamWOptions o;
+    o.beta1 = train.betas[0];
+    o.beta2 = train.betas[1];
+    o.eps = train.eps;
+    o.weight_decay = train.weight_decay;
+    optimizer_ = std::make_unique<AdamW>(as_named_parameters(params), o);
+  } else {
+    LAT_CHECK(train.optimizer == "sgd",
+              "TrainOptimizer: train.optimizer: expected adamw or sgd, got '" << train.optimizer << "'");
+    SgdOptions o;
+    o.momentum = train.momentum;
+    o.weight_decay = train.weight_decay;
+    optimizer_ = std::make_unique<Sgd>(as_named_parameters(params), o);
+  }
+}
+
+TrainOptimizer::~TrainOptimizer() = default;
+
+GradNorm TrainOptimizer::clip_grad_norm(double max_norm) {
+  ClipResult r = lat::clip_grad_norm(optimizer_->parameters(), max_norm);
+  return {r.norm, r.finite};
+}
+
+void TrainOptimizer::step(double lr) {
+  optimizer_->step(lr);
+  optimizer_->zero_grad();
+}
+
+void TrainOptimizer::zero_grad() { optimizer_->zero_grad(); }
+
+int64_t TrainOptimizer::step_count() const { return optimizer_->step_count(); }
+
+std::string TrainOptimizer::type() const { return optimizer_->type(); }
+
+std::string TrainOptimizer::describe_groups() const { return optimizer_->describe_groups(); }
+
+void TrainOptimizer::set_lr_mult(const std::string& name, double mult) { optimizer_->set_lr_mult(name, mult); }
+
+CheckpointOptimizer TrainOptimizer::snapshot() const {
+  CheckpointOptimizer s;
+  s.type = optimizer_->type();
+  s.step = optimizer_->step_count();
+  const OptimizerState state = optimizer_->export_state();
+  for (const NamedParameter& p : optimizer_->parameters()) {
+    auto it = state.find(p.name);
+    if (it == state.end()) continue;
+    s.params.push_back({p.name, {it->second.begin(), it->second.end()}});
+  }
+  return s;
+}
+
+void TrainOptimizer::restore(const CheckpointOptimizer& snapshot) {
+  LAT_CHECK(snapshot.type == optimizer_->type(), "TrainOptimizer::restore: expected " << optimizer_->type()
+                                                     << " state, got '" << snapshot.type << "'");
+  OptimizerState state;
+  for (const CheckpointParamState& p : snapshot.params)
+    for (const auto& [buffer, tensor] : p.buffers) state[p.name][buffer] = tensor;
+  optimizer_->import_state(state, snapshot.step);
+}
+
+void TrainOptimizer::save_to(Checkpoint& ckpt) const { ckpt.optimizer = snapshot(); }
+
+void TrainOptimizer::load_from(const Checkpoint& ckpt, const std::string& source) {
+  LAT_CHECK(!ckpt.optimizer.type.empty(),
+            "resume: '" << source << "' holds no optimizer state (a weights-only checkpoint)");
+  LAT_CHECK(ckpt.optimizer.type == type(), "resume: '" << source << "' holds " << ckpt.optimizer.type
+                                                       << " state but train.optimizer is " << type());
+  restore(ckpt.optimizer);
+}
+
+}  // namespace lat

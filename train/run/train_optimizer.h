@@ -1,0 +1,70 @@
+// The trainer's optimizer: AdamW or SGD built from train.* keys, gradient clipping, and
+// the transfer of its state to and from a checkpoint.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "lat/tensor.h"
+#include "layers/module.h"
+#include "train/files/checkpoint.h"
+
+namespace lat {
+
+class Optimizer;
+struct TrainConfig;
+
+/// What clipping found: the global gradient norm before clipping (may be inf or NaN) and
+/// whether it was finite (false: the step must be skipped).
+struct GradNorm {
+  double norm = 0.0;
+  bool finite = true;
+};
+
+/// AdamW (train.optimizer adamw: betas, eps, weight_decay) or SGD with momentum (sgd:
+/// momentum, weight_decay) over `params`; weight decay on matmul weights only
+/// (optim/weight_decay.h).
+class TrainOptimizer {
+ public:
+  /// Throws lat::Error on an unknown train.optimizer or invalid hyper-parameters.
+  TrainOptimizer(const TrainConfig& train, const std::vector<NamedTensor>& params);
+  ~TrainOptimizer();
+  TrainOptimizer(const TrainOptimizer&) = delete;
+  TrainOptimizer& operator=(const TrainOptimizer&) = delete;
+
+  /// Global-norm clipping to max_norm (0 = off, the norm is still measured); gradients
+  /// are left untouched when the norm is not finite.
+  GradNorm clip_grad_norm(double max_norm);
+  /// One update with learning rate `lr`, then the gradients are dropped.
+  void step(double lr);
+  /// Drops the gradients (a skipped step).
+  void zero_grad();
+  /// Completed updates.
+  int64_t step_count() const;
+  /// "adamw" or "sgd".
+  std::string type() const;
+  /// The weight-decay groups, one line each.
+  std::string describe_groups() const;
+  /// Scales the learning rate of parameter `name` (config lr_mult). Throws lat::Error on an
+  /// unknown name.
+  void set_lr_mult(const std::string& name, double mult);
+
+  /// The state as handles to the live buffers, not copies (write them out before the next step).
+  CheckpointOptimizer snapshot() const;
+  /// Restores a snapshot bit for bit. Throws lat::Error on another optimizer type, an
+  /// unknown parameter or buffer, or a shape mismatch.
+  void restore(const CheckpointOptimizer& snapshot);
+
+  /// ckpt.optimizer = snapshot().
+  void save_to(Checkpoint& ckpt) const;
+  /// restore() from ckpt.optimizer; throws lat::Error naming `source` when it holds no
+  /// optimizer state or state of another optimizer type.
+  void load_from(const Checkpoint& ckpt, const std::string& source);
+
+ private:
+  std::unique_ptr<Optimizer> optimizer_;
+};
+
+}  // namespace lat
