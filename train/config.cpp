@@ -20,7 +20,7 @@ namespace {
 using FloatMap = std::vector<std::pair<std::string, double>>;
 /// A pointer to the Config field behind a key; the alternative gives the key's YAML type.
 using FieldPtr = std::variant<int64_t*, double*, bool*, std::string*, std::array<double, 2>*,
-                              std::vector<std::string>*, FloatMap*>;
+                              std::vector<std::string>*, FloatMap*, std::vector<int64_t>*>;
 
 struct KeySpec {
   const char* key;
@@ -57,6 +57,11 @@ const std::vector<KeySpec>& schema() {
       {"data.h5_dataset", [](Config& c) -> FieldPtr { return &c.data.h5_dataset; }},
       {"data.block_size", [](Config& c) -> FieldPtr { return &c.data.block_size; }},
       {"data.val_fraction", [](Config& c) -> FieldPtr { return &c.data.val_fraction; }},
+      {"data.task", [](Config& c) -> FieldPtr { return &c.data.task; }},
+      {"data.mqar.vocab", [](Config& c) -> FieldPtr { return &c.data.mqar.vocab; }},
+      {"data.mqar.pairs", [](Config& c) -> FieldPtr { return &c.data.mqar.pairs; }},
+      {"data.mqar.alpha", [](Config& c) -> FieldPtr { return &c.data.mqar.alpha; }},
+      {"data.copy.length", [](Config& c) -> FieldPtr { return &c.data.copy.length; }},
       {"train.batch_size", [](Config& c) -> FieldPtr { return &c.train.batch_size; }},
       {"train.grad_accum", [](Config& c) -> FieldPtr { return &c.train.grad_accum; }},
       {"train.max_steps", [](Config& c) -> FieldPtr { return &c.train.max_steps; }},
@@ -91,7 +96,8 @@ const std::vector<KeySpec>& schema() {
 
 /// Sections hold keys; in a file they are nested maps or a prefix of dotted keys.
 const std::vector<std::string>& sections() {
-  static const std::vector<std::string> names = {"model", "model.attn", "model.linear", "data", "train"};
+  static const std::vector<std::string> names = {"model", "model.attn", "model.linear", "data", "data.mqar", "data.copy",
+                                                 "train"};
   return names;
 }
 
@@ -348,6 +354,20 @@ class Loader {
               if (!item.IsScalar()) type_error(key, "a list of strings", item, item_location(item));
               field->push_back(item.Scalar());
             }
+          } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+            // An int, or a non-empty list of ints.
+            field->clear();
+            int64_t number = 0;
+            if (value.IsScalar() && parse_int_text(value.Scalar(), number)) {
+              field->push_back(number);
+              return;
+            }
+            if (!value.IsSequence() || value.size() == 0) type_error(key, "an int or a list of ints", value, location);
+            for (const YAML::Node& item : value) {
+              if (!item.IsScalar() || !parse_int_text(item.Scalar(), number))
+                type_error(key, "an int or a list of ints", item, item_location(item));
+              field->push_back(number);
+            }
           } else {
             field->clear();
             if (value.IsNull()) return;
@@ -451,7 +471,13 @@ void resolve_and_check(Loader& loader, const std::string& config_name, bool chec
   at_least("model.linear.chunk_size", c.model.linear.chunk_size, 1);
 
   // data
-  if (c.data.path.empty()) fail("data.path", "required: the text or token file to train on");
+  one_of("data.task", c.data.task, {"none", "mqar", "copy"});
+  const bool synthetic = c.data.task != "none";
+  if (c.data.path.empty() && !synthetic)
+    fail("data.path", "required: the text or token file to train on (or a synthetic data.task)");
+  if (!c.data.path.empty() && synthetic)
+    fail("data.task", c.data.task + " generates its own sequences, but data.path is set too ('" + c.data.path +
+                          "', " + loader.where("data.path") + "): remove one of them");
   one_of("data.format", c.data.format, {"auto", "text", "bin", "h5"});
   one_of("data.tokenizer", c.data.tokenizer, {"char", "byte"});
   one_of("data.bin_dtype", c.data.bin_dtype, {"uint16", "uint32"});
@@ -459,6 +485,30 @@ void resolve_and_check(Loader& loader, const std::string& config_name, bool chec
   at_least("data.block_size", c.data.block_size, 1);
   float_check("data.val_fraction", c.data.val_fraction, c.data.val_fraction > 0 && c.data.val_fraction < 1,
               "a float in (0, 1)");
+  at_least("data.mqar.vocab", c.data.mqar.vocab, 4);
+  for (int64_t pairs : c.data.mqar.pairs) at_least("data.mqar.pairs", pairs, 1);
+  float_check("data.mqar.alpha", c.data.mqar.alpha, std::isfinite(c.data.mqar.alpha) && c.data.mqar.alpha > 0,
+              "a float > 0");
+  at_least("data.copy.length", c.data.copy.length, 1);
+  if (c.data.task == "mqar") {
+    const int64_t most = mqar_max_pairs(c.data.mqar.vocab, c.data.block_size);
+    for (int64_t pairs : c.data.mqar.pairs)
+      if (pairs > most)
+        fail("data.mqar.pairs", std::to_string(pairs) + " pairs do not fit: at most " + std::to_string(most) +
+                                    " with data.block_size " + std::to_string(c.data.block_size) +
+                                    " and data.mqar.vocab " + std::to_string(c.data.mqar.vocab) +
+                                    " (4 * pairs <= block_size, pairs < vocab / 2)");
+  }
+  if (c.data.task == "copy" && c.data.copy.length > copy_max_length(c.data.block_size))
+    fail("data.copy.length", "a string of " + std::to_string(c.data.copy.length) + " tokens does not fit: at most " +
+                                 std::to_string(copy_max_length(c.data.block_size)) + " with data.block_size " +
+                                 std::to_string(c.data.block_size) + " (string, separator and copy: 2 * length <= block_size)");
+  if (synthetic) {
+    const int64_t task_vocab = c.data.task == "mqar" ? c.data.mqar.vocab : kCopyVocab;
+    if (c.model.vocab_size > 0 && c.model.vocab_size < task_vocab)
+      fail("model.vocab_size", std::to_string(c.model.vocab_size) + " is below the " + std::to_string(task_vocab) +
+                                   " ids of data.task " + c.data.task + " (0 = the task's vocabulary)");
+  }
 
   // train
   at_least("train.batch_size", c.train.batch_size, 1);
@@ -567,6 +617,14 @@ void emit_value(YAML::Emitter& out, const FieldPtr& field, bool nullable) {
           out << YAML::Flow << YAML::BeginSeq;
           for (const std::string& item : *value) out << YAML::DoubleQuoted << item;
           out << YAML::EndSeq;
+        } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+          if (value->size() == 1) {
+            out << value->front();
+          } else {
+            out << YAML::Flow << YAML::BeginSeq;
+            for (int64_t item : *value) out << item;
+            out << YAML::EndSeq;
+          }
         } else {
           out << YAML::Flow << YAML::BeginMap;
           for (const auto& [pattern, mult] : *value)

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "data/dataset.h"
+#include "data/synthetic_tasks.h"
 #include "train/export.h"
 #include "train/model.h"
 
@@ -75,6 +76,8 @@ std::string loss_text(double loss) {
 /// The vocabulary size a run of `config` would use: model.vocab_size, else its data's.
 int64_t config_vocab_size(const Config& config) {
   if (config.model.vocab_size > 0) return config.model.vocab_size;
+  if (config.data.task != "none")
+    return SyntheticTask::named(config.data.task, config.data.mqar, config.data.copy, config.data.block_size).vocab_size();
   DataOptions options;
   options.path = config.data.path;
   options.format = config.data.format;

@@ -32,6 +32,7 @@
 #include "train/progress.h"
 #include "train/run_dir_lock.h"
 #include "train/signals.h"
+#include "train/task_eval.h"
 #include "train/train_optimizer.h"
 #include "train/train_step.h"
 
@@ -81,11 +82,11 @@ void write_text_atomically(const fs::path& path, const std::string& text) {
 
 // The loader counters saved in /data: the step is the data position (the loader is a pure
 // function of (seed, step, micro-batch, row)); the rest records what that position means.
-DataState data_state(const TrainConfig& train, int64_t step) {
+DataState data_state(const TrainConfig& train, int64_t step, const std::string& sampler) {
   DataState d;
   d.counters = {{"step", step}, {"seed", train.seed}, {"batch_size", train.batch_size},
                 {"grad_accum", train.grad_accum}};
-  d.state = BatchLoader::sampler();
+  d.state = sampler;
   return d;
 }
 
@@ -240,27 +241,43 @@ void Run::prepare(const std::optional<std::string>& resume_path) {
   }
   // Fine-tuning starts from another model's weights, and encodes its text with that model's
   // tokenizer so that ids keep their meaning. A run that resumes has its own checkpoint.
+  // A synthetic task (data.task) has token ids and no tokenizer.
+  const bool synthetic = config_.data.task != "none";
   std::optional<ModelWeights> init;
   if (!resume_path && !config_.init_from.empty()) {
     init = load_model_weights(config_.init_from);
-    tokenizer = finetune_tokenizer(init->checkpoint, config_.data, config_.init_from_strict);
+    if (!synthetic) tokenizer = finetune_tokenizer(init->checkpoint, config_.data, config_.init_from_strict);
   }
 
-  DataOptions data_options;
-  data_options.path = config_.data.path;
-  data_options.format = config_.data.format;
-  data_options.tokenizer = config_.data.tokenizer;
-  data_options.bin_dtype = config_.data.bin_dtype;
-  data_options.h5_dataset = config_.data.h5_dataset;
-  data_options.block_size = config_.data.block_size;
-  data_options.val_fraction = config_.data.val_fraction;
-  data_options.vocab_size = config_.model.vocab_size;
-  data_.emplace(load_data(data_options, tokenizer));
-  const Dataset& dataset = data_->dataset;
-  const int64_t vocab_size = config_.model.vocab_size > 0 ? config_.model.vocab_size
-                             : data_->tokenizer        ? data_->tokenizer->vocab_size()
-                                                       : int64_t{dataset.max_id()} + 1;
-  loader_ = std::make_unique<BatchLoader>(dataset, static_cast<uint64_t>(train_.seed));
+  int64_t vocab_size = config_.model.vocab_size;
+  std::string data_line;  // logged below
+  if (synthetic) {
+    const SyntheticTask task = SyntheticTask::named(config_.data.task, config_.data.mqar, config_.data.copy,
+                                                    config_.data.block_size);
+    if (vocab_size == 0) vocab_size = task.vocab_size();
+    loader_ = std::make_unique<BatchLoader>(task, static_cast<uint64_t>(train_.seed));
+    data_line = "synthetic task " + task.describe() + ", sequences of " + std::to_string(config_.data.block_size) +
+                " tokens generated from train.seed, vocab " + std::to_string(vocab_size);
+  } else {
+    DataOptions data_options;
+    data_options.path = config_.data.path;
+    data_options.format = config_.data.format;
+    data_options.tokenizer = config_.data.tokenizer;
+    data_options.bin_dtype = config_.data.bin_dtype;
+    data_options.h5_dataset = config_.data.h5_dataset;
+    data_options.block_size = config_.data.block_size;
+    data_options.val_fraction = config_.data.val_fraction;
+    data_options.vocab_size = config_.model.vocab_size;
+    data_.emplace(load_data(data_options, tokenizer));
+    const Dataset& dataset = data_->dataset;
+    if (vocab_size == 0) vocab_size = data_->tokenizer ? data_->tokenizer->vocab_size() : int64_t{dataset.max_id()} + 1;
+    loader_ = std::make_unique<BatchLoader>(dataset, static_cast<uint64_t>(train_.seed));
+    data_line = config_.data.path + " (" + data_->format +
+                (data_->tokenizer ? ", " + data_->tokenizer->type() + " tokenizer" : std::string()) + ", vocab " +
+                std::to_string(vocab_size) + "): " + std::to_string(dataset.split_size(Split::train)) + " train / " +
+                std::to_string(dataset.split_size(Split::val)) + " val tokens, block " +
+                std::to_string(config_.data.block_size);
+  }
 
   model_ = std::make_unique<HybridLM>(hybrid_lm_config(config_.model, vocab_size), gen_);
   std::optional<InitReport> init_report;
@@ -282,9 +299,9 @@ void Run::prepare(const std::optional<std::string>& resume_path) {
       log("warning: " + *resume_path + " holds " + (ckpt->optimizer.type.empty() ? "no" : ckpt->optimizer.type) +
           " optimizer state; " + optimizer_->type() + " starts from fresh state");
     if (!ckpt->rng_state.empty()) gen_.set_state(ckpt->rng_state);
-    if (ckpt->data.state != BatchLoader::sampler())
+    if (ckpt->data.state != loader_->sampler())
       log("warning: " + *resume_path + " was written with data sampler '" + ckpt->data.state + "', this lat uses '" +
-          BatchLoader::sampler() + "': the batches after the resume differ from an uninterrupted run");
+          loader_->sampler() + "': the batches after the resume differ from an uninterrupted run");
     if (ckpt->world_size != dist_.world_size())
       log("warning: " + *resume_path + " was written by " + std::to_string(ckpt->world_size) + " ranks, now " +
           std::to_string(dist_.world_size()) + ": the global batch (train.batch_size x grad_accum) and so the data " +
@@ -311,14 +328,10 @@ void Run::prepare(const std::optional<std::string>& resume_path) {
     metrics_ = std::make_unique<MetricsWriter>(metrics_path.string());
   }
 
-  const int64_t n_train = dataset.split_size(Split::train), n_val = dataset.split_size(Split::val);
   log("lat train: " + (resume_path ? "resuming from " + *resume_path + " at step " + std::to_string(step_)
                                    : std::string("fresh run")) +
       ", out_dir " + out_dir_.string());
-  log("data: " + config_.data.path + " (" + data_->format +
-      (data_->tokenizer ? ", " + data_->tokenizer->type() + " tokenizer" : std::string()) + ", vocab " +
-      std::to_string(vocab_size) + "): " + std::to_string(n_train) + " train / " + std::to_string(n_val) +
-      " val tokens, block " + std::to_string(config_.data.block_size));
+  log("data: " + data_line);
   log("model: " + std::to_string(model_->n_layers()) + " layers (" + join(model_->config().layers, ",") +
       "), d_model " + std::to_string(config_.model.d_model) + ", " + std::to_string(config_.model.n_heads) +
       " heads: " + fixed(static_cast<double>(model_->num_parameters()) / 1e6, 3) + "M parameters");
@@ -432,6 +445,19 @@ void Run::periodic_eval(int64_t step) {
 
 void Run::final_eval() {
   const auto t0 = Clock::now();
+  if (!data_) {
+    // A synthetic task has no val split to walk: its val batches, and the recall on them.
+    periodic_eval(step_);
+    summary_.val_loss = val_loss_;
+    if (dist_.is_root()) {
+      const AnswerAccuracy a =
+          val_accuracy(*model_, *loader_, train_.eval_batches * train_.batch_size, train_.batch_size, device_);
+      log("step " + std::to_string(step_) + ": answer accuracy " + fixed(a.accuracy(), 4) + ", sequence accuracy " +
+          fixed(a.seq_accuracy(), 4) + " (" + std::to_string(a.answers) + " answers in the val batches)");
+    }
+    eval_seconds_ += seconds_since(t0);
+    return;
+  }
   EvalResult r = evaluate_val_split(*model_, data_->dataset, train_.batch_size, device_, dist_);
   val_loss_ = r.loss;
   best_val_loss_ = std::isnan(best_val_loss_) ? r.loss : std::min(best_val_loss_, r.loss);
@@ -452,7 +478,7 @@ void Run::save(int64_t step) {
   c.world_size = dist_.world_size();
   c.frozen = frozen_;
   c.config_yaml = to_yaml(config_);
-  if (data_->tokenizer) {
+  if (data_ && data_->tokenizer) {
     c.tokenizer_type = data_->tokenizer->type();
     if (c.tokenizer_type == "char") c.tokenizer_vocab = data_->tokenizer->vocab_string();
   } else {
@@ -461,7 +487,7 @@ void Run::save(int64_t step) {
   for (auto& [name, tensor] : model_->named_parameters()) c.model.emplace_back(name, tensor);
   optimizer_->save_to(c);
   c.rng_state = gen_.state();
-  c.data = data_state(train_, step);
+  c.data = data_state(train_, step, loader_->sampler());
   const std::string name = checkpoint_file_name(step);
   if (dist_.is_root()) {
     save_checkpoint((out_dir_ / name).string(), c);
