@@ -27,5 +27,7 @@ Command add_eval_command(CLI::App& app);
 Command add_export_command(CLI::App& app);
 /// `lat info CKPT|CONFIG [--context L]` (train/cli/info.cpp).
 Command add_info_command(CLI::App& app);
+/// `lat plot RUN_DIR [RUN_DIR ...] [--out FILE.png] [--x step|tokens|time]` (train/cli/plot.cpp).
+Command add_plot_command(CLI::App& app);
 
 }  // namespace lat::cli
