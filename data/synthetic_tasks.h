@@ -56,9 +56,10 @@ int64_t copy_max_length(int64_t seq_len);
 /// its value (the value is never an input there), and every other input is filler drawn
 /// uniformly from [0, V) with an ignored target.
 ///
-/// Copy (L = length): inputs = s_1 .. s_L, separator, s_1 .. s_{L-1}, then padding, s
-/// drawn uniformly from the alphabet; the targets at positions L .. 2L-1 are s_1 .. s_L
-/// (the next token), all others are ignored.
+/// Copy (L = length): the sequence s_1 .. s_L, separator, s_1 .. s_L, padding (s drawn
+/// uniformly from the alphabet) shifted by one as everywhere: inputs are its first T tokens,
+/// and the targets at positions L .. 2L-1 (the separator and the copy but its last token) are
+/// s_1 .. s_L; all others are ignored.
 class SyntheticTask {
  public:
   /// Throws lat::Error naming the option when vocab < 4, pairs is empty or an entry is
