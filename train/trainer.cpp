@@ -240,8 +240,8 @@ void Run::prepare(const std::optional<std::string>& resume_path) {
       tokenizer = Tokenizer::byte();
   }
   // Fine-tuning starts from another model's weights, and encodes its text with that model's
-  // tokenizer so that ids keep their meaning. A run that resumes has its own checkpoint.
-  // A synthetic task (data.task) has token ids and no tokenizer.
+  // tokenizer so that ids keep their meaning (a synthetic task has ids and no tokenizer). A
+  // run that resumes has its own checkpoint.
   const bool synthetic = config_.data.task != "none";
   std::optional<ModelWeights> init;
   if (!resume_path && !config_.init_from.empty()) {
@@ -444,11 +444,11 @@ void Run::periodic_eval(int64_t step) {
 }
 
 void Run::final_eval() {
-  const auto t0 = Clock::now();
   if (!data_) {
     // A synthetic task has no val split to walk: its val batches, and the recall on them.
     periodic_eval(step_);
     summary_.val_loss = val_loss_;
+    const auto t0 = Clock::now();
     if (dist_.is_root()) {
       const AnswerAccuracy a =
           val_accuracy(*model_, *loader_, train_.eval_batches * train_.batch_size, train_.batch_size, device_);
@@ -458,6 +458,7 @@ void Run::final_eval() {
     eval_seconds_ += seconds_since(t0);
     return;
   }
+  const auto t0 = Clock::now();
   EvalResult r = evaluate_val_split(*model_, data_->dataset, train_.batch_size, device_, dist_);
   val_loss_ = r.loss;
   best_val_loss_ = std::isnan(best_val_loss_) ? r.loss : std::min(best_val_loss_, r.loss);
