@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <sstream>
 
@@ -164,6 +165,15 @@ RunCurves read_run_curves(const std::string& run_dir, PlotAxis x) {
 }
 
 std::string gnuplot_script(const std::vector<RunCurves>& runs, PlotAxis x, const std::string& png_path) {
+  // A log scale once the losses span a decade (gnuplot labels only whole decades there).
+  double low = std::numeric_limits<double>::infinity(), high = 0.0;
+  for (const RunCurves& run : runs)
+    for (const auto* points : {&run.train, &run.val})
+      for (const auto& point : *points) {
+        low = std::min(low, point.second);
+        high = std::max(high, point.second);
+      }
+  const bool log_scale = low > 0 && high >= 10 * low;
   std::ostringstream s;
   s.precision(10);
   const std::string size = "size " + std::to_string(kPlotWidth) + "," + std::to_string(kPlotHeight);
@@ -177,12 +187,13 @@ std::string gnuplot_script(const std::vector<RunCurves>& runs, PlotAxis x, const
     << "set title 'train and val loss'\n"
     << "set xlabel "
     << quoted(x == PlotAxis::step ? "step" : x == PlotAxis::tokens ? "training targets seen" : "wall time (s)") << "\n"
-    << "set ylabel 'loss (nats per target, log scale)'\n"
-    << "set logscale y\n"
+    << "set ylabel " << quoted(log_scale ? "loss (nats per target, log scale)" : "loss (nats per target)") << "\n"
+    << (log_scale ? "set logscale y\n" : "")
     << "set autoscale xfix\n"
     << "set autoscale yfix\n"  // the data's range, not whole decades; a margin instead:
     << "set offsets 0, 0, graph 0.05, graph 0.05\n"
-    << "set grid xtics ytics mytics\n"
+    << "set format y '%g'\n"
+    << "set grid xtics ytics\n"
     << "set key outside right top\n";
   if (x == PlotAxis::tokens) s << "set format x '%.0s%c'\n";
   for (size_t r = 0; r < runs.size(); ++r) {

@@ -31,7 +31,8 @@ struct RunCurves {
 RunCurves read_run_curves(const std::string& run_dir, PlotAxis x);
 
 /// The gnuplot script that draws `runs` into `png_path`: pngcairo (png where gnuplot lacks
-/// it), kPlotWidth x kPlotHeight pixels, logarithmic loss axis; one colour per run, its
+/// it), kPlotWidth x kPlotHeight pixels, the loss axis logarithmic when the losses span a
+/// factor of 10 or more (linear otherwise); one colour per run, its
 /// train loss a solid line titled with its directory, its val loss dashed with points.
 std::string gnuplot_script(const std::vector<RunCurves>& runs, PlotAxis x, const std::string& png_path);
 

@@ -16,7 +16,7 @@ Command add_plot_command(CLI::App& app) {
       ->check(CLI::IsMember({"step", "tokens", "time"}))
       ->capture_default_str();
   sub->footer("One colour per run (the legend names its directory): train loss solid, val loss dashed with points, "
-              "on a log scale. Needs gnuplot (Debian: gnuplot-nox). Prints the PNG's path.");
+              "on a log scale when they span a factor of 10. Needs gnuplot (Debian: gnuplot-nox). Prints the PNG's path.");
   return {sub, [o] {
             std::cout << plot_runs(*o) << std::endl;
             return 0;
