@@ -473,8 +473,7 @@ void resolve_and_check(Loader& loader, const std::string& config_name, bool chec
   // data
   one_of("data.task", c.data.task, {"none", "mqar", "copy"});
   const bool synthetic = c.data.task != "none";
-  if (c.data.path.empty() && !synthetic)
-    fail("data.path", "required: the text or token file to train on (or a synthetic data.task)");
+  if (c.data.path.empty() && !synthetic) fail("data.path", "required: the text or token file to train on");
   if (!c.data.path.empty() && synthetic)
     fail("data.task", c.data.task + " generates its own sequences, but data.path is set too ('" + c.data.path +
                           "', " + loader.where("data.path") + "): remove one of them");
