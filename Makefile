@@ -19,12 +19,14 @@ data:
 	@tools/fetch_data.sh
 
 # Trains CONFIG to completion (or resumes it: runs/<config name> holds its checkpoints), then
-# prints a sample from the final checkpoint.
+# prints a sample from the final checkpoint and draws the loss curves into RUN_DIR/loss.png.
 RUN_DIR ?= runs/$(notdir $(basename $(CONFIG)))
 train: deps build data
 	@$(BUILD_DIR)/lat train $(CONFIG)
 	@echo "== sample: $(BUILD_DIR)/lat generate --checkpoint $(RUN_DIR) --max-new-tokens 500"
 	@$(BUILD_DIR)/lat generate --checkpoint $(RUN_DIR) --max-new-tokens 500
+	@echo "== loss curves: $(BUILD_DIR)/lat plot $(RUN_DIR)"
+	@$(BUILD_DIR)/lat plot $(RUN_DIR) --out $(RUN_DIR)/loss.png
 
 test: deps build data
 	@ctest --test-dir $(BUILD_DIR) --output-on-failure --no-tests=error -j$(JOBS)

@@ -3,16 +3,10 @@
 
 #include <algorithm>
 
+#include "data/splitmix64.h"
+
 namespace lat {
 namespace {
-
-// splitmix64's output function (Steele, Lea & Flood 2014): a bijective 64-bit mixer.
-uint64_t mix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 
 // Domain tags keep the train stream, the random val batches and any later use apart.
 constexpr uint64_t kTrainTag = 0x7472616Eull;  // "tran"
@@ -46,23 +40,51 @@ RowRange rank_rows(int64_t batch_size, int rank, int world_size) {
   return {rank * batch_size / world_size, (rank + 1) * batch_size / world_size};
 }
 
-BatchLoader::BatchLoader(const Dataset& dataset, uint64_t seed) : dataset_(&dataset), seed_(seed) {}
+BatchLoader::BatchLoader(const Dataset& dataset, uint64_t seed) : source_(&dataset), seed_(seed) {}
 
-int64_t BatchLoader::window_start(Split split, int64_t step, int64_t micro, int64_t row) const {
+BatchLoader::BatchLoader(const SyntheticTask& task, uint64_t seed) : source_(task), seed_(seed) {}
+
+std::string BatchLoader::sampler() const {
+  if (const auto* task = std::get_if<SyntheticTask>(&source_)) return task->sampler();
+  return "splitmix64-windows-v1";
+}
+
+int64_t BatchLoader::block_size() const {
+  if (const auto* task = std::get_if<SyntheticTask>(&source_)) return task->seq_len();
+  return std::get<const Dataset*>(source_)->block_size();
+}
+
+uint64_t BatchLoader::row_key(Split split, int64_t step, int64_t micro, int64_t row) const {
   uint64_t h = mix64(seed_);
   h = mix64(h ^ (split == Split::train ? kTrainTag : kValTag));
   h = mix64(h ^ static_cast<uint64_t>(step));
   h = mix64(h ^ static_cast<uint64_t>(micro));
-  h = mix64(h ^ static_cast<uint64_t>(row));
+  return mix64(h ^ static_cast<uint64_t>(row));
+}
+
+int64_t BatchLoader::window_start(Split split, int64_t step, int64_t micro, int64_t row) const {
+  const auto* dataset = std::get_if<const Dataset*>(&source_);
+  LAT_CHECK(dataset, "BatchLoader::window_start: this loader generates the synthetic task "
+                         << std::get<SyntheticTask>(source_).name() << ", which has no windows");
+  const uint64_t h = row_key(split, step, micro, row);
   // Valid starts are 0 .. n - T - 1 (a window holds T + 1 tokens): n - T of them.
-  const uint64_t starts = static_cast<uint64_t>(dataset_->split_size(split) - dataset_->block_size());
+  const uint64_t starts = static_cast<uint64_t>((*dataset)->split_size(split) - (*dataset)->block_size());
   return static_cast<int64_t>((static_cast<unsigned __int128>(h) * starts) >> 64);
 }
 
 Batch BatchLoader::batch(Split split, int64_t step, int64_t micro, RowRange rows) const {
   LAT_CHECK(rows.begin >= 0 && rows.end > rows.begin,
             "BatchLoader::batch: rows: expected 0 <= begin < end, got [" << rows.begin << ", " << rows.end << ")");
-  return gather_windows(*dataset_, split, rows.end - rows.begin,
+  const int64_t n = rows.end - rows.begin;
+  if (const auto* task = std::get_if<SyntheticTask>(&source_)) {
+    const int64_t T = task->seq_len();
+    Batch b{Tensor::empty({n, T}, DType::i64), Tensor::empty({n, T}, DType::i64), 0};
+    for (int64_t r = 0; r < n; ++r)
+      b.tokens += task->sample(row_key(split, step, micro, rows.begin + r), b.inputs.data<int64_t>() + r * T,
+                               b.targets.data<int64_t>() + r * T);
+    return b;
+  }
+  return gather_windows(*std::get<const Dataset*>(source_), split, n,
                         [&](int64_t r) { return window_start(split, step, micro, rows.begin + r); });
 }
 

@@ -5,50 +5,40 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <variant>
 
+#include "data/batch.h"
 #include "data/dataset.h"
-#include "lat/tensor.h"
+#include "data/synthetic_tasks.h"
 
 namespace lat {
-
-/// Target id that the loss skips (cross_entropy's default ignore_index): the padding
-/// of the last sequential eval window.
-constexpr int64_t kIgnoreIndex = -100;
-
-/// inputs, targets: [rows, T] i64 (T = block_size), targets[r, t] = the token after
-/// inputs[r, t]. `tokens` counts the targets that are not kIgnoreIndex.
-struct Batch {
-  Tensor inputs;
-  Tensor targets;
-  int64_t tokens = 0;
-};
-
-/// Rows [begin, end) of a micro-batch.
-struct RowRange {
-  int64_t begin = 0;
-  int64_t end = 0;
-};
 
 /// Rank `rank`'s contiguous share of a micro-batch of `batch_size` rows over `world_size`
 /// ranks: [rank * B / N, (rank + 1) * B / N). Throws lat::Error naming train.batch_size
 /// when B is not divisible by N, or when rank is outside [0, N).
 RowRange rank_rows(int64_t batch_size, int rank, int world_size);
 
-/// Random windows of block_size + 1 tokens. Row r of micro-batch m of step s starts at
-/// offset floor(h * (n - T) / 2^64) of the split (n tokens, T = block_size), h = a
-/// splitmix64-chained hash of (seed, split, s, m, r): uniform over every valid start.
-/// The dataset must outlive the loader.
+/// Training and random val batches, a pure function of (seed, split, step, micro-batch, row):
+/// the row's key h is a splitmix64-chained hash of those five. From a dataset, random
+/// windows of block_size + 1 tokens: the row starts at offset floor(h * (n - T) / 2^64) of
+/// the split (n tokens, T = block_size), uniform over every valid start. From a synthetic
+/// task (data.task), the task's sequence of key h (SyntheticTask::sample), so the train and
+/// val splits are two disjoint streams of generated sequences.
+/// The dataset must outlive the loader; the task is copied.
 class BatchLoader {
  public:
   BatchLoader(const Dataset& dataset, uint64_t seed);
+  BatchLoader(const SyntheticTask& task, uint64_t seed);
 
-  /// Name and version of the sampling rule, saved in the checkpoint's /data so that a
+  /// Name and version of the sampling rule ("splitmix64-windows-v1" for a dataset,
+  /// SyntheticTask::sampler() for a task), saved in the checkpoint's /data so that a
   /// resume under a different rule is detected.
-  static const char* sampler() { return "splitmix64-windows-v1"; }
+  std::string sampler() const;
   uint64_t seed() const { return seed_; }
-  int64_t block_size() const { return dataset_->block_size(); }
+  int64_t block_size() const;
 
   /// Start offset, within `split`, of row `row` of micro-batch `micro` of step `step`.
+  /// Throws lat::Error for a loader over a synthetic task (it has no windows).
   int64_t window_start(Split split, int64_t step, int64_t micro, int64_t row) const;
   /// Rows [rows.begin, rows.end) of micro-batch `micro` of step `step` (train: the step
   /// counter as in metrics.jsonl; any integer is a valid key). Throws on rows.begin < 0
@@ -61,7 +51,9 @@ class BatchLoader {
   Batch eval_batch(int64_t index, int64_t batch_size) const;
 
  private:
-  const Dataset* dataset_;
+  uint64_t row_key(Split split, int64_t step, int64_t micro, int64_t row) const;
+
+  std::variant<const Dataset*, SyntheticTask> source_;
   uint64_t seed_;
 };
 

@@ -9,6 +9,7 @@ packages=(
   libgtest-dev libgmock-dev libcli11-dev libfmt-dev nlohmann-json3-dev
   openmpi-bin libopenmpi-dev
   python3-torch python3-numpy python3-h5py
+  gnuplot-nox
   curl
 )
 

@@ -3,7 +3,10 @@
 // main.cpp: it registers its options on a sub-app of `app` and returns what to run when
 // that sub-app was chosen.
 #pragma once
+#include <cstdint>
+#include <cstdlib>
 #include <functional>
+#include <string>
 
 #include <CLI/CLI.hpp>
 
@@ -17,6 +20,18 @@ struct Command {
   std::function<int()> run;
 };
 
+/// An option check "INT >= low": range checks live in the parser, so that a bad value is a
+/// usage error (exit 2) reported before anything is loaded.
+inline CLI::Validator int_at_least(int64_t low) {
+  return CLI::Validator(
+      [low](const std::string& text) {
+        return std::strtoll(text.c_str(), nullptr, 10) >= low
+                   ? std::string()
+                   : "expected an int >= " + std::to_string(low) + ", got " + text;
+      },
+      "INT >= " + std::to_string(low));
+}
+
 /// `lat train CONFIG.yaml [--set key=value ...]` (train/cli/train.cpp).
 Command add_train_command(CLI::App& app);
 /// `lat generate --checkpoint CKPT [--prompt ...] ...` (train/cli/generate.cpp).
@@ -27,5 +42,7 @@ Command add_eval_command(CLI::App& app);
 Command add_export_command(CLI::App& app);
 /// `lat info CKPT|CONFIG [--context L]` (train/cli/info.cpp).
 Command add_info_command(CLI::App& app);
+/// `lat plot RUN_DIR [RUN_DIR ...] [--out FILE.png] [--x step|tokens|time]` (train/cli/plot.cpp).
+Command add_plot_command(CLI::App& app);
 
 }  // namespace lat::cli

@@ -26,11 +26,7 @@ Command add_generate_command(CLI::App& app) {
         return std::isfinite(value) && value >= 0 ? std::string() : "expected a finite number >= 0, got " + text;
       },
       "NUMBER >= 0");
-  const CLI::Validator non_negative_int(
-      [](const std::string& text) {
-        return std::strtoll(text.c_str(), nullptr, 10) >= 0 ? std::string() : "expected an int >= 0, got " + text;
-      },
-      "INT >= 0");
+  const CLI::Validator non_negative_int = int_at_least(0);
   const CLI::Validator probability_mass(
       [](const std::string& text) {
         double value = std::strtod(text.c_str(), nullptr);

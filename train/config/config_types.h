@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "data/synthetic_tasks.h"
 #include "lat/error.h"
 
 namespace lat {
@@ -54,15 +55,18 @@ struct ModelConfig {
   bool operator==(const ModelConfig&) const = default;
 };
 
-/// data.*: the corpus and how it is cut into windows.
+/// data.*: the corpus and how it is cut into windows, or a synthetic task.
 struct DataConfig {
-  std::string path;               // required; relative to the working directory
+  std::string path;               // required unless task is set; relative to the working directory
   std::string format = "auto";    // auto, text, bin, h5
   std::string tokenizer = "char"; // char, byte (text only)
   std::string bin_dtype = "uint16";
   std::string h5_dataset = "tokens";
   int64_t block_size = 256;
   double val_fraction = 0.1;
+  std::string task = "none";      // none, mqar, copy: sequences generated from train.seed instead of path
+  MqarOptions mqar;
+  CopyOptions copy;
   bool operator==(const DataConfig&) const = default;
 };
 

@@ -10,6 +10,11 @@ DataOptions data_options(const Config& config) {
           .vocab_size = config.model.vocab_size};
 }
 
+SyntheticTask synthetic_task(const Config& config) {
+  const DataConfig& d = config.data;
+  return SyntheticTask::named(d.task, d.mqar, d.copy, d.block_size);
+}
+
 int64_t run_vocab_size(const ModelConfig& model, const LoadedData& data) {
   if (model.vocab_size > 0) return model.vocab_size;
   return data.tokenizer ? data.tokenizer->vocab_size() : int64_t{data.dataset.max_id()} + 1;

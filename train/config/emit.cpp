@@ -40,7 +40,16 @@ void emit_value(YAML::Emitter& out, const FieldPtr& field, bool nullable) {
           out << YAML::Flow << YAML::BeginSeq;
           for (const std::string& item : *value) out << YAML::DoubleQuoted << item;
           out << YAML::EndSeq;
+        } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+          if (value->size() == 1) {
+            out << value->front();
+          } else {
+            out << YAML::Flow << YAML::BeginSeq;
+            for (int64_t item : *value) out << item;
+            out << YAML::EndSeq;
+          }
         } else {
+          static_assert(std::is_same_v<T, FloatMap>);
           out << YAML::Flow << YAML::BeginMap;
           for (const auto& [pattern, mult] : *value)
             out << YAML::Key << YAML::DoubleQuoted << pattern << YAML::Value << float_text(mult);

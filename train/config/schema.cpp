@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "data/synthetic_tasks.h"
 #include "layers/linear_attention/common.h"
 #include "layers/mixer.h"
 #include "train/config/suggest.h"
@@ -82,6 +83,60 @@ void resolve_kv_heads(Validation& v) {
     v.fail("model.attn.n_kv_heads", "model.n_heads (" + std::to_string(m.n_heads) +
                                         ") is not a multiple of model.attn.n_kv_heads (" +
                                         std::to_string(m.attn.n_kv_heads) + ")");
+}
+
+/// data.path: required unless data.task generates the sequences (data.task's rule rejects
+/// both; an unknown task is its bounds' error).
+void require_data_path(Validation& v) {
+  const DataConfig& d = v.config().data;
+  if (d.path.empty() && d.task == "none") v.fail("data.path", "required: the text or token file to train on");
+}
+
+/// data.task: a synthetic task and data.path exclude each other.
+void check_task_source(Validation& v) {
+  const DataConfig& d = v.config().data;
+  if (d.task != "none" && !d.path.empty())
+    v.fail("data.task", d.task + " generates its own sequences, but data.path is set too ('" + d.path + "', " +
+                            v.where("data.path") + "): remove one of them");
+}
+
+/// data.mqar.pairs: with data.task mqar, each count fits data.block_size and data.mqar.vocab.
+void check_mqar_pairs_fit(Validation& v) {
+  const DataConfig& d = v.config().data;
+  if (d.task != "mqar") return;
+  const int64_t most = mqar_max_pairs(d.mqar.vocab, d.block_size);
+  for (int64_t pairs : d.mqar.pairs)
+    if (pairs > most)
+      v.fail("data.mqar.pairs", std::to_string(pairs) + " pairs do not fit: at most " + std::to_string(most) +
+                                    " with data.block_size " + std::to_string(d.block_size) + " and data.mqar.vocab " +
+                                    std::to_string(d.mqar.vocab) + " (4 * pairs <= block_size, pairs < vocab / 2)");
+}
+
+/// data.copy.length: with data.task copy, the string and its copy fit data.block_size.
+void check_copy_length_fits(Validation& v) {
+  const DataConfig& d = v.config().data;
+  if (d.task != "copy" || d.copy.length <= copy_max_length(d.block_size)) return;
+  v.fail("data.copy.length", "a string of " + std::to_string(d.copy.length) + " tokens does not fit: at most " +
+                                 std::to_string(copy_max_length(d.block_size)) + " with data.block_size " +
+                                 std::to_string(d.block_size) +
+                                 " (string, separator and copy: 2 * length <= block_size)");
+}
+
+/// model.vocab_size: when set with a synthetic task, it holds the task's ids.
+void check_task_vocab(Validation& v) {
+  const Config& c = v.config();
+  if (c.data.task == "none" || c.model.vocab_size == 0) return;
+  const int64_t task_vocab = c.data.task == "mqar" ? c.data.mqar.vocab : kCopyVocab;
+  if (c.model.vocab_size < task_vocab)
+    v.fail("model.vocab_size", std::to_string(c.model.vocab_size) + " is below the " + std::to_string(task_vocab) +
+                                   " ids of data.task " + c.data.task + " (0 = the task's vocabulary)");
+}
+
+/// data.copy.length, the last of the task's keys: the copy fits, and model.vocab_size holds
+/// the task's ids.
+void check_copy_and_task_vocab(Validation& v) {
+  check_copy_length_fits(v);
+  check_task_vocab(v);
 }
 
 /// train.min_lr: not above train.lr.
@@ -167,13 +222,18 @@ const std::vector<KeySpec>& schema() {
       {LAT_KEY(model.linear.conv_size), .bounds = ints_from(1)},
       {LAT_KEY(model.linear.use_gate)},
       {LAT_KEY(model.linear.chunk_size), .bounds = ints_from(1)},
-      {LAT_KEY(data.path), .bounds = non_empty("required: the text or token file to train on"), .nullable = true},
+      {LAT_KEY(data.path), .rule = require_data_path, .nullable = true},
       {LAT_KEY(data.format), .bounds = one_of({"auto", "text", "bin", "h5"})},
       {LAT_KEY(data.tokenizer), .bounds = one_of({"char", "byte"})},
       {LAT_KEY(data.bin_dtype), .bounds = one_of({"uint16", "uint32"})},
       {LAT_KEY(data.h5_dataset), .bounds = non_empty("expected a dataset name, got ''")},
       {LAT_KEY(data.block_size), .bounds = ints_from(1)},
       {LAT_KEY(data.val_fraction), .bounds = floats_between(0, 1)},
+      {LAT_KEY(data.task), .bounds = one_of({"none", "mqar", "copy"}), .rule = check_task_source},
+      {LAT_KEY(data.mqar.vocab), .bounds = ints_from(4)},
+      {LAT_KEY(data.mqar.pairs), .bounds = ints_from(1), .rule = check_mqar_pairs_fit},
+      {LAT_KEY(data.mqar.alpha), .bounds = floats_above(0)},
+      {LAT_KEY(data.copy.length), .bounds = ints_from(1), .rule = check_copy_and_task_vocab},
       {LAT_KEY(train.batch_size), .bounds = ints_from(1)},
       {LAT_KEY(train.grad_accum), .bounds = ints_from(1)},
       {LAT_KEY(train.max_steps), .bounds = ints_from(1)},
@@ -210,7 +270,8 @@ const std::vector<KeySpec>& schema() {
 #undef LAT_KEY
 
 const std::vector<std::string>& sections() {
-  static const std::vector<std::string> names = {"model", "model.attn", "model.linear", "data", "train"};
+  static const std::vector<std::string> names = {"model", "model.attn", "model.linear", "data", "data.mqar",
+                                                 "data.copy", "train"};
   return names;
 }
 

@@ -25,7 +25,7 @@ using FloatMap = std::vector<std::pair<std::string, double>>;
 
 /// A pointer to the Config field behind a key; the alternative gives the key's YAML type.
 using FieldPtr = std::variant<int64_t*, double*, bool*, std::string*, std::array<double, 2>*,
-                              std::vector<std::string>*, FloatMap*>;
+                              std::vector<std::string>*, FloatMap*, std::vector<int64_t>*>;
 
 /// The floats a key allows: above (or from) `low`, below (or up to) `high` when given.
 struct FloatRange {
@@ -36,8 +36,8 @@ struct FloatRange {
   const char* note = "";   // appended to the expectation, e.g. " (0 = off)"
 };
 
-/// The values a key allows on its own. Which parts apply follows the key's type: ints
-/// `min_int`; floats, each of a list of floats and each multiplier of a map `range`; strings
+/// The values a key allows on its own. Which parts apply follows the key's type: ints and
+/// each of a list of ints `min_int`; floats, each of a list of floats and each multiplier of a map `range`; strings
 /// `one_of` and `if_empty`; each item of a list of strings and each pattern of a map `if_empty`.
 struct Bounds {
   std::optional<int64_t> min_int = std::nullopt;

@@ -30,6 +30,11 @@ std::string describe_range(const FloatRange& r, const char* noun) {
   return os.str();
 }
 
+void check_int(const Validation& v, const char* key, const Bounds& b, int64_t value) {
+  if (b.min_int && value < *b.min_int)
+    v.fail(key, "expected an int >= " + std::to_string(*b.min_int) + ", got " + std::to_string(value));
+}
+
 void check_float(const Validation& v, const char* key, const Bounds& b, double value, const char* noun) {
   if (!b.range || in_range(*b.range, value)) return;
   std::ostringstream os;
@@ -51,8 +56,9 @@ void check_bounds(const Validation& v, const KeySpec& spec, Config& config) {
       [&](auto* field) {
         using T = std::remove_pointer_t<decltype(field)>;
         if constexpr (std::is_same_v<T, int64_t>) {
-          if (b.min_int && *field < *b.min_int)
-            v.fail(spec.key, "expected an int >= " + std::to_string(*b.min_int) + ", got " + std::to_string(*field));
+          check_int(v, spec.key, b, *field);
+        } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+          for (int64_t item : *field) check_int(v, spec.key, b, item);
         } else if constexpr (std::is_same_v<T, double>) {
           check_float(v, spec.key, b, *field, "a float");
         } else if constexpr (std::is_same_v<T, std::array<double, 2>>) {

@@ -21,11 +21,13 @@ class Validation {
   /// The config, where keys were set, its name and whether paths are checked (see above).
   Config& config() { return config_; }
   bool was_set(const std::string& key) const { return origins_.was_set(key); }
+  /// "file:line" or "--set key" where `key` was set; "not set in <source>" otherwise.
+  std::string where(const std::string& key) const { return origins_.where(key); }
   const std::string& config_name() const { return config_name_; }
   bool check_paths() const { return check_paths_; }
   /// Throws ConfigError "key: message (where key was set)".
   [[noreturn]] void fail(const std::string& key, const std::string& message) const {
-    throw ConfigError(key + ": " + message + " (" + origins_.where(key) + ")");
+    throw ConfigError(key + ": " + message + " (" + where(key) + ")");
   }
 
  private:

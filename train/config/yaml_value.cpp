@@ -76,6 +76,22 @@ class ValueReader {
     }
   }
 
+  /// An int, or a non-empty list of ints.
+  void read(const YAML::Node& value, std::vector<int64_t>& out) const {
+    out.clear();
+    int64_t number = 0;
+    if (value.IsScalar() && parse_int_text(value.Scalar(), number)) {
+      out.push_back(number);
+      return;
+    }
+    if (!value.IsSequence() || value.size() == 0) type_error("an int or a list of ints", value, source_.location);
+    for (const YAML::Node& item : value) {
+      if (!item.IsScalar() || !parse_int_text(item.Scalar(), number))
+        type_error("an int or a list of ints", item, item_location(item));
+      out.push_back(number);
+    }
+  }
+
   void read(const YAML::Node& value, FloatMap& out) const {
     out.clear();
     if (value.IsNull()) return;

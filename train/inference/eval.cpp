@@ -53,6 +53,9 @@ EvalResult evaluate_val_split(const HybridLM& model, const Dataset& dataset, int
 CheckpointEval evaluate_checkpoint(const std::string& checkpoint, const std::string& data_path) {
   TrainedModel trained = load_trained_model(checkpoint);
   const Config& config = trained.config;
+  if (data_path.empty() && config.data.task != "none")
+    throw ConfigError("eval: '" + trained.path + "' was trained on the synthetic task data.task: " + config.data.task +
+                      ", which has no val split: evaluate it with --task " + config.data.task);
   set_num_threads(static_cast<int>(config.train.threads));
   DataOptions options = data_options(config);
   options.vocab_size = trained.model->vocab_size();

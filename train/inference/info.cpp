@@ -78,6 +78,7 @@ std::string loss_text(double loss) {
 /// The vocabulary size a run of `config` would use: model.vocab_size, else its data's.
 int64_t config_vocab_size(const Config& config) {
   if (config.model.vocab_size > 0) return config.model.vocab_size;
+  if (config.data.task != "none") return synthetic_task(config).vocab_size();
   return run_vocab_size(config.model, load_data(data_options(config)));
 }
 

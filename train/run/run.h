@@ -67,8 +67,8 @@ class Run {
   /// The checkpoint at `path`; throws ConfigError listing the keys that may not change on
   /// resume when its config differs in them.
   Checkpoint read_resume_checkpoint(const std::string& path) const;
-  /// Loads data_ (text encoded with `tokenizer` when given) and the loader; returns the
-  /// vocabulary size.
+  /// Loads data_ (text encoded with `tokenizer` when given) and the loader, or the loader of
+  /// data.task's synthetic task (data_ stays empty); returns the vocabulary size.
   int64_t load_training_data(const std::optional<Tokenizer>& tokenizer);
   /// model_ (from init_from's weights when fine-tuning), frozen_, optimizer_ and schedule_.
   ModelSetup build_model(int64_t vocab_size, const std::optional<ModelWeights>& init);
@@ -111,7 +111,7 @@ class Run {
   Generator gen_;
   Device device_ = Device::cpu();
   LrSchedule schedule_;
-  std::optional<LoadedData> data_;
+  std::optional<LoadedData> data_;  // empty for a synthetic data.task
   std::unique_ptr<BatchLoader> loader_;
   std::unique_ptr<HybridLM> model_;
   std::unique_ptr<TrainOptimizer> optimizer_;

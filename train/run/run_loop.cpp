@@ -12,6 +12,7 @@
 #include "train/distributed/eval.h"
 #include "train/files/run_dir.h"
 #include "train/files/tokenizer_files.h"
+#include "train/inference/task_eval.h"
 #include "train/run/heap.h"
 #include "train/run/signals.h"
 #include "train/run/train_step.h"
@@ -26,11 +27,11 @@ double seconds_since(Run::Clock::time_point t) {
 
 // The loader counters saved in /data: the step is the data position (the loader is a pure
 // function of (seed, step, micro-batch, row)); the rest records what that position means.
-DataState data_state(const TrainConfig& train, int64_t step) {
+DataState data_state(const TrainConfig& train, int64_t step, const std::string& sampler) {
   DataState d;
   d.counters = {{"step", step}, {"seed", train.seed}, {"batch_size", train.batch_size},
                 {"grad_accum", train.grad_accum}};
-  d.state = BatchLoader::sampler();
+  d.state = sampler;
   return d;
 }
 
@@ -123,6 +124,21 @@ void Run::periodic_eval(int64_t step) {
 }
 
 void Run::final_eval() {
+  if (!data_) {
+    // A synthetic task has no val split to walk: its val batches, and the recall on them.
+    periodic_eval(step_);
+    summary_.val_loss = val_loss_;
+    const auto t0 = Clock::now();
+    if (dist_.is_root()) {
+      const AnswerAccuracy a =
+          val_accuracy(*model_, *loader_, train_.eval_batches * train_.batch_size, train_.batch_size, device_);
+      log("step " + std::to_string(step_) + ": answer accuracy " + format_fixed(a.accuracy(), 4) +
+          ", sequence accuracy " + format_fixed(a.seq_accuracy(), 4) + " (" + std::to_string(a.answers) +
+          " answers in the val batches)");
+    }
+    eval_seconds_ += seconds_since(t0);
+    return;
+  }
   const auto t0 = Clock::now();
   EvalResult r = evaluate_val_split(*model_, data_->dataset, train_.batch_size, device_, dist_);
   val_loss_ = r.loss;
@@ -145,11 +161,11 @@ void Run::save(int64_t step) {
   c.world_size = dist_.world_size();
   c.frozen = frozen_;
   c.config_yaml = to_yaml(config_);
-  set_checkpoint_tokenizer(c, data_->tokenizer);
+  set_checkpoint_tokenizer(c, data_ ? data_->tokenizer : std::nullopt);
   for (auto& [name, tensor] : model_->named_parameters()) c.model.emplace_back(name, tensor);
   optimizer_->save_to(c);
   c.rng_state = gen_.state();
-  c.data = data_state(train_, step);
+  c.data = data_state(train_, step, loader_->sampler());
   const std::string name = checkpoint_file_name(step);
   if (dist_.is_root()) {
     save_checkpoint((out_dir_ / name).string(), c);

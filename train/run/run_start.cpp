@@ -75,11 +75,13 @@ void Run::prepare(const std::optional<std::string>& resume_path) {
     tokenizer = checkpoint_tokenizer(*ckpt);
   }
   // Fine-tuning starts from another model's weights, and encodes its text with that model's
-  // tokenizer so that ids keep their meaning. A run that resumes has its own checkpoint.
+  // tokenizer so that ids keep their meaning (a synthetic task has ids and no tokenizer). A
+  // run that resumes has its own checkpoint.
   std::optional<ModelWeights> init;
   if (!resume_path && !config_.init_from.empty()) {
     init = load_model_weights(config_.init_from);
-    tokenizer = finetune_tokenizer(init->checkpoint, config_.data, config_.init_from_strict);
+    if (config_.data.task == "none")
+      tokenizer = finetune_tokenizer(init->checkpoint, config_.data, config_.init_from_strict);
   }
   const int64_t vocab_size = load_training_data(tokenizer);
   const ModelSetup setup = build_model(vocab_size, init);
@@ -113,6 +115,11 @@ Checkpoint Run::read_resume_checkpoint(const std::string& path) const {
 }
 
 int64_t Run::load_training_data(const std::optional<Tokenizer>& tokenizer) {
+  if (config_.data.task != "none") {
+    const SyntheticTask task = synthetic_task(config_);
+    loader_ = std::make_unique<BatchLoader>(task, static_cast<uint64_t>(train_.seed));
+    return config_.model.vocab_size > 0 ? config_.model.vocab_size : task.vocab_size();
+  }
   data_.emplace(load_data(data_options(config_), tokenizer));
   loader_ = std::make_unique<BatchLoader>(data_->dataset, static_cast<uint64_t>(train_.seed));
   return run_vocab_size(config_.model, *data_);
@@ -143,9 +150,9 @@ void Run::restore(const Checkpoint& ckpt, const std::string& path) {
     log("warning: " + path + " holds " + (ckpt.optimizer.type.empty() ? "no" : ckpt.optimizer.type) +
         " optimizer state; " + optimizer_->type() + " starts from fresh state");
   if (!ckpt.rng_state.empty()) gen_.set_state(ckpt.rng_state);
-  if (ckpt.data.state != BatchLoader::sampler())
+  if (ckpt.data.state != loader_->sampler())
     log("warning: " + path + " was written with data sampler '" + ckpt.data.state + "', this lat uses '" +
-        BatchLoader::sampler() + "': the batches after the resume differ from an uninterrupted run");
+        loader_->sampler() + "': the batches after the resume differ from an uninterrupted run");
   if (ckpt.world_size != dist_.world_size())
     log("warning: " + path + " was written by " + std::to_string(ckpt.world_size) + " ranks, now " +
         std::to_string(dist_.world_size()) + ": the global batch (train.batch_size x grad_accum) and so the data " +
@@ -179,15 +186,21 @@ void Run::open_out_dir() {
 }
 
 void Run::log_start(const std::optional<std::string>& resume_path, int64_t vocab_size, const ModelSetup& setup) {
-  const Dataset& dataset = data_->dataset;
-  const int64_t n_train = dataset.split_size(Split::train), n_val = dataset.split_size(Split::val);
   log("lat train: " + (resume_path ? "resuming from " + *resume_path + " at step " + std::to_string(step_)
                                    : std::string("fresh run")) +
       ", out_dir " + out_dir_.string());
-  log("data: " + config_.data.path + " (" + data_->format +
-      (data_->tokenizer ? ", " + data_->tokenizer->type() + " tokenizer" : std::string()) + ", vocab " +
-      std::to_string(vocab_size) + "): " + std::to_string(n_train) + " train / " + std::to_string(n_val) +
-      " val tokens, block " + std::to_string(config_.data.block_size));
+  if (data_) {
+    const Dataset& dataset = data_->dataset;
+    const int64_t n_train = dataset.split_size(Split::train), n_val = dataset.split_size(Split::val);
+    log("data: " + config_.data.path + " (" + data_->format +
+        (data_->tokenizer ? ", " + data_->tokenizer->type() + " tokenizer" : std::string()) + ", vocab " +
+        std::to_string(vocab_size) + "): " + std::to_string(n_train) + " train / " + std::to_string(n_val) +
+        " val tokens, block " + std::to_string(config_.data.block_size));
+  } else {
+    log("data: synthetic task " + synthetic_task(config_).describe() + ", sequences of " +
+        std::to_string(config_.data.block_size) + " tokens generated from train.seed, vocab " +
+        std::to_string(vocab_size));
+  }
   log("model: " + std::to_string(model_->n_layers()) + " layers (" + join(model_->config().layers, ",") +
       "), d_model " + std::to_string(config_.model.d_model) + ", " + std::to_string(config_.model.n_heads) +
       " heads: " + format_fixed(static_cast<double>(model_->num_parameters()) / 1e6, 3) + "M parameters");
