@@ -424,9 +424,9 @@ TEST_F(TrainerTest, ResumeRefusesACheckpointWhoseStepDisagreesWithItsName) {
   ASSERT_NO_FATAL_FAILURE(overwrite_int64_attribute(ckpt(8), "step", 0));
   const auto before = file_contents(run_dir());
   // Resuming at step 0 would have overwritten ckpt_4 and ckpt_8 and emptied metrics.jsonl.
-  expect_error<ConfigError>([&] { run(); },
-                            {"resume: '" + ckpt(8) + "': attribute step: expected 8 (the step its file name carries), "
-                             "found 0"});
+  expect_error<ConfigError>([&] { run(); }, {"resume: '" + ckpt(8) +
+                                             "': attribute step: expected 8 (the step its file name carries), "
+                                             "found 0"});
   expect_unchanged(run_dir(), before);
 }
 
@@ -437,15 +437,14 @@ TEST_F(TrainerTest, ResumeRefusesAnOlderCheckpointWhileANewerOneExistsNamingBoth
   expect_error<ConfigError>([&] { run(); },
                             {"resume: '" + (run_dir() / "latest").string() + "' names '" + ckpt(4) + "' (step 4)",
                              "train.out_dir holds the newer '" + ckpt(8) + "' (step 8)",
-                             "would overwrite or prune it, so nothing was changed",
-                             "train.resume: " + ckpt(8)});
+                             "would overwrite or prune it, so nothing was changed", "train.resume: " + ckpt(8)});
   expect_unchanged(run_dir(), before);
   // Named explicitly, the older checkpoint is refused too: the error says what resuming from
   // it would do to the newer one.
-  expect_error<ConfigError>([&] { run({"train.resume=" + ckpt(4)}); },
-                            {"resume: train.resume names '" + ckpt(4) + "' (step 4)",
-                             "train.out_dir holds the newer '" + ckpt(8) + "' (step 8)",
-                             "would overwrite or prune it"});
+  expect_error<ConfigError>(
+      [&] { run({"train.resume=" + ckpt(4)}); },
+      {"resume: train.resume names '" + ckpt(4) + "' (step 4)",
+       "train.out_dir holds the newer '" + ckpt(8) + "' (step 8)", "would overwrite or prune it"});
   expect_unchanged(run_dir(), before);
 }
 
@@ -471,9 +470,9 @@ TEST_F(TrainerTest, ResumeRefusesAStepBeyondMaxStepsThatDisagreesWithItsName) {
   ASSERT_NO_FATAL_FAILURE(overwrite_int64_attribute(ckpt(8), "step", 1000000000000000));
   const auto before = file_contents(run_dir());
   // Not "nothing to do" with exit 0: the file name says step 8.
-  expect_error<ConfigError>([&] { run(); },
-                            {"resume: '" + ckpt(8) + "': attribute step: expected 8 (the step its file name carries), "
-                             "found 1000000000000000"});
+  expect_error<ConfigError>([&] { run(); }, {"resume: '" + ckpt(8) +
+                                             "': attribute step: expected 8 (the step its file name carries), "
+                                             "found 1000000000000000"});
   expect_unchanged(run_dir(), before);
 
   // A step beyond train.max_steps that the name confirms is a finished run: nothing to do,
@@ -493,19 +492,18 @@ TEST_F(TrainerTest, ResumeRefusesACheckpointMissingOptimizerStateNamingTheParame
   const std::string name = load_checkpoint(ckpt(8)).optimizer.params.at(1).name;
   ASSERT_NO_FATAL_FAILURE(delete_hdf5_object(ckpt(8), "/optimizer/" + name));
   auto before = file_contents(run_dir());
-  expect_error<ConfigError>([&] { run(); },
-                            {"resume: '" + ckpt(8) + "': no optimizer state for parameter '" + name +
-                             "': expected /optimizer/" + name + "/exp_avg (adamw after 8 updates), found no /optimizer/" +
-                             name + " group"});
+  expect_error<ConfigError>(
+      [&] { run(); },
+      {"resume: '" + ckpt(8) + "': no optimizer state for parameter '" + name + "': expected /optimizer/" + name +
+       "/exp_avg (adamw after 8 updates), found no /optimizer/" + name + " group"});
   expect_unchanged(run_dir(), before);
 
   // One buffer of the group missing is refused the same way, naming the buffer.
   write_bytes(ckpt(8), good);
   ASSERT_NO_FATAL_FAILURE(delete_hdf5_object(ckpt(8), "/optimizer/" + name + "/exp_avg_sq"));
   before = file_contents(run_dir());
-  expect_error<ConfigError>([&] { run(); },
-                            {"no optimizer state for parameter '" + name + "': expected /optimizer/" + name +
-                             "/exp_avg_sq (adamw after 8 updates), found none"});
+  expect_error<ConfigError>([&] { run(); }, {"no optimizer state for parameter '" + name + "': expected /optimizer/" +
+                                             name + "/exp_avg_sq (adamw after 8 updates), found none"});
   expect_unchanged(run_dir(), before);
 
   // Fine-tuning reads weights only (init_from): the same file starts a new run.
@@ -591,16 +589,21 @@ TEST_F(TrainerTest, SaveRefusesToWriteBelowANewerCheckpointThatAppearedDuringThe
     fs::copy_file(ckpt(8), planted);
     std::raise(SIGTERM);
   });
-  expect_error([&] { run({"train.max_steps=100000", "train.eval_every=0", "train.ckpt_every=0"}); },
-               {"not writing " + run_dir().string() + "/ckpt_",
-                "train.out_dir already holds " + planted + " (step 99999999), which lat never replaces or outdates; "
-                "stopping"});
+  expect_error(
+      [&] {
+        run({"train.max_steps=100000", "train.eval_every=0", "train.ckpt_every=0"});
+      },
+      {"not writing " + run_dir().string() + "/ckpt_", "train.out_dir already holds " + planted +
+                                                           " (step 99999999), which lat never replaces or outdates; "
+                                                           "stopping"});
   planter.join();
   EXPECT_EQ(read_bytes(planted), read_bytes(ckpt(8)));
   EXPECT_EQ(read_bytes(run_dir() / "latest"), "ckpt_00000008.h5\n");
   for (const auto& entry : fs::directory_iterator(run_dir())) {
     const std::optional<int64_t> step = checkpoint_step(entry.path().filename().string());
-    if (step) EXPECT_TRUE(*step == 4 || *step == 8 || *step == 99999999) << entry.path();
+    if (step) {
+      EXPECT_TRUE(*step == 4 || *step == 8 || *step == 99999999) << entry.path();
+    }
   }
 }
 

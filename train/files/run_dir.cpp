@@ -51,8 +51,8 @@ std::string checkpoint_file_name(int64_t step) {
 
 std::optional<int64_t> checkpoint_step(const std::string& name) {
   if (!looks_like_checkpoint(name)) return std::nullopt;
-  const char* first = name.data() + 5;                  // after "ckpt_"
-  const char* last = name.data() + name.size() - 3;     // before ".h5"
+  const char* first = name.data() + 5;               // after "ckpt_"
+  const char* last = name.data() + name.size() - 3;  // before ".h5"
   int64_t step = 0;
   const auto [end, ec] = std::from_chars(first, last, step);
   // from_chars also takes a '-' sign; the round trip rejects it, an int64 overflow

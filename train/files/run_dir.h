@@ -21,8 +21,10 @@ std::optional<int64_t> checkpoint_step(const std::string& name);
 
 /// The ckpt_*.h5 files of a run directory.
 struct CheckpointListing {
-  std::vector<std::pair<int64_t, std::string>> checkpoints;  // (step, file name), oldest first
-  std::vector<std::string> ignored;  // ckpt_*.h5 names that are no checkpoint_file_name, sorted
+  /// (step, file name) of each name checkpoint_step reads, oldest first.
+  std::vector<std::pair<int64_t, std::string>> checkpoints;
+  /// The other ckpt_*.h5 names, sorted.
+  std::vector<std::string> ignored;
 };
 
 /// Lists `out_dir` (regular files only; a missing directory lists nothing).
@@ -46,8 +48,7 @@ void write_latest(const std::string& out_dir, const std::string& file_name);
 /// nullopt when the directory holds none. A ckpt_*.h5 whose name carries no int64 step in
 /// checkpoint_file_name's form (a stray copy, ckpt_99999999999999999999.h5) is ignored with a
 /// warning to `warn`. Throws lat::Error when `latest` names a missing file.
-std::optional<std::string> find_latest_checkpoint(const std::string& out_dir,
-                                                  const WarningSink& warn = warn_on_stderr);
+std::optional<std::string> find_latest_checkpoint(const std::string& out_dir, const WarningSink& warn = warn_on_stderr);
 
 /// A checkpoint path from what a user gave: a file is returned as it is; a run directory
 /// gives its latest checkpoint (find_latest_checkpoint, warning to `warn`). Throws ConfigError

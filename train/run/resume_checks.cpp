@@ -2,6 +2,7 @@
 #include "train/run/resume_checks.h"
 
 #include <filesystem>
+#include <sstream>
 
 #include "train/config/config.h"
 #include "train/files/run_dir.h"
@@ -34,13 +35,16 @@ void check_no_newer_checkpoint(int64_t step, const std::string& path, const std:
   if (listing.checkpoints.empty() || listing.checkpoints.back().first <= step) return;
   const auto& [newest_step, newest_name] = listing.checkpoints.back();
   const std::string newest = (fs::path(out_dir) / newest_name).string();
-  const std::string source = named_by_user ? "train.resume names '" + path + "'"
-                                           : "'" + (fs::path(out_dir) / "latest").string() + "' names '" + path + "'";
-  throw ConfigError("resume: " + source + " (step " + std::to_string(step) + "), but train.out_dir holds the newer '" +
-                    newest + "' (step " + std::to_string(newest_step) +
-                    "); resuming from the older one would overwrite or prune it, so nothing was changed: resume "
-                    "from it with train.resume: " + newest + ", move it out of train.out_dir, or choose another "
-                    "train.out_dir");
+  std::ostringstream message;
+  message << "resume: ";
+  if (named_by_user)
+    message << "train.resume names '" << path << "'";
+  else
+    message << "'" << (fs::path(out_dir) / "latest").string() << "' names '" << path << "'";
+  message << " (step " << step << "), but train.out_dir holds the newer '" << newest << "' (step " << newest_step
+          << "); resuming from the older one would overwrite or prune it, so nothing was changed: resume from it "
+          << "with train.resume: " << newest << ", move it out of train.out_dir, or choose another train.out_dir";
+  throw ConfigError(message.str());
 }
 
 }  // namespace lat
