@@ -28,6 +28,12 @@ bool looks_like_checkpoint(const std::string& name) {
          name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+/// The warning for an ignored ckpt_*.h5 name of `out_dir`.
+std::string ignored_checkpoint_warning(const std::string& out_dir, const std::string& name) {
+  return "ignoring " + (fs::path(out_dir) / name).string() +
+         ": not a checkpoint name lat writes (ckpt_<step>.h5, the step an int64 in 8 or more digits)";
+}
+
 /// The file name `out_dir/latest` holds, or "" when there is no `latest`.
 std::string read_latest(const std::string& out_dir) {
   const fs::path path = fs::path(out_dir) / kLatest;
@@ -79,11 +85,6 @@ CheckpointListing list_checkpoints(const std::string& out_dir) {
 }
 
 void warn_on_stderr(const std::string& line) { std::cerr << "warning: " << line << "\n"; }
-
-std::string ignored_checkpoint_warning(const std::string& out_dir, const std::string& name) {
-  return "ignoring " + (fs::path(out_dir) / name).string() +
-         ": not a checkpoint name lat writes (ckpt_<step>.h5, the step an int64 in 8 or more digits)";
-}
 
 void write_latest(const std::string& out_dir, const std::string& file_name) {
   LAT_CHECK(checkpoint_step(file_name).has_value(),

@@ -36,9 +36,6 @@ using WarningSink = std::function<void(const std::string&)>;
 /// Writes "warning: <line>" and a newline to stderr (the CLI's log stream).
 void warn_on_stderr(const std::string& line);
 
-/// The warning for an ignored ckpt_*.h5 name of `out_dir`.
-std::string ignored_checkpoint_warning(const std::string& out_dir, const std::string& name);
-
 /// Points `out_dir/latest` at `file_name` (a name inside out_dir), atomically through
 /// latest.tmp and a rename. Throws lat::Error when it cannot be written.
 void write_latest(const std::string& out_dir, const std::string& file_name);
