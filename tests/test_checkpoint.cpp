@@ -30,10 +30,7 @@ namespace {
 
 using namespace lat::testing;
 
-class CheckpointTest : public TempDirTest {
- protected:
-  CheckpointTest() : TempDirTest("lat_test_ckpt_") {}
-};
+using CheckpointTest = TempDirTest;
 
 bool bit_equal(const lat::Tensor& a, const lat::Tensor& b) {
   if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;

@@ -99,8 +99,6 @@ std::vector<std::string> keys_of(const nlohmann::ordered_json& j) {
 // config; removed at the end of the test.
 class TrainerTest : public testing::TempDirTest {
  protected:
-  TrainerTest() : TempDirTest("lat_test_trainer_") {}
-
   void SetUp() override {
     TempDirTest::SetUp();
     std::string text;
