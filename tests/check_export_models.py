@@ -18,8 +18,10 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CHECKER = os.path.join(HERE, "..", "tools", "check_export.py")
-SKIP = 77
+TOOLS = os.path.join(HERE, "..", "tools")
+CHECKER = os.path.join(TOOLS, "check_export.py")
+sys.path.insert(0, TOOLS)
+from check_export import SKIP, require_torch  # noqa: E402
 
 TEXT = ("First Citizen: Before we proceed any further, hear me speak.\n"
         "All: Speak, speak.\nFirst Citizen: You are all resolved rather to die than to famish?\n"
@@ -50,18 +52,6 @@ MODELS = {
                            "attn": {"n_kv_heads": 1, "rope_theta": 500.0},
                            "linear": {"conv_size": 2, "feature_map": "identity", "chunk_size": 8}},
 }
-
-
-def require_torch():
-    try:
-        import numpy  # noqa: F401
-        import torch  # noqa: F401
-    except ImportError as e:
-        if os.environ.get("CI", "").lower() == "true":
-            print(f"error: the export check needs torch and numpy (CI=true): {e}", file=sys.stderr)
-            sys.exit(1)
-        print(f"skipped: torch or numpy missing ({e})", file=sys.stderr)
-        sys.exit(SKIP)
 
 
 def run(cmd, **kwargs):
@@ -96,7 +86,7 @@ def main():
     parser.add_argument("--lat", required=True)
     parser.add_argument("--work", required=True)
     args = parser.parse_args()
-    require_torch()
+    require_torch("the export check")
 
     shutil.rmtree(args.work, ignore_errors=True)
     os.makedirs(args.work)

@@ -12,14 +12,19 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "lat/lat.h"
 
 namespace lat::testing {
+
+/// The tolerance of the sweeps, relative error (DESIGN.md: float32 against the float64 reference).
+inline constexpr double kTol = 1e-4;
 
 /// Gate regimes of the tests: none (no g input), zero (g = 0), mild (g ~ -0.05), strong (g = -20).
 enum class Gate { none, zero, mild, strong };
@@ -48,6 +53,22 @@ inline std::string case_name(const Case& c) {
   name << "B" << c.B << "T" << c.T << "H" << c.H << "K" << c.K << "V" << c.V << "_" << gate_name(c.gate)
        << (c.initial_state ? "_h0" : "") << (c.positive ? "_pos" : "");
   return name.str();
+}
+
+/// The grid every sweep starts with, seeds counting up from `seed` (left past the last):
+/// B = H = 2, each T in {1, 2, 63, 64, 65, 200} x (K, V) in {(16, 16), (48, 80)} x `gates`
+/// x without/with initial state; then B = 1, H = 2, K = V = 64, each T in {1, 65, 200} x
+/// `large_gates`, with initial state unless T = 65.
+inline std::vector<Case> sweep_grid(std::initializer_list<Gate> gates, std::initializer_list<Gate> large_gates,
+                                    uint64_t& seed) {
+  std::vector<Case> cases;
+  for (int64_t T : {1, 2, 63, 64, 65, 200})
+    for (auto [K, V] : {std::pair<int64_t, int64_t>{16, 16}, {48, 80}})
+      for (Gate gate : gates)
+        for (bool h0 : {false, true}) cases.push_back({2, T, 2, K, V, gate, h0, false, seed++});
+  for (int64_t T : {1, 65, 200})
+    for (Gate gate : large_gates) cases.push_back({1, T, 2, 64, 64, gate, T != 65, false, seed++});
+  return cases;
 }
 
 /// f32 inputs (leaves that do not require grad) and upstream gradients of one case.
@@ -141,6 +162,45 @@ inline bool all_finite(const Tensor& t) {
   for (double x : t.to_vector<double>())
     if (!std::isfinite(x)) return false;
   return true;
+}
+
+// ---- simple_gla and linear_attn as Ops ---------------------------------------------------
+
+/// chunk_simple_gla, fused_recurrent_simple_gla and the float64 reference naive_simple_gla
+/// (default scale, output_final_state = true).
+inline Op simple_gla_chunk(int chunk_size = 64) {
+  return [=](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& h0) {
+    return chunk_simple_gla(q, k, v, g, {}, h0, true, chunk_size);
+  };
+}
+inline Op simple_gla_recurrent() {
+  return [](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& h0) {
+    return fused_recurrent_simple_gla(q, k, v, g, {}, h0, true);
+  };
+}
+inline Op simple_gla_naive() {
+  return [](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& h0) {
+    return naive_simple_gla(q, k, v, g, {}, h0, true);
+  };
+}
+
+/// chunk_linear_attn, fused_recurrent_linear_attn and the float64 reference
+/// naive_linear_attn, with or without the normalizer (g ignored; default scale,
+/// output_final_state = true).
+inline Op linear_attn_chunk(bool normalize, int chunk_size = 64) {
+  return [=](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor&, const Tensor& h0) {
+    return chunk_linear_attn(q, k, v, {}, normalize, h0, true, chunk_size);
+  };
+}
+inline Op linear_attn_recurrent(bool normalize) {
+  return [=](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor&, const Tensor& h0) {
+    return fused_recurrent_linear_attn(q, k, v, {}, normalize, h0, true);
+  };
+}
+inline Op linear_attn_naive(bool normalize) {
+  return [=](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor&, const Tensor& h0) {
+    return naive_linear_attn(q, k, v, {}, normalize, h0, true);
+  };
 }
 
 // ---- the (gated) delta rule --------------------------------------------------------------

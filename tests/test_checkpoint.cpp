@@ -30,10 +30,7 @@ namespace {
 
 using namespace lat::testing;
 
-class CheckpointTest : public TempDirTest {
- protected:
-  CheckpointTest() : TempDirTest("lat_test_ckpt_") {}
-};
+using CheckpointTest = TempDirTest;
 
 bool bit_equal(const lat::Tensor& a, const lat::Tensor& b) {
   if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
@@ -482,6 +479,43 @@ TEST_F(CheckpointTest, FileNamesLatestAndResolve) {
   expect_error([&] { lat::resolve_checkpoint(dir_.string()); }, {"ckpt_00000500.h5", "does not exist"});
 
   expect_error([&] { lat::write_latest(dir_.string(), "../x.h5"); }, {"expected ckpt_<step>.h5"});
+}
+
+// A checkpoint name carries its step only in checkpoint_file_name's own form: a stray copy
+// (an int64 overflow, other padding, a sign) is listed apart, warned about by the lookup, and
+// never taken for the newest checkpoint.
+TEST_F(CheckpointTest, OnlyCanonicalNamesCarryAStep) {
+  EXPECT_EQ(lat::checkpoint_step("ckpt_00000010.h5"), 10);
+  EXPECT_EQ(lat::checkpoint_step("ckpt_00000000.h5"), 0);
+  EXPECT_EQ(lat::checkpoint_step("ckpt_123456789.h5"), 123456789);
+  EXPECT_EQ(lat::checkpoint_step("ckpt_9223372036854775807.h5"), INT64_MAX);
+  for (const char* stray : {"ckpt_99999999999999999999.h5", "ckpt_9223372036854775808.h5", "ckpt_10.h5",
+                            "ckpt_000000010.h5", "ckpt_-0000010.h5", "ckpt_+0000010.h5", "ckpt_0000001a.h5", "ckpt_.h5",
+                            "ckpt_final.h5", "ckpt_00000010.h5.tmp", "model.h5"})
+    EXPECT_FALSE(lat::checkpoint_step(stray).has_value()) << stray;
+
+  for (const char* name :
+       {"ckpt_00000010.h5", "ckpt_00000020.h5", "ckpt_99999999999999999999.h5", "ckpt_30.h5", "notes.h5"})
+    touch(dir_ / name);
+  const lat::CheckpointListing listing = lat::list_checkpoints(dir_.string());
+  EXPECT_EQ(listing.checkpoints,
+            (std::vector<std::pair<int64_t, std::string>>{{10, "ckpt_00000010.h5"}, {20, "ckpt_00000020.h5"}}));
+  EXPECT_EQ(listing.ignored, (std::vector<std::string>{"ckpt_30.h5", "ckpt_99999999999999999999.h5"}));
+
+  std::vector<std::string> warnings;
+  const auto collect = [&](const std::string& line) { warnings.push_back(line); };
+  EXPECT_EQ(lat::find_latest_checkpoint(dir_.string(), collect), path("ckpt_00000020.h5"));
+  EXPECT_EQ(warnings,
+            (std::vector<std::string>{
+                "ignoring " + path("ckpt_30.h5") +
+                    ": not a checkpoint name lat writes (ckpt_<step>.h5, the step an int64 in 8 or more digits)",
+                "ignoring " + path("ckpt_99999999999999999999.h5") +
+                    ": not a checkpoint name lat writes (ckpt_<step>.h5, the step an int64 in 8 or more "
+                    "digits)"}));
+  // Pruning counts only real checkpoints and leaves stray names alone.
+  EXPECT_EQ(lat::prune_checkpoints(dir_.string(), 1), (std::vector<std::string>{"ckpt_00000010.h5"}));
+  for (const char* kept : {"ckpt_00000020.h5", "ckpt_99999999999999999999.h5", "ckpt_30.h5"})
+    EXPECT_TRUE(fs::exists(dir_ / kept)) << kept;
 }
 
 TEST_F(CheckpointTest, PruneKeepsTheNewestAndLatest) {

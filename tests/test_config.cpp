@@ -15,10 +15,7 @@ namespace {
 using namespace lat::testing;
 
 /// A fresh directory per test (write(name, text) puts a file in it), removed at the end.
-class ConfigTest : public TempDirTest {
- protected:
-  ConfigTest() : TempDirTest("lat_test_config_") {}
-};
+using ConfigTest = TempDirTest;
 
 /// parse_config of `yaml` with a data.path line prepended (it is required), as "run.yaml".
 /// The data line is line 1, so the snippet's first line is line 2.

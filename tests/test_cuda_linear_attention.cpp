@@ -19,7 +19,6 @@ using testing::Case;
 using testing::DeltaCase;
 using testing::Gate;
 
-constexpr double kTol = 1e-4;  // DESIGN.md: float32 against the float64 reference
 const Device kGpu = Device::cuda(0);
 
 #define LAT_REQUIRE_CUDA()                                                                                   \
@@ -96,29 +95,21 @@ TEST_P(CudaDecaySweep, MatchesCpuAndFloat64Reference) {
   const testing::Inputs in = testing::make_inputs(c.shape, state_v);
   testing::Op chunk, naive;
   if (c.linear_attn) {
-    chunk = [c](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor&, const Tensor& h0) {
-      return chunk_linear_attn(q, k, v, {}, c.normalize, h0, true, c.chunk_size);
-    };
-    naive = [c](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor&, const Tensor& h0) {
-      return naive_linear_attn(q, k, v, {}, c.normalize, h0, true);
-    };
+    chunk = testing::linear_attn_chunk(c.normalize, c.chunk_size);
+    naive = testing::linear_attn_naive(c.normalize);
   } else {
-    chunk = [c](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& h0) {
-      return chunk_simple_gla(q, k, v, g, {}, h0, true, c.chunk_size);
-    };
-    naive = [](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& h0) {
-      return naive_simple_gla(q, k, v, g, {}, h0, true);
-    };
+    chunk = testing::simple_gla_chunk(c.chunk_size);
+    naive = testing::simple_gla_naive();
   }
   const testing::Result ref = testing::run(naive, in, DType::f64);
   const testing::Result gpu = testing::run(on_gpu(chunk), in, DType::f32);
   {
     SCOPED_TRACE("cuda vs float64 reference");
-    testing::expect_close(gpu, ref, kTol);
+    testing::expect_close(gpu, ref, testing::kTol);
   }
   {
     SCOPED_TRACE("cuda vs cpu");
-    testing::expect_close(gpu, testing::run(chunk, in, DType::f32), kTol);
+    testing::expect_close(gpu, testing::run(chunk, in, DType::f32), testing::kTol);
   }
 }
 
@@ -178,8 +169,8 @@ TEST_P(CudaGdnSweep, MatchesCpuAndFloat64Reference) {
   };
   const testing::DeltaResult ref = testing::run_delta(naive, in, DType::f64);
   const testing::DeltaResult gpu = testing::run_delta(on_gpu(chunk), in, DType::f32);
-  testing::expect_delta_close(gpu, ref, kTol, "cuda");
-  testing::expect_delta_close(gpu, testing::run_delta(chunk, in, DType::f32), kTol, "cuda vs cpu");
+  testing::expect_delta_close(gpu, ref, testing::kTol, "cuda");
+  testing::expect_delta_close(gpu, testing::run_delta(chunk, in, DType::f32), testing::kTol, "cuda vs cpu");
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaGdnSweep, ::testing::ValuesIn(gdn_sweep()), gdn_case_name);
@@ -190,13 +181,11 @@ TEST(CudaLinearAttention, StrongDecayOverLongSequencesStaysFinite) {
   LAT_REQUIRE_CUDA();
   const Case shape{1, 8192, 2, 32, 32, Gate::strong, true, false, kSeed};
   const testing::Inputs in = testing::make_inputs(shape, shape.V);
-  const testing::Op gla = [](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& h0) {
-    return chunk_simple_gla(q, k, v, g, {}, h0, true);
-  };
+  const testing::Op gla = testing::simple_gla_chunk();
   const testing::Result gpu = testing::run(on_gpu(gla), in, DType::f32);
   for (const Tensor* t : {&gpu.o, &gpu.final_state, &gpu.dq, &gpu.dk, &gpu.dv, &gpu.dg, &gpu.d_initial_state})
     EXPECT_TRUE(testing::all_finite(*t));
-  testing::expect_close(gpu, testing::run(gla, in, DType::f32), kTol);
+  testing::expect_close(gpu, testing::run(gla, in, DType::f32), testing::kTol);
 
   const DeltaCase dc{{1, 4096, 2, 32, 32, Gate::strong, true, false, kSeed}, true};
   const testing::DeltaInputs din = testing::make_delta_inputs(dc);
@@ -207,7 +196,7 @@ TEST(CudaLinearAttention, StrongDecayOverLongSequencesStaysFinite) {
   const testing::DeltaResult dgpu = testing::run_delta(on_gpu(gdn), din, DType::f32);
   EXPECT_TRUE(testing::all_finite(dgpu.base.dg));
   EXPECT_TRUE(testing::all_finite(dgpu.dbeta));
-  testing::expect_delta_close(dgpu, testing::run_delta(gdn, din, DType::f32), kTol, "long gdn cuda vs cpu");
+  testing::expect_delta_close(dgpu, testing::run_delta(gdn, din, DType::f32), testing::kTol, "long gdn cuda vs cpu");
 }
 
 // ---- the recurrent steps used for decoding -------------------------------------------------------

@@ -12,10 +12,9 @@
 namespace lat {
 namespace {
 
+using testing::Case;
 using testing::DeltaCase;
 using testing::Gate;
-
-constexpr double kTol = 1e-4;  // DESIGN.md: float32 against the float64 reference
 
 // The sweep: every T in {1, 2, 63, 64, 65, 200} with (16,16) and (48,80), with/without
 // initial state; (64,64), (128,128), T = 1000, the in-kernel L2 norm and other chunk sizes
@@ -23,10 +22,7 @@ constexpr double kTol = 1e-4;  // DESIGN.md: float32 against the float64 referen
 std::vector<DeltaCase> sweep() {
   std::vector<DeltaCase> cases;
   uint64_t seed = 1001;
-  for (int64_t T : {1, 2, 63, 64, 65, 200})
-    for (auto [K, V] : {std::pair<int64_t, int64_t>{16, 16}, {48, 80}})
-      for (bool h0 : {false, true}) cases.push_back({{2, T, 2, K, V, Gate::none, h0, false, seed++}});
-  for (int64_t T : {1, 65, 200}) cases.push_back({{1, T, 2, 64, 64, Gate::none, T != 65, false, seed++}});
+  for (const Case& c : testing::sweep_grid({Gate::none}, {Gate::none}, seed)) cases.push_back({c});
   cases.push_back({{1, 1000, 1, 64, 64, Gate::none, true, false, seed++}});
   cases.push_back({{1, 1000, 1, 16, 16, Gate::none, false, false, seed++}});
   cases.push_back({{1, 1000, 1, 48, 80, Gate::none, true, false, seed++}});
@@ -61,7 +57,7 @@ class DeltaRuleSweep : public ::testing::TestWithParam<DeltaCase> {};
 
 TEST_P(DeltaRuleSweep, ChunkAndRecurrentMatchFloat64Reference) {
   const DeltaCase& c = GetParam();
-  testing::expect_chunk_and_recurrent_match_reference(c, naive_op(c), chunk_op(c), recurrent_op(c), kTol);
+  testing::expect_chunk_and_recurrent_match_reference(c, naive_op(c), chunk_op(c), recurrent_op(c), testing::kTol);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, DeltaRuleSweep, ::testing::ValuesIn(sweep()), testing::delta_param_name);

@@ -41,8 +41,6 @@ using namespace lat::testing;
 
 class ExportTest : public TempDirTest {
  protected:
-  ExportTest() : TempDirTest("lat_test_export_") {}
-
   /// Saves a checkpoint of a freshly initialized model of `config` (with optimizer, rng and
   /// data state, as a training run writes) and returns it.
   lat::Checkpoint save(const std::string& file, const lat::Config& cfg, const std::string& tokenizer = "char") {

@@ -25,10 +25,10 @@ namespace lat::testing {
 /// apart and the pid keeps concurrent runs (ctest -j) apart; '/' of parameterized test names
 /// becomes '_' so the directory is one level deep.
 inline std::filesystem::path fresh_temp_dir(const std::string& prefix) {
-  std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  std::string name = prefix + ::testing::UnitTest::GetInstance()->current_test_info()->name();
   std::replace(name.begin(), name.end(), '/', '_');
   const std::filesystem::path dir =
-      std::filesystem::temp_directory_path() / (prefix + name + "_" + std::to_string(::getpid()));
+      std::filesystem::temp_directory_path() / (name + "_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;
@@ -53,14 +53,15 @@ class TempDir {
   std::filesystem::path dir_;
 };
 
-/// GoogleTest fixture base: a fresh_temp_dir(prefix) in dir_ for every test, removed in
-/// TearDown. Derived fixtures pass their prefix, e.g. "lat_test_ckpt_", and call the base
-/// SetUp / TearDown when they override them.
+/// GoogleTest fixture base: a fresh_temp_dir("lat_test_<test suite>_") in dir_ for every test,
+/// removed in TearDown. A fixture with nothing of its own is an alias (using CheckpointTest =
+/// TempDirTest); derived fixtures call the base SetUp / TearDown when they override them.
 class TempDirTest : public ::testing::Test {
  protected:
-  explicit TempDirTest(std::string prefix) : prefix_(std::move(prefix)) {}
-
-  void SetUp() override { dir_ = fresh_temp_dir(prefix_); }
+  void SetUp() override {
+    dir_ = fresh_temp_dir(std::string("lat_test_") +
+                          ::testing::UnitTest::GetInstance()->current_test_info()->test_suite_name() + "_");
+  }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
   /// dir_/name as a string.
@@ -73,9 +74,6 @@ class TempDirTest : public ::testing::Test {
   }
 
   std::filesystem::path dir_;
-
- private:
-  std::string prefix_;
 };
 
 /// The whole file as bytes ("" when it cannot be opened).

@@ -30,7 +30,6 @@ using namespace lat::testing;
 
 class FinetuneTest : public TempDirTest {
  protected:
-  FinetuneTest() : TempDirTest("lat_test_ft_") {}
   void TearDown() override {
     std::fclose(log_);
     TempDirTest::TearDown();

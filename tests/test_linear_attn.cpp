@@ -14,8 +14,6 @@ namespace {
 using testing::Case;
 using testing::Gate;
 
-constexpr double kTol = 1e-4;  // DESIGN.md: float32 against the float64 reference
-
 struct LinearCase {
   Case shape;
   bool normalize = false;
@@ -23,22 +21,6 @@ struct LinearCase {
 
 std::string linear_case_name(const LinearCase& c) {
   return testing::case_name(c.shape) + (c.normalize ? "_norm" : "");
-}
-
-testing::Op chunk_op(bool normalize, int chunk_size = 64) {
-  return [=](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor&, const Tensor& h0) {
-    return chunk_linear_attn(q, k, v, {}, normalize, h0, true, chunk_size);
-  };
-}
-testing::Op recurrent_op(bool normalize) {
-  return [=](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor&, const Tensor& h0) {
-    return fused_recurrent_linear_attn(q, k, v, {}, normalize, h0, true);
-  };
-}
-testing::Op naive_op(bool normalize) {
-  return [=](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor&, const Tensor& h0) {
-    return naive_linear_attn(q, k, v, {}, normalize, h0, true);
-  };
 }
 
 // Every T in {1, 2, 63, 64, 65, 200} with (16,16) and (48,80), with/without initial
@@ -71,14 +53,15 @@ TEST_P(LinearAttnSweep, ChunkAndRecurrentMatchFloat64Reference) {
   const LinearCase& c = GetParam();
   int64_t state_v = c.normalize ? c.shape.V + 1 : c.shape.V;
   testing::Inputs in = testing::make_inputs(c.shape, state_v);
-  testing::Result ref = testing::run(naive_op(c.normalize), in, DType::f64);
+  testing::Result ref = testing::run(testing::linear_attn_naive(c.normalize), in, DType::f64);
   {
     SCOPED_TRACE("chunk_linear_attn");
-    testing::expect_close(testing::run(chunk_op(c.normalize), in, DType::f32), ref, kTol);
+    testing::expect_close(testing::run(testing::linear_attn_chunk(c.normalize), in, DType::f32), ref, testing::kTol);
   }
   {
     SCOPED_TRACE("fused_recurrent_linear_attn");
-    testing::expect_close(testing::run(recurrent_op(c.normalize), in, DType::f32), ref, kTol);
+    testing::expect_close(testing::run(testing::linear_attn_recurrent(c.normalize), in, DType::f32), ref,
+                          testing::kTol);
   }
 }
 
@@ -89,10 +72,11 @@ TEST(LinearAttn, OddChunkSizesMatchReference) {
   for (bool normalize : {false, true}) {
     Case c{1, 45, 2, 6, 10, Gate::none, true, normalize, 7};
     testing::Inputs in = testing::make_inputs(c, normalize ? c.V + 1 : c.V);
-    testing::Result ref = testing::run(naive_op(normalize), in, DType::f64);
+    testing::Result ref = testing::run(testing::linear_attn_naive(normalize), in, DType::f64);
     for (int chunk_size : {1, 5, 16, 45, 100}) {
       SCOPED_TRACE(std::to_string(chunk_size) + (normalize ? " normalized" : ""));
-      testing::expect_close(testing::run(chunk_op(normalize, chunk_size), in, DType::f32), ref, kTol);
+      testing::expect_close(testing::run(testing::linear_attn_chunk(normalize, chunk_size), in, DType::f32), ref,
+                            testing::kTol);
     }
   }
 }
@@ -146,8 +130,8 @@ TEST(LinearAttn, ChainingMatchesOneCall) {
                                                   {}, normalize, a.final_state, true);
       return LinearAttentionOutput{concat({a.o, b.o}, 1), b.final_state};
     };
-    testing::expect_close(testing::run(chained, in, DType::f32), testing::run(chunk_op(normalize), in, DType::f32),
-                          1e-5);
+    testing::expect_close(testing::run(chained, in, DType::f32),
+                          testing::run(testing::linear_attn_chunk(normalize), in, DType::f32), 1e-5);
   }
 }
 

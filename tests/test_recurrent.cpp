@@ -14,25 +14,6 @@ namespace {
 using testing::Case;
 using testing::Gate;
 
-constexpr double kTol = 1e-4;  // DESIGN.md: float32 against the float64 reference
-
-testing::Op recurrent_gla = [](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& h0) {
-  return fused_recurrent_simple_gla(q, k, v, g, {}, h0, true);
-};
-testing::Op naive_gla = [](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& h0) {
-  return naive_simple_gla(q, k, v, g, {}, h0, true);
-};
-testing::Op recurrent_linear(bool normalize) {
-  return [=](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor&, const Tensor& h0) {
-    return fused_recurrent_linear_attn(q, k, v, {}, normalize, h0, true);
-  };
-}
-testing::Op naive_linear(bool normalize) {
-  return [=](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor&, const Tensor& h0) {
-    return naive_linear_attn(q, k, v, {}, normalize, h0, true);
-  };
-}
-
 // x[:, t] without the T axis: [B, T, H, D] -> [B, H, D], [B, T, H] -> [B, H].
 Tensor token(const Tensor& x, int64_t t) {
   Shape s = x.shape();
@@ -48,11 +29,12 @@ TEST(FusedRecurrent, CheckpointBoundariesMatchReference) {
     SCOPED_TRACE("T=" + std::to_string(T));
     Case gla{2, T, 2, 8, 12, Gate::mild, T % 2 == 1, false, seed++};
     testing::Inputs in = testing::make_inputs(gla, gla.V);
-    testing::expect_close(testing::run(recurrent_gla, in, DType::f32), testing::run(naive_gla, in, DType::f64), kTol);
+    testing::expect_close(testing::run(testing::simple_gla_recurrent(), in, DType::f32),
+                          testing::run(testing::simple_gla_naive(), in, DType::f64), testing::kTol);
     Case linear{2, T, 1, 12, 8, Gate::none, T % 2 == 0, true, seed++};
     testing::Inputs lin = testing::make_inputs(linear, linear.V + 1);
-    testing::expect_close(testing::run(recurrent_linear(true), lin, DType::f32),
-                          testing::run(naive_linear(true), lin, DType::f64), kTol);
+    testing::expect_close(testing::run(testing::linear_attn_recurrent(true), lin, DType::f32),
+                          testing::run(testing::linear_attn_naive(true), lin, DType::f64), testing::kTol);
   }
 }
 
@@ -62,9 +44,9 @@ TEST(FusedRecurrent, GradientFromFinalStateOnly) {
   Case c{1, 70, 2, 6, 5, Gate::mild, true, false, 9};
   testing::Inputs in = testing::make_inputs(c, c.V);
   in.d_o = Tensor::zeros(in.d_o.shape());
-  testing::Result ref = testing::run(naive_gla, in, DType::f64);
-  testing::Result got = testing::run(recurrent_gla, in, DType::f32);
-  testing::expect_close(got, ref, kTol);
+  testing::Result ref = testing::run(testing::simple_gla_naive(), in, DType::f64);
+  testing::Result got = testing::run(testing::simple_gla_recurrent(), in, DType::f32);
+  testing::expect_close(got, ref, testing::kTol);
   EXPECT_EQ(sum(got.dq * got.dq).item(), 0.0);
   EXPECT_GT(sum(got.dk * got.dk).item(), 0.0);
   EXPECT_GT(sum(got.dg * got.dg).item(), 0.0);
@@ -83,7 +65,8 @@ TEST(FusedRecurrent, ChainingMatchesOneCall) {
                                                          a.final_state, true);
     return LinearAttentionOutput{concat({a.o, b.o}, 1), b.final_state};
   };
-  testing::expect_close(testing::run(chained, in, DType::f32), testing::run(recurrent_gla, in, DType::f32), 1e-5);
+  testing::expect_close(testing::run(chained, in, DType::f32),
+                        testing::run(testing::simple_gla_recurrent(), in, DType::f32), 1e-5);
 }
 
 TEST(FusedRecurrent, NoFinalStateUnlessRequested) {

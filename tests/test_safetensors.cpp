@@ -22,10 +22,7 @@ namespace {
 
 using namespace lat::testing;
 
-class SafetensorsTest : public TempDirTest {
- protected:
-  SafetensorsTest() : TempDirTest("lat_test_st_") {}
-};
+using SafetensorsTest = TempDirTest;
 
 /// A safetensors file from a header text and a data section, with the 8-byte length prefix.
 std::string make_file(const std::string& header, const std::string& data, uint64_t header_len) {

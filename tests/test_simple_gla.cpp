@@ -14,30 +14,12 @@ namespace {
 using testing::Case;
 using testing::Gate;
 
-constexpr double kTol = 1e-4;  // DESIGN.md: float32 against the float64 reference
-
-LinearAttentionOutput chunk_op(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& h0) {
-  return chunk_simple_gla(q, k, v, g, {}, h0, true);
-}
-LinearAttentionOutput recurrent_op(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
-                                   const Tensor& h0) {
-  return fused_recurrent_simple_gla(q, k, v, g, {}, h0, true);
-}
-LinearAttentionOutput naive_op(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& h0) {
-  return naive_simple_gla(q, k, v, g, {}, h0, true);
-}
-
 // The sweep: every T in {1, 2, 63, 64, 65, 200} with (16,16) and (48,80), each gate and
 // with/without initial state; (64,64) and (128,128) and T = 1000 on a subset.
 std::vector<Case> sweep() {
-  std::vector<Case> cases;
   uint64_t seed = 1;
-  for (int64_t T : {1, 2, 63, 64, 65, 200})
-    for (auto [K, V] : {std::pair<int64_t, int64_t>{16, 16}, {48, 80}})
-      for (Gate gate : {Gate::zero, Gate::mild, Gate::strong})
-        for (bool h0 : {false, true}) cases.push_back({2, T, 2, K, V, gate, h0, false, seed++});
-  for (int64_t T : {1, 65, 200})
-    for (Gate gate : {Gate::mild, Gate::strong}) cases.push_back({1, T, 2, 64, 64, gate, T != 65, false, seed++});
+  std::vector<Case> cases = testing::sweep_grid({Gate::zero, Gate::mild, Gate::strong}, {Gate::mild, Gate::strong},
+                                                seed);
   cases.push_back({1, 1000, 1, 64, 64, Gate::mild, true, false, seed++});
   cases.push_back({1, 1000, 1, 48, 80, Gate::zero, false, false, seed++});
   cases.push_back({1, 1000, 1, 16, 16, Gate::strong, true, false, seed++});
@@ -55,14 +37,14 @@ class SimpleGlaSweep : public ::testing::TestWithParam<Case> {};
 TEST_P(SimpleGlaSweep, ChunkAndRecurrentMatchFloat64Reference) {
   const Case& c = GetParam();
   testing::Inputs in = testing::make_inputs(c, c.V);
-  testing::Result ref = testing::run(naive_op, in, DType::f64);
+  testing::Result ref = testing::run(testing::simple_gla_naive(), in, DType::f64);
   {
     SCOPED_TRACE("chunk_simple_gla");
-    testing::expect_close(testing::run(chunk_op, in, DType::f32), ref, kTol);
+    testing::expect_close(testing::run(testing::simple_gla_chunk(), in, DType::f32), ref, testing::kTol);
   }
   {
     SCOPED_TRACE("fused_recurrent_simple_gla");
-    testing::expect_close(testing::run(recurrent_op, in, DType::f32), ref, kTol);
+    testing::expect_close(testing::run(testing::simple_gla_recurrent(), in, DType::f32), ref, testing::kTol);
   }
 }
 
@@ -81,7 +63,7 @@ TEST(SimpleGla, OddChunkSizesMatchReference) {
     auto op = [chunk_size](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& h0) {
       return chunk_simple_gla(q, k, v, g, 0.3f, h0, true, chunk_size);
     };
-    testing::expect_close(testing::run(op, in, DType::f32), ref, kTol);
+    testing::expect_close(testing::run(op, in, DType::f32), ref, testing::kTol);
   }
 }
 
@@ -115,7 +97,7 @@ TEST(SimpleGla, ChainingMatchesOneCall) {
                                                slice(g, 1, half, T), {}, a.final_state, true);
     return LinearAttentionOutput{concat({a.o, b.o}, 1), b.final_state};
   };
-  testing::Result one = testing::run(chunk_op, in, DType::f32);
+  testing::Result one = testing::run(testing::simple_gla_chunk(), in, DType::f32);
   testing::Result two = testing::run(chained, in, DType::f32);
   testing::expect_close(two, one, 1e-5);
 }
@@ -125,10 +107,10 @@ TEST(SimpleGla, ChainingMatchesOneCall) {
 TEST(SimpleGla, StrongDecayLongSequenceIsFinite) {
   Case c{1, 8192, 1, 16, 16, Gate::strong, true, false, 11};
   testing::Inputs in = testing::make_inputs(c, c.V);
-  testing::Result chunk = testing::run(chunk_op, in, DType::f32);
+  testing::Result chunk = testing::run(testing::simple_gla_chunk(), in, DType::f32);
   for (const Tensor& t : {chunk.o, chunk.final_state, chunk.dq, chunk.dk, chunk.dv, chunk.dg, chunk.d_initial_state})
     EXPECT_TRUE(testing::all_finite(t));
-  testing::expect_close(chunk, testing::run(recurrent_op, in, DType::f32), kTol);
+  testing::expect_close(chunk, testing::run(testing::simple_gla_recurrent(), in, DType::f32), testing::kTol);
 }
 
 // Without backward the kernel keeps no scores or states past each block of chunks: the
@@ -143,8 +125,8 @@ TEST(SimpleGla, ForwardWithoutGradMatchesForwardWithGrad) {
   EXPECT_EQ(relative_error(plain.o, recorded.o), 0.0);
   EXPECT_EQ(relative_error(plain.final_state, recorded.final_state), 0.0);
   LinearAttentionOutput recurrent = fused_recurrent_simple_gla(in.q, in.k, in.v, in.g, {}, in.initial_state, true);
-  EXPECT_LT(relative_error(plain.o, recurrent.o), kTol);
-  EXPECT_LT(relative_error(plain.final_state, recurrent.final_state), kTol);
+  EXPECT_LT(relative_error(plain.o, recurrent.o), testing::kTol);
+  EXPECT_LT(relative_error(plain.final_state, recurrent.final_state), testing::kTol);
 }
 
 TEST(SimpleGla, NoGradRecordsNothing) {

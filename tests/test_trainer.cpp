@@ -1,15 +1,21 @@
 // The trainer on a tiny config (DESIGN.md, "The command line and the files a run writes",
 // "Checkpoint"): the files of a run, metrics.jsonl records, exact resume (bit-identical losses
-// at every step), config changes on resume, a truncated checkpoint, learning, the final eval
-// over the whole val split, SIGTERM, a non-finite loss.
+// at every step), config changes on resume, a truncated checkpoint, damaged or outdated
+// checkpoints that resume refuses without touching a file, stray checkpoint names, learning,
+// the final eval over the whole val split, SIGTERM, a non-finite loss.
 #include <gtest/gtest.h>
 
+#include <hdf5.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <numbers>
+#include <source_location>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,6 +30,7 @@
 #include "train/files/run_dir.h"
 #include "train/files/trained_model.h"
 #include "train/inference/eval.h"
+#include "train/inference/info.h"
 #include "train/run/run_dir_lock.h"
 #include "train/run/trainer.h"
 
@@ -32,7 +39,9 @@ namespace fs = std::filesystem;
 namespace lat {
 namespace {
 
+using testing::contains;
 using testing::expect_error;
+using testing::overwrite_int64_attribute;
 using testing::read_bytes;
 using testing::write_bytes;
 
@@ -41,6 +50,43 @@ std::vector<nlohmann::ordered_json> read_metrics(const fs::path& path) {
   std::ifstream in(path);
   for (std::string line; std::getline(in, line);) out.push_back(nlohmann::ordered_json::parse(line));
   return out;
+}
+
+/// Every regular file of `dir`: name -> bytes.
+std::map<std::string, std::string> file_contents(const fs::path& dir) {
+  std::map<std::string, std::string> files;
+  for (const auto& entry : fs::directory_iterator(dir))
+    if (entry.is_regular_file()) files[entry.path().filename().string()] = read_bytes(entry.path());
+  return files;
+}
+
+/// Expects `dir` to hold exactly the files of `before`, each byte for byte.
+void expect_unchanged(const fs::path& dir, const std::map<std::string, std::string>& before,
+                      std::source_location where = std::source_location::current()) {
+  const auto after = file_contents(dir);
+  std::vector<std::string> names_before, names_after;
+  for (const auto& [name, bytes] : before) names_before.push_back(name);
+  for (const auto& [name, bytes] : after) names_after.push_back(name);
+  if (names_after != names_before)
+    ADD_FAILURE_AT(where.file_name(), static_cast<int>(where.line()))
+        << "files before: " << ::testing::PrintToString(names_before)
+        << ", after: " << ::testing::PrintToString(names_after);
+  for (const auto& [name, bytes] : before) {
+    auto it = after.find(name);
+    if (it != after.end() && it->second != bytes)
+      ADD_FAILURE_AT(where.file_name(), static_cast<int>(where.line())) << name << " changed";
+  }
+}
+
+/// Unlinks `object` (e.g. "/optimizer/norm.weight") from the HDF5 file at `path`, as a damaged
+/// or hand-edited checkpoint would lack it. A fatal failure when that fails: call under
+/// ASSERT_NO_FATAL_FAILURE.
+void delete_hdf5_object(const std::string& path, const std::string& object) {
+  const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(file, 0) << path;
+  const herr_t status = H5Ldelete(file, object.c_str(), H5P_DEFAULT);
+  H5Fclose(file);
+  ASSERT_GE(status, 0) << path << ": " << object;
 }
 
 std::vector<std::string> keys_of(const nlohmann::ordered_json& j) {
@@ -53,8 +99,6 @@ std::vector<std::string> keys_of(const nlohmann::ordered_json& j) {
 // config; removed at the end of the test.
 class TrainerTest : public testing::TempDirTest {
  protected:
-  TrainerTest() : TempDirTest("lat_test_trainer_") {}
-
   void SetUp() override {
     TempDirTest::SetUp();
     std::string text;
@@ -101,6 +145,24 @@ class TrainerTest : public testing::TempDirTest {
     return train(config(std::move(overrides)), options);
   }
   fs::path run_dir() const { return dir_ / "run"; }
+  std::string ckpt(int64_t step) const { return (run_dir() / checkpoint_file_name(step)).string(); }
+  /// What the runs of this test wrote to their log so far.
+  std::string log_text() const {
+    std::fflush(log_);
+    std::rewind(log_);
+    std::string text;
+    char buffer[4096];
+    for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, log_)) > 0;) text.append(buffer, n);
+    return text;
+  }
+  /// A run stopped at step 8: ckpt_00000004.h5 and ckpt_00000008.h5 (`latest`), config.yaml and
+  /// metrics.jsonl with records up to step 8.
+  void run_to_step_8() {
+    TrainSummary s = run({"train.stop_at=8"});
+    ASSERT_EQ(s.step, 8);
+    ASSERT_TRUE(fs::exists(ckpt(4)));
+    ASSERT_TRUE(fs::exists(ckpt(8)));
+  }
 
   std::FILE* log_ = nullptr;
 };
@@ -351,6 +413,196 @@ TEST_F(TrainerTest, ResumeNeverRefusesAnOutDirWithCheckpoints) {
   expect_error<ConfigError>(
       [&] { run({"train.resume=never"}); },
       {"train.resume: never, but train.out_dir '" + run_dir().string() + "' already holds ckpt_00000004.h5"});
+}
+
+// ---- resume never destroys a complete checkpoint or metrics ----------------------------------
+
+TEST_F(TrainerTest, ResumeRefusesACheckpointWhoseStepDisagreesWithItsName) {
+  ASSERT_NO_FATAL_FAILURE(run_to_step_8());
+  ASSERT_NO_FATAL_FAILURE(overwrite_int64_attribute(ckpt(8), "step", 0));
+  const auto before = file_contents(run_dir());
+  // Resuming at step 0 would have overwritten ckpt_4 and ckpt_8 and emptied metrics.jsonl.
+  expect_error<ConfigError>([&] { run(); }, {"resume: '" + ckpt(8) +
+                                             "': attribute step: expected 8 (the step its file name carries), "
+                                             "found 0"});
+  expect_unchanged(run_dir(), before);
+}
+
+TEST_F(TrainerTest, ResumeRefusesAnOlderCheckpointWhileANewerOneExistsNamingBoth) {
+  ASSERT_NO_FATAL_FAILURE(run_to_step_8());
+  write_latest(run_dir().string(), checkpoint_file_name(4));
+  const auto before = file_contents(run_dir());
+  expect_error<ConfigError>([&] { run(); },
+                            {"resume: '" + (run_dir() / "latest").string() + "' names '" + ckpt(4) + "' (step 4)",
+                             "train.out_dir holds the newer '" + ckpt(8) + "' (step 8)",
+                             "would overwrite or prune it, so nothing was changed", "train.resume: " + ckpt(8)});
+  expect_unchanged(run_dir(), before);
+  // Named explicitly, the older checkpoint is refused too: the error says what resuming from
+  // it would do to the newer one.
+  expect_error<ConfigError>(
+      [&] { run({"train.resume=" + ckpt(4)}); },
+      {"resume: train.resume names '" + ckpt(4) + "' (step 4)",
+       "train.out_dir holds the newer '" + ckpt(8) + "' (step 8)", "would overwrite or prune it"});
+  expect_unchanged(run_dir(), before);
+}
+
+TEST_F(TrainerTest, ResumeRefusesNegativeCountersBeforeMetricsChange) {
+  ASSERT_NO_FATAL_FAILURE(run_to_step_8());
+  const std::string good = read_bytes(ckpt(8));
+  ASSERT_NO_FATAL_FAILURE(overwrite_int64_attribute(ckpt(8), "step", -5));
+  auto before = file_contents(run_dir());
+  expect_error<ConfigError>([&] { run(); }, {"resume: '" + ckpt(8) + "': attribute step: expected >= 0, found -5"});
+  expect_unchanged(run_dir(), before);
+
+  write_bytes(ckpt(8), good);
+  ASSERT_NO_FATAL_FAILURE(overwrite_int64_attribute(ckpt(8), "tokens_seen", -1));
+  before = file_contents(run_dir());
+  expect_error<ConfigError>([&] { run(); },
+                            {"resume: '" + ckpt(8) + "': attribute tokens_seen: expected >= 0, found -1"});
+  expect_unchanged(run_dir(), before);
+}
+
+TEST_F(TrainerTest, ResumeRefusesAStepBeyondMaxStepsThatDisagreesWithItsName) {
+  ASSERT_NO_FATAL_FAILURE(run_to_step_8());
+  const std::string good = read_bytes(ckpt(8));
+  ASSERT_NO_FATAL_FAILURE(overwrite_int64_attribute(ckpt(8), "step", 1000000000000000));
+  const auto before = file_contents(run_dir());
+  // Not "nothing to do" with exit 0: the file name says step 8.
+  expect_error<ConfigError>([&] { run(); }, {"resume: '" + ckpt(8) +
+                                             "': attribute step: expected 8 (the step its file name carries), "
+                                             "found 1000000000000000"});
+  expect_unchanged(run_dir(), before);
+
+  // A step beyond train.max_steps that the name confirms is a finished run: nothing to do,
+  // and no checkpoint, `latest` or metrics record changes.
+  write_bytes(ckpt(8), good);
+  const auto finished = file_contents(run_dir());
+  TrainSummary s = run({"train.max_steps=6"});
+  EXPECT_EQ(s.end_reason, "nothing to do");
+  EXPECT_EQ(s.step, 8);
+  for (const char* name : {"ckpt_00000004.h5", "ckpt_00000008.h5", "latest", "metrics.jsonl"})
+    EXPECT_EQ(read_bytes(run_dir() / name), finished.at(name)) << name;
+}
+
+TEST_F(TrainerTest, ResumeRefusesACheckpointMissingOptimizerStateNamingTheParameter) {
+  ASSERT_NO_FATAL_FAILURE(run_to_step_8());
+  const std::string good = read_bytes(ckpt(8));
+  const std::string name = load_checkpoint(ckpt(8)).optimizer.params.at(1).name;
+  ASSERT_NO_FATAL_FAILURE(delete_hdf5_object(ckpt(8), "/optimizer/" + name));
+  auto before = file_contents(run_dir());
+  expect_error<ConfigError>(
+      [&] { run(); },
+      {"resume: '" + ckpt(8) + "': no optimizer state for parameter '" + name + "': expected /optimizer/" + name +
+       "/exp_avg (adamw after 8 updates), found no /optimizer/" + name + " group"});
+  expect_unchanged(run_dir(), before);
+
+  // One buffer of the group missing is refused the same way, naming the buffer.
+  write_bytes(ckpt(8), good);
+  ASSERT_NO_FATAL_FAILURE(delete_hdf5_object(ckpt(8), "/optimizer/" + name + "/exp_avg_sq"));
+  before = file_contents(run_dir());
+  expect_error<ConfigError>([&] { run(); }, {"no optimizer state for parameter '" + name + "': expected /optimizer/" +
+                                             name + "/exp_avg_sq (adamw after 8 updates), found none"});
+  expect_unchanged(run_dir(), before);
+
+  // Fine-tuning reads weights only (init_from): the same file starts a new run.
+  TrainSummary s = run({"init_from=" + ckpt(8), "train.out_dir=" + (dir_ / "finetune").string(), "train.max_steps=2",
+                        "train.eval_every=0"});
+  EXPECT_EQ(s.step, 2);
+  expect_unchanged(run_dir(), before);
+}
+
+TEST_F(TrainerTest, StrayCheckpointNamesAreIgnoredWithAWarning) {
+  ASSERT_NO_FATAL_FAILURE(run_to_step_8());
+  // Not int64, and not checkpoint_file_name's form: neither is step 12 nor newer than ckpt_8.
+  const std::vector<std::string> strays = {"ckpt_99999999999999999999.h5", "ckpt_12.h5"};
+  for (const std::string& stray : strays) fs::copy_file(ckpt(8), run_dir() / stray);
+  const auto before = file_contents(run_dir());
+  TrainSummary s = run({"train.keep_last=0"});
+  EXPECT_EQ(s.start_step, 8);
+  EXPECT_EQ(s.step, 12);
+  const std::string log = log_text();
+  for (const std::string& stray : strays) {
+    EXPECT_TRUE(contains(log, "warning: ignoring " + (run_dir() / stray).string() +
+                                  ": not a checkpoint name lat writes (ckpt_<step>.h5, the step an int64 in 8 or more "
+                                  "digits)\n"))
+        << log;
+    EXPECT_EQ(read_bytes(run_dir() / stray), before.at(stray)) << stray;
+  }
+  EXPECT_EQ(read_bytes(ckpt(4)), before.at("ckpt_00000004.h5"));
+  EXPECT_EQ(read_bytes(ckpt(8)), before.at("ckpt_00000008.h5"));
+  EXPECT_TRUE(fs::exists(ckpt(12)));
+  EXPECT_EQ(read_bytes(run_dir() / "latest"), "ckpt_00000012.h5\n");
+  // metrics.jsonl is extended, its records up to step 8 kept as they were.
+  EXPECT_EQ(read_bytes(run_dir() / "metrics.jsonl").rfind(before.at("metrics.jsonl"), 0), 0u);
+}
+
+// generate and eval (load_trained_model), info (inspect) on a run directory holding stray
+// names: the newest real checkpoint, and one warning line per stray name on stderr.
+TEST_F(TrainerTest, StrayCheckpointNamesAreIgnoredWithAWarningByTheDirectoryLookup) {
+  ASSERT_NO_FATAL_FAILURE(run_to_step_8());
+  const fs::path stray = run_dir() / "ckpt_99999999999999999999.h5";
+  fs::copy_file(ckpt(8), stray);
+  fs::remove(run_dir() / "latest");  // the lookup then goes by the names alone
+  const auto before = file_contents(run_dir());
+  const std::string warning = "warning: ignoring " + stray.string() + ": not a checkpoint name lat writes";
+  auto expect_one_warning = [&](const std::string& err, const char* what) {
+    EXPECT_EQ(err.find(warning), err.rfind(warning)) << what << ": " << err;
+    EXPECT_TRUE(contains(err, warning)) << what << ": " << err;
+    EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << what << ": " << err;
+  };
+
+  ::testing::internal::CaptureStderr();
+  const TrainedModel trained = load_trained_model(run_dir().string());
+  expect_one_warning(::testing::internal::GetCapturedStderr(), "generate");
+  EXPECT_EQ(trained.path, ckpt(8));
+  EXPECT_EQ(trained.step, 8);
+
+  ::testing::internal::CaptureStderr();
+  const CheckpointEval e = evaluate_checkpoint(run_dir().string());
+  expect_one_warning(::testing::internal::GetCapturedStderr(), "eval");
+  EXPECT_EQ(e.checkpoint, ckpt(8));
+
+  ::testing::internal::CaptureStderr();
+  const ModelInfo info = inspect(run_dir().string(), 64);
+  expect_one_warning(::testing::internal::GetCapturedStderr(), "info");
+  ASSERT_TRUE(info.checkpoint.has_value());
+  EXPECT_EQ(info.checkpoint->path, ckpt(8));
+
+  expect_unchanged(run_dir(), before);
+}
+
+// The last line of defence: a checkpoint at or above the step a run is about to save appears
+// in out_dir while it trains (another tool, a copy): the run stops rather than replace it or
+// leave it newer than `latest` to be pruned.
+TEST_F(TrainerTest, SaveRefusesToWriteBelowANewerCheckpointThatAppearedDuringTheRun) {
+  ASSERT_NO_FATAL_FAILURE(run_to_step_8());
+  const std::string planted = ckpt(99999999);
+  std::thread planter([&] {
+    // Wait until the resumed run has logged a step past 8, then plant the checkpoint and stop
+    // the run, which saves at the step it finishes.
+    for (int i = 0; i < 6000; ++i) {
+      if (read_metrics(run_dir() / "metrics.jsonl").size() >= 12) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    fs::copy_file(ckpt(8), planted);
+    std::raise(SIGTERM);
+  });
+  expect_error(
+      [&] {
+        run({"train.max_steps=100000", "train.eval_every=0", "train.ckpt_every=0"});
+      },
+      {"not writing " + run_dir().string() + "/ckpt_", "train.out_dir already holds " + planted +
+                                                           " (step 99999999), which lat never replaces or outdates; "
+                                                           "stopping"});
+  planter.join();
+  EXPECT_EQ(read_bytes(planted), read_bytes(ckpt(8)));
+  EXPECT_EQ(read_bytes(run_dir() / "latest"), "ckpt_00000008.h5\n");
+  for (const auto& entry : fs::directory_iterator(run_dir())) {
+    const std::optional<int64_t> step = checkpoint_step(entry.path().filename().string());
+    if (step) {
+      EXPECT_TRUE(*step == 4 || *step == 8 || *step == 99999999) << entry.path();
+    }
+  }
 }
 
 }  // namespace

@@ -45,13 +45,14 @@ import sys
 SKIP = 77
 
 
-def require_torch():
+def require_torch(user="check_export.py"):
+    """Exits SKIP when torch or numpy is missing (exit 1 with CI=true); `user` names the caller."""
     try:
         import numpy  # noqa: F401
         import torch  # noqa: F401
     except ImportError as e:
         if os.environ.get("CI", "").lower() == "true":
-            print(f"error: check_export.py needs torch and numpy (CI=true): {e}", file=sys.stderr)
+            print(f"error: {user} needs torch and numpy (CI=true): {e}", file=sys.stderr)
             sys.exit(1)
         print(f"skipped: torch or numpy missing ({e}); install python3-torch python3-numpy", file=sys.stderr)
         sys.exit(SKIP)

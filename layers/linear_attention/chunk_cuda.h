@@ -1,11 +1,12 @@
 // CUDA kernels of the chunkwise linear-attention family: the launch API of the kernels,
-// plain pointers and strided views, no tensors, so the .cu files need no framework
-// headers. chunk_simple_gla_cuda.cu and chunk_gated_delta_rule_cuda.cu call them in order
-// for the ops (decay_kernels.h, delta_kernels.h). The math is ALGORITHMS.md 2.2-2.4; the kernels follow fla's
-// decomposition (2.1): a chunk-local cumulative sum of g, a sequential-over-chunks state
-// pass (one block per (batch*head, K tile, V tile), or per (batch*head, V tile) for the
-// delta rule, whose state update needs all of K), and per-chunk kernels with one block per
-// (batch*head, chunk, tile) that keep the chunk's tiles in shared memory. All in f32.
+// plain pointers and strided views, no tensors, so the .cu files need no framework headers.
+// chunk_simple_gla_cuda.cu and chunk_gated_delta_rule_cuda.cu call them in order for the
+// ops (decay_kernels.h, delta_kernels.h). The math is ALGORITHMS.md 2.2-2.4; the kernels
+// follow fla's decomposition (2.1): a chunk-local cumulative sum of g, a
+// sequential-over-chunks state pass (one block per (batch*head, K tile, V tile), or per
+// (batch*head, V tile) for the delta rule, whose state update needs all of K), and
+// per-chunk kernels with one block per (batch*head, chunk, tile) that keep the chunk's
+// tiles in shared memory. All in f32.
 //
 // Letters: B batch, T tokens, H heads, K key dim, V value dim (the state width: V + 1 for
 // the normalized linear attention), C chunk size (1..64 on CUDA), NT = ceil(T / C) chunks,

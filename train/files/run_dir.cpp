@@ -2,9 +2,11 @@
 #include "train/files/run_dir.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -19,28 +21,17 @@ namespace {
 
 constexpr const char* kLatest = "latest";
 
-/// The step of a checkpoint file name "ckpt_<digits>.h5"; nullopt for any other name.
-std::optional<int64_t> checkpoint_step(const std::string& name) {
+/// Whether `name` has the form ckpt_*.h5, whatever lies between.
+bool looks_like_checkpoint(const std::string& name) {
   const std::string prefix = "ckpt_", suffix = ".h5";
-  if (name.size() <= prefix.size() + suffix.size() || name.rfind(prefix, 0) != 0 ||
-      name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
-    return std::nullopt;
-  const std::string digits = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
-  if (!std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) return std::nullopt;
-  return std::stoll(digits);
+  return name.size() >= prefix.size() + suffix.size() && name.rfind(prefix, 0) == 0 &&
+         name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-/// The checkpoint files of `out_dir` as (step, name), oldest first.
-std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& out_dir) {
-  std::vector<std::pair<int64_t, std::string>> found;
-  std::error_code ec;
-  for (const fs::directory_entry& entry : fs::directory_iterator(out_dir, ec)) {
-    if (!entry.is_regular_file()) continue;
-    const std::string name = entry.path().filename().string();
-    if (auto step = checkpoint_step(name)) found.emplace_back(*step, name);
-  }
-  std::sort(found.begin(), found.end());
-  return found;
+/// The warning for an ignored ckpt_*.h5 name of `out_dir`.
+std::string ignored_checkpoint_warning(const std::string& out_dir, const std::string& name) {
+  return "ignoring " + (fs::path(out_dir) / name).string() +
+         ": not a checkpoint name lat writes (ckpt_<step>.h5, the step an int64 in 8 or more digits)";
 }
 
 /// The file name `out_dir/latest` holds, or "" when there is no `latest`.
@@ -64,13 +55,46 @@ std::string checkpoint_file_name(int64_t step) {
   return name;
 }
 
+std::optional<int64_t> checkpoint_step(const std::string& name) {
+  if (!looks_like_checkpoint(name)) return std::nullopt;
+  const char* first = name.data() + 5;               // after "ckpt_"
+  const char* last = name.data() + name.size() - 3;  // before ".h5"
+  int64_t step = 0;
+  const auto [end, ec] = std::from_chars(first, last, step);
+  // from_chars also takes a '-' sign; the round trip rejects it, an int64 overflow
+  // (ec == result_out_of_range) and any non-canonical padding.
+  if (ec != std::errc() || end != last || step < 0 || checkpoint_file_name(step) != name) return std::nullopt;
+  return step;
+}
+
+CheckpointListing list_checkpoints(const std::string& out_dir) {
+  CheckpointListing listing;
+  std::error_code ec;
+  for (const fs::directory_entry& entry : fs::directory_iterator(out_dir, ec)) {
+    if (!entry.is_regular_file()) continue;
+    const std::string name = entry.path().filename().string();
+    if (!looks_like_checkpoint(name)) continue;
+    if (auto step = checkpoint_step(name))
+      listing.checkpoints.emplace_back(*step, name);
+    else
+      listing.ignored.push_back(name);
+  }
+  std::sort(listing.checkpoints.begin(), listing.checkpoints.end());
+  std::sort(listing.ignored.begin(), listing.ignored.end());
+  return listing;
+}
+
+void warn_on_stderr(const std::string& line) { std::cerr << "warning: " << line << "\n"; }
+
 void write_latest(const std::string& out_dir, const std::string& file_name) {
   LAT_CHECK(checkpoint_step(file_name).has_value(),
             "write_latest: file_name: expected ckpt_<step>.h5, got '" << file_name << "'");
   write_text_atomically((fs::path(out_dir) / kLatest).string(), file_name + "\n", "write_latest");
 }
 
-std::optional<std::string> find_latest_checkpoint(const std::string& out_dir) {
+std::optional<std::string> find_latest_checkpoint(const std::string& out_dir, const WarningSink& warn) {
+  const CheckpointListing found = list_checkpoints(out_dir);
+  for (const std::string& name : found.ignored) warn(ignored_checkpoint_warning(out_dir, name));
   const std::string latest = read_latest(out_dir);
   if (!latest.empty()) {
     const fs::path path = fs::path(out_dir) / latest;
@@ -78,17 +102,16 @@ std::optional<std::string> find_latest_checkpoint(const std::string& out_dir) {
                                              << "' names '" << latest << "', which does not exist");
     return path.string();
   }
-  const auto found = list_checkpoints(out_dir);
-  if (found.empty()) return std::nullopt;
-  return (fs::path(out_dir) / found.back().second).string();
+  if (found.checkpoints.empty()) return std::nullopt;
+  return (fs::path(out_dir) / found.checkpoints.back().second).string();
 }
 
-std::string resolve_checkpoint(const std::string& path) {
+std::string resolve_checkpoint(const std::string& path, const WarningSink& warn) {
   std::error_code ec;
   // A path the user gave that leads to no checkpoint is bad input (ConfigError, exit code 2).
   if (!fs::exists(path, ec)) throw ConfigError("checkpoint '" + path + "': no such file or directory");
   if (!fs::is_directory(path, ec)) return path;
-  std::optional<std::string> latest = find_latest_checkpoint(path);
+  std::optional<std::string> latest = find_latest_checkpoint(path, warn);
   if (!latest)
     throw ConfigError("checkpoint '" + path +
                       "': no checkpoint in this run directory (no 'latest' file, no ckpt_*.h5)");
@@ -100,7 +123,7 @@ std::vector<std::string> prune_checkpoints(const std::string& out_dir, int64_t k
   std::vector<std::string> removed;
   if (keep_last == 0) return removed;
   const std::string latest = read_latest(out_dir);
-  const auto found = list_checkpoints(out_dir);
+  const auto found = list_checkpoints(out_dir).checkpoints;
   const size_t keep = static_cast<size_t>(std::min<int64_t>(keep_last, static_cast<int64_t>(found.size())));
   for (size_t i = 0; i + keep < found.size(); ++i) {
     const std::string& name = found[i].second;

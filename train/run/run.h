@@ -64,16 +64,23 @@ class Run {
   void prepare(const std::optional<std::string>& resume_path);
   /// Throws ConfigError when out_dir exists and is not a directory.
   void check_out_dir() const;
-  /// The checkpoint at `path`; throws ConfigError listing the keys that may not change on
-  /// resume when its config differs in them.
-  Checkpoint read_resume_checkpoint(const std::string& path) const;
+  /// A checkpoint to resume from and the train config it was written with.
+  struct ResumeCheckpoint {
+    Checkpoint ckpt;
+    TrainConfig writer;
+  };
+  /// The checkpoint at `path`, checked before anything in out_dir changes: throws ConfigError
+  /// listing the keys that may not change on resume when its config differs in them, and the
+  /// errors of resume_checks.h (damaged counters; a newer checkpoint in out_dir).
+  ResumeCheckpoint read_resume_checkpoint(const std::string& path) const;
   /// Loads data_ (text encoded with `tokenizer` when given) and the loader, or the loader of
   /// data.task's synthetic task (data_ stays empty); returns the vocabulary size.
   int64_t load_training_data(const std::optional<Tokenizer>& tokenizer);
   /// model_ (from init_from's weights when fine-tuning), frozen_, optimizer_ and schedule_.
   ModelSetup build_model(int64_t vocab_size, const std::optional<ModelWeights>& init);
-  /// Weights, optimizer state, generator and counters of the checkpoint `ckpt` read from `path`.
-  void restore(const Checkpoint& ckpt, const std::string& path);
+  /// Weights, optimizer state, generator and counters of the checkpoint `resume` read from
+  /// `path`. Throws ConfigError naming a parameter without optimizer state.
+  void restore(const ResumeCheckpoint& resume, const std::string& path);
   /// Rank 0's parameters and optimizer state on every rank.
   void broadcast_state();
   /// Rank 0: creates and locks out_dir, drops what an interrupted run left there, writes

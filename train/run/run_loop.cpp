@@ -168,6 +168,14 @@ void Run::save(int64_t step) {
   c.data = data_state(train_, step, loader_->sampler());
   const std::string name = checkpoint_file_name(step);
   if (dist_.is_root()) {
+    // The run started from the newest checkpoint of out_dir (resume_checks.h), so one at this
+    // step or above can only have come from elsewhere since: never replace it, never leave it
+    // newer than `latest` for the pruning below.
+    const auto existing = list_checkpoints(out_dir_.string()).checkpoints;
+    if (!existing.empty() && existing.back().first >= step)
+      throw Error("train: step " + std::to_string(step) + ": not writing " + (out_dir_ / name).string() +
+                  ": train.out_dir already holds " + (out_dir_ / existing.back().second).string() + " (step " +
+                  std::to_string(existing.back().first) + "), which lat never replaces or outdates; stopping");
     save_checkpoint((out_dir_ / name).string(), c);
     write_latest(out_dir_.string(), name);
     prune_checkpoints(out_dir_.string(), train_.keep_last);

@@ -13,6 +13,7 @@
 #include "train/files/tokenizer_files.h"
 #include "train/files/trained_model.h"
 #include "train/run/device.h"
+#include "train/run/resume_checks.h"
 #include "train/text/format.h"
 
 namespace fs = std::filesystem;
@@ -47,10 +48,11 @@ void Run::check_supported() {
 
 std::optional<std::string> Run::resume_source() {
   const std::string& resume = train_.resume;
-  if (resume != "auto" && resume != "never") return resolve_checkpoint(resume);
+  const WarningSink warn = [this](const std::string& line) { log("warning: " + line); };
+  if (resume != "auto" && resume != "never") return resolve_checkpoint(resume, warn);
   std::error_code ec;
   if (!fs::is_directory(out_dir_, ec)) return std::nullopt;
-  std::optional<std::string> latest = find_latest_checkpoint(out_dir_.string());
+  std::optional<std::string> latest = find_latest_checkpoint(out_dir_.string(), warn);
   if (resume == "auto" || !latest) return latest;
   throw ConfigError("train.resume: never, but train.out_dir '" + out_dir_.string() + "' already holds " +
                     fs::path(*latest).filename().string() +
@@ -68,11 +70,11 @@ std::optional<std::string> Run::shared_resume_source() {
 
 void Run::prepare(const std::optional<std::string>& resume_path) {
   check_out_dir();
-  std::optional<Checkpoint> ckpt;
+  std::optional<ResumeCheckpoint> resume;
   std::optional<Tokenizer> tokenizer;
   if (resume_path) {
-    ckpt = read_resume_checkpoint(*resume_path);
-    tokenizer = checkpoint_tokenizer(*ckpt);
+    resume = read_resume_checkpoint(*resume_path);
+    tokenizer = checkpoint_tokenizer(resume->ckpt);
   }
   // Fine-tuning starts from another model's weights, and encodes its text with that model's
   // tokenizer so that ids keep their meaning (a synthetic task has ids and no tokenizer). A
@@ -85,11 +87,13 @@ void Run::prepare(const std::optional<std::string>& resume_path) {
   }
   const int64_t vocab_size = load_training_data(tokenizer);
   const ModelSetup setup = build_model(vocab_size, init);
-  if (ckpt) restore(*ckpt, *resume_path);
+  if (resume) restore(*resume, *resume_path);
   // The ranks start bit-identical whatever their own initialization or reads gave.
   if (dist_.world_size() > 1) broadcast_state();
   move_parameters(*model_, device_);
   summary_.start_step = step_;
+  // Only now, with the checkpoint read and checked whole, may out_dir change (metrics.jsonl
+  // trimmed to its step, stale files removed).
   if (dist_.is_root()) open_out_dir();
   log_start(resume_path, vocab_size, setup);
   // The starting point of a fine-tuning run, so that metrics.jsonl shows the val loss moving.
@@ -103,15 +107,21 @@ void Run::check_out_dir() const {
                       "' exists and is not a directory (expected a run directory, or a path to create)");
 }
 
-Checkpoint Run::read_resume_checkpoint(const std::string& path) const {
+Run::ResumeCheckpoint Run::read_resume_checkpoint(const std::string& path) const {
   Checkpoint ckpt = load_checkpoint(path);
+  check_resume_counters(ckpt, path);
+  // Rank 0's out_dir is the one written to (the other ranks may not see it).
+  if (dist_.is_root()) {
+    const bool named_by_user = train_.resume != "auto" && train_.resume != "never";
+    check_no_newer_checkpoint(ckpt.step, path, out_dir_.string(), named_by_user);
+  }
   const Config saved = parse_config(ckpt.config_yaml, path);
   const std::vector<std::string> keys = resume_incompatible_keys(saved, config_);
   if (!keys.empty())
     throw ConfigError("resume: " + path + " was trained with another config; these keys may not change " +
                       "on resume: " + join(keys, ", ") +
                       " (restore them, or start a new run with another train.out_dir)");
-  return ckpt;
+  return {std::move(ckpt), saved.train};
 }
 
 int64_t Run::load_training_data(const std::optional<Tokenizer>& tokenizer) {
@@ -142,10 +152,11 @@ Run::ModelSetup Run::build_model(int64_t vocab_size, const std::optional<ModelWe
   return setup;
 }
 
-void Run::restore(const Checkpoint& ckpt, const std::string& path) {
+void Run::restore(const ResumeCheckpoint& resume, const std::string& path) {
+  const Checkpoint& ckpt = resume.ckpt;
   load_weights(*model_, ckpt.model, path);
   if (ckpt.optimizer.type == optimizer_->type())
-    optimizer_->load_from(ckpt, path);
+    optimizer_->load_from(ckpt, resume.writer, path);
   else
     log("warning: " + path + " holds " + (ckpt.optimizer.type.empty() ? "no" : ckpt.optimizer.type) +
         " optimizer state; " + optimizer_->type() + " starts from fresh state");

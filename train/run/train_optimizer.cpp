@@ -1,6 +1,8 @@
 // TrainOptimizer: building the optimizer from the config, clipping, and its checkpoint state.
 #include "train/run/train_optimizer.h"
 
+#include <algorithm>
+
 #include "optim/adamw.h"
 #include "optim/clip.h"
 #include "optim/sgd.h"
@@ -82,12 +84,35 @@ void TrainOptimizer::restore(const CheckpointOptimizer& snapshot) {
 
 void TrainOptimizer::save_to(Checkpoint& ckpt) const { ckpt.optimizer = snapshot(); }
 
-void TrainOptimizer::load_from(const Checkpoint& ckpt, const std::string& source) {
+void TrainOptimizer::load_from(const Checkpoint& ckpt, const TrainConfig& writer, const std::string& source) {
   LAT_CHECK(!ckpt.optimizer.type.empty(),
             "resume: '" << source << "' holds no optimizer state (a weights-only checkpoint)");
   LAT_CHECK(ckpt.optimizer.type == type(), "resume: '" << source << "' holds " << ckpt.optimizer.type
                                                        << " state but train.optimizer is " << type());
+  // restore() takes whatever state there is; a parameter left without it would silently
+  // restart from zeros while the others continue.
+  if (ckpt.optimizer.step > 0 && keeps_state(writer)) {
+    for (const NamedParameter& p : optimizer_->parameters()) {
+      const auto saved = std::find_if(ckpt.optimizer.params.begin(), ckpt.optimizer.params.end(),
+                                      [&](const CheckpointParamState& s) { return s.name == p.name; });
+      const bool has_group = saved != ckpt.optimizer.params.end();
+      for (const std::string& buffer : optimizer_->buffer_names()) {
+        if (has_group && std::any_of(saved->buffers.begin(), saved->buffers.end(),
+                                     [&](const auto& entry) { return entry.first == buffer; }))
+          continue;
+        throw ConfigError("resume: '" + source + "': no optimizer state for parameter '" + p.name +
+                          "': expected /optimizer/" + p.name + "/" + buffer + " (" + type() + " after " +
+                          std::to_string(ckpt.optimizer.step) + " updates), found " +
+                          (has_group ? "none" : "no /optimizer/" + p.name + " group") +
+                          " (a damaged checkpoint; nothing in train.out_dir was changed)");
+      }
+    }
+  }
   restore(ckpt.optimizer);
+}
+
+bool TrainOptimizer::keeps_state(const TrainConfig& train) {
+  return train.optimizer == "adamw" || train.momentum != 0.0;
 }
 
 }  // namespace lat

@@ -60,8 +60,16 @@ class TrainOptimizer {
   /// ckpt.optimizer = snapshot().
   void save_to(Checkpoint& ckpt) const;
   /// restore() from ckpt.optimizer; throws lat::Error naming `source` when it holds no
-  /// optimizer state or state of another optimizer type.
-  void load_from(const Checkpoint& ckpt, const std::string& source);
+  /// optimizer state or state of another optimizer type, and ConfigError naming the
+  /// parameter (and buffer) when a parameter of this optimizer has no state although the
+  /// checkpoint's writer, whose train config is `writer`, kept state for every parameter
+  /// (keeps_state, after at least one update): restoring the others would silently restart
+  /// that one from fresh state.
+  void load_from(const Checkpoint& ckpt, const TrainConfig& writer, const std::string& source);
+
+  /// Whether an optimizer built from `train` holds state for every parameter from its first
+  /// update on: AdamW (its moments), SGD with momentum (its buffer); plain SGD keeps none.
+  static bool keeps_state(const TrainConfig& train);
 
  private:
   std::unique_ptr<Optimizer> optimizer_;

@@ -27,15 +27,19 @@ namespace lat {
 /// Throws ConfigError (CLI exit 2) for a config that cannot run here: resuming with keys that
 /// may not change (listed), train.resume never with checkpoints in out_dir, CUDA in a build
 /// without it, freeze or lr_mult patterns that match no parameter, text with characters
-/// outside an init_from checkpoint's vocabulary (init_from_strict).
+/// outside an init_from checkpoint's vocabulary (init_from_strict), and a resume that could
+/// destroy complete work (train/run/resume_checks.h: a step that disagrees with the file name
+/// or is negative, a newer checkpoint in out_dir, a parameter without optimizer state), all
+/// found before out_dir changes. ckpt_*.h5 names that carry no step are ignored with a warning.
 /// Fine-tuning (train/run/finetune.h): a fresh run with init_from starts from that model's weights
 /// (shapes checked one by one) and tokenizer, and logs the val loss at step 0; frozen
 /// parameters keep no gradient and no optimizer state and are listed in the checkpoint's
 /// `frozen` attribute; lr_mult scales the learning rate per parameter.
 /// Throws lat::Error (exit 1) when a checkpoint cannot be read (naming the file, which is
 /// left untouched), init_from does not fit the model (naming every parameter and both shapes),
-/// data is bad, or the training loss is not finite (naming the step; the last good checkpoint
-/// is kept).
+/// data is bad, the training loss is not finite (naming the step; the last good checkpoint
+/// is kept), or out_dir gained a checkpoint at or above the step about to be saved (it is
+/// kept; nothing is written).
 TrainSummary train(const Config& config, const TrainOptions& options = {});
 
 }  // namespace lat
