@@ -67,8 +67,6 @@ class ScopedPath {
 
 class PlotTest : public lat::testing::TempDirTest {
  protected:
-  PlotTest() : TempDirTest("lat_test_plot_") {}
-
   std::string run_dir(const std::string& name, const std::string& metrics) const {
     fs::create_directories(dir_ / name);
     lat::testing::write_bytes(dir_ / name / "metrics.jsonl", metrics);

@@ -294,8 +294,6 @@ namespace {
 
 class TaskRunTest : public lat::testing::TempDirTest {
  protected:
-  TaskRunTest() : TempDirTest("lat_test_tasks_") {}
-
   // A tiny gdn + attention model on a small MQAR: seconds to train.
   Config config(std::vector<std::string> overrides = {}) const {
     std::vector<std::string> all = {"train.out_dir=" + path("run")};
