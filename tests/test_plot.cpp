@@ -127,6 +127,16 @@ TEST_F(PlotTest, MissingGnuplotIsAnErrorNamingThePackage) {
   EXPECT_FALSE(fs::exists(dir_ / "run" / "loss.png"));
 }
 
+TEST_F(PlotTest, OutThatIsADirectoryOrInAMissingDirectoryIsAConfigErrorLeavingNothing) {
+  const std::string run = run_dir("run", kMetrics);
+  expect_error<ConfigError>([&] { plot_runs({{run}, path("run"), "step"}); },
+                            {"--out: expected a PNG file name, got the directory"});
+  expect_error<ConfigError>([&] { plot_runs({{run}, path("nodir/sub/x.png"), "step"}); },
+                            {"the directory '" + path("nodir/sub") + "'", "does not exist"});
+  EXPECT_FALSE(fs::exists(dir_ / "run.tmp"));
+  EXPECT_FALSE(fs::exists(dir_ / "nodir"));
+}
+
 TEST_F(PlotTest, PngOfSeveralRunsHasThePngSignatureAndItsSize) {
   require_gnuplot();
   const std::string a = run_dir("run_a", kMetrics), b = run_dir("run_b", kMetrics);

@@ -222,6 +222,22 @@ std::string gnuplot_script(const std::vector<RunCurves>& runs, PlotAxis x, const
   return s.str();
 }
 
+namespace {
+
+/// The picture's path must name a file in an existing directory, checked before gnuplot runs so
+/// that the error is one line and nothing is left behind. Throws ConfigError.
+void check_output_path(const fs::path& out) {
+  std::error_code ec;
+  if (fs::is_directory(out, ec))
+    throw ConfigError("plot: --out: expected a PNG file name, got the directory '" + out.string() + "'");
+  const fs::path parent = out.parent_path().empty() ? fs::path(".") : out.parent_path();
+  if (!fs::is_directory(parent, ec))
+    throw ConfigError("plot: --out: the directory '" + parent.string() + "' of '" + out.string() +
+                      "' does not exist");
+}
+
+}  // namespace
+
 std::string plot_runs(const PlotOptions& options) {
   if (options.run_dirs.empty()) throw ConfigError("plot: expected at least one RUN_DIR");
   const PlotAxis x = parse_plot_axis(options.x);
@@ -233,6 +249,7 @@ std::string plot_runs(const PlotOptions& options) {
     throw Error("plot: gnuplot not found on PATH: install the Debian package gnuplot-nox (apt-get install gnuplot-nox)");
 
   const fs::path out = options.out.empty() ? fs::path(options.run_dirs.front()) / "loss.png" : fs::path(options.out);
+  check_output_path(out);
   const fs::path tmp = out.string() + ".tmp";
   const fs::path log = out.string() + ".gnuplot.log";
   const std::string script = gnuplot_script(runs, x, tmp.string());
@@ -255,7 +272,11 @@ std::string plot_runs(const PlotOptions& options) {
   }
   fs::remove(log, ec);
   fs::rename(tmp, out, ec);
-  LAT_CHECK(!ec, "plot: cannot rename '" << tmp.string() << "' to '" << out.string() << "': " << ec.message());
+  if (ec) {
+    const std::string reason = ec.message();
+    fs::remove(tmp, ec);
+    throw Error("plot: cannot rename '" + tmp.string() + "' to '" + out.string() + "': " + reason);
+  }
   return out.string();
 }
 
