@@ -23,7 +23,9 @@ void check_float_rows(const Tensor& t, const char* op, const char* arg) {
   LAT_CHECK(t.dim() >= 1, op << ": " << arg << ": expected at least 1 dim, got shape " << shape_str(t.shape()));
 }
 
-/// Rows and row length of a tensor normalized over its last axis.
+/// Rows and row length of a tensor normalized over its last axis. Callers copy the fields into
+/// plain variables: the backward lambdas capture them, and clang before 16 cannot capture a
+/// structured binding.
 struct Rows {
   int64_t rows, dim;
 };
@@ -49,7 +51,8 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
   LAT_CHECK(weight.device() == x.device(), "rms_norm: weight: expected device " << x.device().str() << " like x, got "
                                                                                << weight.device().str());
   LAT_CHECK(eps >= 0.0, "rms_norm: eps: expected >= 0, got " << eps);
-  const auto [rows, dim] = rows_of(x);
+  const Rows r = rows_of(x);
+  const int64_t rows = r.rows, dim = r.dim;
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
   Tensor rstd = Tensor::empty({rows}, DType::f64, x.device());
   if (x.device().is_cuda()) {
@@ -87,7 +90,8 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
 
 Tensor softmax(const Tensor& x) {
   check_float_rows(x, "softmax", "x");
-  const auto [rows, dim] = rows_of(x);
+  const Rows r = rows_of(x);
+  const int64_t rows = r.rows, dim = r.dim;
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
   if (x.device().is_cuda()) {
 #ifdef LAT_WITH_CUDA
@@ -117,7 +121,8 @@ Tensor softmax(const Tensor& x) {
 
 Tensor log_softmax(const Tensor& x) {
   check_float_rows(x, "log_softmax", "x");
-  const auto [rows, dim] = rows_of(x);
+  const Rows r = rows_of(x);
+  const int64_t rows = r.rows, dim = r.dim;
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
   if (x.device().is_cuda()) {
 #ifdef LAT_WITH_CUDA

@@ -71,7 +71,9 @@ void Optimizer::import_state(const OptimizerState& state, int64_t step_count) {
   const std::vector<std::string> allowed = buffer_names();
   std::vector<std::map<std::string, Tensor>> imported(params_.size());
   for (const auto& [name, buffers] : state) {
-    auto it = std::find_if(params_.begin(), params_.end(), [&](const NamedParameter& p) { return p.name == name; });
+    // An init-capture: clang before 16 cannot capture a structured binding.
+    auto it = std::find_if(params_.begin(), params_.end(),
+                           [&name = name](const NamedParameter& p) { return p.name == name; });
     LAT_CHECK(it != params_.end(), type() << ".import_state: state for unknown parameter '" << name << "'");
     const Tensor& p = it->tensor;
     for (const auto& [buffer, t] : buffers) {

@@ -40,9 +40,11 @@ std::vector<std::string> frozen_names(const std::vector<NamedTensor>& params, co
       throw ConfigError("freeze: pattern '" + pattern + "' matches no parameter (names look like " +
                         (params.empty() ? std::string("-") : params.front().first) + ", layers.0.attn.q_proj.weight)");
   }
-  for (const auto& [name, tensor] : params)
-    if (std::any_of(freeze.begin(), freeze.end(), [&](const std::string& p) { return glob_match(p, name); }))
+  for (const auto& [name, tensor] : params) {
+    // An init-capture: clang before 16 cannot capture a structured binding.
+    if (std::any_of(freeze.begin(), freeze.end(), [&name = name](const std::string& p) { return glob_match(p, name); }))
       frozen.push_back(name);
+  }
   if (!params.empty() && frozen.size() == params.size())
     throw ConfigError("freeze: the patterns freeze every parameter; nothing would train");
   return frozen;
