@@ -1,10 +1,11 @@
 # make train | make test | make bench: install missing packages, configure and build into
-# ./build with the default options (DESIGN.md), fetch the data, then run.
+# ./build with the default options (DESIGN.md), fetch the data, then run. make fuzz: the file
+# readers' fuzzers, built with clang into ./build-fuzz.
 BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 CONFIG ?= configs/shakespeare_hybrid.yaml
 
-.PHONY: all deps build data train test bench clean
+.PHONY: all deps build data train test bench fuzz clean
 
 all: build
 
@@ -40,5 +41,17 @@ bench: deps build data
 	@if command -v mpirun > /dev/null; then bench/bench_mpi.sh $(BUILD_DIR)/lat; \
 	else echo "== bench_mpi.sh skipped: mpirun not found (apt-get install openmpi-bin)"; fi
 
+# The libFuzzer harnesses of tests/fuzz/ (clang, ASan, UBSan; only the library and the
+# harnesses are built): each replays its seed corpus and recorded crashes, then fuzzes for
+# FUZZ_SECONDS. Fails when any finds a crash, a sanitizer report, a hang or a huge allocation.
+FUZZ_BUILD_DIR ?= build-fuzz
+FUZZ_SECONDS ?= 600
+fuzz:
+	@tools/install_deps.sh fuzz
+	@cmake -S . -B $(FUZZ_BUILD_DIR) -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DLAT_FUZZ=ON \
+	  -DLAT_CUDA=OFF -DLAT_MPI=OFF -DLAT_BUILD_TESTS=OFF -DLAT_BUILD_BENCH=OFF
+	@cmake --build $(FUZZ_BUILD_DIR) -j$(JOBS) --target fuzz_harnesses
+	@tests/fuzz/run_fuzz.sh $(FUZZ_BUILD_DIR) $(FUZZ_SECONDS)
+
 clean:
-	rm -rf $(BUILD_DIR)
+	rm -rf $(BUILD_DIR) $(FUZZ_BUILD_DIR)

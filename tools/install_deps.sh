@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages lat needs, only those missing. Idempotent and silent when
 # everything is already there; otherwise one line says what it installed.
+#   tools/install_deps.sh        what make train, test and bench need
+#   tools/install_deps.sh fuzz   that plus what make fuzz needs
 set -euo pipefail
 
 packages=(
@@ -12,6 +14,11 @@ packages=(
   gnuplot-nox
   curl
 )
+# make fuzz: clang; libFuzzer and the sanitizer runtimes (only recommended by clang, so
+# --no-install-recommends leaves them out); clang's OpenMP runtime and omp.h.
+if [[ ${1:-} == fuzz ]]; then
+  packages+=(clang libclang-rt-14-dev libomp-14-dev)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# `make fuzz`: every harness built in BUILD_DIR (tests/fuzz/fuzz_<name>) first replays its seed
+# corpus (tests/fuzz/corpus/<name>/) and its recorded crashes (tests/fuzz/crashes/<name>/, if
+# any) one file at a time, then fuzzes for SECONDS. New inputs go to BUILD_DIR/fuzz/<name>/corpus
+# (kept between runs; the committed corpus is only read), crashing inputs to
+# BUILD_DIR/fuzz/<name>/. Prints per harness the executions, coverage (libFuzzer's cov: and ft:)
+# and each finding's file; exits 1 when any replay or fuzzing run found something.
+#   tests/fuzz/run_fuzz.sh BUILD_DIR SECONDS
+set -uo pipefail
+build=$(realpath "${1:?usage: run_fuzz.sh BUILD_DIR SECONDS}")
+seconds=${2:?usage: run_fuzz.sh BUILD_DIR SECONDS}
+src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+# A finding: a crash or sanitizer report, an input running over 10 s, or over 2 GB of memory
+# (resident, or in one allocation).
+limits=(-timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=2048)
+export OMP_NUM_THREADS=1
+
+harnesses=("$build"/tests/fuzz/fuzz_*)
+[[ -x ${harnesses[0]} ]] || { echo "error: run_fuzz: no harnesses in $build/tests/fuzz" >&2; exit 1; }
+
+found=0
+summary=()
+for harness in "${harnesses[@]}"; do
+  name=${harness##*/fuzz_}
+  work=$build/fuzz/$name
+  mkdir -p "$work/corpus"
+
+  replayed=0
+  for input in "$src/tests/fuzz/corpus/$name"/* "$src/tests/fuzz/crashes/$name"/*; do
+    [[ -f $input ]] || continue
+    replayed=$((replayed + 1))
+    if ! "$harness" "${limits[@]}" "$input" > "$work/replay.log" 2>&1; then
+      echo "== fuzz_$name: replay of ${input#"$src"/} FAILED:"
+      grep -E -m 3 "ERROR|SUMMARY|==ERROR|terminate|fuzz:|#[0-9]+ 0x" "$work/replay.log" | head -8
+      summary+=("fuzz_$name: replay FAILED on ${input#"$src"/}")
+      found=1
+    fi
+  done
+  echo "== fuzz_$name: replayed $replayed files; fuzzing for ${seconds}s"
+
+  "$harness" "${limits[@]}" -max_total_time="$seconds" -print_final_stats=1 -artifact_prefix="$work/" \
+    "$work/corpus" "$src/tests/fuzz/corpus/$name" > "$work/fuzz.log" 2>&1
+  rc=$?
+  executions=$(sed -n 's/^stat::number_of_executed_units: *//p' "$work/fuzz.log" | tail -1)
+  coverage=$(grep -E '^#[0-9]+.*cov: ' "$work/fuzz.log" | tail -1 | grep -oE 'cov: [0-9]+ ft: [0-9]+')
+  line="fuzz_$name: ${executions:-?} executions, ${coverage:-no coverage line}"
+  if [[ $rc -ne 0 ]]; then
+    artifact=$(sed -n 's/.*Test unit written to //p' "$work/fuzz.log" | tail -1)
+    echo "== fuzz_$name: FOUND (rc $rc): ${artifact:-no input written}; log $work/fuzz.log"
+    grep -E -m 1 "^==[0-9]+==ERROR|^SUMMARY|fuzz: |terminate called|runtime error" "$work/fuzz.log"
+    line+=", FOUND: ${artifact:-see $work/fuzz.log}"
+    found=1
+  fi
+  summary+=("$line")
+done
+
+echo "== fuzz summary (${seconds}s per harness)"
+printf '%s\n' "${summary[@]}"
+exit $found
