@@ -1,7 +1,9 @@
 // safetensors (train/files/safetensors.h): f32 round trip bit for bit, bf16 rounding to nearest even
 // against a float64 reference, F16 reading, the byte layout (header length, 8-byte aligned data
-// section, offsets), metadata, and bad files (header overrunning the file, bad JSON, unknown
-// dtype, offsets out of range / overlapping / not matching the shape, a missing tensor).
+// section, offsets), metadata and the per-tensor checksums, and bad files (header overrunning
+// the file, bad or deeply nested JSON, duplicate tensor names, unknown dtype, shapes whose size
+// wraps or of rank above 8, offsets out of range / overlapping / not matching the shape, a
+// flipped data bit, a FIFO, a missing tensor), with messages that stay short.
 #include <sys/stat.h>
 
 #include <cmath>
