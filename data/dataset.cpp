@@ -24,6 +24,21 @@ std::string file_prefix(const std::string& path, size_t n) {
   return bytes;
 }
 
+// With model.vocab_size 0 the vocabulary is the largest id + 1, so one stray id (a wrong
+// data.bin_dtype, a file that is not token ids) would size the embedding: bound it first.
+void check_ids_for_data_vocabulary(const std::vector<int32_t>& tokens, const DataOptions& options,
+                                   const std::string& format) {
+  const auto bad = std::find_if(tokens.begin(), tokens.end(), [](int32_t id) { return id >= kMaxVocabSize; });
+  const std::string setting = format == "bin" ? "data.bin_dtype (read as " + options.bin_dtype +
+                                                    " unless an llm.c header says otherwise)"
+                                              : "data.h5_dataset ('" + options.h5_dataset + "')";
+  LAT_CHECK(bad == tokens.end(), "load_data: " << options.path << ": token id " << *bad << " at offset "
+                                               << (bad - tokens.begin()) << " is not below " << kMaxVocabSize
+                                               << ", the largest vocabulary lat takes from the data "
+                                               << "(model.vocab_size: 0) or accepts as model.vocab_size; check "
+                                               << setting << " and data.format");
+}
+
 }  // namespace
 
 const char* split_name(Split split) { return split == Split::train ? "train" : "val"; }
@@ -65,7 +80,7 @@ std::string resolve_format(const std::string& path, const std::string& format) {
   if (ends_with(path, ".bin")) return "bin";
   if (ends_with(path, ".h5") || ends_with(path, ".hdf5")) return "h5";
   std::string prefix = file_prefix(path, 8);
-  if (prefix == std::string("\x89HDF\r\n\x1a\n", 8)) return "h5";
+  if (prefix == kHdf5Signature) return "h5";
   if (prefix.size() >= 4) {
     int32_t magic;
     std::memcpy(&magic, prefix.data(), 4);
@@ -90,7 +105,10 @@ LoadedData load_data(const DataOptions& options, const std::optional<Tokenizer>&
   } else {
     tokens = read_h5_tokens(options.path, options.h5_dataset);
   }
-  if (options.vocab_size > 0) check_token_ids(tokens, options.vocab_size, options.path);
+  if (options.vocab_size > 0)
+    check_token_ids(tokens, options.vocab_size, options.path);
+  else if (format != "text")
+    check_ids_for_data_vocabulary(tokens, options, format);
   return LoadedData{Dataset(std::move(tokens), options.val_fraction, options.block_size), used, format};
 }
 

@@ -9,6 +9,12 @@
 
 namespace lat {
 
+/// The largest vocabulary lat builds a model for (model.vocab_size's bound, and the bound on
+/// token ids when the vocabulary is taken from the data): above every Unicode code point (a
+/// char vocabulary) and every published tokenizer (~256k), well below the ids a misread
+/// file produces.
+constexpr int64_t kMaxVocabSize = int64_t{1} << 21;
+
 /// The data.* config keys (DESIGN.md), with their defaults.
 struct DataOptions {
   std::string path;                   ///< data.path
@@ -71,7 +77,8 @@ std::string resolve_format(const std::string& path, const std::string& format);
 
 /// Reads options.path. A text corpus is encoded with `tokenizer` when given (a resumed
 /// run's saved vocabulary), else with a new tokenizer of type options.tokenizer built
-/// from the whole text. When options.vocab_size > 0 every id is checked below it.
+/// from the whole text. When options.vocab_size > 0 every id is checked below it; when it is 0
+/// (the vocabulary taken from the data), every bin or h5 id below kMaxVocabSize.
 /// Throws lat::Error naming the path (missing file, bad content) or the key at fault.
 LoadedData load_data(const DataOptions& options, const std::optional<Tokenizer>& tokenizer = std::nullopt);
 

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "data/dataset.h"
 #include "data/synthetic_tasks.h"
 #include "layers/linear_attention/common.h"
 #include "layers/mixer.h"
@@ -186,6 +187,8 @@ void check_init_from(Validation& v) {
 #define LAT_KEY(path) .key = #path, .field = [](Config& c) -> FieldPtr { return &c.path; }
 
 Bounds ints_from(int64_t low) { return {.min_int = low}; }
+/// [low, high]
+Bounds ints_in(int64_t low, int64_t high) { return {.min_int = low, .max_int = high}; }
 Bounds floats_above(double low) { return {.range = FloatRange{.low = low, .low_open = true}}; }
 Bounds floats_from(double low, const char* note = "") { return {.range = FloatRange{.low = low, .note = note}}; }
 /// [low, high)
@@ -203,7 +206,7 @@ Bounds non_empty(const char* message) { return {.if_empty = message}; }
 
 const std::vector<KeySpec>& schema() {
   static const std::vector<KeySpec> keys = {
-      {LAT_KEY(model.vocab_size), .bounds = ints_from(0)},
+      {LAT_KEY(model.vocab_size), .bounds = ints_in(0, kMaxVocabSize)},
       {LAT_KEY(model.d_model), .bounds = ints_from(1)},
       {LAT_KEY(model.n_layers), .bounds = ints_from(1)},
       {LAT_KEY(model.n_heads), .bounds = ints_from(1)},

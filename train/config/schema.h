@@ -37,10 +37,11 @@ struct FloatRange {
 };
 
 /// The values a key allows on its own. Which parts apply follows the key's type: ints and
-/// each of a list of ints `min_int`; floats, each of a list of floats and each multiplier of a map `range`; strings
+/// each of a list of ints `min_int` and `max_int`; floats, each of a list of floats and each multiplier of a map `range`; strings
 /// `one_of` and `if_empty`; each item of a list of strings and each pattern of a map `if_empty`.
 struct Bounds {
   std::optional<int64_t> min_int = std::nullopt;
+  std::optional<int64_t> max_int = std::nullopt;
   std::optional<FloatRange> range = std::nullopt;
   std::vector<std::string> one_of = {};  // empty: any string
   const char* if_empty = nullptr;   // the error for an empty string; nullptr: empty is allowed
