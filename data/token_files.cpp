@@ -79,7 +79,10 @@ std::optional<std::string> looks_like_text(const std::string& bytes) {
       ++i;
       continue;
     }
-    const size_t extra = byte >= 0xC2 && byte <= 0xDF ? 1 : byte >= 0xE0 && byte <= 0xEF ? 2 : byte >= 0xF0 && byte <= 0xF4 ? 3 : 0;
+    const size_t extra = byte >= 0xC2 && byte <= 0xDF   ? 1
+                         : byte >= 0xE0 && byte <= 0xEF ? 2
+                         : byte >= 0xF0 && byte <= 0xF4 ? 3
+                                                        : 0;
     if (extra == 0) return std::nullopt;
     for (size_t k = 1; k <= extra && i + k < bytes.size(); ++k)
       if ((static_cast<unsigned char>(bytes[i + k]) & 0xC0) != 0x80) return std::nullopt;
@@ -137,9 +140,9 @@ std::vector<int32_t> read_bin_tokens(const std::string& path, const std::string&
                                 << "(set data.format: h5)");
   const LlmcHeader header = read_llmc_header(bytes);
   if (header.magic == kLlmcMagic) {
-    LAT_CHECK(header.version == 1 || header.version == 2,
-              "read_bin_tokens: " << path << ": llm.c header version " << header.version
-                                  << ", expected 1 (uint16) or 2 (uint32)");
+    LAT_CHECK(header.version == 1 || header.version == 2, "read_bin_tokens: " << path << ": llm.c header version "
+                                                                              << header.version
+                                                                              << ", expected 1 (uint16) or 2 (uint32)");
     const int64_t width = header.version == 1 ? 2 : 4;
     LAT_CHECK(header.count >= 0 && size == kLlmcHeaderInts * 4 + header.count * width,
               "read_bin_tokens: " << path << ": llm.c header says " << header.count << " tokens of " << width

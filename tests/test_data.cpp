@@ -252,9 +252,8 @@ TEST_F(DataFiles, VocabularyFromTheDataIsBoundedLikeModelVocabSize) {
   ids[23] = kMaxVocabSize - 1;
   EXPECT_EQ(load_data({.path = write_raw("edge.bin", ids), .bin_dtype = "uint32", .block_size = 2}).dataset.max_id(),
             kMaxVocabSize - 1);
-  expect_error<ConfigError>(
-      [] { parse_config("model:\n  vocab_size: 2097153\ndata:\n  path: x.bin\n", "big.yaml"); },
-      {"model.vocab_size", "expected an int <= 2097152, got 2097153"});
+  expect_error<ConfigError>([] { parse_config("model:\n  vocab_size: 2097153\ndata:\n  path: x.bin\n", "big.yaml"); },
+                            {"model.vocab_size", "expected an int <= 2097152, got 2097153"});
   EXPECT_EQ(parse_config("model:\n  vocab_size: 2097152\ndata:\n  path: x.bin\n", "ok.yaml").model.vocab_size,
             kMaxVocabSize);
 }

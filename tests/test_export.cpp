@@ -411,8 +411,8 @@ TEST_F(ExportTest, DamagedTokenizerOrConfigJsonIsNamed) {
   expect_error([&] { lat::load_model_weights(path("out")); },
                {tokenizer, "vocab entry 1: expected one character, got \"\""});
   // An entry nested 10^6 deep (valid JSON).
-  write_bytes(tokenizer, R"({"type": "char", "vocab": [)" + std::string(1'000'000, '[') +
-                             std::string(1'000'000, ']') + "]}");
+  write_bytes(tokenizer,
+              R"({"type": "char", "vocab": [)" + std::string(1'000'000, '[') + std::string(1'000'000, ']') + "]}");
   std::string message = expect_error([&] { lat::load_model_weights(path("out")); },
                                      {tokenizer, "deeper than 64 levels"});
   EXPECT_LT(message.size(), 300u);

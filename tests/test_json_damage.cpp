@@ -39,8 +39,8 @@ TEST(JsonText, DepthLimitIsEnforcedWhileParsing) {
   objects += "1";
   objects.append(65, '}');
   expect_error([&] { lat::parse_json_text(objects, "s"); }, {"deeper than 64 levels"});
-  const std::string message =
-      expect_error([] { lat::parse_json_text(nested(1'000'000), "s"); }, {"s nests arrays or objects deeper"});
+  const std::string message = expect_error([] { lat::parse_json_text(nested(1'000'000), "s"); },
+                                           {"s nests arrays or objects deeper"});
   EXPECT_LT(message.size(), 100u);
 }
 
@@ -53,8 +53,8 @@ TEST(JsonText, DuplicateKeysInOneObjectAreErrorsNamingTheKey) {
   EXPECT_EQ(j["b"][1]["k"], 3);
   EXPECT_EQ(j["k"], 4);
   const std::string key(100'000, 'k');
-  const std::string message =
-      expect_error([&] { lat::parse_json_text("{\"" + key + "\": 1, \"" + key + "\": 2}", "s"); }, {"kkk...'"});
+  const std::string message = expect_error(
+      [&] { lat::parse_json_text("{\"" + key + "\": 1, \"" + key + "\": 2}", "s"); }, {"kkk...'"});
   EXPECT_LT(message.size(), 200u);
 }
 

@@ -255,8 +255,8 @@ TEST_F(SafetensorsTest, ShapeWhoseSizeWrapsOrRankAbove8IsAnErrorNamingTheTensor)
   write_bytes(p, make_file(R"({"deep":{"dtype":"F32","shape":[1,1,1,1,1,1,1,1,1],"data_offsets":[0,4]}})",
                            std::string(4, '\0')));
   expect_error([&] { lat::load_safetensors(p); }, {"tensor 'deep'", "rank 9, expected at most 8"});
-  write_bytes(p, make_file(R"({"w":{"dtype":"F32","shape":[1,1,1,1,1,1,1,2],"data_offsets":[0,8]}})",
-                           std::string(8, '\0')));
+  write_bytes(
+      p, make_file(R"({"w":{"dtype":"F32","shape":[1,1,1,1,1,1,1,2],"data_offsets":[0,8]}})", std::string(8, '\0')));
   EXPECT_EQ(lat::load_safetensors(p).at("w").numel(), 2);
 }
 
@@ -286,21 +286,22 @@ TEST_F(SafetensorsTest, DeeplyNestedHeaderIsAnErrorNotAStackOverflow) {
 TEST_F(SafetensorsTest, HugeValuesAreCutInMessages) {
   const std::string p = path("long.safetensors");
   const std::string name(100'000, 'n');
-  write_bytes(p, make_file(R"({")" + name + R"(":{"dtype":"F32","shape":[1],"data_offsets":[0,8]}})",
-                           std::string(8, '\0')));
+  write_bytes(
+      p, make_file(R"({")" + name + R"(":{"dtype":"F32","shape":[1],"data_offsets":[0,8]}})", std::string(8, '\0')));
   std::string message = expect_error([&] { lat::load_safetensors(p); }, {"tensor 'nnnn", "...'", "needs 4"});
   EXPECT_LT(message.size(), 400u);
 
   std::string list = "[1";
   for (int i = 0; i < 100'000; ++i) list += ",1";
   list += "]";
-  write_bytes(p, make_file(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"x":)" + list + "}",
-                           std::string(4, '\0')));
+  write_bytes(
+      p, make_file(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"x":)" + list + "}", std::string(4, '\0')));
   message = expect_error([&] { lat::load_safetensors(p); }, {"tensor 'x': expected an object", "[1,1,1,", "..."});
   EXPECT_LT(message.size(), 400u);
 
   // A string that never ends and a number beyond double: the token the parser quotes is cut too.
-  for (const std::string& text : {"{\"w\": \"" + std::string(200'000, 'x'), "{\"w\": " + std::string(200'000, '9') + "}"}) {
+  for (const std::string& text :
+       {"{\"w\": \"" + std::string(200'000, 'x'), "{\"w\": " + std::string(200'000, '9') + "}"}) {
     write_bytes(p, make_file(text, ""));
     message = expect_error([&] { lat::load_safetensors(p); }, {"header is not valid JSON", "..."});
     EXPECT_LT(message.size(), 400u);
@@ -327,8 +328,9 @@ void flip_data_bit(const std::string& p, const std::string& name, uint64_t offse
 TEST_F(SafetensorsTest, FlippedDataBitIsAChecksumErrorNamingTheTensor) {
   for (const lat::SafetensorsDType dtype : {lat::SafetensorsDType::f32, lat::SafetensorsDType::bf16}) {
     const std::string p = path("crc.safetensors");
-    lat::save_safetensors(p, {{"a", lat::Tensor::from_vector(random_values(6, 5), {2, 3})},
-                              {"layers.0.b", lat::Tensor::from_vector(random_values(5, 6), {5})}},
+    lat::save_safetensors(p,
+                          {{"a", lat::Tensor::from_vector(random_values(6, 5), {2, 3})},
+                           {"layers.0.b", lat::Tensor::from_vector(random_values(5, 6), {5})}},
                           dtype);
     ASSERT_NO_THROW(lat::load_safetensors(p));
     flip_data_bit(p, "layers.0.b", 3);
@@ -364,8 +366,11 @@ TEST_F(SafetensorsTest, ChecksumsMustNameExactlyTheTensors) {
 }
 
 TEST_F(SafetensorsTest, WriterReservesTheChecksumKey) {
-  expect_error([&] { lat::save_safetensors(path("r.safetensors"), {}, lat::SafetensorsDType::f32, {{"crc32", "x"}}); },
-               {"metadata: 'crc32' is written by save_safetensors itself"});
+  expect_error(
+      [&] {
+        lat::save_safetensors(path("r.safetensors"), {}, lat::SafetensorsDType::f32, {{"crc32", "x"}});
+      },
+      {"metadata: 'crc32' is written by save_safetensors itself"});
 }
 
 }  // namespace

@@ -75,15 +75,12 @@ nlohmann::json parse_json_text(const std::string& text, const std::string& subje
         keys.emplace_back();
         break;
       case Event::object_end:
-      case Event::array_end:
-        keys.pop_back();
-        break;
+      case Event::array_end: keys.pop_back(); break;
       case Event::key:
         if (!keys.back().insert(parsed.get<std::string>()).second)
           throw Error(subject + " has the key '" + excerpt(parsed.get<std::string>()) + "' twice in one object");
         break;
-      case Event::value:
-        break;
+      case Event::value: break;
     }
     return true;
   };

@@ -3,9 +3,9 @@
 #include "train/files/safetensors.h"
 
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <cmath>
-#include <bit>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -185,7 +185,8 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
   const size_t elem = dtype == SafetensorsDType::f32 ? 4 : 2;
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   header["__metadata__"] = nullptr;  // first, as in the format's examples; filled once the checksums are known
-  // Each tensor's bytes as stored: the f32 host copy itself, or its bf16 rounding.
+  // Each tensor's bytes as stored: the f32 host copy itself, or its bf16 rounding. The
+  // pointers stay valid as the vectors grow: moving a Tensor or a std::vector keeps its buffer.
   std::vector<Tensor> host;
   std::vector<std::vector<uint16_t>> half;
   std::vector<std::pair<const char*, size_t>> stored;
@@ -269,7 +270,8 @@ SafetensorsFile load_safetensors(const std::string& path) {
   std::vector<Entry> entries;
   for (const auto& [name, value] : header.items()) {
     if (name == "__metadata__") {
-      if (!value.is_object()) throw Error(where + "__metadata__: expected an object of strings, got " + json_excerpt(value));
+      if (!value.is_object())
+        throw Error(where + "__metadata__: expected an object of strings, got " + json_excerpt(value));
       for (const auto& [key, v] : value.items()) {
         if (!v.is_string())
           throw Error(where + "__metadata__: '" + excerpt(key) + "': expected a string, got " + json_excerpt(v));
