@@ -20,6 +20,10 @@ namespace lat {
 
 class Validation;
 
+/// The largest model.vocab_size (and data.mqar.vocab): 2^24 ids. A vocabulary read from a
+/// file (a stored config, a safetensors header) is held to it before anything is sized by it.
+inline constexpr int64_t kMaxVocabSize = int64_t{1} << 24;
+
 /// lr_mult's value: (glob, multiplier) in file order.
 using FloatMap = std::vector<std::pair<std::string, double>>;
 
@@ -37,10 +41,12 @@ struct FloatRange {
 };
 
 /// The values a key allows on its own. Which parts apply follows the key's type: ints and
-/// each of a list of ints `min_int`; floats, each of a list of floats and each multiplier of a map `range`; strings
-/// `one_of` and `if_empty`; each item of a list of strings and each pattern of a map `if_empty`.
+/// each of a list of ints `min_int` and `max_int`; floats, each of a list of floats and each
+/// multiplier of a map `range`; strings `one_of` and `if_empty`; each item of a list of
+/// strings and each pattern of a map `if_empty`.
 struct Bounds {
   std::optional<int64_t> min_int = std::nullopt;
+  std::optional<int64_t> max_int = std::nullopt;  // ints: an upper bound on what lat can run
   std::optional<FloatRange> range = std::nullopt;
   std::vector<std::string> one_of = {};  // empty: any string
   const char* if_empty = nullptr;   // the error for an empty string; nullptr: empty is allowed
