@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <sstream>
 
+#include "data/dataset.h"
+#include "data/documents.h"
 #include "data/synthetic_tasks.h"
 #include "layers/linear_attention/common.h"
 #include "layers/mixer.h"
@@ -92,12 +94,33 @@ void require_data_path(Validation& v) {
   if (d.path.empty() && d.task == "none") v.fail("data.path", "required: the text or token file to train on");
 }
 
-/// data.task: a synthetic task and data.path exclude each other.
+/// data.doc_separator: the kind the data's format takes (a string for text, a token id for bin
+/// and h5) when the format is known without reading the file (data.format, or the extension
+/// of data.path); load_data checks a format found from the file's content.
+void check_doc_separator(Validation& v) {
+  const DataConfig& d = v.config().data;
+  const std::string format = d.format != "auto" ? d.format : format_by_extension(d.path);
+  const std::string problem = doc_separator_mismatch(d.doc_separator, format);
+  if (!problem.empty()) v.fail("data.doc_separator", problem);
+}
+
+/// data.packing: documents need the separator that ends them.
+void check_packing(Validation& v) {
+  const DataConfig& d = v.config().data;
+  if (d.packing && std::holds_alternative<std::monostate>(d.doc_separator))
+    v.fail("data.packing", "needs data.doc_separator, the string (text) or token id (bin, h5) that ends each document");
+}
+
+/// data.task: a synthetic task excludes data.path and data.packing (it generates its own
+/// sequences, one per row).
 void check_task_source(Validation& v) {
   const DataConfig& d = v.config().data;
   if (d.task != "none" && !d.path.empty())
     v.fail("data.task", d.task + " generates its own sequences, but data.path is set too ('" + d.path + "', " +
                             v.where("data.path") + "): remove one of them");
+  if (d.task != "none" && d.packing)
+    v.fail("data.packing", "packs the documents of data.path, but data.task " + d.task + " (" + v.where("data.task") +
+                               ") generates its own sequences, one per row: remove one of them");
 }
 
 /// data.mqar.pairs: with data.task mqar, each count fits data.block_size and data.mqar.vocab.
@@ -245,6 +268,8 @@ const std::vector<KeySpec>& schema() {
       {LAT_KEY(data.h5_dataset), .bounds = non_empty("expected a dataset name, got ''")},
       {LAT_KEY(data.block_size), .bounds = ints_in(1, kMaxBlockSize)},
       {LAT_KEY(data.val_fraction), .bounds = floats_between(0, 1)},
+      {LAT_KEY(data.doc_separator), .rule = check_doc_separator},
+      {LAT_KEY(data.packing), .rule = check_packing},
       {LAT_KEY(data.task), .bounds = one_of({"none", "mqar", "copy"}), .rule = check_task_source},
       {LAT_KEY(data.mqar.vocab), .bounds = ints_in(4, kMaxVocabSize)},
       {LAT_KEY(data.mqar.pairs), .bounds = ints_from(1), .rule = check_mqar_pairs_fit},

@@ -29,7 +29,7 @@ using FloatMap = std::vector<std::pair<std::string, double>>;
 
 /// A pointer to the Config field behind a key; the alternative gives the key's YAML type.
 using FieldPtr = std::variant<int64_t*, double*, bool*, std::string*, std::array<double, 2>*,
-                              std::vector<std::string>*, FloatMap*, std::vector<int64_t>*>;
+                              std::vector<std::string>*, FloatMap*, std::vector<int64_t>*, DocSeparator*>;
 
 /// The floats a key allows: above (or from) `low`, below (or up to) `high` when given.
 struct FloatRange {
