@@ -57,6 +57,12 @@ Dataset::Dataset(std::vector<int32_t> tokens, double val_fraction, int64_t block
   }
 }
 
+Dataset::Dataset(std::vector<int32_t> tokens, double val_fraction, int64_t block_size,
+                 const std::vector<int32_t>& separator)
+    : Dataset(std::move(tokens), val_fraction, block_size) {
+  documents_.emplace(tokens_, separator);
+}
+
 int32_t Dataset::max_id() const { return *std::max_element(tokens_.begin(), tokens_.end()); }
 
 void check_token_ids(const std::vector<int32_t>& tokens, int64_t vocab_size, const std::string& source) {
@@ -70,15 +76,20 @@ void Dataset::check_ids(int64_t vocab_size, const std::string& source) const {
   check_token_ids(tokens_, vocab_size, source);
 }
 
+std::string format_by_extension(const std::string& path) {
+  if (ends_with(path, ".txt")) return "text";
+  if (ends_with(path, ".bin")) return "bin";
+  if (ends_with(path, ".h5") || ends_with(path, ".hdf5")) return "h5";
+  return "";
+}
+
 std::string resolve_format(const std::string& path, const std::string& format) {
   if (format != "auto") {
     LAT_CHECK(format == "text" || format == "bin" || format == "h5",
               "load_data: data.format: expected auto, text, bin or h5, got '" << format << "'");
     return format;
   }
-  if (ends_with(path, ".txt")) return "text";
-  if (ends_with(path, ".bin")) return "bin";
-  if (ends_with(path, ".h5") || ends_with(path, ".hdf5")) return "h5";
+  if (std::string by_name = format_by_extension(path); !by_name.empty()) return by_name;
   std::string prefix = file_prefix(path, 8);
   if (prefix == kHdf5Signature) return "h5";
   if (prefix.size() >= 4) {
@@ -92,6 +103,11 @@ std::string resolve_format(const std::string& path, const std::string& format) {
 LoadedData load_data(const DataOptions& options, const std::optional<Tokenizer>& tokenizer) {
   LAT_CHECK(!options.path.empty(), "load_data: data.path: expected a file path, got an empty string");
   std::string format = resolve_format(options.path, options.format);
+  const std::string mismatch = doc_separator_mismatch(options.doc_separator, format);
+  LAT_CHECK(mismatch.empty(), "load_data: data.doc_separator: " << mismatch << " (" << options.path << ")");
+  LAT_CHECK(!options.packing || !std::holds_alternative<std::monostate>(options.doc_separator),
+            "load_data: data.packing: needs data.doc_separator, the string (text) or token id (bin, h5) that ends "
+            "each document");
   std::vector<int32_t> tokens;
   std::optional<Tokenizer> used;
   if (format == "text") {
@@ -109,7 +125,16 @@ LoadedData load_data(const DataOptions& options, const std::optional<Tokenizer>&
     check_token_ids(tokens, options.vocab_size, options.path);
   else if (format != "text")
     check_ids_for_data_vocabulary(tokens, options, format);
-  return LoadedData{Dataset(std::move(tokens), options.val_fraction, options.block_size), used, format};
+  if (!options.packing)
+    return LoadedData{Dataset(std::move(tokens), options.val_fraction, options.block_size), used, format};
+  Dataset packed(std::move(tokens), options.val_fraction, options.block_size,
+                 doc_separator_ids(options.doc_separator, used, options.path));
+  // A separator that never splits the stream would silently train on one long document:
+  // most likely a YAML string in single quotes, where '\n' is a backslash and an n.
+  LAT_CHECK(packed.documents()->num_starts() > 0, "load_data: data.doc_separator "
+                                                      << describe_doc_separator(options.doc_separator)
+                                                      << " separates no two documents of " << options.path);
+  return LoadedData{std::move(packed), used, format};
 }
 
 }  // namespace lat

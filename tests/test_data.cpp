@@ -236,10 +236,10 @@ TEST_F(DataFiles, IdAboveVocabNamesIdAndOffset) {
 
 TEST_F(DataFiles, VocabularyFromTheDataIsBoundedLikeModelVocabSize) {
   std::vector<uint32_t> ids(40, 7);
-  ids[23] = 5'000'000;
+  ids[23] = 20'000'000;
   const std::string file = write_raw("big.bin", ids);
   expect_error([&] { load_data({.path = file, .bin_dtype = "uint32", .block_size = 4}); },
-               {file, "token id 5000000 at offset 23 is not below 2097152", "model.vocab_size",
+               {file, "token id 20000000 at offset 23 is not below 16777216", "model.vocab_size",
                 "data.bin_dtype (read as uint32"});
   // uint16 ids read as uint32: pairs of ids become one id far above any vocabulary.
   const std::vector<uint16_t> u16 = {300, 12, 40000, 5, 9, 1000, 77, 3, 2, 1, 8, 6};
@@ -252,9 +252,9 @@ TEST_F(DataFiles, VocabularyFromTheDataIsBoundedLikeModelVocabSize) {
   ids[23] = kMaxVocabSize - 1;
   EXPECT_EQ(load_data({.path = write_raw("edge.bin", ids), .bin_dtype = "uint32", .block_size = 2}).dataset.max_id(),
             kMaxVocabSize - 1);
-  expect_error<ConfigError>([] { parse_config("model:\n  vocab_size: 2097153\ndata:\n  path: x.bin\n", "big.yaml"); },
-                            {"model.vocab_size", "expected an int <= 2097152, got 2097153"});
-  EXPECT_EQ(parse_config("model:\n  vocab_size: 2097152\ndata:\n  path: x.bin\n", "ok.yaml").model.vocab_size,
+  expect_error<ConfigError>([] { parse_config("model:\n  vocab_size: 16777217\ndata:\n  path: x.bin\n", "big.yaml"); },
+                            {"model.vocab_size", "expected an int in [0, 16777216], got 16777217"});
+  EXPECT_EQ(parse_config("model:\n  vocab_size: 16777216\ndata:\n  path: x.bin\n", "ok.yaml").model.vocab_size,
             kMaxVocabSize);
 }
 

@@ -153,7 +153,7 @@ TEST_F(ExportTest, ModelsOfTokenIdsAndBytesKeepTheirTokenizerType) {
   EXPECT_FALSE(fs::exists(path("ids/tokenizer.json")));
   EXPECT_EQ(lat::load_model_weights(path("ids")).checkpoint.tokenizer_type, "none");
 
-  save("bytes.h5", model_config(kHybrid), "byte");
+  save("bytes.h5", model_config(kHybrid + "  vocab_size: 256\n"), "byte");  // a byte model has 256 rows
   lat::export_model({path("bytes.h5"), "safetensors", path("bytes"), "f32", {}});
   const nlohmann::json tok = nlohmann::json::parse(read_bytes(path("bytes/tokenizer.json")));
   EXPECT_EQ(tok, nlohmann::json({{"type", "byte"}, {"vocab_size", 256}}));
@@ -328,8 +328,11 @@ TEST_F(ExportTest, BrokenExportsAreNamed) {
   std::vector<std::pair<std::string, lat::Tensor>> wrong = file.tensors;
   wrong[0].second = lat::Tensor::zeros({kVocabSize, 17});
   lat::save_safetensors(path("out/wrong.safetensors"), wrong);
-  expect_error([&] { lat::export_model({path("out/wrong.safetensors"), "h5-weights", path("x"), "f32", {}}); },
-               {"'embeddings.weight': expected shape [12, 16], got [12, 17]"});
+  expect_error(
+      [&] {
+        lat::export_model({path("out/wrong.safetensors"), "h5-weights", path("x"), "f32", {}});
+      },
+      {"model.d_model 16 does not match tensor 'embeddings.weight' [12, 17]: expected 16 columns, found 17"});
 
   // A header overrunning the file.
   std::string bytes = read_bytes(st);

@@ -180,8 +180,6 @@ const Tensor& SafetensorsFile::at(const std::string& name) const {
 void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
                       SafetensorsDType dtype, const std::map<std::string, std::string>& metadata) {
   const char* where = "save_safetensors: '";
-  LAT_CHECK(!metadata.count(kChecksumMetadataKey),
-            where << path << "': metadata: '" << kChecksumMetadataKey << "' is written by save_safetensors itself");
   const size_t elem = dtype == SafetensorsDType::f32 ? 4 : 2;
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   header["__metadata__"] = nullptr;  // first, as in the format's examples; filled once the checksums are known
@@ -219,6 +217,7 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
                     {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
+  // A given crc32 (the metadata of a file read back) describes other data: replaced.
   std::map<std::string, std::string> all_metadata = metadata;
   all_metadata[kChecksumMetadataKey] = crcs.dump();
   header["__metadata__"] = all_metadata;

@@ -44,10 +44,10 @@ struct SafetensorsFile {
 };
 
 /// Writes `tensors` (any float dtype and device; converted on the way) to `path` in `dtype`,
-/// with `metadata` and the checksums (kChecksumMetadataKey) as __metadata__, in the given
-/// order. Writes `<path>.tmp`, then renames it over `path`. Throws lat::Error naming the file
-/// for an empty, duplicate or "__metadata__" name, an undefined or integer tensor, a
-/// `metadata` key "crc32", or an I/O failure.
+/// with `metadata` and the checksums of the data written (kChecksumMetadataKey, replacing one
+/// in `metadata`) as __metadata__, in the given order. Writes `<path>.tmp`, then renames it
+/// over `path`. Throws lat::Error naming the file for an empty, duplicate or "__metadata__"
+/// name, an undefined or integer tensor, or an I/O failure.
 void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
                       SafetensorsDType dtype = SafetensorsDType::f32,
                       const std::map<std::string, std::string>& metadata = {});
