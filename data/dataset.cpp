@@ -28,14 +28,14 @@ std::string file_prefix(const std::string& path, size_t n) {
 // data.bin_dtype, a file that is not token ids) would size the embedding: bound it first.
 void check_ids_for_data_vocabulary(const std::vector<int32_t>& tokens, const DataOptions& options,
                                    const std::string& format) {
-  const auto bad = std::find_if(tokens.begin(), tokens.end(), [](int32_t id) { return id >= kMaxVocabSize; });
+  const auto bad = std::find_if(tokens.begin(), tokens.end(), [](int32_t id) { return id >= kMaxDataVocabSize; });
   const std::string setting = format == "bin" ? "data.bin_dtype (read as " + options.bin_dtype +
                                                     " unless an llm.c header says otherwise)"
                                               : "data.h5_dataset ('" + options.h5_dataset + "')";
   LAT_CHECK(bad == tokens.end(), "load_data: " << options.path << ": token id " << *bad << " at offset "
-                                               << (bad - tokens.begin()) << " is not below " << kMaxVocabSize
+                                               << (bad - tokens.begin()) << " is not below " << kMaxDataVocabSize
                                                << ", the largest vocabulary lat takes from the data "
-                                               << "(model.vocab_size: 0) or accepts as model.vocab_size; check "
+                                               << "(model.vocab_size: 0; set model.vocab_size for more); check "
                                                << setting << " and data.format");
 }
 

@@ -16,6 +16,12 @@ namespace lat {
 /// sized by it. Defined with the data because data/ reads token ids and cannot see the schema.
 inline constexpr int64_t kMaxVocabSize = int64_t{1} << 24;
 
+/// The largest vocabulary taken from the data (model.vocab_size: 0): 2^20 ids, above every
+/// published tokenizer (about 256K at most). A larger id in a token file is far more often a
+/// wrong data.bin_dtype or a file that is not token ids, whose "vocabulary" would size a
+/// multi-GB embedding; a real larger vocabulary is set as model.vocab_size (up to kMaxVocabSize).
+inline constexpr int64_t kMaxDataVocabSize = int64_t{1} << 20;
+
 /// The data.* config keys (DESIGN.md), with their defaults.
 struct DataOptions {
   std::string path;                   ///< data.path
@@ -93,7 +99,7 @@ std::string resolve_format(const std::string& path, const std::string& format);
 /// Reads options.path. A text corpus is encoded with `tokenizer` when given (a resumed
 /// run's saved vocabulary), else with a new tokenizer of type options.tokenizer built
 /// from the whole text. When options.vocab_size > 0 every id is checked below it; when it is 0
-/// (the vocabulary taken from the data), every bin or h5 id below kMaxVocabSize. With
+/// (the vocabulary taken from the data), every bin or h5 id below kMaxDataVocabSize. With
 /// options.packing the dataset is packed at options.doc_separator (encoded with the
 /// tokenizer for text). Throws lat::Error naming the path (missing file, bad content) or the
 /// key at fault: data.doc_separator of the wrong kind for the format (a string for bin or h5,

@@ -234,13 +234,16 @@ TEST_F(DataFiles, IdAboveVocabNamesIdAndOffset) {
   EXPECT_EQ(load_data({.path = file, .block_size = 4, .vocab_size = 151}).dataset.max_id(), 150);
 }
 
-TEST_F(DataFiles, VocabularyFromTheDataIsBoundedLikeModelVocabSize) {
+TEST_F(DataFiles, VocabularyFromTheDataIsBounded) {
   std::vector<uint32_t> ids(40, 7);
-  ids[23] = 20'000'000;
+  ids[23] = 5'000'000;  // a 5M-row embedding (2.5 GB at d_model 128) if the data decided
   const std::string file = write_raw("big.bin", ids);
   expect_error([&] { load_data({.path = file, .bin_dtype = "uint32", .block_size = 4}); },
-               {file, "token id 20000000 at offset 23 is not below 16777216", "model.vocab_size",
+               {file, "token id 5000000 at offset 23 is not below 1048576", "set model.vocab_size for more",
                 "data.bin_dtype (read as uint32"});
+  // The same file is valid data with an explicit vocabulary that holds its ids.
+  EXPECT_EQ(load_data({.path = file, .bin_dtype = "uint32", .block_size = 4, .vocab_size = 5'000'001}).dataset.max_id(),
+            5'000'000);
   // uint16 ids read as uint32: pairs of ids become one id far above any vocabulary.
   const std::vector<uint16_t> u16 = {300, 12, 40000, 5, 9, 1000, 77, 3, 2, 1, 8, 6};
   const std::string pairs = write_raw("pairs.bin", u16);
@@ -248,10 +251,13 @@ TEST_F(DataFiles, VocabularyFromTheDataIsBoundedLikeModelVocabSize) {
                {pairs, "token id 65536009 at offset 2"});  // 9 + 1000 * 65536
   EXPECT_EQ(load_data({.path = pairs, .bin_dtype = "uint16", .block_size = 2, .val_fraction = 0.5}).dataset.max_id(),
             40000);
-  // Below the bound the data decide; the same bound holds for model.vocab_size.
-  ids[23] = kMaxVocabSize - 1;
+  // Below the bound the data decide.
+  ids[23] = kMaxDataVocabSize - 1;
   EXPECT_EQ(load_data({.path = write_raw("edge.bin", ids), .bin_dtype = "uint32", .block_size = 2}).dataset.max_id(),
-            kMaxVocabSize - 1);
+            kMaxDataVocabSize - 1);
+}
+
+TEST_F(DataFiles, ModelVocabSizeIsBoundedBySchema) {
   expect_error<ConfigError>([] { parse_config("model:\n  vocab_size: 16777217\ndata:\n  path: x.bin\n", "big.yaml"); },
                             {"model.vocab_size", "expected an int in [0, 16777216], got 16777217"});
   EXPECT_EQ(parse_config("model:\n  vocab_size: 16777216\ndata:\n  path: x.bin\n", "ok.yaml").model.vocab_size,
