@@ -242,7 +242,8 @@ TEST_F(DataFiles, VocabularyFromTheDataIsBounded) {
                {file, "token id 5000000 at offset 23 is not below 1048576", "set model.vocab_size for more",
                 "data.bin_dtype (read as uint32"});
   // The same file is valid data with an explicit vocabulary that holds its ids.
-  EXPECT_EQ(load_data({.path = file, .bin_dtype = "uint32", .block_size = 4, .vocab_size = 5'000'001}).dataset.max_id(),
+  EXPECT_EQ(load_data({.path = file, .bin_dtype = "uint32", .block_size = 2, .vocab_size = 5'000'001})
+                .dataset.max_id(),
             5'000'000);
   // uint16 ids read as uint32: pairs of ids become one id far above any vocabulary.
   const std::vector<uint16_t> u16 = {300, 12, 40000, 5, 9, 1000, 77, 3, 2, 1, 8, 6};
