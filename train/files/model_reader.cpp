@@ -25,7 +25,7 @@ using namespace export_layout;
 ModelWeights load_h5(const std::string& path) {
   ModelWeights w;
   w.path = path;
-  w.checkpoint = load_checkpoint(path);
+  w.checkpoint = load_checkpoint(path, CheckpointParts::weights_only);
   w.checkpoint.optimizer = {};
   w.checkpoint.rng_state.clear();
   w.checkpoint.data = {};
