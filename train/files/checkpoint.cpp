@@ -27,7 +27,7 @@ namespace {
 constexpr const char* kFormat = "lat-checkpoint";
 /// The attribute of each dataset holding the crc32_hex of its data (since version 2).
 constexpr const char* kCrc32 = "crc32";
-/// The first layout version whose tensors carry kCrc32.
+/// The first layout version whose datasets carry kCrc32.
 constexpr int64_t kFirstChecksummedVersion = 2;
 
 // At exit HDF5 closes whatever is still open (H5_term_library). A file whose write failed
@@ -377,8 +377,8 @@ class CheckpointReader {
     const hssize_t count = H5Sget_simple_extent_npoints(space);
     const size_t element_bytes = std::max<size_t>(H5Tget_size(type), 1);
     if (count < 0 || static_cast<uint64_t>(count) > file_bytes_ / element_bytes)
-      fail(what + ": a header claiming " + std::to_string(count) + " elements of " + std::to_string(element_bytes) +
-           " bytes, more than the file holds (" + std::to_string(file_bytes_) + " bytes)");
+      fail(what + ": its header claims " + std::to_string(count) + " elements of " + std::to_string(element_bytes) +
+           " bytes, more than the whole file holds (" + std::to_string(file_bytes_) + " bytes)");
     return count;
   }
 
