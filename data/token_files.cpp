@@ -12,7 +12,9 @@
 #include <limits>
 #include <optional>
 
+#include "data/hdf5_dataset.h"
 #include "data/hdf5_errors.h"
+#include "data/regular_file.h"
 #include "lat/error.h"
 
 namespace lat {
@@ -96,22 +98,6 @@ std::optional<std::string> looks_like_text(const std::string& bytes) {
   return start;
 }
 
-// Closes an HDF5 handle on scope exit.
-class H5Handle {
- public:
-  H5Handle(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
-  ~H5Handle() {
-    if (id_ >= 0) close_(id_);
-  }
-  H5Handle(const H5Handle&) = delete;
-  H5Handle& operator=(const H5Handle&) = delete;
-  hid_t get() const { return id_; }
-
- private:
-  hid_t id_;
-  herr_t (*close_)(hid_t);
-};
-
 }  // namespace
 
 std::string read_text_file(const std::string& path) {
@@ -171,28 +157,31 @@ std::vector<int32_t> read_bin_tokens(const std::string& path, const std::string&
 }
 
 std::vector<int32_t> read_h5_tokens(const std::string& path, const std::string& dataset) {
-  SilenceHdf5Errors quiet;
+  if (std::optional<std::string> kind = non_regular_file_kind(path))
+    throw Error("read_h5_tokens: data.path '" + path + "' " + *kind + ", expected a regular HDF5 file");
   std::FILE* probe = std::fopen(path.c_str(), "rb");
   LAT_CHECK(probe != nullptr, "dataset: cannot open data.path '" << path << "': " << std::strerror(errno));
   std::fclose(probe);
+  std::error_code ec;
+  const uintmax_t file_bytes = std::filesystem::file_size(path, ec);
+  LAT_CHECK(!ec, "read_h5_tokens: cannot read the size of '" << path << "': " << ec.message());
+  SilenceHdf5Errors quiet;
   LAT_CHECK(H5Fis_hdf5(path.c_str()) > 0, "read_h5_tokens: " << path << " is not an HDF5 file");
-  H5Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
-  LAT_CHECK(file.get() >= 0, "read_h5_tokens: cannot open HDF5 file " << path);
-  LAT_CHECK(H5Lexists(file.get(), dataset.c_str(), H5P_DEFAULT) > 0,
+  const std::string where = "read_h5_tokens: " + path + ": ";
+  Hdf5Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose, where + "cannot open as HDF5");
+  LAT_CHECK(H5Lexists(file, dataset.c_str(), H5P_DEFAULT) > 0,
             "read_h5_tokens: " << path << " has no dataset '" << dataset << "' (data.h5_dataset)");
-  H5Handle data(H5Dopen2(file.get(), dataset.c_str(), H5P_DEFAULT), H5Dclose);
-  LAT_CHECK(data.get() >= 0, "read_h5_tokens: " << path << ": '" << dataset << "' is not a dataset (data.h5_dataset)");
-  H5Handle type(H5Dget_type(data.get()), H5Tclose);
-  LAT_CHECK(H5Tget_class(type.get()) == H5T_INTEGER,
-            "read_h5_tokens: " << path << ": dataset '" << dataset << "': expected integer token ids, got a non-integer type");
-  H5Handle space(H5Dget_space(data.get()), H5Sclose);
-  const hssize_t count = H5Sget_simple_extent_npoints(space.get());
-  LAT_CHECK(count >= 0, "read_h5_tokens: " << path << ": cannot read the extent of dataset '" << dataset << "'");
+  Hdf5Handle data(H5Dopen2(file, dataset.c_str(), H5P_DEFAULT), H5Dclose,
+                  where + "'" + dataset + "' is not a dataset (data.h5_dataset)");
+  Hdf5Handle type(H5Dget_type(data), H5Tclose, where + "cannot read the type of dataset '" + dataset + "'");
+  LAT_CHECK(H5Tget_class(type) == H5T_INTEGER,
+            "read_h5_tokens: " << path << ": dataset '" << dataset
+                               << "': expected integer token ids, got a non-integer type");
+  const int64_t count = checked_dataset_extent(data, file_bytes, where + "dataset '" + dataset + "'").count;
   std::vector<int64_t> ids(static_cast<size_t>(count));
-  if (count > 0) {
-    LAT_CHECK(H5Dread(data.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, ids.data()) >= 0,
-              "read_h5_tokens: " << path << ": reading dataset '" << dataset << "' failed");
-  }
+  if (count > 0)
+    check_hdf5(H5Dread(data, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, ids.data()),
+               where + "reading dataset '" + dataset + "' failed");
   std::vector<int32_t> out(ids.size());
   for (size_t i = 0; i < ids.size(); ++i) {
     LAT_CHECK(ids[i] >= 0 && ids[i] <= std::numeric_limits<int32_t>::max(),

@@ -29,10 +29,12 @@ inline const std::string kHdf5Signature("\x89HDF\r\n\x1a\n", 8);
 /// a version and count that describe the file exactly beside a wrong magic.
 std::vector<int32_t> read_bin_tokens(const std::string& path, const std::string& bin_dtype);
 
-/// Token ids of the integer dataset `dataset` (any rank, read flat in row-major order)
-/// of the HDF5 file `path`. Throws lat::Error naming the path on a missing or non-HDF5
-/// file, a missing dataset, a non-integer dataset, or an id outside [0, INT32_MAX]
-/// (naming the id and its offset).
+/// Token ids of the integer dataset `dataset` (rank <= 8, read flat in row-major order)
+/// of the HDF5 file `path`. Throws lat::Error naming the path on a missing, non-regular
+/// (FIFO, device, directory) or non-HDF5 file, a missing dataset, a non-integer dataset, a
+/// header that fails checked_dataset_extent (hdf5_dataset.h: a count that overflows, more
+/// data than the file holds, data never or partly written, data in other files), or an id
+/// outside [0, INT32_MAX] (naming the id and its offset).
 std::vector<int32_t> read_h5_tokens(const std::string& path, const std::string& dataset);
 
 }  // namespace lat

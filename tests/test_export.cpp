@@ -300,13 +300,13 @@ TEST_F(ExportTest, BadOptionsAreConfigErrors) {
 }
 
 TEST_F(ExportTest, NewerCheckpointVersionSaysWhichIsSupported) {
-  save("v2.h5", model_config(kHybrid));
-  ASSERT_NO_FATAL_FAILURE(overwrite_int64_attribute(path("v2.h5"), "version", 2));
+  save("v3.h5", model_config(kHybrid));
+  ASSERT_NO_FATAL_FAILURE(overwrite_int64_attribute(path("v3.h5"), "version", 3));
   for (const auto& f : std::vector<std::function<void()>>{
-           [&] { lat::load_model_weights(path("v2.h5")); },
-           [&] { lat::export_model({path("v2.h5"), "safetensors", path("out"), "f32", {}}); },
-           [&] { lat::inspect(path("v2.h5"), 16); }}) {
-    expect_error(f, {"checkpoint version 2 is newer than this lat supports (1)", path("v2.h5")});
+           [&] { lat::load_model_weights(path("v3.h5")); },
+           [&] { lat::export_model({path("v3.h5"), "safetensors", path("out"), "f32", {}}); },
+           [&] { lat::inspect(path("v3.h5"), 16); }}) {
+    expect_error(f, {"checkpoint version 3 is newer than this lat supports (2)", path("v3.h5")});
   }
 }
 

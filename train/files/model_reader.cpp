@@ -36,7 +36,7 @@ struct PartSources {
 ModelWeights load_h5(const std::string& path) {
   ModelWeights w;
   w.path = path;
-  w.checkpoint = load_checkpoint(path);
+  w.checkpoint = load_checkpoint(path, CheckpointParts::weights_only);
   w.checkpoint.optimizer = {};
   w.checkpoint.rng_state.clear();
   w.checkpoint.data = {};
