@@ -1,6 +1,8 @@
 // lat::matmul: batched matrix product with transpose flags and broadcast batch dimensions.
 // f32 goes through the cached oneDNN primitive (lat::cpu::gemm_batched), f64 through the
 // reference loop (gemm_batched_f64); on CUDA both through cuBLAS (autograd/cuda/blas.h).
+// f32 products take the thread's compute precision (lat/precision.h): in bf16 the inputs
+// are rounded to bf16 and accumulated in fp32, forward and both backward products alike.
 // Shapes: op(a) is [..., M, K], op(b) is [..., K, N].
 #include <algorithm>
 #include <vector>
@@ -11,6 +13,7 @@
 #include "autograd/cuda/elementwise.h"
 #endif
 #include "lat/ops.h"
+#include "lat/precision.h"
 #include "lat/tape.h"
 
 namespace lat {
@@ -24,6 +27,7 @@ struct GemmCall {
   int64_t offset_b = 0, ldb = 0, stride_b = 0;
   bool trans_b = false;
   int64_t offset_c = 0, ldc = 0, stride_c = 0;
+  Precision precision = Precision::fp32;  // bf16 only for f32 operands
 };
 
 void run_gemm(const GemmCall& c, const Tensor& a, const Tensor& b, Tensor& out) {
@@ -53,6 +57,7 @@ void run_gemm(const GemmCall& c, const Tensor& a, const Tensor& b, Tensor& out) 
     g.C = static_cast<char*>(out.raw_data()) + c.offset_c * esize;
     g.ldc = c.ldc;
     g.stride_c = c.stride_c;
+    g.precision = c.precision;
     cuda::gemm_batched(g);
     return;
   }
@@ -74,6 +79,7 @@ void run_gemm(const GemmCall& c, const Tensor& a, const Tensor& b, Tensor& out) 
     g.C = out.data<float>() + c.offset_c;
     g.ldc = c.ldc;
     g.stride_c = c.stride_c;
+    g.precision = c.precision;
     cpu::gemm_batched(g);
   } else {
     cpu::gemm_batched_f64(c.batch, c.M, c.N, c.K, a.data<double>() + c.offset_a, c.lda, c.stride_a, c.trans_a,
@@ -152,6 +158,7 @@ Tensor matmul_forward(const Tensor& a, const Tensor& b, bool transpose_a, bool t
   c.ldb = b_cols;
   c.trans_b = transpose_b;
   c.ldc = N;
+  if (a.dtype() == DType::f32 && bf16_compute(a.device())) c.precision = Precision::bf16;
   if (b_count == 1 && !transpose_a) {
     // One b shared by every batch item and a's rows contiguous: a single [total*M, K] product.
     c.M = total * M;
@@ -197,8 +204,10 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose
   if (needs_grad({&a, &b})) {
     const bool need_a = a.requires_grad(), need_b = b.requires_grad();
     Tensor sa = a.detach(), sb = b.detach();
+    const Precision precision = compute_precision();
     record("matmul", {a, b}, {out},
-           [sa, sb, transpose_a, transpose_b, need_a, need_b](const std::vector<Tensor>& grads) {
+           [sa, sb, transpose_a, transpose_b, need_a, need_b, precision](const std::vector<Tensor>& grads) {
+             const PrecisionGuard forward_precision(precision);
              const Tensor& g = grads[0];  // [..., M, N]
              Tensor da, db;
              // d op(a) = g op(b)^T and d op(b) = op(a)^T g, transposed back when stored transposed.
