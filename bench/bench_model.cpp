@@ -41,9 +41,12 @@
 // (64), --prefill-chunk N (1024; 0 = the whole prompt in one call), --models
 // hybrid,hybrid-full,attention, --steps N (20), --warmup-steps N (3), --threads N,
 // --precision fp32,bf16 (the training precisions, the first being the ratios' base),
-// --skip-train, --skip-generate.
+// --clock wall|cpu (training steps timed in wall time, or in the process's CPU time: at one
+// thread the time the step ran, leaving out the time other processes held the core; with
+// more threads it also counts OpenMP's spinning), --skip-train, --skip-generate.
 #include <omp.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -97,12 +100,20 @@ struct Options {
   int64_t warmup_steps = 3;
   int threads = 0;  // 0 = OpenMP's default
   std::vector<lat::Precision> precisions = {lat::Precision::fp32, lat::Precision::bf16};
+  bool cpu_time = false;  // time training steps in process CPU time instead of wall time
   bool skip_train = false;
   bool skip_generate = false;
 };
 
 double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+/// The process's CPU time in ms (all its threads).
+double cpu_ms() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return 1e3 * static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_nsec);
 }
 
 /// The median of `v` (the mean of the two middle values for an even count); v non-empty.
@@ -228,13 +239,17 @@ Options parse_options(int argc, char** argv) {
     else if (arg == "--precision") {
       o.precisions.clear();
       for (const std::string& name : parse_name_list(value())) o.precisions.push_back(lat::parse_precision(name));
+    } else if (arg == "--clock") {
+      const std::string clock = value();
+      if (clock != "wall" && clock != "cpu") throw std::runtime_error("--clock: expected wall or cpu, got '" + clock + "'");
+      o.cpu_time = clock == "cpu";
     } else if (arg == "--skip-train") o.skip_train = true;
     else if (arg == "--skip-generate") o.skip_generate = true;
     else if (arg == "--help" || arg == "-h") {
       std::printf("usage: bench_model [--config-dir DIR] [--contexts 1024,8192,32768] [--decode-steps 64]\n"
                   "                   [--prefill-chunk 1024] [--models hybrid,hybrid-full,attention]\n"
                   "                   [--steps 20] [--warmup-steps 3] [--threads N] [--precision fp32,bf16]\n"
-                  "                   [--skip-train] [--skip-generate]\n");
+                  "                   [--clock wall|cpu] [--skip-train] [--skip-generate]\n");
       std::exit(0);
     } else {
       throw std::runtime_error("unknown argument '" + arg + "' (see --help)");
@@ -523,6 +538,7 @@ std::vector<TrainResult> bench_training(const std::string& name, const lat::Conf
     for (Trainee& t : trainees) {
       const lat::PrecisionGuard precision(t.precision);
       const auto start = Clock::now();
+      const double start_cpu = cpu_ms();
       // Run::train_step of train/run/run_loop.cpp, one rank.
       const double loss = lat::accumulate_gradients(*t.model, micro, tokens, lat::Device::cpu());
       const lat::GradNorm norm = t.optimizer->clip_grad_norm(train.grad_clip);
@@ -530,7 +546,7 @@ std::vector<TrainResult> bench_training(const std::string& name, const lat::Conf
         t.optimizer->step(schedule.at(step));
       else
         t.optimizer->zero_grad();
-      const double ms = ms_since(start);
+      const double ms = options.cpu_time ? cpu_ms() - start_cpu : ms_since(start);
       if (!std::isfinite(loss))
         throw std::runtime_error(name + ": non-finite training loss at step " + std::to_string(step) + " in " +
                                  lat::precision_name(t.precision));
@@ -572,8 +588,9 @@ void run_training(const fs::path& config_dir, const Options& options) {
   }
   if (precisions.empty()) return;
   std::printf("== Training (trainer steps: forward + cross-entropy + backward + clip + optimizer update; "
-              "median of %lld steps after %lld warm-up; precisions take turns step by step) ==\n",
-              static_cast<long long>(options.steps), static_cast<long long>(options.warmup_steps));
+              "median of %lld steps after %lld warm-up; precisions take turns step by step; %s time) ==\n",
+              static_cast<long long>(options.steps), static_cast<long long>(options.warmup_steps),
+              options.cpu_time ? "CPU" : "wall");
   std::printf("%-26s %5s %8s %6s %6s %7s %6s %11s %10s %7s\n", "config", "prec", "params M", "batch", "block",
               "accum", "opt", "ms/step", "tokens/s", "ratio");
   std::fflush(stdout);

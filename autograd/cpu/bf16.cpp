@@ -11,7 +11,7 @@ namespace lat::cpu {
 namespace {
 
 __attribute__((target("avx512f,avx512bw,avx512bf16"))) void float_to_bf16_avx512(const float* src, uint16_t* dst,
-                                                                                    int64_t n) {
+                                                                                 int64_t n) {
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
     const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + i + 16), _mm512_loadu_ps(src + i));

@@ -38,6 +38,12 @@ struct GemmBatch {
 /// throws lat::Error. Also throws lat::Error for non-positive sizes or too-small strides.
 void gemm_batched(const GemmBatch& g);
 
+/// The bf16 product of gemm_batched for inputs already rounded to bf16 (float_to_bf16 of
+/// autograd/cpu/bf16.h): A and B are bf16 arrays in the layout g describes (g.A, g.B and
+/// g.precision are not read), so that an input used by several products is rounded once.
+/// Same checks and errors as gemm_batched.
+void gemm_batched_bf16(const GemmBatch& g, const uint16_t* A, const uint16_t* B);
+
 /// Float64 reference product with the same conventions (plain loops, for references and
 /// gradient checks).
 void gemm_batched_f64(int64_t batch, int64_t M, int64_t N, int64_t K, const double* A, int64_t lda,

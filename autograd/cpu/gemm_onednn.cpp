@@ -118,17 +118,22 @@ void run_primitive(const GemmBatch& g, const void* A, const void* B) {
   stream.wait();
 }
 
+/// beta * C in place: the product of an empty sum (K == 0).
+void scale_c(const GemmBatch& g) {
+  for (int64_t b = 0; b < g.batch; ++b)
+    for (int64_t i = 0; i < g.M; ++i)
+      for (int64_t j = 0; j < g.N; ++j) {
+        float& c = g.C[b * g.stride_c + i * g.ldc + j];
+        c = g.beta == 0.0f ? 0.0f : g.beta * c;
+      }
+}
+
 }  // namespace
 
 void gemm_batched(const GemmBatch& g) {
   check_gemm(g);
   if (g.K == 0) {
-    for (int64_t b = 0; b < g.batch; ++b)
-      for (int64_t i = 0; i < g.M; ++i)
-        for (int64_t j = 0; j < g.N; ++j) {
-          float& c = g.C[b * g.stride_c + i * g.ldc + j];
-          c = g.beta == 0.0f ? 0.0f : g.beta * c;
-        }
+    scale_c(g);
     return;
   }
   if (g.precision == Precision::fp32) {
@@ -146,7 +151,18 @@ void gemm_batched(const GemmBatch& g) {
   packed.stride_a = a.stride;
   packed.ldb = b.ld;
   packed.stride_b = b.stride;
-  run_primitive(packed, a.data, b.data);
+  gemm_batched_bf16(packed, a.data, b.data);
+}
+
+void gemm_batched_bf16(const GemmBatch& g, const uint16_t* A, const uint16_t* B) {
+  check_gemm(g);
+  if (g.K == 0) {
+    scale_c(g);
+    return;
+  }
+  GemmBatch bf16 = g;
+  bf16.precision = Precision::bf16;
+  run_primitive(bf16, A, B);
 }
 
 void gemm_batched_f64(int64_t batch, int64_t M, int64_t N, int64_t K, const double* A, int64_t lda,
