@@ -178,6 +178,27 @@ TEST(Bf16Matmul, WithinTheRoundingBoundOfFloat64) {
   }
 }
 
+// The same on CUDA (cuBLAS with bf16 inputs and CUBLAS_COMPUTE_32F), where the device has
+// bf16 tensor cores (compute capability 8.0); skipped elsewhere.
+TEST(Bf16Matmul, CudaWithinTheRoundingBoundOfFloat64) {
+  if (!cuda_built() || cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device (or built without CUDA)";
+  if (!bf16_supported(Device::cuda(0))) GTEST_SKIP() << "cuda:0 has no bf16 tensor cores";
+  uint64_t seed = 40;
+  for (const ProductCase& c : product_cases()) {
+    const Tensor a = random_f32(c.a, ++seed), b = random_f32(c.b, ++seed);
+    const int64_t K = c.ta ? c.a[c.a.size() - 2] : c.a.back();
+    Tensor out;
+    {
+      const PrecisionGuard bf16(Precision::bf16);
+      out = matmul(a.to(Device::cuda(0)), b.to(Device::cuda(0)), c.ta, c.tb).to(Device::cpu());
+    }
+    const double e16 = product_error(out, a, b, c.ta, c.tb);
+    const std::string what = shape_str(c.a) + (c.ta ? "^T" : "") + " x " + shape_str(c.b) + (c.tb ? "^T" : "");
+    EXPECT_LE(e16, product_error_factor(kBf16Roundoff, K)) << what;
+    EXPECT_GT(e16, 16.0 * product_error_factor(0.0, K)) << what << ": bf16 not in effect";
+  }
+}
+
 // y = x W^T, dx = dy W, dW = dy^T x: three products over K = in, out and the rows, each
 // within its own bound; a backward run outside the guard keeps the forward's precision.
 TEST(Bf16Linear, ForwardAndGradientsWithinTheRoundingBound) {
