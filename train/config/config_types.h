@@ -75,6 +75,7 @@ struct DataConfig {
 
 /// train.*: optimization, logging, checkpoints.
 struct TrainConfig {
+  std::string precision = "fp32";   // fp32, bf16 (mixed: bf16 product inputs, fp32 elsewhere)
   int64_t batch_size = 12;
   int64_t grad_accum = 1;
   int64_t max_steps = 2000;

@@ -275,6 +275,7 @@ const std::vector<KeySpec>& schema() {
       {LAT_KEY(data.mqar.pairs), .bounds = ints_from(1), .rule = check_mqar_pairs_fit},
       {LAT_KEY(data.mqar.alpha), .bounds = floats_above(0)},
       {LAT_KEY(data.copy.length), .bounds = ints_from(1), .rule = check_copy_and_task_vocab},
+      {LAT_KEY(train.precision), .bounds = one_of({"fp32", "bf16"})},
       {LAT_KEY(train.batch_size), .bounds = ints_in(1, kMaxBatchSize)},
       {LAT_KEY(train.grad_accum), .bounds = ints_from(1)},
       {LAT_KEY(train.max_steps), .bounds = ints_from(1)},

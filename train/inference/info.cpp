@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "data/dataset.h"
+#include "lat/precision.h"
 #include "train/config/data_options.h"
 #include "train/config/model_config.h"
 #include "train/files/model_reader.h"
@@ -168,6 +169,8 @@ std::string format_info(const ModelInfo& info) {
   out << "model: " << m.n_layers << " layers (" << join(layer_mixers(m), ",") << "), d_model " << m.d_model << ", " << m.n_heads
       << " heads x " << m.head_dim << " (attention kv heads " << m.attn.n_kv_heads << "), value head dim "
       << value_head_dim(m) << ", vocab " << info.vocab_size << "\n";
+  out << "precision: train.precision " << info.config.train.precision << ", in effect on this CPU: "
+      << precision_name(effective_precision(parse_precision(info.config.train.precision), Device::cpu())) << "\n";
 
   out << "\nparameters\n";
   size_t width = 5;
