@@ -101,11 +101,8 @@ std::optional<std::string> looks_like_text(const std::string& bytes) {
 }  // namespace
 
 std::string read_text_file(const std::string& path) {
-  // Checked before opening: opening a FIFO would block, and a directory reads as empty.
-  std::error_code ec;
-  const std::filesystem::file_status status = std::filesystem::status(path, ec);
-  LAT_CHECK(!ec, "dataset: cannot open data.path '" << path << "': " << ec.message());
-  LAT_CHECK(std::filesystem::is_regular_file(status), "dataset: data.path '" << path << "' is not a regular file");
+  if (const std::optional<std::string> kind = non_regular_file_kind(path))
+    throw Error("dataset: data.path '" + path + "' " + *kind + ", expected a regular file");
   std::FILE* f = std::fopen(path.c_str(), "rb");
   LAT_CHECK(f != nullptr, "dataset: cannot open data.path '" << path << "': " << std::strerror(errno));
   std::string bytes;

@@ -96,6 +96,8 @@ TEST(Bf16Rounding, NearestEvenNanAndTheVectorLoopAgree) {
   EXPECT_EQ(cpu::float_to_bf16(1.0f + 0x1p-8f + 0x1p-20f), 0x3f81);  // above half: up
   EXPECT_EQ(cpu::float_to_bf16(-2.0f), 0xc000);
   EXPECT_EQ(cpu::float_to_bf16(std::numeric_limits<float>::infinity()), 0x7f80);
+  EXPECT_EQ(cpu::float_to_bf16(std::numeric_limits<float>::max()), 0x7f80);  // rounds past the largest bf16
+  EXPECT_EQ(cpu::bf16_to_float(0x3f81), 1.0f + 0x1p-7f);
   // A NaN whose payload is only in the low bits must not round into infinity.
   const uint32_t low_nan_bits = 0x7f800001u;
   float low_nan;

@@ -313,7 +313,7 @@ TEST_F(DataFiles, DamagedLlmcHeaderIsAnErrorNotRawTokens) {
 TEST_F(DataFiles, FifoIsRefusedWithoutOpening) {
   const std::string fifo = path("tokens.bin");
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-  expect_error([&] { load_data({.path = fifo, .block_size = 2}); }, {fifo, "is not a regular file"});
+  expect_error([&] { load_data({.path = fifo, .block_size = 2}); }, {fifo, "is a FIFO, expected a regular file"});
 }
 
 TEST_F(DataFiles, MissingFileNamesPath) {

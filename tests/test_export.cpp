@@ -16,6 +16,7 @@
 #include <hdf5.h>
 #include <nlohmann/json.hpp>
 
+#include "autograd/cpu/bf16.h"
 #include "lat/tape.h"
 #include "layers/swiglu.h"
 #include "tests/expect_error.h"
@@ -173,7 +174,7 @@ TEST_F(ExportTest, Bf16ExportRoundsEveryValueToNearestEven) {
   for (const auto& [name, original] : ckpt.model) {
     const auto got = file.at(name).to_vector<float>(), want = original.to_vector<float>();
     for (size_t i = 0; i < want.size(); ++i)
-      ASSERT_EQ(got[i], lat::bf16_to_float(lat::float_to_bf16(want[i]))) << name << "[" << i << "]";
+      ASSERT_EQ(got[i], lat::cpu::bf16_to_float(lat::cpu::float_to_bf16(want[i]))) << name << "[" << i << "]";
   }
 }
 

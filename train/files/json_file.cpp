@@ -5,9 +5,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <vector>
 
+#include "data/regular_file.h"
 #include "lat/error.h"
 
 namespace lat {
@@ -99,10 +101,9 @@ nlohmann::json parse_json(const std::string& text, const std::string& source) {
 nlohmann::json read_json_file(const std::string& path, const std::string& what) {
   namespace fs = std::filesystem;
   const std::string subject = "load_model_weights: '" + path + "'";
+  if (const std::optional<std::string> kind = non_regular_file_kind(path))
+    throw Error(subject + ": " + *kind + ", expected a regular file (" + what + ")");
   std::error_code ec;
-  const fs::file_status status = fs::status(path, ec);
-  if (ec) throw Error("load_model_weights: cannot open " + what + " '" + path + "': " + ec.message());
-  if (!fs::is_regular_file(status)) throw Error(subject + ": expected a regular file (" + what + ")");
   const uint64_t size = fs::file_size(path, ec);
   if (ec) throw Error("load_model_weights: cannot open " + what + " '" + path + "': " + ec.message());
   if (size > kMaxJsonFileBytes)

@@ -10,11 +10,14 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <limits>
 #include <set>
 
 #include <nlohmann/json.hpp>
 
+#include "autograd/cpu/bf16.h"
+#include "data/regular_file.h"
 #include "lat/error.h"
 #include "train/files/atomic_file.h"
 #include "train/files/checksum.h"
@@ -138,7 +141,7 @@ void to_f32(const std::string& dtype, const char* src, float* dst, int64_t count
   for (int64_t i = 0; i < count; ++i) {
     uint16_t bits;
     std::memcpy(&bits, src + 2 * i, 2);
-    dst[i] = bf16 ? bf16_to_float(bits) : f16_to_float(bits);
+    dst[i] = bf16 ? cpu::bf16_to_float(bits) : f16_to_float(bits);
   }
 }
 
@@ -150,15 +153,6 @@ SafetensorsDType parse_safetensors_dtype(const std::string& name) {
   throw Error("safetensors: dtype: expected f32 or bf16, got '" + name + "'");
 }
 
-uint16_t float_to_bf16(float x) {
-  const uint32_t bits = std::bit_cast<uint32_t>(x);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x0040u);  // quiet NaN
-  // Round to nearest, ties to even: add 0x7fff plus the lowest kept bit, then truncate.
-  const uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);
-  return static_cast<uint16_t>((bits + rounding) >> 16);
-}
-
-float bf16_to_float(uint16_t bits) { return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16); }
 
 float f16_to_float(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
@@ -207,7 +201,7 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
     } else {
       std::vector<uint16_t>& bits = half.emplace_back(static_cast<size_t>(count));
 #pragma omp parallel for if (count > 65536)
-      for (int64_t i = 0; i < count; ++i) bits[static_cast<size_t>(i)] = float_to_bf16(data[i]);
+      for (int64_t i = 0; i < count; ++i) bits[static_cast<size_t>(i)] = cpu::float_to_bf16(data[i]);
       stored.emplace_back(reinterpret_cast<const char*>(bits.data()), bits.size() * 2);
     }
     crcs[name] = crc32_hex(crc32_of(stored.back().first, stored.back().second));
@@ -237,11 +231,9 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
 
 SafetensorsFile load_safetensors(const std::string& path) {
   const std::string where = "load_safetensors: '" + path + "': ";
+  if (const std::optional<std::string> kind = non_regular_file_kind(path))
+    throw Error(where + *kind + ", expected a regular file");
   std::error_code ec;
-  const std::filesystem::file_status status = std::filesystem::status(path, ec);
-  if (ec) throw Error(where + "cannot read: " + ec.message());
-  // Checked before opening: opening a FIFO would block.
-  if (!std::filesystem::is_regular_file(status)) throw Error(where + "expected a regular file");
   const uint64_t file_size = std::filesystem::file_size(path, ec);
   if (ec) throw Error(where + "cannot read: " + ec.message());
   std::ifstream in(path, std::ios::binary);

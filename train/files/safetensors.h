@@ -26,10 +26,6 @@ enum class SafetensorsDType { f32, bf16 };
 /// "f32" -> f32, "bf16" -> bf16 (the `lat export --dtype` values). Throws lat::Error otherwise.
 SafetensorsDType parse_safetensors_dtype(const std::string& name);
 
-/// float -> bfloat16 bits, rounding to nearest even (NaN stays a quiet NaN of the same sign).
-uint16_t float_to_bf16(float x);
-/// bfloat16 bits -> float (exact).
-float bf16_to_float(uint16_t bits);
 /// IEEE half bits -> float (exact, subnormals and infinities included).
 float f16_to_float(uint16_t bits);
 
