@@ -3,7 +3,8 @@
 // reference run sequence by sequence: outputs, final states and every gradient (q, k, v, g,
 // beta, initial_state) with random upstream gradients on o and final_state; boundaries
 // inside chunks, on chunk edges, 1-token sequences. Invalid offsets are errors naming
-// cu_seqlens. The same on CUDA (skipped without a device). Letters as in
+// cu_seqlens. The same on CUDA (skipped without a device), where the short convolution,
+// RoPE and softmax attention over packed sequences are checked against the CPU too. Letters as in
 // include/lat/linear_attention.h; N sequences, offsets c_0 = 0 < ... < c_N = T.
 #include <gtest/gtest.h>
 
@@ -12,6 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "layers/fused/attention_op.h"
+#include "layers/fused/rope.h"
+#include "layers/fused/short_conv.h"
 #include "tests/expect_error.h"
 #include "tests/linear_attention_testing.h"
 
@@ -349,6 +353,43 @@ TEST(VarlenCuda, PackedChunkOpsMatchCpuAndFloat64Reference) {
       testing::expect_delta_close(on_gpu, cpu, testing::kTol, "cuda vs cpu packed");
     }
   }
+}
+
+// The fused ops of the layers on the GPU over packed sequences (pieces shorter than the
+// short conv's kernel, sequences across attention's 64-row tiles) against the same calls on
+// the CPU: outputs and every gradient.
+TEST(VarlenCuda, PackedShortConvRopeAndAttentionMatchCpu) {
+  LAT_REQUIRE_CUDA();
+  const Device gpu = Device::cuda(0);
+  const std::vector<int64_t> lengths{1, 2, 3, 70, 1, 5};
+  const int64_t T = 82;
+  const Tensor cu = cu_seqlens_of(lengths);
+  Generator gen(31);
+  // (inputs) -> output, on the inputs' device.
+  using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
+  auto check = [&](const char* name, const Fn& f, const std::vector<Tensor>& inputs) {
+    SCOPED_TRACE(name);
+    auto run_on = [&](Device device) {
+      std::vector<Tensor> leaves;
+      for (const Tensor& t : inputs) leaves.push_back(t.to(device).clone().detach().set_requires_grad(true));
+      Tensor y = f(leaves);
+      Generator upstream(32);
+      backward(sum(y * Tensor::randn(y.shape(), upstream).to(device)));
+      std::vector<Tensor> results{y.detach().to(Device::cpu())};
+      for (const Tensor& t : leaves) results.push_back(t.grad().to(Device::cpu()));
+      return results;
+    };
+    const std::vector<Tensor> cpu = run_on(Device::cpu()), on_gpu = run_on(gpu);
+    for (size_t i = 0; i < cpu.size(); ++i) EXPECT_LT(relative_error(on_gpu[i], cpu[i]), 1e-5) << "result " << i;
+  };
+  check("short_conv", [&](const std::vector<Tensor>& in) { return short_conv(in[0], in[1], {}, cu); },
+        {Tensor::randn({1, T, 40}, gen), Tensor::randn({40, 1, 4}, gen)});
+  check("rotary_embedding", [&](const std::vector<Tensor>& in) { return rotary_embedding(in[0], 1e4, 0, cu); },
+        {Tensor::randn({1, T, 2, 16}, gen)});
+  for (int64_t window : {0, 3})
+    check("causal_attention",
+          [&](const std::vector<Tensor>& in) { return causal_attention(in[0], in[1], in[2], {}, window, {}, cu); },
+          {Tensor::randn({1, T, 4, 16}, gen), Tensor::randn({1, T, 2, 16}, gen), Tensor::randn({1, T, 2, 8}, gen)});
 }
 
 }  // namespace
