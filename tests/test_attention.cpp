@@ -450,6 +450,37 @@ TEST(AttentionLayer, PrefillThenStepsMatchesForward) {
   }
 }
 
+// Packed sequences through the layer: x [2, 30] as one row of 60 tokens (the row start 30
+// implied), each sequence attended and rotated as if alone, with and without a window.
+TEST(AttentionLayer, PackedSequencesEqualSeparateCalls) {
+  for (int64_t window : {0, 4}) {
+    SCOPED_TRACE(window);
+    Generator gen(40);
+    Attention layer(small_config(window), gen);
+    const int64_t B = 2, T = 30, D = 32;
+    const std::vector<int64_t> cuts{0, 1, 9, 30, 31, 60};
+    Tensor x = Tensor::randn({B, T, D}, gen).set_requires_grad(true);
+    Tensor w = Tensor::randn({B, T, D}, gen);
+    // Offsets {0, 1, 9, 31, 60}: the row start 30 cuts [9, 31) into [9, 30) and [30, 31).
+    Tensor packed = layer.forward(x, offsets_tensor({1, 8, 22, 29}));
+    backward(sum(packed * w));
+    Tensor x1 = x.detach().set_requires_grad(true);
+    Tensor flat = x1.reshape({1, B * T, D});
+    std::vector<Tensor> parts;
+    for (size_t n = 0; n + 1 < cuts.size(); ++n) parts.push_back(layer.forward(slice(flat, 1, cuts[n], cuts[n + 1])));
+    Tensor separate = concat(parts, 1).reshape({B, T, D});
+    EXPECT_LT(relative_error(packed, separate), 1e-6);
+    std::vector<Tensor> packed_grads{x.grad()};
+    for (auto& [name, p] : layer.named_parameters()) packed_grads.push_back(p.grad());
+    layer.zero_grad();
+    backward(sum(separate * w));
+    EXPECT_LT(relative_error(packed_grads[0], x1.grad()), 1e-6) << "dx";
+    size_t i = 1;
+    for (auto& [name, p] : layer.named_parameters())
+      EXPECT_LT(relative_error(packed_grads[i++], p.grad()), 1e-5) << name;
+  }
+}
+
 TEST(AttentionLayer, StepRejectsForeignState) {
   Generator gen(12);
   Attention attn(small_config(0), gen);
