@@ -29,7 +29,7 @@ Tensor SimpleGLA::log_decay(const Tensor& x) const {
   for (int64_t i = 0; i < B * T; ++i)
     for (int64_t h = 0; h < H; ++h)
       out[i * H + h] = static_cast<float>(std::log1p(-std::exp2(-5.0 - static_cast<double>(h))));
-  return g;
+  return g.to(x.device());
 }
 
 Tensor SimpleGLA::run(const Tensor& x, LinearMixerState* state, const Tensor& cu_seqlens) const {

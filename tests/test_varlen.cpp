@@ -4,7 +4,8 @@
 // beta, initial_state) with random upstream gradients on o and final_state; boundaries
 // inside chunks, on chunk edges, 1-token sequences. Invalid offsets are errors naming
 // cu_seqlens. The same on CUDA (skipped without a device), where the short convolution,
-// RoPE and softmax attention over packed sequences are checked against the CPU too. Letters as in
+// RoPE, softmax attention and a whole model over packed sequences are checked against the
+// CPU too. Letters as in
 // include/lat/linear_attention.h; N sequences, offsets c_0 = 0 < ... < c_N = T.
 #include <gtest/gtest.h>
 
@@ -16,8 +17,10 @@
 #include "layers/fused/attention_op.h"
 #include "layers/fused/rope.h"
 #include "layers/fused/short_conv.h"
+#include "layers/hybrid_lm.h"
 #include "tests/expect_error.h"
 #include "tests/linear_attention_testing.h"
+#include "train/run/device.h"
 
 namespace lat {
 namespace {
@@ -390,6 +393,39 @@ TEST(VarlenCuda, PackedShortConvRopeAndAttentionMatchCpu) {
     check("causal_attention",
           [&](const std::vector<Tensor>& in) { return causal_attention(in[0], in[1], in[2], {}, window, {}, cu); },
           {Tensor::randn({1, T, 4, 16}, gen), Tensor::randn({1, T, 2, 16}, gen), Tensor::randn({1, T, 2, 8}, gen)});
+}
+
+// A model of every mixer kind on the GPU over a packed window (the row start implied, a
+// 1-token document, cu_seqlens on the CPU): logits and every parameter gradient as on the
+// CPU.
+TEST(VarlenCuda, PackedModelMatchesCpu) {
+  LAT_REQUIRE_CUDA();
+  const Device gpu = Device::cuda(0);
+  HybridLMConfig c;
+  c.vocab_size = 11;
+  c.layers = {"gdn", "attn", "simple_gla", "linear_attn", "delta_net", "retention"};
+  c.mixer.d_model = 16;
+  c.mixer.n_heads = 2;
+  c.mixer.chunk_size = 4;
+  c.init_std = 0.2;
+  Generator gen_cpu(3), gen_gpu(3);
+  HybridLM cpu_model(c, gen_cpu), gpu_model(c, gen_gpu);
+  move_parameters(gpu_model, gpu);
+  const int64_t B = 2, T = 13;
+  Generator gen(4);
+  std::vector<int64_t> ids(B * T);
+  for (int64_t& id : ids) id = gen.randint(c.vocab_size);
+  const Tensor tokens = Tensor::from_vector(ids, {B, T}), cu = cu_seqlens_of({5, 1, 9, 11});
+  const Tensor w = Tensor::randn({B, T, c.vocab_size}, gen);
+  const Tensor cpu_logits = cpu_model.forward(tokens, cu);
+  backward(sum(cpu_logits * w));
+  const Tensor gpu_logits = gpu_model.forward(tokens.to(gpu), cu);
+  backward(sum(gpu_logits * w.to(gpu)));
+  EXPECT_LT(relative_error(gpu_logits.detach().to(Device::cpu()), cpu_logits.detach()), 1e-5);
+  const auto cpu_params = cpu_model.named_parameters(), gpu_params = gpu_model.named_parameters();
+  for (size_t i = 0; i < cpu_params.size(); ++i)
+    EXPECT_LT(relative_error(gpu_params[i].second.grad().to(Device::cpu()), cpu_params[i].second.grad()), 1e-4)
+        << cpu_params[i].first;
 }
 
 }  // namespace
