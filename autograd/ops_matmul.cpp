@@ -1,16 +1,23 @@
 // lat::matmul: batched matrix product with transpose flags and broadcast batch dimensions.
 // f32 goes through the cached oneDNN primitive (lat::cpu::gemm_batched), f64 through the
 // reference loop (gemm_batched_f64); on CUDA both through cuBLAS (autograd/cuda/blas.h).
+// f32 products take the thread's compute precision (lat/precision.h): in bf16 the inputs
+// are rounded to bf16 and accumulated in fp32, forward and both backward products alike. On
+// the CPU each input is rounded once: the tape node keeps the forward's rounded copies of a
+// and b for the backward products, and the incoming gradient is rounded once for both.
 // Shapes: op(a) is [..., M, K], op(b) is [..., K, N].
 #include <algorithm>
+#include <memory>
 #include <vector>
 
+#include "autograd/cpu/bf16.h"
 #include "autograd/cpu/gemm.h"
 #ifdef LAT_WITH_CUDA
 #include "autograd/cuda/blas.h"
 #include "autograd/cuda/elementwise.h"
 #endif
 #include "lat/ops.h"
+#include "lat/precision.h"
 #include "lat/tape.h"
 
 namespace lat {
@@ -24,9 +31,26 @@ struct GemmCall {
   int64_t offset_b = 0, ldb = 0, stride_b = 0;
   bool trans_b = false;
   int64_t offset_c = 0, ldc = 0, stride_c = 0;
+  Precision precision = Precision::fp32;  // bf16 only for f32 operands
 };
 
-void run_gemm(const GemmCall& c, const Tensor& a, const Tensor& b, Tensor& out) {
+/// A CPU f32 tensor's elements rounded to bf16, in its own row-major layout; shared by the
+/// products (and the tape node) that read it.
+using Bf16Copy = std::shared_ptr<const uint16_t[]>;
+
+Bf16Copy round_to_bf16(const Tensor& t) {
+  std::shared_ptr<uint16_t[]> bits(new uint16_t[static_cast<size_t>(t.numel())]);
+  cpu::float_to_bf16(t.data<float>(), bits.get(), t.numel());
+  return bits;
+}
+
+/// The rounded operands of a bf16 product on the CPU: both set, or both null (an fp32 or
+/// f64 product, or CUDA, whose bf16 products round inside the cuBLAS call).
+struct Bf16Operands {
+  Bf16Copy a, b;
+};
+
+void run_gemm(const GemmCall& c, const Tensor& a, const Tensor& b, Tensor& out, const Bf16Operands& rounded) {
 #ifdef LAT_WITH_CUDA
   if (out.device().is_cuda()) {
     const int device = out.device().index;
@@ -53,6 +77,7 @@ void run_gemm(const GemmCall& c, const Tensor& a, const Tensor& b, Tensor& out) 
     g.C = static_cast<char*>(out.raw_data()) + c.offset_c * esize;
     g.ldc = c.ldc;
     g.stride_c = c.stride_c;
+    g.precision = c.precision;
     cuda::gemm_batched(g);
     return;
   }
@@ -74,7 +99,10 @@ void run_gemm(const GemmCall& c, const Tensor& a, const Tensor& b, Tensor& out) 
     g.C = out.data<float>() + c.offset_c;
     g.ldc = c.ldc;
     g.stride_c = c.stride_c;
-    cpu::gemm_batched(g);
+    if (rounded.a)
+      cpu::gemm_batched_bf16(g, rounded.a.get() + c.offset_a, rounded.b.get() + c.offset_b);
+    else
+      cpu::gemm_batched(g);
   } else {
     cpu::gemm_batched_f64(c.batch, c.M, c.N, c.K, a.data<double>() + c.offset_a, c.lda, c.stride_a, c.trans_a,
                           b.data<double>() + c.offset_b, c.ldb, c.stride_b, c.trans_b,
@@ -107,8 +135,9 @@ void check_operand(const Tensor& t, const char* arg) {
   LAT_CHECK(t.dim() >= 2, "matmul: " << arg << ": expected at least 2 dims, got shape " << shape_str(t.shape()));
 }
 
-/// The forward product without recording.
-Tensor matmul_forward(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b) {
+/// The forward product without recording; a bf16 product on the CPU reads `rounded`.
+Tensor matmul_forward(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b,
+                      const Bf16Operands& rounded = {}) {
   check_operand(a, "a");
   check_operand(b, "b");
   LAT_CHECK(a.dtype() == b.dtype(), "matmul: b: expected dtype " << dtype_name(a.dtype()) << " like a, got "
@@ -152,17 +181,19 @@ Tensor matmul_forward(const Tensor& a, const Tensor& b, bool transpose_a, bool t
   c.ldb = b_cols;
   c.trans_b = transpose_b;
   c.ldc = N;
+  // CUDA rounds inside its product; the CPU reads the copies rounded once by the caller.
+  if (a.device().is_cuda() && a.dtype() == DType::f32 && bf16_compute(a.device())) c.precision = Precision::bf16;
   if (b_count == 1 && !transpose_a) {
     // One b shared by every batch item and a's rows contiguous: a single [total*M, K] product.
     c.M = total * M;
     c.stride_c = total * M * N;  // a real stride gives oneDNN a plain layout even for batch 1
-    run_gemm(c, a, b, out);
+    run_gemm(c, a, b, out, rounded);
   } else if (b_count == 1 || (a_count == total && b_count == total)) {
     c.batch = total;
     c.stride_a = M * K;
     c.stride_b = b_count == 1 ? 0 : K * N;
     c.stride_c = M * N;
-    run_gemm(c, a, b, out);
+    run_gemm(c, a, b, out, rounded);
   } else {
     // General broadcasting: one product per batch item on the same cached primitive.
     std::vector<int64_t> sa = broadcast_strides(a_batch, out_batch, M * K);
@@ -179,7 +210,7 @@ Tensor matmul_forward(const Tensor& a, const Tensor& b, bool transpose_a, bool t
       c.offset_b = offset_b;
       c.offset_c = i * M * N;
       c.stride_c = M * N;
-      run_gemm(c, a, b, out);
+      run_gemm(c, a, b, out, rounded);
     }
   }
   return out;
@@ -193,27 +224,47 @@ Tensor reduce_to(const Tensor& grad, const Shape& shape) {
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b) {
-  Tensor out = matmul_forward(a, b, transpose_a, transpose_b);
+  // Checked before rounding reads a's and b's elements.
+  check_operand(a, "a");
+  check_operand(b, "b");
+  const bool round_on_cpu = a.dtype() == DType::f32 && b.dtype() == DType::f32 && a.device().is_cpu() &&
+                            b.device().is_cpu() && bf16_compute(a.device());
+  Bf16Operands rounded;
+  if (round_on_cpu) rounded = {round_to_bf16(a), round_to_bf16(b)};
+  Tensor out = matmul_forward(a, b, transpose_a, transpose_b, rounded);
   if (needs_grad({&a, &b})) {
     const bool need_a = a.requires_grad(), need_b = b.requires_grad();
     Tensor sa = a.detach(), sb = b.detach();
+    const Precision precision = compute_precision();
     record("matmul", {a, b}, {out},
-           [sa, sb, transpose_a, transpose_b, need_a, need_b](const std::vector<Tensor>& grads) {
+           [sa, sb, rounded, transpose_a, transpose_b, need_a, need_b, precision](const std::vector<Tensor>& grads) {
+             const PrecisionGuard forward_precision(precision);
              const Tensor& g = grads[0];  // [..., M, N]
+             const Bf16Copy rg = rounded.a ? round_to_bf16(g) : nullptr;
+             // The product x y with x, y each one of sa, sb, g: their rounded copies when the
+             // forward product was bf16 on the CPU.
+             auto product = [&](const Tensor& x, const Bf16Copy& rx, const Tensor& y, const Bf16Copy& ry, bool tx,
+                                bool ty) {
+               return matmul_forward(x, y, tx, ty, rounded.a ? Bf16Operands{rx, ry} : Bf16Operands{});
+             };
              Tensor da, db;
              // d op(a) = g op(b)^T and d op(b) = op(a)^T g, transposed back when stored transposed.
              if (need_a) {
-               da = transpose_a ? matmul(sb, g, transpose_b, true) : matmul(g, sb, false, !transpose_b);
+               da = transpose_a ? product(sb, rounded.b, g, rg, transpose_b, true)
+                                : product(g, rg, sb, rounded.b, false, !transpose_b);
                da = reduce_to(da, sa.shape());
              }
              if (need_b) {
                if (shape_numel(batch_dims(sb)) == 1 && !transpose_a) {
-                 // Shared b: sum over the batch inside one product of the flattened rows.
+                 // Shared b: sum over the batch inside one product of the flattened rows (the
+                 // rounded copies have the same row-major layout).
                  Tensor a2 = sa.reshape({-1, sa.size(-1)}), g2 = g.reshape({-1, g.size(-1)});
-                 db = transpose_b ? matmul(g2, a2, true, false) : matmul(a2, g2, true, false);
+                 db = transpose_b ? product(g2, rg, a2, rounded.a, true, false)
+                                  : product(a2, rounded.a, g2, rg, true, false);
                  db = db.reshape(sb.shape());
                } else {
-                 db = transpose_b ? matmul(g, sa, true, transpose_a) : matmul(sa, g, !transpose_a, false);
+                 db = transpose_b ? product(g, rg, sa, rounded.a, true, transpose_a)
+                                  : product(sa, rounded.a, g, rg, !transpose_a, false);
                  db = reduce_to(db, sb.shape());
                }
              }

@@ -21,7 +21,11 @@
 //     Batches are the trainer's (BatchLoader windows of the config's data) when the data file
 //     exists, else uniform random ids in [0, 65); the output says which. After warm-up steps,
 //     the median ms/step over --steps steps; tokens/s = batch_size * block_size * grad_accum /
-//     that median. No evals, no checkpoints.
+//     that median. No evals, no checkpoints. Each row runs at every precision of --precision
+//     (default fp32,bf16; bf16 where this CPU has AVX512-BF16): one model per precision from
+//     the same initial weights, the precisions taking turns step by step on the same batches,
+//     and the ratio of their tokens/s (a ratio from one process holds on a loaded machine,
+//     where absolute figures do not).
 // Generation runs first, so that its peak RSS is not the training part's. Peak RSS is the
 // process's high-water mark so far: rows run in the printed order, so a row's figure also
 // covers the rows above it (run one model with --models for a clean figure).
@@ -36,9 +40,13 @@
 // tree the executable was built in), --contexts L1,L2,.. (1024,8192,32768), --decode-steps N
 // (64), --prefill-chunk N (1024; 0 = the whole prompt in one call), --models
 // hybrid,hybrid-full,attention, --steps N (20), --warmup-steps N (3), --threads N,
-// --skip-train, --skip-generate.
+// --precision fp32,bf16 (the training precisions, the first being the ratios' base),
+// --clock wall|cpu (training steps timed in wall time, or in the process's CPU time: at one
+// thread the time the step ran, leaving out the time other processes held the core; with
+// more threads it also counts OpenMP's spinning), --skip-train, --skip-generate.
 #include <omp.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -48,6 +56,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -57,6 +66,7 @@
 #include "data/loader.h"
 #include "lat/dtype.h"
 #include "lat/ops.h"
+#include "lat/precision.h"
 #include "lat/tape.h"
 #include "lat/tensor.h"
 #include "layers/attention.h"
@@ -89,12 +99,21 @@ struct Options {
   int64_t steps = 20;
   int64_t warmup_steps = 3;
   int threads = 0;  // 0 = OpenMP's default
+  std::vector<lat::Precision> precisions = {lat::Precision::fp32, lat::Precision::bf16};
+  bool cpu_time = false;  // time training steps in process CPU time instead of wall time
   bool skip_train = false;
   bool skip_generate = false;
 };
 
 double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+/// The process's CPU time in ms (all its threads).
+double cpu_ms() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return 1e3 * static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_nsec);
 }
 
 /// The median of `v` (the mean of the two middle values for an even count); v non-empty.
@@ -217,12 +236,20 @@ Options parse_options(int argc, char** argv) {
     else if (arg == "--steps") o.steps = parse_count(value(), "--steps");
     else if (arg == "--warmup-steps") o.warmup_steps = parse_count(value(), "--warmup-steps");
     else if (arg == "--threads") o.threads = static_cast<int>(parse_count(value(), "--threads"));
-    else if (arg == "--skip-train") o.skip_train = true;
+    else if (arg == "--precision") {
+      o.precisions.clear();
+      for (const std::string& name : parse_name_list(value())) o.precisions.push_back(lat::parse_precision(name));
+    } else if (arg == "--clock") {
+      const std::string clock = value();
+      if (clock != "wall" && clock != "cpu") throw std::runtime_error("--clock: expected wall or cpu, got '" + clock + "'");
+      o.cpu_time = clock == "cpu";
+    } else if (arg == "--skip-train") o.skip_train = true;
     else if (arg == "--skip-generate") o.skip_generate = true;
     else if (arg == "--help" || arg == "-h") {
       std::printf("usage: bench_model [--config-dir DIR] [--contexts 1024,8192,32768] [--decode-steps 64]\n"
                   "                   [--prefill-chunk 1024] [--models hybrid,hybrid-full,attention]\n"
-                  "                   [--steps 20] [--warmup-steps 3] [--threads N] [--skip-train] [--skip-generate]\n");
+                  "                   [--steps 20] [--warmup-steps 3] [--threads N] [--precision fp32,bf16]\n"
+                  "                   [--clock wall|cpu] [--skip-train] [--skip-generate]\n");
       std::exit(0);
     } else {
       throw std::runtime_error("unknown argument '" + arg + "' (see --help)");
@@ -421,9 +448,10 @@ std::optional<std::string> find_data(const lat::Config& config, const fs::path& 
   return std::nullopt;
 }
 
-/// One training row: the config's name, the variant, its step time.
+/// One training row: the config's name, the variant, its precision and step time.
 struct TrainResult {
   std::string name;
+  lat::Precision precision = lat::Precision::fp32;
   int64_t batch = 0, block = 0, accum = 0;
   double step_ms = 0.0;  // median
   std::string data;      // where the batches came from
@@ -431,9 +459,22 @@ struct TrainResult {
   std::string optimizer;  // TrainOptimizer::type()
 };
 
-/// Times `warmup + steps` trainer steps of `config` and returns the median of the last `steps`.
-TrainResult bench_training(const std::string& name, const lat::Config& config, const fs::path& repo_root,
-                           const Options& options) {
+/// One model in training at one precision: its own weights (the same initial values for
+/// every precision: one seed), optimizer and step times.
+struct Trainee {
+  lat::Precision precision;
+  std::unique_ptr<lat::HybridLM> model;
+  std::unique_ptr<lat::TrainOptimizer> optimizer;
+  std::vector<double> times;
+};
+
+/// Times `warmup + steps` trainer steps of `config` at each of `precisions` and returns, per
+/// precision, the median of the last `steps`. The precisions take turns step by step on the
+/// same batches, so that a change in the machine's load falls on all of them alike and their
+/// ratio holds even where absolute figures drift.
+std::vector<TrainResult> bench_training(const std::string& name, const lat::Config& config,
+                                        const fs::path& repo_root, const std::vector<lat::Precision>& precisions,
+                                        const Options& options) {
   const lat::TrainConfig& train = config.train;
   TrainResult r;
   r.name = name;
@@ -455,10 +496,10 @@ TrainResult bench_training(const std::string& name, const lat::Config& config, c
   } else {
     r.data = "random ids in [0, " + std::to_string(kRandomVocab) + ") (" + config.data.path + " not found)";
   }
-  lat::Generator gen(static_cast<uint64_t>(train.seed));
+  lat::Generator batch_gen(static_cast<uint64_t>(train.seed));
   auto batch = [&](int64_t step, int64_t micro) {
     if (loader) return loader->train_batch(step, micro, train.batch_size);
-    const Tensor window = random_ids(train.batch_size * (r.block + 1), kRandomVocab, gen);
+    const Tensor window = random_ids(train.batch_size * (r.block + 1), kRandomVocab, batch_gen);
     const std::vector<int64_t> ids = window.to_vector<int64_t>();
     std::vector<int64_t> inputs, targets;
     for (int64_t b = 0; b < train.batch_size; ++b) {
@@ -473,14 +514,19 @@ TrainResult bench_training(const std::string& name, const lat::Config& config, c
     return out;
   };
 
-  lat::HybridLM model(lat::hybrid_lm_config(config.model, vocab), gen);
-  r.params_m = static_cast<double>(model.num_parameters()) / 1e6;
-  lat::TrainOptimizer optimizer(train, model.named_parameters());
-  r.optimizer = optimizer.type();
+  std::vector<Trainee> trainees;
+  for (lat::Precision precision : precisions) {
+    lat::Generator gen(static_cast<uint64_t>(train.seed));
+    Trainee t{precision, std::make_unique<lat::HybridLM>(lat::hybrid_lm_config(config.model, vocab), gen), nullptr,
+              {}};
+    t.optimizer = std::make_unique<lat::TrainOptimizer>(train, t.model->named_parameters());
+    r.params_m = static_cast<double>(t.model->num_parameters()) / 1e6;
+    r.optimizer = t.optimizer->type();
+    trainees.push_back(std::move(t));
+  }
   const lat::LrSchedule schedule{train.schedule, train.lr, train.min_lr, train.warmup, train.max_steps};
   schedule.validate();
 
-  std::vector<double> times;
   for (int64_t step = 1; step <= options.warmup_steps + options.steps; ++step) {
     // Batches are drawn outside the timed region, as they are tiny next to a step.
     std::vector<lat::Batch> micro;
@@ -489,23 +535,35 @@ TrainResult bench_training(const std::string& name, const lat::Config& config, c
       micro.push_back(batch(step, m));
       tokens += micro.back().tokens;
     }
-    const auto start = Clock::now();
-    // Run::train_step of train/run/run_loop.cpp, one rank.
-    const double loss = lat::accumulate_gradients(model, micro, tokens, lat::Device::cpu());
-    const lat::GradNorm norm = optimizer.clip_grad_norm(train.grad_clip);
-    if (norm.finite)
-      optimizer.step(schedule.at(step));
-    else
-      optimizer.zero_grad();
-    const double ms = ms_since(start);
-    if (!std::isfinite(loss)) throw std::runtime_error(name + ": non-finite training loss at step " + std::to_string(step));
-    if (step > options.warmup_steps) times.push_back(ms);
+    for (Trainee& t : trainees) {
+      const lat::PrecisionGuard precision(t.precision);
+      const auto start = Clock::now();
+      const double start_cpu = cpu_ms();
+      // Run::train_step of train/run/run_loop.cpp, one rank.
+      const double loss = lat::accumulate_gradients(*t.model, micro, tokens, lat::Device::cpu());
+      const lat::GradNorm norm = t.optimizer->clip_grad_norm(train.grad_clip);
+      if (norm.finite)
+        t.optimizer->step(schedule.at(step));
+      else
+        t.optimizer->zero_grad();
+      const double ms = options.cpu_time ? cpu_ms() - start_cpu : ms_since(start);
+      if (!std::isfinite(loss))
+        throw std::runtime_error(name + ": non-finite training loss at step " + std::to_string(step) + " in " +
+                                 lat::precision_name(t.precision));
+      if (step > options.warmup_steps) t.times.push_back(ms);
+    }
   }
-  r.step_ms = median(times);
-  return r;
+  std::vector<TrainResult> results;
+  for (const Trainee& t : trainees) {
+    r.precision = t.precision;
+    r.step_ms = median(t.times);
+    results.push_back(r);
+  }
+  return results;
 }
 
-/// The training part: both configs as they are and at nanoGPT size.
+/// The training part: both configs as they are and at nanoGPT size, at each precision of
+/// --precision that this CPU runs (bf16 needs AVX512-BF16), with the ratio of each to the first.
 void run_training(const fs::path& config_dir, const Options& options) {
   lat::keep_freed_memory();
   const fs::path repo_root = config_dir.parent_path();
@@ -520,25 +578,40 @@ void run_training(const fs::path& config_dir, const Options& options) {
       {"transformer", "shakespeare_transformer.yaml", {}},
       {"transformer nanoGPT-size", "shakespeare_transformer.yaml", nanogpt},
   };
+  std::vector<lat::Precision> precisions;
+  for (lat::Precision p : options.precisions) {
+    if (lat::bf16_supported(lat::Device::cpu()) || p == lat::Precision::fp32)
+      precisions.push_back(p);
+    else
+      std::printf("precision %s skipped: this CPU has no AVX512-BF16 (or DNNL_MAX_CPU_ISA caps it)\n",
+                  lat::precision_name(p));
+  }
+  if (precisions.empty()) return;
   std::printf("== Training (trainer steps: forward + cross-entropy + backward + clip + optimizer update; "
-              "median of %lld steps after %lld warm-up) ==\n",
-              static_cast<long long>(options.steps), static_cast<long long>(options.warmup_steps));
-  std::printf("%-26s %8s %6s %6s %7s %6s %11s %10s\n", "config", "params M", "batch", "block", "accum", "opt",
-              "ms/step", "tokens/s");
+              "median of %lld steps after %lld warm-up; precisions take turns step by step; %s time) ==\n",
+              static_cast<long long>(options.steps), static_cast<long long>(options.warmup_steps),
+              options.cpu_time ? "CPU" : "wall");
+  std::printf("%-26s %5s %8s %6s %6s %7s %6s %11s %10s %7s\n", "config", "prec", "params M", "batch", "block",
+              "accum", "opt", "ms/step", "tokens/s", "ratio");
   std::fflush(stdout);
   std::vector<std::string> sources;
   for (const Row& row : rows) {
     const lat::Config config = lat::load_config((config_dir / row.file).string(), row.overrides);
-    const TrainResult r = bench_training(row.name, config, repo_root, options);
-    const double tokens = static_cast<double>(r.batch * r.block * r.accum);
-    std::printf("%-26s %8.3f %6lld %6lld %7lld %6s %11.2f %10.0f\n", r.name.c_str(), r.params_m,
-                static_cast<long long>(r.batch), static_cast<long long>(r.block), static_cast<long long>(r.accum),
-                r.optimizer.c_str(), r.step_ms, tokens / (r.step_ms / 1e3));
-    std::fflush(stdout);
-    if (std::find(sources.begin(), sources.end(), r.data) == sources.end()) sources.push_back(r.data);
+    const std::vector<TrainResult> results = bench_training(row.name, config, repo_root, precisions, options);
+    for (const TrainResult& r : results) {
+      const double tokens = static_cast<double>(r.batch * r.block * r.accum);
+      std::printf("%-26s %5s %8.3f %6lld %6lld %7lld %6s %11.2f %10.0f %6.2fx\n", r.name.c_str(),
+                  lat::precision_name(r.precision), r.params_m, static_cast<long long>(r.batch),
+                  static_cast<long long>(r.block), static_cast<long long>(r.accum), r.optimizer.c_str(), r.step_ms,
+                  tokens / (r.step_ms / 1e3), results.front().step_ms / r.step_ms);
+      std::fflush(stdout);
+    }
+    if (std::find(sources.begin(), sources.end(), results.front().data) == sources.end())
+      sources.push_back(results.front().data);
   }
   for (const std::string& s : sources) std::printf("batches: %s\n", s.c_str());
-  std::printf("\n");
+  std::printf("(ratio: tokens/s over those of the row's first precision, %s, measured in the same steps)\n\n",
+              lat::precision_name(precisions.front()));
 }
 
 }  // namespace

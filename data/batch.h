@@ -14,10 +14,15 @@ constexpr int64_t kIgnoreIndex = -100;
 
 /// inputs, targets: [rows, T] i64 (T = block_size), targets[r, t] = the token after
 /// inputs[r, t] (or kIgnoreIndex). `tokens` counts the targets that are not kIgnoreIndex.
+/// cu_seqlens (packed documents only, else undefined): i64 [N+1], the offsets of the N
+/// sequences of the rows * T tokens of `inputs` read row after row, 0 = c_0 < ... < c_N =
+/// rows * T; every row start r * T is one, so a sequence never spans two rows. The model
+/// takes it as it is (HybridLM::forward(inputs, cu_seqlens)); no target crosses an offset.
 struct Batch {
   Tensor inputs;
   Tensor targets;
   int64_t tokens = 0;
+  Tensor cu_seqlens{};  // {}: brace-initialized batches may leave it out
 };
 
 /// Rows [begin, end) of a micro-batch.

@@ -24,6 +24,21 @@ std::string file_prefix(const std::string& path, size_t n) {
   return bytes;
 }
 
+// With model.vocab_size 0 the vocabulary is the largest id + 1, so one stray id (a wrong
+// data.bin_dtype, a file that is not token ids) would size the embedding: bound it first.
+void check_ids_for_data_vocabulary(const std::vector<int32_t>& tokens, const DataOptions& options,
+                                   const std::string& format) {
+  const auto bad = std::find_if(tokens.begin(), tokens.end(), [](int32_t id) { return id >= kMaxDataVocabSize; });
+  const std::string setting = format == "bin" ? "data.bin_dtype (read as " + options.bin_dtype +
+                                                    " unless an llm.c header says otherwise)"
+                                              : "data.h5_dataset ('" + options.h5_dataset + "')";
+  LAT_CHECK(bad == tokens.end(), "load_data: " << options.path << ": token id " << *bad << " at offset "
+                                               << (bad - tokens.begin()) << " is not below " << kMaxDataVocabSize
+                                               << ", the largest vocabulary lat takes from the data "
+                                               << "(model.vocab_size: 0; set model.vocab_size for more); check "
+                                               << setting << " and data.format");
+}
+
 }  // namespace
 
 const char* split_name(Split split) { return split == Split::train ? "train" : "val"; }
@@ -42,6 +57,12 @@ Dataset::Dataset(std::vector<int32_t> tokens, double val_fraction, int64_t block
   }
 }
 
+Dataset::Dataset(std::vector<int32_t> tokens, double val_fraction, int64_t block_size,
+                 const std::vector<int32_t>& separator)
+    : Dataset(std::move(tokens), val_fraction, block_size) {
+  documents_.emplace(tokens_, separator);
+}
+
 int32_t Dataset::max_id() const { return *std::max_element(tokens_.begin(), tokens_.end()); }
 
 void check_token_ids(const std::vector<int32_t>& tokens, int64_t vocab_size, const std::string& source) {
@@ -55,17 +76,22 @@ void Dataset::check_ids(int64_t vocab_size, const std::string& source) const {
   check_token_ids(tokens_, vocab_size, source);
 }
 
+std::string format_by_extension(const std::string& path) {
+  if (ends_with(path, ".txt")) return "text";
+  if (ends_with(path, ".bin")) return "bin";
+  if (ends_with(path, ".h5") || ends_with(path, ".hdf5")) return "h5";
+  return "";
+}
+
 std::string resolve_format(const std::string& path, const std::string& format) {
   if (format != "auto") {
     LAT_CHECK(format == "text" || format == "bin" || format == "h5",
               "load_data: data.format: expected auto, text, bin or h5, got '" << format << "'");
     return format;
   }
-  if (ends_with(path, ".txt")) return "text";
-  if (ends_with(path, ".bin")) return "bin";
-  if (ends_with(path, ".h5") || ends_with(path, ".hdf5")) return "h5";
+  if (std::string by_name = format_by_extension(path); !by_name.empty()) return by_name;
   std::string prefix = file_prefix(path, 8);
-  if (prefix == std::string("\x89HDF\r\n\x1a\n", 8)) return "h5";
+  if (prefix == kHdf5Signature) return "h5";
   if (prefix.size() >= 4) {
     int32_t magic;
     std::memcpy(&magic, prefix.data(), 4);
@@ -77,6 +103,11 @@ std::string resolve_format(const std::string& path, const std::string& format) {
 LoadedData load_data(const DataOptions& options, const std::optional<Tokenizer>& tokenizer) {
   LAT_CHECK(!options.path.empty(), "load_data: data.path: expected a file path, got an empty string");
   std::string format = resolve_format(options.path, options.format);
+  const std::string mismatch = doc_separator_mismatch(options.doc_separator, format);
+  LAT_CHECK(mismatch.empty(), "load_data: data.doc_separator: " << mismatch << " (" << options.path << ")");
+  LAT_CHECK(!options.packing || !std::holds_alternative<std::monostate>(options.doc_separator),
+            "load_data: data.packing: needs data.doc_separator, the string (text) or token id (bin, h5) that ends "
+            "each document");
   std::vector<int32_t> tokens;
   std::optional<Tokenizer> used;
   if (format == "text") {
@@ -90,8 +121,20 @@ LoadedData load_data(const DataOptions& options, const std::optional<Tokenizer>&
   } else {
     tokens = read_h5_tokens(options.path, options.h5_dataset);
   }
-  if (options.vocab_size > 0) check_token_ids(tokens, options.vocab_size, options.path);
-  return LoadedData{Dataset(std::move(tokens), options.val_fraction, options.block_size), used, format};
+  if (options.vocab_size > 0)
+    check_token_ids(tokens, options.vocab_size, options.path);
+  else if (format != "text")
+    check_ids_for_data_vocabulary(tokens, options, format);
+  if (!options.packing)
+    return LoadedData{Dataset(std::move(tokens), options.val_fraction, options.block_size), used, format};
+  Dataset packed(std::move(tokens), options.val_fraction, options.block_size,
+                 doc_separator_ids(options.doc_separator, used, options.path));
+  // A separator that never splits the stream would silently train on one long document:
+  // most likely a YAML string in single quotes, where '\n' is a backslash and an n.
+  LAT_CHECK(packed.documents()->num_starts() > 0, "load_data: data.doc_separator "
+                                                      << describe_doc_separator(options.doc_separator)
+                                                      << " separates no two documents of " << options.path);
+  return LoadedData{std::move(packed), used, format};
 }
 
 }  // namespace lat

@@ -2,6 +2,7 @@
 #include "data/loader.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "data/splitmix64.h"
 
@@ -12,21 +13,53 @@ namespace {
 constexpr uint64_t kTrainTag = 0x7472616Eull;  // "tran"
 constexpr uint64_t kValTag = 0x76616C00ull;     // "val"
 
-// Copies `rows` windows of T + 1 tokens, row r starting at offset start_of(r) of `split`.
+// Cuts the rows of `b` where documents start; row r holds the T tokens from stream offset
+// first[r]. A document starting at p inside a row (first[r] < p < first[r] + T) is a sequence
+// boundary; the token before every document start (p <= first[r] + T: also a row's last token
+// when the token after the row starts a document) gets target kIgnoreIndex. Sets
+// b.cu_seqlens to [0, boundaries of row 0, T, ..., rows * T] and keeps b.tokens the count of
+// real targets.
+void cut_at_documents(const DocumentIndex& documents, const std::vector<int64_t>& first, Batch& b) {
+  const int64_t rows = static_cast<int64_t>(first.size());
+  const int64_t T = b.inputs.size(1);
+  int64_t* targets = b.targets.data<int64_t>();
+  std::vector<int64_t> cu_seqlens = {0};
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t p : documents.starts_in(first[r], first[r] + T)) {
+      const int64_t t = p - first[r];  // the document's first token in the row (t == T: the next row's)
+      if (t < T) cu_seqlens.push_back(r * T + t);
+      int64_t& target = targets[r * T + t - 1];
+      if (target != kIgnoreIndex) --b.tokens;
+      target = kIgnoreIndex;
+    }
+    cu_seqlens.push_back((r + 1) * T);
+  }
+  const int64_t n = static_cast<int64_t>(cu_seqlens.size());
+  b.cu_seqlens = Tensor::from_vector(cu_seqlens, {n});
+}
+
+// Copies `rows` windows of T + 1 tokens, row r starting at offset start_of(r) of `split`, and
+// cuts them at document starts when the dataset is packed.
 template <class StartFn>
 Batch gather_windows(const Dataset& dataset, Split split, int64_t rows, StartFn start_of) {
   const int64_t T = dataset.block_size();
   const int32_t* data = dataset.split_data(split);
-  Batch b{Tensor::empty({rows, T}, DType::i64), Tensor::empty({rows, T}, DType::i64), rows * T};
+  Batch b{.inputs = Tensor::empty({rows, T}, DType::i64),
+          .targets = Tensor::empty({rows, T}, DType::i64),
+          .tokens = rows * T};
   int64_t* inputs = b.inputs.data<int64_t>();
   int64_t* targets = b.targets.data<int64_t>();
+  std::vector<int64_t> first(rows);
   for (int64_t r = 0; r < rows; ++r) {
-    const int32_t* window = data + start_of(r);
+    const int64_t start = start_of(r);
+    first[r] = dataset.split_begin(split) + start;
+    const int32_t* window = data + start;
     for (int64_t t = 0; t < T; ++t) {
       inputs[r * T + t] = window[t];
       targets[r * T + t] = window[t + 1];
     }
   }
+  if (dataset.documents()) cut_at_documents(*dataset.documents(), first, b);
   return b;
 }
 
@@ -46,7 +79,7 @@ BatchLoader::BatchLoader(const SyntheticTask& task, uint64_t seed) : source_(tas
 
 std::string BatchLoader::sampler() const {
   if (const auto* task = std::get_if<SyntheticTask>(&source_)) return task->sampler();
-  return "splitmix64-windows-v1";
+  return std::get<const Dataset*>(source_)->documents() ? "splitmix64-packed-v1" : "splitmix64-windows-v1";
 }
 
 int64_t BatchLoader::block_size() const {
@@ -78,7 +111,7 @@ Batch BatchLoader::batch(Split split, int64_t step, int64_t micro, RowRange rows
   const int64_t n = rows.end - rows.begin;
   if (const auto* task = std::get_if<SyntheticTask>(&source_)) {
     const int64_t T = task->seq_len();
-    Batch b{Tensor::empty({n, T}, DType::i64), Tensor::empty({n, T}, DType::i64), 0};
+    Batch b{.inputs = Tensor::empty({n, T}, DType::i64), .targets = Tensor::empty({n, T}, DType::i64)};
     for (int64_t r = 0; r < n; ++r)
       b.tokens += task->sample(row_key(split, step, micro, rows.begin + r), b.inputs.data<int64_t>() + r * T,
                                b.targets.data<int64_t>() + r * T);
@@ -100,7 +133,16 @@ SequentialEval::SequentialEval(const Dataset& dataset, int64_t batch_size)
     : dataset_(&dataset), batch_size_(batch_size) {
   LAT_CHECK(batch_size >= 1, "SequentialEval: batch_size: expected >= 1, got " << batch_size);
   const int64_t T = dataset.block_size();
-  num_windows_ = (num_targets() + T - 1) / T;
+  num_windows_ = (dataset.split_size(Split::val) - 1 + T - 1) / T;
+}
+
+int64_t SequentialEval::num_targets() const {
+  const int64_t begin = dataset_->split_begin(Split::val);
+  const int64_t end = begin + dataset_->split_size(Split::val);
+  if (!dataset_->documents()) return end - begin - 1;
+  // A document start p makes the target of token p - 1 kIgnoreIndex; p >= begin + 1 keeps
+  // that token in the split.
+  return end - begin - 1 - static_cast<int64_t>(dataset_->documents()->starts_in(begin, end).size());
 }
 
 Batch SequentialEval::batch(int64_t index) const {
@@ -111,11 +153,13 @@ Batch SequentialEval::batch(int64_t index) const {
   const int32_t* data = dataset_->split_data(Split::val);
   const int64_t first = index * batch_size_;
   const int64_t rows = std::min(batch_size_, num_windows_ - first);
-  Batch b{Tensor::empty({rows, T}, DType::i64), Tensor::empty({rows, T}, DType::i64), 0};
+  Batch b{.inputs = Tensor::empty({rows, T}, DType::i64), .targets = Tensor::empty({rows, T}, DType::i64)};
   int64_t* inputs = b.inputs.data<int64_t>();
   int64_t* targets = b.targets.data<int64_t>();
+  std::vector<int64_t> window_first(rows);
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t start = (first + r) * T;
+    window_first[r] = dataset_->split_begin(Split::val) + start;
     for (int64_t t = 0; t < T; ++t) {
       const int64_t i = start + t;
       const bool has_target = i + 1 < n;
@@ -124,6 +168,7 @@ Batch SequentialEval::batch(int64_t index) const {
       b.tokens += has_target;
     }
   }
+  if (dataset_->documents()) cut_at_documents(*dataset_->documents(), window_first, b);
   return b;
 }
 

@@ -24,6 +24,19 @@ RowRange rank_rows(int64_t batch_size, int rank, int world_size);
 /// the split (n tokens, T = block_size), uniform over every valid start. From a synthetic
 /// task (data.task), the task's sequence of key h (SyntheticTask::sample), so the train and
 /// val splits are two disjoint streams of generated sequences.
+///
+/// A packed dataset (Dataset::documents(), data.packing) is the stream of its documents back
+/// to back; its windows are the same windows, at the same starts, of that stream, each cut into
+/// sequences where a document starts (the dataset's index of document starts, found once, so
+/// cutting a row is a binary search and the batch stays a pure function of its key). A row
+/// usually starts inside a document, which then continues from the row's first token as a
+/// sequence of its own; a document longer than the window continues past it. Uniform starts
+/// keep every token equally likely to be trained on, whatever the documents' lengths (starts
+/// aligned to documents would favour short ones). No target crosses a boundary: the separator
+/// stays the last token(s) of the document it ends and is predicted from inside it, and the
+/// target of a document's last token (the next document's first token) is kIgnoreIndex.
+/// Batch::cu_seqlens then holds the boundaries; it is undefined for an unpacked dataset and a
+/// synthetic task, whose batches are exactly those of before packing existed.
 /// The dataset must outlive the loader; the task is copied.
 class BatchLoader {
  public:
@@ -31,8 +44,8 @@ class BatchLoader {
   BatchLoader(const SyntheticTask& task, uint64_t seed);
 
   /// Name and version of the sampling rule ("splitmix64-windows-v1" for a dataset,
-  /// SyntheticTask::sampler() for a task), saved in the checkpoint's /data so that a
-  /// resume under a different rule is detected.
+  /// "splitmix64-packed-v1" for a packed one, SyntheticTask::sampler() for a task), saved in
+  /// the checkpoint's /data so that a resume under a different rule is detected.
   std::string sampler() const;
   uint64_t seed() const { return seed_; }
   int64_t block_size() const;
@@ -61,14 +74,18 @@ class BatchLoader {
 /// val[w*T, w*T + T) and targets val[w*T + 1, w*T + T + 1), so every val token after the
 /// first is a target exactly once. The last window is padded where the split ends
 /// (targets kIgnoreIndex, inputs 0 past the last token). Batch i holds windows [i*B, min((i+1)*B, W)).
+/// A packed dataset's windows are cut at document starts as BatchLoader's are (a document
+/// cut by a window's end continues in the next window as a new sequence), and the first token
+/// of each document is no target.
 class SequentialEval {
  public:
   /// Throws lat::Error when batch_size < 1. The dataset must outlive this object.
   SequentialEval(const Dataset& dataset, int64_t batch_size);
   int64_t num_windows() const { return num_windows_; }
   int64_t num_batches() const { return (num_windows_ + batch_size_ - 1) / batch_size_; }
-  /// Targets over all batches: the val split's size minus one.
-  int64_t num_targets() const { return dataset_->split_size(Split::val) - 1; }
+  /// Targets over all batches: the val split's size minus one, minus (packed) the documents
+  /// that start in the val split after its first token.
+  int64_t num_targets() const;
   /// Batch `index` in [0, num_batches()); its last batch may have fewer rows.
   Batch batch(int64_t index) const;
 

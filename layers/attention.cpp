@@ -6,6 +6,7 @@
 
 #include "lat/ops.h"
 #include "lat/tape.h"
+#include "layers/cu_seqlens.h"
 #include "layers/fused/attention_op.h"
 #include "layers/fused/rope.h"
 
@@ -79,14 +80,25 @@ Attention::Attention(const AttentionConfig& config, Generator& gen) : config_(co
   o_proj_ = &register_module("o_proj", std::make_unique<Linear>(q_dim, c.d_model, gen, c.out_init_std));
 }
 
-Tensor Attention::forward(const Tensor& x) const {
+Tensor Attention::forward(const Tensor& x, const Tensor& cu_seqlens) const {
+  const char* op = "Attention::forward";
   LAT_CHECK(x.dim() == 3 && x.size(2) == config_.d_model,
-            "Attention::forward: x: expected shape [B, T, " << config_.d_model << "], got " << shape_str(x.shape()));
+            op << ": x: expected shape [B, T, " << config_.d_model << "], got " << shape_str(x.shape()));
+  if (cu_seqlens.defined()) {
+    // The ops take packed sequences as one row (B == 1).
+    const int64_t B = x.size(0), T = x.size(1);
+    const Tensor cu = cu_seqlens_with_row_starts(op, cu_seqlens, B, T);
+    return attend(x.reshape({1, B * T, config_.d_model}), cu).reshape({B, T, config_.d_model});
+  }
+  return attend(x, Tensor());
+}
+
+Tensor Attention::attend(const Tensor& x, const Tensor& cu_seqlens) const {
   const int64_t B = x.size(0), T = x.size(1), H = config_.n_heads, Hkv = config_.n_kv_heads, D = config_.head_dim;
-  Tensor q = rotary_embedding(q_proj_->forward(x).reshape({B, T, H, D}), config_.rope_theta);
-  Tensor k = rotary_embedding(k_proj_->forward(x).reshape({B, T, Hkv, D}), config_.rope_theta);
+  Tensor q = rotary_embedding(q_proj_->forward(x).reshape({B, T, H, D}), config_.rope_theta, 0, cu_seqlens);
+  Tensor k = rotary_embedding(k_proj_->forward(x).reshape({B, T, Hkv, D}), config_.rope_theta, 0, cu_seqlens);
   Tensor v = v_proj_->forward(x).reshape({B, T, Hkv, D});
-  Tensor o = causal_attention(q, k, v, {}, config_.window_size);
+  Tensor o = causal_attention(q, k, v, {}, config_.window_size, {}, cu_seqlens);
   return o_proj_->forward(o.reshape({B, T, H * D}));
 }
 

@@ -36,8 +36,10 @@ class Attention : public Mixer {
   /// head_dim (RoPE rotates pairs), a negative window or a non-positive rope_theta.
   Attention(const AttentionConfig& config, Generator& gen);
 
-  /// x: [B, T, d_model] f32 -> [B, T, d_model].
-  Tensor forward(const Tensor& x) const override;
+  /// x: [B, T, d_model] f32 -> [B, T, d_model], optionally packed (Mixer::forward: x is
+  /// flattened to one row of B*T tokens; RoPE positions restart and attention stays inside
+  /// each sequence).
+  Tensor forward(const Tensor& x, const Tensor& cu_seqlens = {}) const override;
   /// An empty KVCache.
   std::unique_ptr<MixerState> make_state(int64_t batch) const override;
   /// Appends the T tokens of x [B, T, d_model] to the KVCache `state` and attends over it.
@@ -46,6 +48,9 @@ class Attention : public Mixer {
   const AttentionConfig& config() const { return config_; }
 
  private:
+  /// forward() on x [B, T, d_model] (B == 1 with cu_seqlens, the row's packed sequences).
+  Tensor attend(const Tensor& x, const Tensor& cu_seqlens) const;
+
   AttentionConfig config_;  // with n_kv_heads and head_dim resolved
   Linear* q_proj_;
   Linear* k_proj_;

@@ -27,10 +27,10 @@ DeltaNet::DeltaNet(const MixerConfig& config, Generator& gen, Decay decay)
 
 GatedDeltaNet::GatedDeltaNet(const MixerConfig& config, Generator& gen) : DeltaNet(config, gen, Decay::mamba2) {}
 
-Tensor DeltaNet::run(const Tensor& x, LinearMixerState* state) const {
+Tensor DeltaNet::run(const Tensor& x, LinearMixerState* state, const Tensor& cu_seqlens) const {
   const int64_t B = x.size(0), T = x.size(1), H = config_.n_heads;
   const int chunk_size = static_cast<int>(config_.chunk_size);
-  QKV p = project_qkv(x, state, WithoutConv::silu);
+  QKV p = project_qkv(x, state, WithoutConv::silu, cu_seqlens);
   Tensor b = beta(x);
   Tensor g = gated_ ? mamba2_log_decay(x) : Tensor();
   Tensor o;
@@ -47,12 +47,14 @@ Tensor DeltaNet::run(const Tensor& x, LinearMixerState* state) const {
     LinearAttentionOutput r;
     if (use_chunk(T, state))
       r = gated_ ? chunk_gated_delta_rule(p.q, p.k, p.v, g, b, {}, h0, output_final_state, kUseQkL2NormInKernel,
-                                          chunk_size)
-                 : chunk_delta_rule(p.q, p.k, p.v, b, {}, h0, output_final_state, kUseQkL2NormInKernel, chunk_size);
+                                          chunk_size, cu_seqlens)
+                 : chunk_delta_rule(p.q, p.k, p.v, b, {}, h0, output_final_state, kUseQkL2NormInKernel, chunk_size,
+                                    cu_seqlens);
     else
       r = gated_ ? fused_recurrent_gated_delta_rule(p.q, p.k, p.v, g, b, {}, h0, output_final_state,
-                                                    kUseQkL2NormInKernel)
-                 : fused_recurrent_delta_rule(p.q, p.k, p.v, b, {}, h0, output_final_state, kUseQkL2NormInKernel);
+                                                    kUseQkL2NormInKernel, cu_seqlens)
+                 : fused_recurrent_delta_rule(p.q, p.k, p.v, b, {}, h0, output_final_state, kUseQkL2NormInKernel,
+                                              cu_seqlens);
     if (state != nullptr) state->recurrent_state = r.final_state;
     o = r.o;
   }

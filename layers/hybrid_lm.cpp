@@ -5,6 +5,7 @@
 
 #include "lat/ops.h"
 #include "lat/tape.h"
+#include "layers/cu_seqlens.h"
 
 namespace lat {
 
@@ -17,8 +18,8 @@ HybridBlock::HybridBlock(const std::string& kind, const MixerConfig& mixer, doub
                                                           mlp_out_init_std));
 }
 
-Tensor HybridBlock::forward(const Tensor& x) const {
-  Tensor h = x + attn_->forward(attn_norm_->forward(x));
+Tensor HybridBlock::forward(const Tensor& x, const Tensor& cu_seqlens) const {
+  Tensor h = x + attn_->forward(attn_norm_->forward(x), cu_seqlens);
   return h + mlp_->forward(mlp_norm_->forward(h));
 }
 
@@ -64,10 +65,14 @@ Tensor HybridLM::head(const Tensor& h) const {
       .reshape({B, T, config_.vocab_size});
 }
 
-Tensor HybridLM::forward(const Tensor& ids) const {
+Tensor HybridLM::forward(const Tensor& ids, const Tensor& cu_seqlens) const {
   check_ids(ids, "forward");
+  // Merged with the row starts once here, so that errors name the model's argument.
+  const Tensor cu = cu_seqlens.defined()
+                        ? cu_seqlens_with_row_starts("HybridLM::forward", cu_seqlens, ids.size(0), ids.size(1))
+                        : Tensor();
   Tensor h = embeddings_->forward(ids);
-  for (const HybridBlock* block : blocks_) h = block->forward(h);
+  for (const HybridBlock* block : blocks_) h = block->forward(h, cu);
   return head(h);
 }
 

@@ -42,8 +42,9 @@ class HybridBlock : public Module {
   HybridBlock(const std::string& kind, const MixerConfig& mixer, double mlp_ratio, double mlp_out_init_std,
               Generator& gen);
 
-  /// x: [B, T, D] -> [B, T, D]; recorded on the tape.
-  Tensor forward(const Tensor& x) const;
+  /// x: [B, T, D] -> [B, T, D]; recorded on the tape. cu_seqlens: packed sequences of x,
+  /// passed to the mixer (Mixer::forward); the norms and the MLP act per token.
+  Tensor forward(const Tensor& x, const Tensor& cu_seqlens = {}) const;
   /// Generation form: continues the sequences of `state` (made by mixer().make_state).
   Tensor step(const Tensor& x, MixerState& state) const;
 
@@ -72,8 +73,16 @@ class HybridLM : public Module {
   HybridLM(const HybridLMConfig& config, Generator& gen);
 
   /// ids: [B, T] i64 -> logits [B, T, vocab_size] f32; recorded on the tape.
-  /// Throws lat::Error on a wrong shape or dtype, or an id outside [0, vocab_size).
-  Tensor forward(const Tensor& ids) const;
+  /// cu_seqlens (optional, i64 [N + 1]): documents packed into the batch, as offsets
+  /// 0 = c_0 < ... < c_N = B*T over the B*T tokens read row after row; every row start b*T
+  /// is a boundary too, listed or not (so offsets relative to one row's tokens need only
+  /// that row's boundaries, shifted by b*T). Each sequence is then modelled as if alone:
+  /// every mixer starts fresh at its first token (linear-attention states, short
+  /// convolutions, softmax attention) and RoPE positions restart there; a padding tail
+  /// given as a sequence of its own leaves the tokens before it unchanged.
+  /// Throws lat::Error on a wrong shape or dtype, an id outside [0, vocab_size), or invalid
+  /// cu_seqlens (naming it, expected versus found).
+  Tensor forward(const Tensor& ids, const Tensor& cu_seqlens = {}) const;
 
   /// Empty generation states (no tokens seen) for `batch` sequences.
   HybridLMState make_states(int64_t batch) const;

@@ -27,9 +27,9 @@ LinearAttention::LinearAttention(const MixerConfig& config, Generator& gen) : Li
 
 int64_t LinearAttention::state_columns() const { return config_.normalize ? value_dim() + 1 : value_dim(); }
 
-Tensor LinearAttention::run(const Tensor& x, LinearMixerState* state) const {
+Tensor LinearAttention::run(const Tensor& x, LinearMixerState* state, const Tensor& cu_seqlens) const {
   const int64_t B = x.size(0), T = x.size(1), H = config_.n_heads;
-  QKV p = project_qkv(x, state, WithoutConv::identity);
+  QKV p = project_qkv(x, state, WithoutConv::identity, cu_seqlens);
   Tensor q = feature_map(p.q, config_.feature_map), k = feature_map(p.k, config_.feature_map);
   const bool normalize = config_.normalize;
   Tensor o;
@@ -38,10 +38,10 @@ Tensor LinearAttention::run(const Tensor& x, LinearMixerState* state) const {
             .reshape({B, 1, H, value_dim()});
   } else {
     const Tensor h0 = state != nullptr ? state->recurrent_state : Tensor();
-    LinearAttentionOutput r =
-        use_chunk(T, state)
-            ? chunk_linear_attn(q, k, p.v, {}, normalize, h0, state != nullptr, static_cast<int>(config_.chunk_size))
-            : fused_recurrent_linear_attn(q, k, p.v, {}, normalize, h0, state != nullptr);
+    LinearAttentionOutput r = use_chunk(T, state) ? chunk_linear_attn(q, k, p.v, {}, normalize, h0, state != nullptr,
+                                                                      static_cast<int>(config_.chunk_size), cu_seqlens)
+                                                  : fused_recurrent_linear_attn(q, k, p.v, {}, normalize, h0,
+                                                                                state != nullptr, cu_seqlens);
     if (state != nullptr) state->recurrent_state = r.final_state;
     o = r.o;
   }

@@ -57,8 +57,10 @@ struct LinearMixerState : MixerState {
 /// flash-linear-attention does.
 class LinearMixer : public Mixer {
  public:
-  /// x: [B, T, d_model] f32 -> [B, T, d_model]. Throws lat::Error on a wrong shape.
-  Tensor forward(const Tensor& x) const override;
+  /// x: [B, T, d_model] f32 -> [B, T, d_model], optionally packed (Mixer::forward: x is
+  /// flattened to one row of B*T tokens whose sequences every op keeps apart). Throws
+  /// lat::Error on a wrong shape or invalid cu_seqlens.
+  Tensor forward(const Tensor& x, const Tensor& cu_seqlens = {}) const override;
   /// A LinearMixerState with zero recurrent and conv states for `batch` sequences.
   std::unique_ptr<MixerState> make_state(int64_t batch) const override;
   /// Continues the sequences of `state` (a LinearMixerState of this kind) by x [B, T, d_model].
@@ -76,8 +78,10 @@ class LinearMixer : public Mixer {
   LinearMixer(std::string kind, const MixerConfig& config);
 
   /// The mixer on x [B, T, d_model]; `state` is null in forward() (recorded on the tape) and
-  /// the generation state in step() (run under NoGradGuard; updates the state).
-  virtual Tensor run(const Tensor& x, LinearMixerState* state) const = 0;
+  /// the generation state in step() (run under NoGradGuard; updates the state). cu_seqlens:
+  /// the packed sequences of x (B == 1, from forward()), or undefined; the short
+  /// convolutions and the kernel op take it.
+  virtual Tensor run(const Tensor& x, LinearMixerState* state, const Tensor& cu_seqlens) const = 0;
   /// Columns of the recurrent state: V, or V + 1 for normalized linear attention.
   virtual int64_t state_columns() const { return value_dim_; }
 
@@ -104,8 +108,9 @@ class LinearMixer : public Mixer {
   /// GatedDeltaNet).
   enum class WithoutConv { identity, silu };
   /// Projections, then the short convolutions (continuing the conv states of `state` when
-  /// given), or `without_conv` when config.use_short_conv is off.
-  QKV project_qkv(const Tensor& x, LinearMixerState* state, WithoutConv without_conv) const;
+  /// given; each packed sequence of cu_seqlens from zeros), or `without_conv` when
+  /// config.use_short_conv is off.
+  QKV project_qkv(const Tensor& x, LinearMixerState* state, WithoutConv without_conv, const Tensor& cu_seqlens) const;
   /// g [B, T, H] = -exp(A_log) * softplus(x a_proj^T + dt_bias).
   Tensor mamba2_log_decay(const Tensor& x) const;
   /// beta [B, T, H] = sigmoid(x b_proj^T).
@@ -150,7 +155,7 @@ class LinearAttention : public LinearMixer {
   LinearAttention(const MixerConfig& config, Generator& gen);
 
  protected:
-  Tensor run(const Tensor& x, LinearMixerState* state) const override;
+  Tensor run(const Tensor& x, LinearMixerState* state, const Tensor& cu_seqlens) const override;
   int64_t state_columns() const override;
 };
 
@@ -169,7 +174,7 @@ class SimpleGLA : public LinearMixer {
   Tensor log_decay(const Tensor& x) const;
 
  protected:
-  Tensor run(const Tensor& x, LinearMixerState* state) const override;
+  Tensor run(const Tensor& x, LinearMixerState* state, const Tensor& cu_seqlens) const override;
 
  private:
   bool retention_;
@@ -188,7 +193,7 @@ class DeltaNet : public LinearMixer {
   /// The state's decay: none (DeltaNet) or Mamba-2's data-dependent gate (GatedDeltaNet).
   enum class Decay { none, mamba2 };
   DeltaNet(const MixerConfig& config, Generator& gen, Decay decay);
-  Tensor run(const Tensor& x, LinearMixerState* state) const override;
+  Tensor run(const Tensor& x, LinearMixerState* state, const Tensor& cu_seqlens) const override;
 
  private:
   bool gated_;

@@ -7,6 +7,7 @@
 
 #include "lat/ops.h"
 #include "lat/tape.h"
+#include "layers/cu_seqlens.h"
 #include "layers/linear_attention/common.h"
 #include "layers/linear_attention_layers.h"
 
@@ -32,10 +33,11 @@ void init_mamba2_decay(Tensor& A_log, Tensor& dt_bias, Generator& gen) {
   }
 }
 
-// A short convolution over x [B, T, D]: without a state the training form (zero history);
-// with one, it continues from the conv state and leaves the last conv_size - 1 inputs in it.
-Tensor run_conv(const ShortConvolution& conv, const Tensor& x, Tensor* conv_state) {
-  if (conv_state == nullptr || conv.conv_size() == 1) return conv.forward(x);
+// A short convolution over x [B, T, D]: without a state the training form (zero history,
+// per packed sequence of cu_seqlens when given); with one, it continues from the conv
+// state and leaves the last conv_size - 1 inputs in it.
+Tensor run_conv(const ShortConvolution& conv, const Tensor& x, Tensor* conv_state, const Tensor& cu_seqlens) {
+  if (conv_state == nullptr || conv.conv_size() == 1) return conv.forward(x, cu_seqlens);
   if (x.size(1) == 1) return conv.step(x, *conv_state);
   Tensor y = short_conv(x, conv.weight(), *conv_state);
   *conv_state = short_conv_final_state(x, conv.conv_size(), *conv_state);
@@ -112,13 +114,14 @@ void LinearMixer::add_o_proj(Generator& gen) {
                              std::make_unique<Linear>(c.n_heads * value_dim_, c.d_model, gen, c.out_init_std));
 }
 
-LinearMixer::QKV LinearMixer::project_qkv(const Tensor& x, LinearMixerState* state, WithoutConv without_conv) const {
+LinearMixer::QKV LinearMixer::project_qkv(const Tensor& x, LinearMixerState* state, WithoutConv without_conv,
+                                          const Tensor& cu_seqlens) const {
   const int64_t B = x.size(0), T = x.size(1), H = config_.n_heads;
   Tensor q = q_proj_->forward(x), k = k_proj_->forward(x), v = v_proj_->forward(x);
   if (q_conv1d_ != nullptr) {
-    q = run_conv(*q_conv1d_, q, state ? &state->q_conv : nullptr);
-    k = run_conv(*k_conv1d_, k, state ? &state->k_conv : nullptr);
-    v = run_conv(*v_conv1d_, v, state ? &state->v_conv : nullptr);
+    q = run_conv(*q_conv1d_, q, state ? &state->q_conv : nullptr, cu_seqlens);
+    k = run_conv(*k_conv1d_, k, state ? &state->k_conv : nullptr, cu_seqlens);
+    v = run_conv(*v_conv1d_, v, state ? &state->v_conv : nullptr, cu_seqlens);
   } else if (without_conv == WithoutConv::silu) {
     q = silu(q);
     k = silu(k);
@@ -158,10 +161,15 @@ Tensor LinearMixer::token(const Tensor& t) {
 
 float LinearMixer::scale() const { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(key_dim()))); }
 
-Tensor LinearMixer::forward(const Tensor& x) const {
+Tensor LinearMixer::forward(const Tensor& x, const Tensor& cu_seqlens) const {
+  const std::string op = kind_ + "::forward";
   LAT_CHECK(x.dim() == 3 && x.size(2) == config_.d_model,
-            kind_ << "::forward: x: expected shape [B, T, " << config_.d_model << "], got " << shape_str(x.shape()));
-  return run(x, nullptr);
+            op << ": x: expected shape [B, T, " << config_.d_model << "], got " << shape_str(x.shape()));
+  if (!cu_seqlens.defined()) return run(x, nullptr, Tensor());
+  // The ops take packed sequences as one row (B == 1).
+  const int64_t B = x.size(0), T = x.size(1), D = config_.d_model;
+  const Tensor cu = cu_seqlens_with_row_starts(op.c_str(), cu_seqlens, B, T);
+  return run(x.reshape({1, B * T, D}), nullptr, cu).reshape({B, T, D});
 }
 
 std::unique_ptr<MixerState> LinearMixer::make_state(int64_t batch) const {
@@ -187,7 +195,7 @@ Tensor LinearMixer::step(const Tensor& x, MixerState& state) const {
             kind_ << "::step: x: expected shape [" << s->batch << ", T >= 1, " << config_.d_model << "], got "
                   << shape_str(x.shape()));
   NoGradGuard no_grad;
-  return run(x, s);
+  return run(x, s, Tensor());
 }
 
 }  // namespace lat

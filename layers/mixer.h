@@ -20,8 +20,12 @@ struct MixerState {
 /// A token mixer: [B, T, d_model] -> [B, T, d_model], causal.
 class Mixer : public Module {
  public:
-  /// Training / full-sequence form; recorded on the tape.
-  virtual Tensor forward(const Tensor& x) const = 0;
+  /// Training / full-sequence form; recorded on the tape. With cu_seqlens, x holds packed
+  /// sequences: i64 [N + 1] offsets 0 = c_0 < ... < c_N = B*T over the B*T tokens of x
+  /// read row after row (layers/cu_seqlens.h); every row start b*T is a boundary as well,
+  /// listed or not. Then no token mixes with a token of another sequence (each sequence is
+  /// mixed as if alone). Throws lat::Error for invalid offsets, naming cu_seqlens.
+  virtual Tensor forward(const Tensor& x, const Tensor& cu_seqlens = {}) const = 0;
   /// An empty state (no tokens seen) for `batch` sequences.
   virtual std::unique_ptr<MixerState> make_state(int64_t batch) const = 0;
   /// Generation form: continues the sequences held in `state` by the T >= 1 tokens of

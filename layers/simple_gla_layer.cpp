@@ -29,12 +29,12 @@ Tensor SimpleGLA::log_decay(const Tensor& x) const {
   for (int64_t i = 0; i < B * T; ++i)
     for (int64_t h = 0; h < H; ++h)
       out[i * H + h] = static_cast<float>(std::log1p(-std::exp2(-5.0 - static_cast<double>(h))));
-  return g;
+  return g.to(x.device());
 }
 
-Tensor SimpleGLA::run(const Tensor& x, LinearMixerState* state) const {
+Tensor SimpleGLA::run(const Tensor& x, LinearMixerState* state, const Tensor& cu_seqlens) const {
   const int64_t B = x.size(0), T = x.size(1), H = config_.n_heads;
-  QKV p = project_qkv(x, state, WithoutConv::identity);
+  QKV p = project_qkv(x, state, WithoutConv::identity, cu_seqlens);
   Tensor g = log_decay(x);
   Tensor o;
   if (state != nullptr && T == 1) {
@@ -42,10 +42,10 @@ Tensor SimpleGLA::run(const Tensor& x, LinearMixerState* state) const {
             .reshape({B, 1, H, value_dim()});
   } else {
     const Tensor h0 = state != nullptr ? state->recurrent_state : Tensor();
-    LinearAttentionOutput r =
-        use_chunk(T, state)
-            ? chunk_simple_gla(p.q, p.k, p.v, g, {}, h0, state != nullptr, static_cast<int>(config_.chunk_size))
-            : fused_recurrent_simple_gla(p.q, p.k, p.v, g, {}, h0, state != nullptr);
+    LinearAttentionOutput r = use_chunk(T, state)
+                                  ? chunk_simple_gla(p.q, p.k, p.v, g, {}, h0, state != nullptr,
+                                                     static_cast<int>(config_.chunk_size), cu_seqlens)
+                                  : fused_recurrent_simple_gla(p.q, p.k, p.v, g, {}, h0, state != nullptr, cu_seqlens);
     if (state != nullptr) state->recurrent_state = r.final_state;
     o = r.o;
   }

@@ -170,6 +170,98 @@ TEST(CausalAttention, GradCheckOfFusedOp) {
   }
 }
 
+// ---- packed sequences (cu_seqlens) ------------------------------------------------------------
+
+Tensor offsets_tensor(const std::vector<int64_t>& lengths) {
+  std::vector<int64_t> offsets{0};
+  for (int64_t L : lengths) offsets.push_back(offsets.back() + L);
+  return Tensor::from_vector(offsets, {static_cast<int64_t>(offsets.size())});
+}
+
+// One call per sequence of the packed row, outputs concatenated over T.
+template <class Fn>
+Tensor per_sequence(Fn attention, const std::vector<int64_t>& lengths, const Tensor& q, const Tensor& k,
+                    const Tensor& v) {
+  std::vector<Tensor> o;
+  int64_t t0 = 0;
+  for (int64_t L : lengths) {
+    o.push_back(attention(slice(q, 1, t0, t0 + L), slice(k, 1, t0, t0 + L), slice(v, 1, t0, t0 + L)));
+    t0 += L;
+  }
+  return concat(o, 1);
+}
+
+// Each query sees the keys of its own sequence only: one packed call (1-token sequences,
+// sequences across the 64-row tiles, GQA, with and without a window) equals the float64
+// reference run per sequence and the fused op called per sequence, outputs and gradients.
+TEST(CausalAttention, PackedSequencesAttendWithinEachSequence) {
+  const std::vector<int64_t> lengths{1, 5, 70, 2, 1, 66};
+  const int64_t T = 145;
+  const Tensor cu = offsets_tensor(lengths);
+  for (int64_t window : {0, 3}) {
+    SCOPED_TRACE(window);
+    Generator gen(20 + window);
+    Tensor q = Tensor::randn({1, T, 4, 16}, gen).set_requires_grad(true);
+    Tensor k = Tensor::randn({1, T, 2, 16}, gen).set_requires_grad(true);
+    Tensor v = Tensor::randn({1, T, 2, 8}, gen).set_requires_grad(true);
+    Tensor w = Tensor::randn({1, T, 4, 8}, gen);
+    Result packed = run([&](const Tensor& a, const Tensor& b,
+                            const Tensor& d) { return causal_attention(a, b, d, {}, window, {}, cu); },
+                        q, k, v, w);
+    Result ref = run(
+        [&](const Tensor& a, const Tensor& b, const Tensor& d) {
+          return per_sequence([&](const Tensor& x, const Tensor& y,
+                                  const Tensor& z) { return naive_attention(x, y, z, 0.25, window, 0); },
+                              lengths, a, b, d);
+        },
+        f64_leaf(q), f64_leaf(k), f64_leaf(v), w.to(DType::f64));
+    Tensor q1 = q.detach().set_requires_grad(true), k1 = k.detach().set_requires_grad(true);
+    Tensor v1 = v.detach().set_requires_grad(true);
+    Result separate = run(
+        [&](const Tensor& a, const Tensor& b, const Tensor& d) {
+          return per_sequence(
+              [&](const Tensor& x, const Tensor& y, const Tensor& z) { return causal_attention(x, y, z, {}, window); },
+              lengths, a, b, d);
+        },
+        q1, k1, v1, w);
+    EXPECT_LT(relative_error(packed.o, ref.o), 1e-5);
+    EXPECT_LT(relative_error(packed.dq, ref.dq), 1e-5);
+    EXPECT_LT(relative_error(packed.dk, ref.dk), 1e-5);
+    EXPECT_LT(relative_error(packed.dv, ref.dv), 1e-5);
+    // The same kernels on the same rows.
+    EXPECT_EQ(relative_error(packed.o, separate.o), 0.0);
+    EXPECT_EQ(relative_error(packed.dq, separate.dq), 0.0);
+    EXPECT_EQ(relative_error(packed.dk, separate.dk), 0.0);
+    EXPECT_EQ(relative_error(packed.dv, separate.dv), 0.0);
+  }
+}
+
+TEST(CausalAttention, GradCheckOfPackedSequences) {
+  Generator gen(21);
+  const Tensor cu = offsets_tensor({1, 4, 2});
+  std::vector<Tensor> inputs = {Tensor::randn({1, 7, 2, 4}, gen, DType::f64).set_requires_grad(true),
+                                Tensor::randn({1, 7, 1, 4}, gen, DType::f64).set_requires_grad(true),
+                                Tensor::randn({1, 7, 1, 3}, gen, DType::f64).set_requires_grad(true)};
+  GradCheckResult r = grad_check(
+      [&](const std::vector<Tensor>& x) { return causal_attention(x[0], x[1], x[2], {}, 0, {}, cu); }, inputs);
+  EXPECT_LT(r.max_rel_error, 1e-6);
+}
+
+TEST(CausalAttention, PackedSequencesBadArgumentsThrow) {
+  Tensor q = Tensor::zeros({1, 6, 2, 8}), k = Tensor::zeros({1, 6, 2, 8});
+  expect_error(
+      [&] {
+        causal_attention(q, k, k, {}, 0, {}, offsets_tensor({2, 3}));
+      },
+      {"causal_attention", "cu_seqlens", "c_N = T = 6", "got c_2 = 5"});
+  Tensor q2 = Tensor::zeros({2, 3, 2, 8});
+  expect_error([&] { causal_attention(q2, q2, q2, {}, 0, {}, offsets_tensor({3})); },
+               {"causal_attention", "cu_seqlens", "B == 1", "B=2"});
+  Tensor last = Tensor::zeros({1, 2, 2, 8});
+  expect_error([&] { causal_attention(last, k, k, {}, 0, {}, offsets_tensor({2})); },
+               {"causal_attention", "cu_seqlens", "Tq = Tk", "Tq=2 Tk=6"});
+}
+
 TEST(CausalAttention, CachedFormReadsTheBufferInPlace) {
   // A cache buffer longer than its valid rows: rows past `length` hold garbage (NaN).
   Generator gen(6);
@@ -355,6 +447,37 @@ TEST(AttentionLayer, PrefillThenStepsMatchesForward) {
     auto state = attn.make_state(B);
     Tensor y_steps = run_steps(attn, x, {40, 1, 1, 20, 1, 27}, *state);
     EXPECT_LT(relative_error(y_steps, y), 1e-5) << "window " << window;
+  }
+}
+
+// Packed sequences through the layer: x [2, 30] as one row of 60 tokens (the row start 30
+// implied), each sequence attended and rotated as if alone, with and without a window.
+TEST(AttentionLayer, PackedSequencesEqualSeparateCalls) {
+  for (int64_t window : {0, 4}) {
+    SCOPED_TRACE(window);
+    Generator gen(40);
+    Attention layer(small_config(window), gen);
+    const int64_t B = 2, T = 30, D = 32;
+    const std::vector<int64_t> cuts{0, 1, 9, 30, 31, 60};
+    Tensor x = Tensor::randn({B, T, D}, gen).set_requires_grad(true);
+    Tensor w = Tensor::randn({B, T, D}, gen);
+    // Offsets {0, 1, 9, 31, 60}: the row start 30 cuts [9, 31) into [9, 30) and [30, 31).
+    Tensor packed = layer.forward(x, offsets_tensor({1, 8, 22, 29}));
+    backward(sum(packed * w));
+    Tensor x1 = x.detach().set_requires_grad(true);
+    Tensor flat = x1.reshape({1, B * T, D});
+    std::vector<Tensor> parts;
+    for (size_t n = 0; n + 1 < cuts.size(); ++n) parts.push_back(layer.forward(slice(flat, 1, cuts[n], cuts[n + 1])));
+    Tensor separate = concat(parts, 1).reshape({B, T, D});
+    EXPECT_LT(relative_error(packed, separate), 1e-6);
+    std::vector<Tensor> packed_grads{x.grad()};
+    for (auto& [name, p] : layer.named_parameters()) packed_grads.push_back(p.grad());
+    layer.zero_grad();
+    backward(sum(separate * w));
+    EXPECT_LT(relative_error(packed_grads[0], x1.grad()), 1e-6) << "dx";
+    size_t i = 1;
+    for (auto& [name, p] : layer.named_parameters())
+      EXPECT_LT(relative_error(packed_grads[i++], p.grad()), 1e-5) << name;
   }
 }
 

@@ -22,6 +22,7 @@
 #include "tests/test_files.h"
 #include "train/config/config.h"
 #include "train/files/checkpoint.h"
+#include "train/files/checksum.h"
 #include "train/files/run_dir.h"
 
 namespace fs = std::filesystem;
@@ -37,7 +38,7 @@ bool bit_equal(const lat::Tensor& a, const lat::Tensor& b) {
   return std::memcmp(a.raw_data(), b.raw_data(), static_cast<size_t>(a.numel()) * sizeof(float)) == 0;
 }
 
-/// A checkpoint with every part filled: odd shapes, a scalar, special float values, a
+/// A checkpoint with every part filled: odd shapes, a scalar, extreme finite float values, a
 /// frozen parameter without optimizer state, a non-ASCII vocabulary and a config larger
 /// than an HDF5 attribute could hold (64 KiB).
 lat::Checkpoint sample_checkpoint() {
@@ -55,7 +56,9 @@ lat::Checkpoint sample_checkpoint() {
   ckpt.tokenizer_type = "char";
   ckpt.tokenizer_vocab = "\n !,.:;?ABCabcé→";
   lat::Tensor special = lat::Tensor::from_vector(
-      std::vector<float>{0.0f, -0.0f, 1e-45f, -3.4e38f, std::numeric_limits<float>::infinity(), std::nanf("")}, {2, 3});
+      std::vector<float>{0.0f, -0.0f, 1e-45f, -3.4e38f, std::numeric_limits<float>::max(),
+                         std::numeric_limits<float>::min()},
+      {2, 3});
   ckpt.model = {
       {"embeddings.weight", lat::Tensor::randn({5, 3}, gen)},
       {"layers.0.attn.q_proj.weight", lat::Tensor::randn({4, 3}, gen)},
@@ -204,6 +207,17 @@ std::string read_vlen_attr(hid_t loc, const char* name) {
   return out;
 }
 
+/// A fixed-length string attribute, as its bytes up to the first NUL.
+std::string read_fixed_attr(hid_t loc, const char* name) {
+  hid_t attr = H5Aopen(loc, name, H5P_DEFAULT);
+  hid_t type = H5Aget_type(attr);
+  std::string bytes(H5Tget_size(type), '\0');
+  EXPECT_GE(H5Aread(attr, type, bytes.data()), 0);
+  H5Tclose(type);
+  H5Aclose(attr);
+  return bytes.substr(0, bytes.find('\0'));
+}
+
 TEST_F(CheckpointTest, FileLayoutMatchesDesign) {
   const lat::Checkpoint ckpt = sample_checkpoint();
   lat::save_checkpoint(path("c.h5"), ckpt);
@@ -232,7 +246,7 @@ TEST_F(CheckpointTest, FileLayoutMatchesDesign) {
   attr = H5Aopen(file, "step", H5P_DEFAULT);
   H5Aread(attr, H5T_NATIVE_INT64, &step);
   H5Aclose(attr);
-  EXPECT_EQ(version, 1);
+  EXPECT_EQ(version, 2);
   EXPECT_EQ(step, 1234);
   for (const char* name : {"val_loss", "best_val_loss"}) {
     AttrInfo info = attr_info(file, name);
@@ -255,6 +269,9 @@ TEST_F(CheckpointTest, FileLayoutMatchesDesign) {
     EXPECT_EQ(H5Tget_class(type), H5T_STRING);
     EXPECT_GT(H5Tis_variable_str(type), 0);
     EXPECT_EQ(H5Tget_cset(type), H5T_CSET_UTF8);
+    // Its checksum: the global heap that holds variable-length strings has none of its own.
+    EXPECT_EQ(read_fixed_attr(dataset, "crc32"),
+              lat::crc32_hex(lat::crc32_of(ckpt.config_yaml.data(), ckpt.config_yaml.size())));
     H5Tclose(type);
     H5Dclose(dataset);
   }
@@ -271,6 +288,13 @@ TEST_F(CheckpointTest, FileLayoutMatchesDesign) {
     std::vector<hsize_t> dims(static_cast<size_t>(H5Sget_simple_extent_ndims(space)));
     H5Sget_simple_extent_dims(space, dims.data(), nullptr);
     EXPECT_EQ(lat::Shape(dims.begin(), dims.end()), tensor.shape()) << link;
+    // crc32: the checksum of the data as 8 hex digits, a fixed-length NULLPAD string.
+    EXPECT_EQ(attribute_names(dataset), std::set<std::string>{"crc32"}) << link;
+    const AttrInfo crc = attr_info(dataset, "crc32");
+    EXPECT_EQ(crc.type_class, H5T_STRING) << link;
+    EXPECT_FALSE(crc.variable_string) << link;
+    EXPECT_EQ(crc.size, 8u) << link;
+    EXPECT_EQ(read_fixed_attr(dataset, "crc32"), lat::crc32_hex(lat::tensor_crc32(tensor))) << link;
     H5Sclose(space);
     H5Tclose(type);
     H5Dclose(dataset);
@@ -364,12 +388,149 @@ TEST_F(CheckpointTest, FixedLengthAsciiStringsAreRead) {
   expect_equal(lat::load_checkpoint(path("fixed.h5")), saved);
 }
 
+/// A scalar fixed-length string of `size` bytes with padding `pad`, as attribute `name` of
+/// `loc` (replacing it); `value` is written as it is (the caller pads it).
+void put_fixed_attr(hid_t loc, const char* name, const std::string& value, H5T_str_t pad) {
+  if (H5Aexists(loc, name) > 0) H5Adelete(loc, name);
+  hid_t type = H5Tcopy(H5T_C_S1);
+  H5Tset_size(type, value.size());
+  H5Tset_strpad(type, pad);
+  hid_t space = H5Screate(H5S_SCALAR);
+  hid_t attr = H5Acreate2(loc, name, type, space, H5P_DEFAULT, H5P_DEFAULT);
+  EXPECT_GE(H5Awrite(attr, type, value.data()), 0) << name;
+  H5Aclose(attr);
+  H5Sclose(space);
+  H5Tclose(type);
+}
+
+/// The same as a scalar dataset `name` of `loc` (replacing it), UTF-8, with the crc32 of
+/// `text` (what a reader must get back) as a version 2 file carries it.
+void put_fixed_dataset(hid_t loc, const char* name, const std::string& value, H5T_str_t pad, const std::string& text) {
+  if (H5Lexists(loc, name, H5P_DEFAULT) > 0) H5Ldelete(loc, name, H5P_DEFAULT);
+  hid_t type = H5Tcopy(H5T_C_S1);
+  H5Tset_size(type, value.size());
+  H5Tset_strpad(type, pad);
+  H5Tset_cset(type, H5T_CSET_UTF8);
+  hid_t space = H5Screate(H5S_SCALAR);
+  hid_t dataset = H5Dcreate2(loc, name, type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  EXPECT_GE(H5Dwrite(dataset, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, value.data()), 0) << name;
+  put_fixed_attr(dataset, "crc32", lat::crc32_hex(lat::crc32_of(text.data(), text.size())), H5T_STR_NULLPAD);
+  H5Dclose(dataset);
+  H5Sclose(space);
+  H5Tclose(type);
+}
+
+// h5py stores numpy bytes as fixed-length NULLPAD strings, filling every byte when the text is
+// as long as the type: each stored character is read, the last one included, in every padding.
+TEST_F(CheckpointTest, FixedLengthStringsOfEveryPaddingReadCompletely) {
+  const lat::Checkpoint saved = sample_checkpoint();
+  const std::string vocab = saved.tokenizer_vocab;  // ends in a 3-byte UTF-8 character
+  struct Case {
+    H5T_str_t pad;
+    std::string format, vocab;  // the stored bytes
+  };
+  const std::vector<Case> cases = {
+      {H5T_STR_NULLPAD, "lat-checkpoint", vocab},  // exactly as long as the text: no NUL at all
+      {H5T_STR_NULLPAD, std::string("lat-checkpoint\0\0", 16), vocab + std::string(3, '\0')},
+      {H5T_STR_NULLTERM, std::string("lat-checkpoint\0", 15), vocab + '\0'},
+      {H5T_STR_SPACEPAD, "lat-checkpoint   ", vocab + "  "},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE("padding " + std::to_string(c.pad) + ", " + std::to_string(c.format.size()) + " bytes");
+    const std::string file_path = path("fixed.h5");
+    lat::save_checkpoint(file_path, saved);
+    hid_t file = H5Fopen(file_path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(file, 0);
+    put_fixed_attr(file, "format", c.format, c.pad);
+    hid_t tokenizer = H5Gopen2(file, "tokenizer", H5P_DEFAULT);
+    put_fixed_dataset(tokenizer, "vocab", c.vocab, c.pad, vocab);
+    H5Gclose(tokenizer);
+    H5Fclose(file);
+    expect_equal(lat::load_checkpoint(file_path), saved);
+  }
+}
+
 TEST_F(CheckpointTest, NewerVersionIsAnError) {
   const std::string file_path = path("v2.h5");
   lat::save_checkpoint(file_path, sample_checkpoint());
-  ASSERT_NO_FATAL_FAILURE(overwrite_int64_attribute(file_path, "version", 2));
+  ASSERT_NO_FATAL_FAILURE(overwrite_int64_attribute(file_path, "version", 3));
   expect_error([&] { lat::load_checkpoint(file_path); },
-               {"checkpoint version 2 is newer than this lat supports (1)", file_path});
+               {"checkpoint version 3 is newer than this lat supports (2)", file_path});
+}
+
+/// Deletes attribute `name` of every dataset under `group` and its subgroups.
+void delete_dataset_attributes(hid_t group, const char* name) {
+  struct Visit {
+    const char* name;
+  } visit{name};
+  H5Ovisit(
+      group, H5_INDEX_NAME, H5_ITER_INC,
+      [](hid_t loc, const char* path, const H5O_info_t* info, void* data) -> herr_t {
+        const char* attr = static_cast<Visit*>(data)->name;
+        if (info->type == H5O_TYPE_DATASET && H5Aexists_by_name(loc, path, attr, H5P_DEFAULT) > 0)
+          H5Adelete_by_name(loc, path, attr, H5P_DEFAULT);
+        return 0;
+      },
+      &visit);
+}
+
+// Version 1 files (before tensor checksums) load without them; a version 2 file must carry one
+// per tensor.
+TEST_F(CheckpointTest, Version1LoadsWithoutChecksumsVersion2RequiresThem) {
+  const lat::Checkpoint saved = sample_checkpoint();
+  const std::string file_path = path("old.h5");
+  lat::save_checkpoint(file_path, saved);
+  hid_t file = H5Fopen(file_path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(file, 0);
+  H5Adelete_by_name(file, "/model/layers.0.attn.A_log", "crc32", H5P_DEFAULT);
+  H5Fclose(file);
+  std::string bytes = read_bytes(file_path);
+  expect_error([&] { lat::load_checkpoint(file_path); },
+               {"'" + file_path + "'", "/model/layers.0.attn.A_log: missing attribute 'crc32'",
+                "a version 2 checkpoint stores a checksum with every dataset"});
+  EXPECT_EQ(read_bytes(file_path), bytes) << "the file was modified";
+
+  file = H5Fopen(file_path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(file, 0);
+  delete_dataset_attributes(file, "crc32");
+  H5Fclose(file);
+  bytes = read_bytes(file_path);
+  expect_error([&] { lat::load_checkpoint(file_path); },
+               {"'" + file_path + "'", "dataset 'config': missing attribute 'crc32'"});
+  EXPECT_EQ(read_bytes(file_path), bytes) << "the file was modified";
+  ASSERT_NO_FATAL_FAILURE(overwrite_int64_attribute(file_path, "version", 1));
+  expect_equal(lat::load_checkpoint(file_path), saved);
+}
+
+// Inference reads the weights only: optimizer state it does not need is never opened (here an
+// /optimizer moment whose header claims 10^9 elements that were never written).
+TEST_F(CheckpointTest, WeightsOnlyNeverOpensTheOptimizer) {
+  const lat::Checkpoint saved = sample_checkpoint();
+  const std::string file_path = path("c.h5");
+  lat::save_checkpoint(file_path, saved);
+  hid_t file = H5Fopen(file_path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(file, 0);
+  const std::string moment = "/optimizer/layers.0.attn.A_log/exp_avg";
+  H5Ldelete(file, moment.c_str(), H5P_DEFAULT);
+  const hsize_t huge = 1000000000;
+  hid_t space = H5Screate_simple(1, &huge, nullptr);
+  hid_t dataset = H5Dcreate2(file, moment.c_str(), H5T_IEEE_F32LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  ASSERT_GE(dataset, 0);
+  H5Dclose(dataset);
+  H5Sclose(space);
+  H5Fclose(file);
+  const std::string bytes = read_bytes(file_path);
+
+  expect_error([&] { lat::load_checkpoint(file_path); },
+               {"'" + file_path + "'", moment + ": shape [1000000000] of 4-byte elements needs 4000000000 bytes",
+                "more than the whole file holds"});
+  const lat::Checkpoint weights = lat::load_checkpoint(file_path, lat::CheckpointParts::weights_only);
+  lat::Checkpoint expected = saved;
+  expected.optimizer = {};
+  expected.rng_state.clear();
+  expected.data = {};
+  expect_equal(weights, expected);
+  EXPECT_EQ(read_bytes(file_path), bytes) << "the file was modified";
 }
 
 // ---- atomic save --------------------------------------------------------------------------

@@ -306,7 +306,7 @@ TEST(Config, ImpossibleValues) {
       {"model:\n  head_dim: 33\n  layers: attn\n",
        "model.head_dim: attention layers need an even head_dim (RoPE rotates pairs of dimensions), got head_dim 33 "
        "(d_model / n_heads unless model.head_dim is set) (run.yaml:3)"},
-      {"model.n_layers: 0\n", "model.n_layers: expected an int >= 1, got 0 (run.yaml:2)"},
+      {"model.n_layers: 0\n", "model.n_layers: expected an int in [1, 1024], got 0 (run.yaml:2)"},
       {"model.layers: gdn,gdm\n",
        "model.layers: unknown mixer 'gdm', did you mean 'gdn'? (expected attn, linear_attn, simple_gla, retention, "
        "delta_net, gdn) (run.yaml:2)"},
@@ -334,8 +334,8 @@ TEST(Config, ImpossibleValues) {
       {"train.min_lr: 0.01\n", "train.min_lr: min_lr (0.01) is above train.lr (0.001) (run.yaml:2)"},
       {"data.val_fraction: 0\n", "data.val_fraction: expected a float in (0, 1), got 0 (run.yaml:2)"},
       {"data.val_fraction: 1\n", "data.val_fraction: expected a float in (0, 1), got 1 (run.yaml:2)"},
-      {"data.block_size: 0\n", "data.block_size: expected an int >= 1, got 0 (run.yaml:2)"},
-      {"train.batch_size: 0\n", "train.batch_size: expected an int >= 1, got 0 (run.yaml:2)"},
+      {"data.block_size: 0\n", "data.block_size: expected an int in [1, 1048576], got 0 (run.yaml:2)"},
+      {"train.batch_size: 0\n", "train.batch_size: expected an int in [1, 65536], got 0 (run.yaml:2)"},
       {"train.betas: [0.9, 1.0]\n", "train.betas: expected floats in [0, 1), got 1 (run.yaml:2)"},
       {"train.keep_last: -1\n", "train.keep_last: expected an int >= 0, got -1 (run.yaml:2)"},
       {"train.resume: nevr\n",
@@ -361,6 +361,43 @@ TEST(Config, ImpossibleValues) {
             required);
 }
 
+// Sizes have upper bounds, so that a damaged value (in a checkpoint's stored config, say)
+// cannot ask for terabytes or 10^5 threads; the bound itself is accepted.
+TEST(Config, SizesAboveTheirBoundsAreErrors) {
+  struct Case {
+    std::string yaml;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {"model.vocab_size: 16777217\n", "model.vocab_size: expected an int in [0, 16777216], got 16777217"},
+      {"model.d_model: 65537\n", "model.d_model: expected an int in [1, 65536], got 65537"},
+      {"model.n_layers: 1000000\n", "model.n_layers: expected an int in [1, 1024], got 1000000"},
+      {"model.n_heads: 1025\n", "model.n_heads: expected an int in [1, 1024], got 1025"},
+      {"model.head_dim: 1025\n", "model.head_dim: expected an int in [0, 1024], got 1025"},
+      {"model.mlp_ratio: 64.5\n", "model.mlp_ratio: expected a float in (0, 64], got 64.5"},
+      {"model.attn.n_kv_heads: 1025\n", "model.attn.n_kv_heads: expected an int in [0, 1024], got 1025"},
+      {"model.linear.conv_size: 65\n", "model.linear.conv_size: expected an int in [1, 64], got 65"},
+      {"model.linear.chunk_size: 1025\n", "model.linear.chunk_size: expected an int in [1, 1024], got 1025"},
+      {"data.block_size: 1048577\n", "data.block_size: expected an int in [1, 1048576], got 1048577"},
+      {"data.mqar.vocab: 16777217\n", "data.mqar.vocab: expected an int in [4, 16777216], got 16777217"},
+      {"train.batch_size: 65537\n", "train.batch_size: expected an int in [1, 65536], got 65537"},
+      {"train.threads: 100000\n", "train.threads: expected an int in [0, 1024], got 100000"},
+  };
+  for (const Case& c : cases) expect_parse_error(c.yaml, c.expected + " (run.yaml:2)");
+
+  const lat::Config at_bounds = parse(
+      "model: {vocab_size: 16777216, n_layers: 1024, mlp_ratio: 64, linear: {conv_size: 64, chunk_size: 1024}}\n"
+      "data.block_size: 1048576\ntrain: {batch_size: 65536, threads: 1024}\n");
+  EXPECT_EQ(at_bounds.model.vocab_size, 16777216);
+  EXPECT_EQ(at_bounds.model.n_layers, 1024);
+  EXPECT_EQ(at_bounds.model.mlp_ratio, 64.0);
+  EXPECT_EQ(at_bounds.model.linear.conv_size, 64);
+  EXPECT_EQ(at_bounds.model.linear.chunk_size, 1024);
+  EXPECT_EQ(at_bounds.data.block_size, 1048576);
+  EXPECT_EQ(at_bounds.train.batch_size, 65536);
+  EXPECT_EQ(at_bounds.train.threads, 1024);
+}
+
 TEST(Config, SetOverridesAnyKey) {
   const lat::Config c = parse("train:\n  lr: 0.01\n",
                               {"train.lr=0.002", "model.layers=gdn,attn", "freeze=[\"layers.0.*\"]",
@@ -384,7 +421,7 @@ TEST(Config, SetErrorsNameTheSetKey) {
   expect_parse_error("", {"=3"}, "--set '=3': expected key=value");
   // An impossible value set on the command line names the --set key, not the file.
   expect_parse_error("model.n_layers: 2\n", {"model.n_layers=0"},
-                     "model.n_layers: expected an int >= 1, got 0 (--set model.n_layers)");
+                     "model.n_layers: expected an int in [1, 1024], got 0 (--set model.n_layers)");
   expect_parse_error("", {"model={d_modl: 3}"},
                      "model.d_modl: unknown key, did you mean 'model.d_model'? (--set model)");
 }

@@ -1,10 +1,13 @@
 // Tokenizers, dataset readers (text, raw and llm.c .bin, HDF5) on files this test writes,
+// and the files they refuse (an HDF5 or text file read as bin, a damaged llm.c header, a FIFO,
+// ids too large for a vocabulary taken from the data),
 // the positional split, and the batch loader: targets are inputs shifted by one (on a
 // stream whose token at offset i is i, as llm.c's dev/test/test_dataloader.c does),
 // batches are pure functions of (seed, step), rank shares concatenate to the 1-rank
 // batch, and the sequential eval iterator covers the val split exactly once.
 #include <gtest/gtest.h>
 #include <hdf5.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -21,6 +24,7 @@
 #include "data/tokenizer.h"
 #include "lat/lat.h"
 #include "tests/expect_error.h"
+#include "train/config/config.h"
 
 namespace lat {
 namespace {
@@ -228,6 +232,88 @@ TEST_F(DataFiles, IdAboveVocabNamesIdAndOffset) {
   expect_error([&] { load_data({.path = file, .block_size = 4, .vocab_size = 100}); },
                {"token id 150 at offset 37", "vocab_size 100", file});
   EXPECT_EQ(load_data({.path = file, .block_size = 4, .vocab_size = 151}).dataset.max_id(), 150);
+}
+
+TEST_F(DataFiles, VocabularyFromTheDataIsBounded) {
+  std::vector<uint32_t> ids(40, 7);
+  ids[23] = 5'000'000;  // a 5M-row embedding (2.5 GB at d_model 128) if the data decided
+  const std::string file = write_raw("big.bin", ids);
+  expect_error([&] { load_data({.path = file, .bin_dtype = "uint32", .block_size = 4}); },
+               {file, "token id 5000000 at offset 23 is not below 1048576", "set model.vocab_size for more",
+                "data.bin_dtype (read as uint32"});
+  // The same file is valid data with an explicit vocabulary that holds its ids.
+  EXPECT_EQ(load_data({.path = file, .bin_dtype = "uint32", .block_size = 2, .vocab_size = 5'000'001})
+                .dataset.max_id(),
+            5'000'000);
+  // uint16 ids read as uint32: pairs of ids become one id far above any vocabulary.
+  const std::vector<uint16_t> u16 = {300, 12, 40000, 5, 9, 1000, 77, 3, 2, 1, 8, 6};
+  const std::string pairs = write_raw("pairs.bin", u16);
+  expect_error([&] { load_data({.path = pairs, .bin_dtype = "uint32", .block_size = 2}); },
+               {pairs, "token id 65536009 at offset 2"});  // 9 + 1000 * 65536
+  EXPECT_EQ(load_data({.path = pairs, .bin_dtype = "uint16", .block_size = 2, .val_fraction = 0.5}).dataset.max_id(),
+            40000);
+  // Below the bound the data decide.
+  ids[23] = kMaxDataVocabSize - 1;
+  EXPECT_EQ(load_data({.path = write_raw("edge.bin", ids), .bin_dtype = "uint32", .block_size = 2}).dataset.max_id(),
+            kMaxDataVocabSize - 1);
+}
+
+TEST_F(DataFiles, ModelVocabSizeIsBoundedBySchema) {
+  expect_error<ConfigError>([] { parse_config("model:\n  vocab_size: 16777217\ndata:\n  path: x.bin\n", "big.yaml"); },
+                            {"model.vocab_size", "expected an int in [0, 16777216], got 16777217"});
+  EXPECT_EQ(parse_config("model:\n  vocab_size: 16777216\ndata:\n  path: x.bin\n", "ok.yaml").model.vocab_size,
+            kMaxVocabSize);
+}
+
+TEST_F(DataFiles, Hdf5OrTextReadAsBinIsAnErrorNamingTheFormat) {
+  const std::vector<int32_t> small = {1, 2, 3, 4, 5, 6};
+  const std::string h5 = write_h5("tokens.bin", "tokens", small, H5T_STD_I32LE, H5T_NATIVE_INT32);
+  for (const std::string format : {"auto", "bin"})
+    expect_error([&] { load_data({.path = h5, .format = format, .block_size = 2}); },
+                 {h5, "starts with the HDF5 signature", "data.format: h5"});
+
+  std::string text;
+  for (int i = 0; i < 400; ++i) text += "To be, or not to be, that is the question: caf\xc3\xa9\n";
+  const std::string txt = write_bytes("corpus.bin", text);
+  expect_error([&] { load_data({.path = txt, .format = "bin", .block_size = 2}); },
+               {txt, "looks like text", "first 4096 bytes", "\"To be, or not to be", "data.format: text"});
+  // Text in its first 4 KB is enough, a UTF-8 character cut by the probe's end included.
+  const std::string cut = std::string(4095, 'a') + "\xc3\xa9" + std::string(9, '\0');
+  expect_error([&] { read_bin_tokens(write_bytes("cut.bin", cut), "uint16"); }, {"looks like text"});
+  // One byte that text never has (NUL, a stray continuation byte) within the probe: tokens.
+  std::string ids = text.substr(0, 4000);
+  ids[3000] = '\0';
+  EXPECT_EQ(read_bin_tokens(write_bytes("ids.bin", ids), "uint16").size(), 2000u);
+  ids[3000] = '\x80';
+  EXPECT_EQ(read_bin_tokens(write_bytes("ids2.bin", ids), "uint16").size(), 2000u);
+}
+
+TEST_F(DataFiles, DamagedLlmcHeaderIsAnErrorNotRawTokens) {
+  const std::vector<uint16_t> u16 = {10, 11, 12, 13, 14};
+  auto header_with = [&](const std::string& name, int32_t magic, int32_t version, int32_t count) {
+    std::vector<int32_t> header(256, 0);
+    header[0] = magic;
+    header[1] = version;
+    header[2] = count;
+    return write_raw(name, u16, std::string(reinterpret_cast<const char*>(header.data()), 1024));
+  };
+  // One flipped bit in the magic; a zeroed magic beside a version and count that fit the file.
+  const std::string flipped = header_with("flipped.bin", kLlmcMagic ^ 0x100, 1, 5);
+  expect_error([&] { read_bin_tokens(flipped, "uint16"); },
+               {flipped, "a damaged llm.c header: magic " + std::to_string(kLlmcMagic ^ 0x100), "expected 20240520"});
+  const std::string zeroed = header_with("zeroed.bin", 0, 1, 5);
+  expect_error([&] { read_bin_tokens(zeroed, "uint16"); }, {zeroed, "damaged llm.c header: magic 0"});
+  expect_error([&] { load_data({.path = zeroed, .block_size = 2}); }, {zeroed, "damaged llm.c header"});
+  // Right magic, wrong version or count: the header's own errors.
+  expect_error([&] { read_bin_tokens(header_with("v7.bin", kLlmcMagic, 7, 5), "uint16"); }, {"llm.c header version 7"});
+  // Neither the magic nor the layout: raw tokens (517 uint16 ids, 512 of them from the 1024 bytes).
+  EXPECT_EQ(read_bin_tokens(header_with("raw.bin", 0x00030001, 1, 9), "uint16").size(), 517u);
+}
+
+TEST_F(DataFiles, FifoIsRefusedWithoutOpening) {
+  const std::string fifo = path("tokens.bin");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  expect_error([&] { load_data({.path = fifo, .block_size = 2}); }, {fifo, "is a FIFO, expected a regular file"});
 }
 
 TEST_F(DataFiles, MissingFileNamesPath) {

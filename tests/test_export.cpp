@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -15,12 +16,14 @@
 #include <hdf5.h>
 #include <nlohmann/json.hpp>
 
+#include "autograd/cpu/bf16.h"
 #include "lat/tape.h"
 #include "layers/swiglu.h"
 #include "tests/expect_error.h"
 #include "tests/test_files.h"
 #include "train/config/model_config.h"
 #include "train/files/checkpoint.h"
+#include "train/files/checksum.h"
 #include "train/files/export.h"
 #include "train/files/model_reader.h"
 #include "train/files/run_dir.h"
@@ -151,7 +154,7 @@ TEST_F(ExportTest, ModelsOfTokenIdsAndBytesKeepTheirTokenizerType) {
   EXPECT_FALSE(fs::exists(path("ids/tokenizer.json")));
   EXPECT_EQ(lat::load_model_weights(path("ids")).checkpoint.tokenizer_type, "none");
 
-  save("bytes.h5", model_config(kHybrid), "byte");
+  save("bytes.h5", model_config(kHybrid + "  vocab_size: 256\n"), "byte");  // a byte model has 256 rows
   lat::export_model({path("bytes.h5"), "safetensors", path("bytes"), "f32", {}});
   const nlohmann::json tok = nlohmann::json::parse(read_bytes(path("bytes/tokenizer.json")));
   EXPECT_EQ(tok, nlohmann::json({{"type", "byte"}, {"vocab_size", 256}}));
@@ -171,7 +174,7 @@ TEST_F(ExportTest, Bf16ExportRoundsEveryValueToNearestEven) {
   for (const auto& [name, original] : ckpt.model) {
     const auto got = file.at(name).to_vector<float>(), want = original.to_vector<float>();
     for (size_t i = 0; i < want.size(); ++i)
-      ASSERT_EQ(got[i], lat::bf16_to_float(lat::float_to_bf16(want[i]))) << name << "[" << i << "]";
+      ASSERT_EQ(got[i], lat::cpu::bf16_to_float(lat::cpu::float_to_bf16(want[i]))) << name << "[" << i << "]";
   }
 }
 
@@ -298,13 +301,13 @@ TEST_F(ExportTest, BadOptionsAreConfigErrors) {
 }
 
 TEST_F(ExportTest, NewerCheckpointVersionSaysWhichIsSupported) {
-  save("v2.h5", model_config(kHybrid));
-  ASSERT_NO_FATAL_FAILURE(overwrite_int64_attribute(path("v2.h5"), "version", 2));
+  save("v3.h5", model_config(kHybrid));
+  ASSERT_NO_FATAL_FAILURE(overwrite_int64_attribute(path("v3.h5"), "version", 3));
   for (const auto& f : std::vector<std::function<void()>>{
-           [&] { lat::load_model_weights(path("v2.h5")); },
-           [&] { lat::export_model({path("v2.h5"), "safetensors", path("out"), "f32", {}}); },
-           [&] { lat::inspect(path("v2.h5"), 16); }}) {
-    expect_error(f, {"checkpoint version 2 is newer than this lat supports (1)", path("v2.h5")});
+           [&] { lat::load_model_weights(path("v3.h5")); },
+           [&] { lat::export_model({path("v3.h5"), "safetensors", path("out"), "f32", {}}); },
+           [&] { lat::inspect(path("v3.h5"), 16); }}) {
+    expect_error(f, {"checkpoint version 3 is newer than this lat supports (2)", path("v3.h5")});
   }
 }
 
@@ -326,8 +329,11 @@ TEST_F(ExportTest, BrokenExportsAreNamed) {
   std::vector<std::pair<std::string, lat::Tensor>> wrong = file.tensors;
   wrong[0].second = lat::Tensor::zeros({kVocabSize, 17});
   lat::save_safetensors(path("out/wrong.safetensors"), wrong);
-  expect_error([&] { lat::export_model({path("out/wrong.safetensors"), "h5-weights", path("x"), "f32", {}}); },
-               {"'embeddings.weight': expected shape [12, 16], got [12, 17]"});
+  expect_error(
+      [&] {
+        lat::export_model({path("out/wrong.safetensors"), "h5-weights", path("x"), "f32", {}});
+      },
+      {"model.d_model 16 does not match tensor 'embeddings.weight' [12, 17]: expected 16 columns, found 17"});
 
   // A header overrunning the file.
   std::string bytes = read_bytes(st);
@@ -342,6 +348,84 @@ TEST_F(ExportTest, BrokenExportsAreNamed) {
   // config.json that lat did not write.
   write_bytes(path("out/config.json"), R"({"model_type": "llama"})");
   expect_error([&] { lat::load_model_weights(path("out/fewer.safetensors")); }, {"no string 'lat_config'"});
+}
+
+/// The stored checksums of the safetensors file `bytes` and each tensor's CRC-32 recomputed
+/// over its bytes as they lie in the data section.
+struct StoredChecksums {
+  nlohmann::json stored;
+  std::map<std::string, std::string> recomputed;
+};
+StoredChecksums checksums_of(const std::string& bytes) {
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  const nlohmann::json header = nlohmann::json::parse(bytes.substr(8, n));
+  StoredChecksums c{nlohmann::json::parse(header["__metadata__"]["crc32"].get<std::string>()), {}};
+  for (const auto& [name, entry] : header.items()) {
+    if (name == "__metadata__") continue;
+    const uint64_t begin = entry["data_offsets"][0], end = entry["data_offsets"][1];
+    c.recomputed[name] = lat::crc32_hex(lat::crc32_of(bytes.data() + 8 + n + begin, end - begin));
+  }
+  return c;
+}
+
+TEST_F(ExportTest, ExportsCarryTheChecksumOfEachTensorAsStored) {
+  const lat::Checkpoint ckpt = save("ckpt.h5", model_config(kHybrid));
+  for (const std::string dtype : {"f32", "bf16"}) {
+    lat::export_model({path("ckpt.h5"), "safetensors", path(dtype), dtype, {}});
+    const StoredChecksums c = checksums_of(read_bytes(path(dtype + "/model.safetensors")));
+    ASSERT_EQ(c.stored.size(), ckpt.model.size()) << dtype;
+    for (const auto& [name, tensor] : ckpt.model) {
+      EXPECT_EQ(c.stored[name], c.recomputed.at(name)) << dtype << " " << name;
+      // f32 stores the checkpoint's bytes; bf16 its rounding, so another checksum.
+      const std::string of_f32 = lat::crc32_hex(lat::tensor_crc32(tensor));
+      if (dtype == "f32") {
+        EXPECT_EQ(c.stored[name], of_f32) << name;
+      } else {
+        EXPECT_NE(c.stored[name], of_f32) << name;
+      }
+    }
+  }
+}
+
+TEST_F(ExportTest, FlippedBitInAnExportIsAnErrorNamingTheTensorAndLeavesTheFile) {
+  save("ckpt.h5", model_config(kHybrid));
+  lat::export_model({path("ckpt.h5"), "safetensors", path("out"), "bf16", {}});
+  const std::string st = path("out/model.safetensors");
+  std::string bytes = read_bytes(st);
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  const nlohmann::json header = nlohmann::json::parse(bytes.substr(8, n));
+  const uint64_t at = 8 + n + header["layers.1.attn.q_proj.weight"]["data_offsets"][0].get<uint64_t>() + 5;
+  bytes[at] = static_cast<char>(bytes[at] ^ 0x01);
+  write_bytes(st, bytes);
+  for (const std::string& form : {st, path("out")})
+    expect_error([&] { lat::load_model_weights(form); },
+                 {st, "tensor 'layers.1.attn.q_proj.weight': checksum mismatch", "the file is damaged"});
+  EXPECT_EQ(read_bytes(st), bytes);
+}
+
+TEST_F(ExportTest, DamagedTokenizerOrConfigJsonIsNamed) {
+  save("ckpt.h5", model_config(kHybrid));
+  lat::export_model({path("ckpt.h5"), "safetensors", path("out"), "f32", {}});
+  const std::string tokenizer = path("out/tokenizer.json"), config = path("out/config.json");
+  const std::string good_tokenizer = read_bytes(tokenizer), good_config = read_bytes(config);
+
+  write_bytes(tokenizer, R"({"type": "char", "vocab": ["a", "", "b"]})");
+  expect_error([&] { lat::load_model_weights(path("out")); },
+               {tokenizer, "vocab entry 1: expected one character, got \"\""});
+  // An entry nested 10^6 deep (valid JSON).
+  write_bytes(tokenizer,
+              R"({"type": "char", "vocab": [)" + std::string(1'000'000, '[') + std::string(1'000'000, ']') + "]}");
+  std::string message = expect_error([&] { lat::load_model_weights(path("out")); },
+                                     {tokenizer, "deeper than 64 levels"});
+  EXPECT_LT(message.size(), 300u);
+  write_bytes(tokenizer, good_tokenizer);
+
+  write_bytes(config, R"({"lat_config": "model: {}", "lat_config": "model: {}"})");
+  expect_error([&] { lat::load_model_weights(path("out")); }, {config, "has the key 'lat_config' twice"});
+  write_bytes(config, good_config);
+  EXPECT_EQ(lat::load_model_weights(path("out")).checkpoint.tokenizer_vocab, kVocab);
 }
 
 // ---- lat info ---------------------------------------------------------------------------------

@@ -5,8 +5,9 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <map>
 #include <fstream>
+#include <limits>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -258,6 +259,35 @@ TEST_F(FinetuneTest, InitFromMismatchThroughTrainNamesEachParameter) {
                {"layers.0.mlp.gate_proj.weight: checkpoint [64, 16], model [32, 16]",
                 "layers.1.mlp.down_proj.weight: checkpoint [16, 64], model [16, 32]"});
   EXPECT_FALSE(fs::exists(path("wide/ckpt_00000001.h5")));
+}
+
+// init_from reads the weights as generate does: a NaN or inf in them, or a stored config
+// outside the schema's bounds, stops the run before it writes anything, and the file is kept.
+TEST_F(FinetuneTest, InitFromADamagedCheckpointIsAnErrorBeforeAnythingIsWritten) {
+  train("base", "", 1);
+  lat::Checkpoint base = lat::load_checkpoint(path("base/ckpt_00000001.h5"));
+  const std::string name = base.model[2].first;
+  std::vector<float> values = base.model[2].second.to_vector<float>();
+  values[0] = -std::numeric_limits<float>::infinity();
+  base.model[2].second = lat::Tensor::from_vector(values, base.model[2].second.shape());
+  lat::save_checkpoint(path("inf.h5"), base);
+  const std::string inf_bytes = read_bytes(path("inf.h5"));
+  expect_error([&] { train("tuned", "init_from: " + path("inf.h5") + "\n", 1); },
+               {path("inf.h5"), "/model/" + name + ": element 0 is -inf"});
+  EXPECT_EQ(read_bytes(path("inf.h5")), inf_bytes);
+  EXPECT_FALSE(fs::exists(path("tuned/ckpt_00000001.h5")));
+  EXPECT_FALSE(fs::exists(path("tuned/metrics.jsonl")));
+
+  lat::Config stored = lat::parse_config(base.config_yaml, "base");
+  stored.model.n_layers = 1000000;
+  base.config_yaml = lat::to_yaml(stored);
+  base.model[2].second = lat::Tensor::zeros(base.model[2].second.shape());
+  lat::save_checkpoint(path("layers.h5"), base);
+  expect_error<lat::ConfigError>([&] { train("tuned", "init_from: " + path("layers.h5") + "\n", 1); },
+                                 {"'" + path("layers.h5") +
+                                  "': model.n_layers: expected an int in [1, 1024], got "
+                                  "1000000"});
+  EXPECT_FALSE(fs::exists(path("tuned/ckpt_00000001.h5")));
 }
 
 }  // namespace

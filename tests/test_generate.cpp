@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -153,6 +154,43 @@ TEST(Generate, StreamsPromptAndContinuationFromACheckpoint) {
   std::ostringstream ignored;
   expect_error<ConfigError>([&] { generate(bad, ignored); }, {"generate: --prompt: ", "'x'"});
   EXPECT_TRUE(ignored.str().empty());  // nothing written before the error
+}
+
+// A checkpoint whose stored config asks for 100000 threads, or whose weights hold a NaN, is
+// refused before anything is generated.
+TEST(Generate, ADamagedCheckpointIsAnErrorBeforeAnyOutput) {
+  const testing::TempDir temp("lat_test_generate_");
+  const Tokenizer tokenizer = Tokenizer::char_from_text("abcdefgh ijk\n");
+  Config config = parse_config(
+      "model: {d_model: 16, n_layers: 2, n_heads: 2, layers: \"gdn,attn\"}\ndata: {path: x.txt}\ntrain: {threads: 1}\n",
+      "tiny.yaml");
+  Generator gen(4);
+  HybridLM model(hybrid_lm_config(config.model, tokenizer.vocab_size()), gen);
+  Checkpoint c;
+  c.tokenizer_type = "char";
+  c.tokenizer_vocab = tokenizer.vocab_string();
+  for (auto& [name, t] : model.named_parameters()) c.model.emplace_back(name, t.detach().clone());
+  GenerateOptions o;
+  o.prompt = "abc";
+  o.max_new_tokens = 5;
+  std::ostringstream out;
+
+  config.train.threads = 100000;  // to_yaml writes what it is given; the reader validates
+  c.config_yaml = to_yaml(config);
+  o.checkpoint = temp.path("threads.h5");
+  save_checkpoint(o.checkpoint, c);
+  expect_error<ConfigError>([&] { generate(o, out); },
+                            {"'" + o.checkpoint + "': train.threads: expected an int in [0, 1024], got 100000"});
+
+  config.train.threads = 1;
+  c.config_yaml = to_yaml(config);
+  std::vector<float> values = c.model.back().second.to_vector<float>();
+  values[3] = std::numeric_limits<float>::quiet_NaN();
+  c.model.back().second = Tensor::from_vector(values, c.model.back().second.shape());
+  o.checkpoint = temp.path("nan.h5");
+  save_checkpoint(o.checkpoint, c);
+  expect_error([&] { generate(o, out); }, {o.checkpoint, "/model/" + c.model.back().first + ": element 3 is nan"});
+  EXPECT_TRUE(out.str().empty());
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // HybridLM: parameter names (DESIGN.md, Checkpoint), step-by-step decoding with every mixer
-// kind against the full forward pass, GPT-2 initialization, tied embeddings, errors.
+// kind against the full forward pass, packed documents (cu_seqlens) against each document
+// alone, GPT-2 initialization, tied embeddings, errors.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -185,6 +186,100 @@ TEST(HybridLM, LossAndGradientsAreTheSameBitsAtEveryThreadCount) {
           << "elements of d " << params[i].first << " that differ, " << run + 1 << " threads vs 1";
     }
   }
+}
+
+// ---- packed documents (cu_seqlens) ----------------------------------------------------------
+
+Tensor offsets_tensor(const std::vector<int64_t>& offsets) {
+  return Tensor::from_vector(offsets, {static_cast<int64_t>(offsets.size())});
+}
+
+// A window of two rows of 20 tokens holding documents back to back (a 1-token one, ones
+// across the chunks of 4, the row start 20 implied): each document's logits equal those of
+// the document alone, and so do the parameter gradients of a loss on its logits only, for a
+// model of each mixer kind.
+TEST(HybridLM, DocumentInPackedWindowEqualsDocumentAlone) {
+  const std::vector<std::pair<int64_t, int64_t>> docs{{0, 3}, {3, 4}, {4, 13}, {13, 20}, {20, 26}, {26, 40}};
+  const Tensor cu = offsets_tensor({0, 3, 4, 13, 26, 40});
+  for (const std::string& kind : mixer_kinds()) {
+    SCOPED_TRACE(kind);
+    Generator gen(8);
+    HybridLMConfig c = small_config({kind, kind});
+    c.mixer.chunk_size = 4;
+    c.init_std = 0.2;  // gates and attention far from their uniform regimes
+    HybridLM model(c, gen);
+    const int64_t B = 2, T = 20, V = c.vocab_size;
+    const Tensor ids = random_ids(B, T, V, gen), flat_ids = ids.reshape({1, B * T});
+    Tensor packed;
+    {
+      NoGradGuard no_grad;
+      packed = model.forward(ids, cu).reshape({1, B * T, V});
+      for (const auto& [begin, end] : docs) {
+        Tensor alone = model.forward(slice(flat_ids, 1, begin, end));
+        EXPECT_LT(relative_error(slice(packed, 1, begin, end), alone), 1e-5)
+            << "document [" << begin << ", " << end << ")";
+      }
+    }
+    // Gradients: a loss on the logits of document [4, 13) only reaches what that document reads.
+    const Tensor w = Tensor::randn({1, 9, V}, gen);
+    backward(sum(slice(model.forward(ids, cu).reshape({1, B * T, V}), 1, 4, 13) * w));
+    std::vector<Tensor> packed_grads;
+    for (auto& [name, p] : model.named_parameters()) packed_grads.push_back(p.grad());
+    model.zero_grad();
+    backward(sum(model.forward(slice(flat_ids, 1, 4, 13)) * w));
+    size_t i = 0;
+    for (auto& [name, p] : model.named_parameters())
+      EXPECT_LT(relative_error(packed_grads[i++], p.grad()), 1e-5) << name;
+  }
+}
+
+// Padding invariance: a row padded after its end, the padding given as a sequence of its
+// own, gives the unpadded row's logits, whatever the padding ids; a full row next to it is
+// its own sequence. Without documents, cu_seqlens of the rows alone changes nothing.
+TEST(HybridLM, PaddedRowEqualsUnpaddedRow) {
+  Generator gen(9);
+  HybridLMConfig c = small_config({"gdn", "attn", "simple_gla", "linear_attn", "delta_net", "retention"});
+  c.mixer.chunk_size = 4;
+  c.init_std = 0.2;
+  HybridLM model(c, gen);
+  const int64_t B = 2, T = 16, L = 11, V = c.vocab_size;
+  NoGradGuard no_grad;
+  Tensor ids = random_ids(B, T, V, gen);
+  const Tensor cu = offsets_tensor({0, L, 2 * T});  // row 0: [0, L) and padding [L, T); row 1 whole
+  const Tensor padded = model.forward(ids, cu);
+  const Tensor row0 = model.forward(slice(slice(ids, 0, 0, 1), 1, 0, L));
+  const Tensor row1 = model.forward(slice(ids, 0, 1, 2));
+  EXPECT_LT(relative_error(slice(slice(padded, 0, 0, 1), 1, 0, L), row0), 1e-5);
+  EXPECT_LT(relative_error(slice(padded, 0, 1, 2), row1), 1e-5);
+  for (int64_t t = L; t < T; ++t) ids.set({0, t}, static_cast<double>((t * 7) % V));  // other padding ids
+  EXPECT_LT(relative_error(slice(slice(model.forward(ids, cu), 0, 0, 1), 1, 0, L), row0), 1e-5);
+  EXPECT_LT(relative_error(model.forward(ids, offsets_tensor({0, 2 * T})), model.forward(ids)), 1e-5);
+}
+
+TEST(HybridLM, InvalidCuSeqlensNameIt) {
+  Generator gen(10);
+  HybridLM model(small_config({"gdn", "attn"}), gen);
+  const Tensor ids = random_ids(2, 5, 11, gen);
+  expect_error(
+      [&] {
+        model.forward(ids, offsets_tensor({0, 3, 9}));
+      },
+      {"HybridLM::forward: cu_seqlens: expected c_N = T = 10", "got c_2 = 9"});
+  expect_error(
+      [&] {
+        model.forward(ids, offsets_tensor({0, 3, 3, 10}));
+      },
+      {"HybridLM::forward: cu_seqlens: expected strictly increasing offsets", "c_2 = 3 after c_1 = 3"});
+  expect_error(
+      [&] {
+        model.forward(ids, Tensor::from_vector({0.0f, 10.0f}, {2}));
+      },
+      {"HybridLM::forward: cu_seqlens: expected dtype i64, got f32"});
+  expect_error(
+      [&] {
+        model.forward(ids, offsets_tensor({2, 10}));
+      },
+      {"HybridLM::forward: cu_seqlens: expected c_0 = 0, got 2"});
 }
 
 TEST(HybridLM, Gpt2Initialization) {

@@ -327,6 +327,45 @@ TEST(RotaryEmbedding, GradCheckAndErrors) {
                {"rotary_embedding: position_offset: expected >= 0, got -1"});
 }
 
+// Packed sequences (cu_seqlens) as one row: positions restart at each sequence, so the row
+// rotates exactly as the sequences do one call each, forward and backward.
+TEST(RotaryEmbedding, PositionsRestartAtEachPackedSequence) {
+  Generator gen(19);
+  const std::vector<int64_t> lengths{3, 1, 5};
+  Tensor cu = Tensor::from_vector(std::vector<int64_t>{0, 3, 4, 9}, {4});
+  Tensor x = Tensor::randn({1, 9, 2, 6}, gen).set_requires_grad(true);
+  Tensor w = Tensor::randn({1, 9, 2, 6}, gen);
+  Tensor packed = rotary_embedding(x, 500.0, 2, cu);
+  backward(sum(packed * w));
+  Tensor x1 = x.detach().set_requires_grad(true);
+  std::vector<Tensor> parts;
+  int64_t t0 = 0;
+  for (int64_t L : lengths) {
+    parts.push_back(rotary_embedding(slice(x1, 1, t0, t0 + L), 500.0, 2));
+    t0 += L;
+  }
+  Tensor separate = concat(parts, 1);
+  backward(sum(separate * w));
+  EXPECT_EQ(relative_error(packed, separate), 0.0);
+  EXPECT_EQ(relative_error(x.grad(), x1.grad()), 0.0);
+  // Token 3 opens a sequence: with no offset it is at position 0, so it turns by 0.
+  EXPECT_EQ(relative_error(slice(rotary_embedding(x.detach(), 500.0, 0, cu), 1, 3, 4), slice(x.detach(), 1, 3, 4)),
+            0.0);
+  GradCheckResult r = grad_check([&](const std::vector<Tensor>& in) { return rotary_embedding(in[0], 100.0, 0, cu); },
+                                 {Tensor::randn({1, 9, 2, 4}, gen, DType::f64).set_requires_grad(true)});
+  EXPECT_LT(r.max_rel_error, 1e-8);
+  expect_error(
+      [&] {
+        rotary_embedding(Tensor::zeros({2, 9, 2, 4}), 1e4, 0, cu);
+      },
+      {"rotary_embedding", "cu_seqlens", "B == 1", "B=2"});
+  expect_error(
+      [&] {
+        rotary_embedding(Tensor::zeros({1, 8, 2, 4}), 1e4, 0, cu);
+      },
+      {"rotary_embedding", "cu_seqlens", "c_N = T = 8", "c_3 = 9"});
+}
+
 // ---- short convolution ----------------------------------------------------------------------
 
 // y[b, t, c] = silu(sum_w weight[c, 0, w] * x[b, t - (W-1) + w, c]), earlier inputs from the
@@ -420,6 +459,81 @@ TEST(ShortConv, PrefillStateThenSteps) {
   EXPECT_LT(relative_error(concat({short_conv(first, weight), y_rest}, 1), y), 1e-6);
   Tensor state2 = short_conv_final_state(rest, 4, state);
   EXPECT_EQ(relative_error(state2, slice(x, 1, 6, 9)), 0.0);
+}
+
+// ---- short convolution over packed sequences ----------------------------------------------
+
+// A row of pieces shorter than the kernel (1, 2, 3 tokens with W = 4), one of exactly W
+// and longer ones, packed with cu_seqlens.
+const std::vector<int64_t> kPieces{1, 2, 3, 4, 1, 9, 2};
+
+Tensor pieces_cu_seqlens() {
+  std::vector<int64_t> offsets{0};
+  for (int64_t L : kPieces) offsets.push_back(offsets.back() + L);
+  return Tensor::from_vector(offsets, {static_cast<int64_t>(offsets.size())});
+}
+
+// short_conv on each piece alone (zero history), concatenated over T.
+Tensor short_conv_per_piece(const Tensor& x, const Tensor& weight) {
+  std::vector<Tensor> y;
+  int64_t t0 = 0;
+  for (int64_t L : kPieces) {
+    y.push_back(short_conv(slice(x, 1, t0, t0 + L), weight));
+    t0 += L;
+  }
+  return concat(y, 1);
+}
+
+// No output reads a token of another piece, and no gradient flows to one: the packed call
+// equals the pieces one call each, forward and every gradient (dx, dweight), in f64 and f32.
+TEST(ShortConv, PackedPiecesEqualSeparateCalls) {
+  Generator gen(22);
+  const int64_t T = 22;
+  for (DType dtype : {DType::f64, DType::f32}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    Tensor x = Tensor::randn({1, T, 5}, gen, dtype).set_requires_grad(true);
+    Tensor weight = Tensor::randn({5, 1, 4}, gen, dtype).set_requires_grad(true);
+    Tensor w = Tensor::randn({1, T, 5}, gen, dtype);
+    Tensor packed = short_conv(x, weight, {}, pieces_cu_seqlens());
+    backward(sum(packed * w));
+    Tensor x1 = x.detach().set_requires_grad(true), weight1 = weight.detach().set_requires_grad(true);
+    Tensor separate = short_conv_per_piece(x1, weight1);
+    backward(sum(separate * w));
+    const double tol = dtype == DType::f64 ? 1e-13 : 1e-6;
+    EXPECT_LT(relative_error(packed, separate), tol);
+    EXPECT_LT(relative_error(x.grad(), x1.grad()), tol);
+    EXPECT_LT(relative_error(weight.grad(), weight1.grad()), tol);
+  }
+}
+
+TEST(ShortConv, PackedPiecesGradCheck) {
+  Generator gen(23);
+  for (int64_t W : {1, 2, 4, 6}) {
+    std::vector<Tensor> inputs = {Tensor::randn({1, 22, 3}, gen, DType::f64).set_requires_grad(true),
+                                  Tensor::randn({3, 1, W}, gen, DType::f64).set_requires_grad(true)};
+    GradCheckResult r = grad_check(
+        [](const std::vector<Tensor>& in) { return short_conv(in[0], in[1], {}, pieces_cu_seqlens()); }, inputs);
+    EXPECT_LT(r.max_rel_error, 1e-7) << "W " << W;
+  }
+}
+
+TEST(ShortConv, PackedPiecesBadArgumentsThrow) {
+  Tensor weight = Tensor::zeros({3, 1, 4});
+  expect_error(
+      [&] {
+        short_conv(Tensor::zeros({2, 11, 3}), weight, {}, pieces_cu_seqlens());
+      },
+      {"short_conv", "cu_seqlens", "B == 1", "B=2"});
+  expect_error(
+      [&] {
+        short_conv(Tensor::zeros({1, 21, 3}), weight, {}, pieces_cu_seqlens());
+      },
+      {"short_conv", "cu_seqlens", "c_N = T = 21", "c_7 = 22"});
+  expect_error(
+      [&] {
+        short_conv(Tensor::zeros({1, 22, 3}), weight, Tensor::zeros({1, 3, 3}), pieces_cu_seqlens());
+      },
+      {"short_conv: initial_state: expected none with cu_seqlens", "[1, 3, 3]"});
 }
 
 TEST(ShortConv, BadArgumentsThrow) {

@@ -1,7 +1,11 @@
 // safetensors (train/files/safetensors.h): f32 round trip bit for bit, bf16 rounding to nearest even
 // against a float64 reference, F16 reading, the byte layout (header length, 8-byte aligned data
-// section, offsets), metadata, and bad files (header overrunning the file, bad JSON, unknown
-// dtype, offsets out of range / overlapping / not matching the shape, a missing tensor).
+// section, offsets), metadata and the per-tensor checksums, and bad files (header overrunning
+// the file, bad or deeply nested JSON, duplicate tensor names, unknown dtype, shapes whose size
+// wraps or of rank above 8, offsets out of range / overlapping / not matching the shape, a
+// flipped data bit, a FIFO, a missing tensor), with messages that stay short.
+#include <sys/stat.h>
+
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -14,6 +18,7 @@
 
 #include "tests/expect_error.h"
 #include "tests/test_files.h"
+#include "train/files/checksum.h"
 #include "train/files/safetensors.h"
 
 namespace fs = std::filesystem;
@@ -54,7 +59,9 @@ TEST_F(SafetensorsTest, F32RoundTripIsBitExactAndKeepsOrderShapesAndMetadata) {
   EXPECT_FALSE(fs::exists(path("m.safetensors.tmp")));
 
   const lat::SafetensorsFile file = lat::load_safetensors(path("m.safetensors"));
-  EXPECT_EQ(file.metadata, metadata);
+  std::map<std::string, std::string> given = file.metadata;
+  EXPECT_EQ(given.erase("crc32"), 1u) << "the writer adds the checksums";
+  EXPECT_EQ(given, metadata);
   ASSERT_EQ(file.tensors.size(), tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) {
     EXPECT_EQ(file.tensors[i].first, tensors[i].first);
@@ -91,25 +98,17 @@ TEST_F(SafetensorsTest, LayoutHasLittleEndianLengthAlignedDataAndContiguousOffse
     EXPECT_EQ(j[name]["data_offsets"], nlohmann::json({0, 12}));
     EXPECT_EQ(j["b"]["shape"], nlohmann::json({1, 2}));
     EXPECT_EQ(j["b"]["data_offsets"], nlohmann::json({12, 20}));
-    EXPECT_FALSE(j.contains("__metadata__"));
+    // The only metadata: the CRC-32 of each tensor's stored bytes, as a JSON object string.
+    const float second[2] = {4.0f, 5.0f};
+    const nlohmann::json crcs = {{name, lat::crc32_hex(lat::crc32_of(values.data(), 12))},
+                                 {"b", lat::crc32_hex(lat::crc32_of(second, 8))}};
+    ASSERT_EQ(j["__metadata__"].size(), 1u);
+    EXPECT_EQ(nlohmann::json::parse(j["__metadata__"]["crc32"].get<std::string>()), crcs);
     ASSERT_EQ(bytes.size(), 8 + n + 20);
     float first[3];
     std::memcpy(first, bytes.data() + 8 + n, 12);
     EXPECT_EQ(std::vector<float>(first, first + 3), values);
   }
-}
-
-TEST_F(SafetensorsTest, Bf16RoundsToNearestEven) {
-  const float one = 1.0f;
-  EXPECT_EQ(lat::float_to_bf16(one), 0x3f80);
-  EXPECT_EQ(lat::float_to_bf16(std::ldexp(1.0f, -8) + 1.0f), 0x3f80);        // tie, even stays
-  EXPECT_EQ(lat::float_to_bf16(1.0f + 3 * std::ldexp(1.0f, -8)), 0x3f82);    // tie, odd rounds up
-  EXPECT_EQ(lat::float_to_bf16(1.0f + std::ldexp(1.0f, -8) + std::ldexp(1.0f, -20)), 0x3f81);  // above tie
-  EXPECT_EQ(lat::float_to_bf16(-2.0f), 0xc000);
-  EXPECT_EQ(lat::float_to_bf16(std::numeric_limits<float>::infinity()), 0x7f80);
-  EXPECT_EQ(lat::float_to_bf16(std::numeric_limits<float>::max()), 0x7f80);  // rounds past the largest bf16
-  EXPECT_TRUE(std::isnan(lat::bf16_to_float(lat::float_to_bf16(std::numeric_limits<float>::quiet_NaN()))));
-  EXPECT_EQ(lat::bf16_to_float(0x3f81), 1.0f + std::ldexp(1.0f, -7));
 }
 
 TEST_F(SafetensorsTest, Bf16FileRoundTripIsWithinHalfAnUlp) {
@@ -221,6 +220,151 @@ TEST_F(SafetensorsTest, WriterRejectsBadNamesAndLeavesNoFile) {
   fs::create_directories(path("d.safetensors/inside"));
   expect_error([&] { lat::save_safetensors(path("d.safetensors"), {}); }, {"cannot rename", "Is a directory"});
   EXPECT_FALSE(fs::exists(path("d.safetensors.tmp")));
+}
+
+TEST_F(SafetensorsTest, ShapeWhoseSizeWrapsOrRankAbove8IsAnErrorNamingTheTensor) {
+  const std::string p = path("wrap.safetensors");
+  // (2^62 + 1) * 128 * 4 bytes wraps modulo 2^64 to 512: the offsets agree with the wrapped size.
+  write_bytes(p, make_file(R"({"embeddings.weight":{"dtype":"F32","shape":[4611686018427387905,128],)"
+                           R"("data_offsets":[0,512]}})",
+                           std::string(512, '\0')));
+  expect_error([&] { lat::load_safetensors(p); },
+               {p, "tensor 'embeddings.weight'", "[4611686018427387905,128]", "overflows int64"});
+  // A dim above INT64_MAX alone, and one that overflows only with the element size.
+  write_bytes(p, make_file(R"({"w":{"dtype":"F32","shape":[9223372036854775808],"data_offsets":[0,0]}})", ""));
+  expect_error([&] { lat::load_safetensors(p); }, {"tensor 'w'", "overflows int64"});
+  write_bytes(p, make_file(R"({"w":{"dtype":"BF16","shape":[4611686018427387904],"data_offsets":[0,0]}})", ""));
+  expect_error([&] { lat::load_safetensors(p); }, {"tensor 'w'", "overflows int64"});
+  // Zero dims do not hide an overflowing product of the others.
+  write_bytes(p, make_file(R"({"w":{"dtype":"F32","shape":[0,4294967296,4294967296],"data_offsets":[0,0]}})", ""));
+  expect_error([&] { lat::load_safetensors(p); }, {"tensor 'w'", "overflows int64"});
+
+  write_bytes(p, make_file(R"({"deep":{"dtype":"F32","shape":[1,1,1,1,1,1,1,1,1],"data_offsets":[0,4]}})",
+                           std::string(4, '\0')));
+  expect_error([&] { lat::load_safetensors(p); }, {"tensor 'deep'", "rank 9, expected at most 8"});
+  write_bytes(
+      p, make_file(R"({"w":{"dtype":"F32","shape":[1,1,1,1,1,1,1,2],"data_offsets":[0,8]}})", std::string(8, '\0')));
+  EXPECT_EQ(lat::load_safetensors(p).at("w").numel(), 2);
+}
+
+TEST_F(SafetensorsTest, DuplicateTensorNameIsAnError) {
+  const std::string p = path("dup.safetensors");
+  write_bytes(p, make_file(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                           R"("w":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+                           std::string(8, '\0')));
+  expect_error([&] { lat::load_safetensors(p); }, {p, "header has the key 'w' twice in one object"});
+}
+
+TEST_F(SafetensorsTest, DeeplyNestedHeaderIsAnErrorNotAStackOverflow) {
+  // Valid JSON nested 10^6 levels (2 MB), in a shape, in __metadata__ and in an unused key.
+  const std::string deep = std::string(1'000'000, '[') + std::string(1'000'000, ']');
+  const std::string p = path("deep.safetensors");
+  for (const std::string& header :
+       {R"({"w":{"dtype":"F32","shape":)" + deep + R"(,"data_offsets":[0,4]}})",
+        R"({"__metadata__":{"a":)" + deep + R"(},"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})",
+        R"({"unused":)" + deep + R"(,"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})"}) {
+    write_bytes(p, make_file(header, std::string(4, '\0')));
+    const std::string message = expect_error([&] { lat::load_safetensors(p); },
+                                             {p, "header nests arrays or objects deeper than 64 levels"});
+    EXPECT_LT(message.size(), 300u);
+  }
+}
+
+TEST_F(SafetensorsTest, HugeValuesAreCutInMessages) {
+  const std::string p = path("long.safetensors");
+  const std::string name(100'000, 'n');
+  write_bytes(
+      p, make_file(R"({")" + name + R"(":{"dtype":"F32","shape":[1],"data_offsets":[0,8]}})", std::string(8, '\0')));
+  std::string message = expect_error([&] { lat::load_safetensors(p); }, {"tensor 'nnnn", "...'", "needs 4"});
+  EXPECT_LT(message.size(), 400u);
+
+  std::string list = "[1";
+  for (int i = 0; i < 100'000; ++i) list += ",1";
+  list += "]";
+  write_bytes(
+      p, make_file(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"x":)" + list + "}", std::string(4, '\0')));
+  message = expect_error([&] { lat::load_safetensors(p); }, {"tensor 'x': expected an object", "[1,1,1,", "..."});
+  EXPECT_LT(message.size(), 400u);
+
+  // A string that never ends and a number beyond double: the token the parser quotes is cut too.
+  for (const std::string& text :
+       {"{\"w\": \"" + std::string(200'000, 'x'), "{\"w\": " + std::string(200'000, '9') + "}"}) {
+    write_bytes(p, make_file(text, ""));
+    message = expect_error([&] { lat::load_safetensors(p); }, {"header is not valid JSON", "..."});
+    EXPECT_LT(message.size(), 400u);
+  }
+}
+
+TEST_F(SafetensorsTest, FifoIsRefusedWithoutOpening) {
+  const std::string p = path("fifo.safetensors");
+  ASSERT_EQ(::mkfifo(p.c_str(), 0600), 0);
+  expect_error([&] { lat::load_safetensors(p); }, {p, "expected a regular file"});
+}
+
+/// The file at `p` with one bit of byte `offset` of the data section of tensor `name` flipped.
+void flip_data_bit(const std::string& p, const std::string& name, uint64_t offset) {
+  std::string bytes = read_bytes(p);
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  const nlohmann::json header = nlohmann::json::parse(bytes.substr(8, n));
+  const uint64_t at = 8 + n + header[name]["data_offsets"][0].get<uint64_t>() + offset;
+  bytes[at] = static_cast<char>(bytes[at] ^ 0x10);
+  write_bytes(p, bytes);
+}
+
+TEST_F(SafetensorsTest, FlippedDataBitIsAChecksumErrorNamingTheTensor) {
+  for (const lat::SafetensorsDType dtype : {lat::SafetensorsDType::f32, lat::SafetensorsDType::bf16}) {
+    const std::string p = path("crc.safetensors");
+    lat::save_safetensors(p,
+                          {{"a", lat::Tensor::from_vector(random_values(6, 5), {2, 3})},
+                           {"layers.0.b", lat::Tensor::from_vector(random_values(5, 6), {5})}},
+                          dtype);
+    ASSERT_NO_THROW(lat::load_safetensors(p));
+    flip_data_bit(p, "layers.0.b", 3);
+    expect_error([&] { lat::load_safetensors(p); },
+                 {p, "tensor 'layers.0.b': checksum mismatch: stored crc32", "the file is damaged"});
+  }
+}
+
+TEST_F(SafetensorsTest, ChecksumsMustNameExactlyTheTensors) {
+  const std::string p = path("c.safetensors");
+  const std::string w = R"("w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]})";
+  const std::string data(4, '\0');  // 0.0f, CRC-32 2144df1c
+  auto with_crc = [&](const std::string& crc) {
+    write_bytes(p, make_file(R"({"__metadata__":{"crc32":)" + nlohmann::json(crc).dump() + "}," + w + "}", data));
+  };
+  with_crc(R"({"w":"2144df1c"})");
+  EXPECT_EQ(lat::load_safetensors(p).at("w").item(), 0.0f);
+  with_crc(R"({})");
+  expect_error([&] { lat::load_safetensors(p); }, {p, "__metadata__ 'crc32': no checksum for tensor 'w'"});
+  with_crc(R"({"w":"2144df1c","v":"00000000"})");
+  expect_error([&] { lat::load_safetensors(p); }, {"a checksum for tensor 'v', which the file does not hold"});
+  with_crc(R"({"w":"2144DF1C"})");
+  expect_error([&] { lat::load_safetensors(p); }, {"tensor 'w': expected 8 lower-case hex digits, got \"2144DF1C\""});
+  with_crc(R"({"w":"2144df1c","w":"2144df1c"})");
+  expect_error([&] { lat::load_safetensors(p); }, {"__metadata__ 'crc32' has the key 'w' twice"});
+  with_crc(R"(["w"])");
+  expect_error([&] { lat::load_safetensors(p); }, {"__metadata__ 'crc32': expected a JSON object"});
+  with_crc(R"({"w":"00000000"})");
+  expect_error([&] { lat::load_safetensors(p); }, {"tensor 'w': checksum mismatch"});
+  // Other tools' files carry no checksums and are read as they are.
+  write_bytes(p, make_file("{" + w + "}", data));
+  EXPECT_EQ(lat::load_safetensors(p).metadata.count("crc32"), 0u);
+}
+
+TEST_F(SafetensorsTest, RewritingAFileWithItsMetadataWritesFreshChecksums) {
+  const std::string p = path("r.safetensors");
+  lat::save_safetensors(p, {{"w", lat::Tensor::from_vector(std::vector<float>{1.0f, 2.0f}, {2})}},
+                        lat::SafetensorsDType::f32, {{"format", "pt"}});
+  const lat::SafetensorsFile file = lat::load_safetensors(p);
+  lat::save_safetensors(p, {{"w", lat::Tensor::from_vector(std::vector<float>{3.0f}, {1})}},
+                        lat::SafetensorsDType::f32, file.metadata);
+  const lat::SafetensorsFile back = lat::load_safetensors(p);
+  EXPECT_EQ(back.at("w").to_vector<float>(), std::vector<float>{3.0f});
+  const float three = 3.0f;
+  EXPECT_EQ(nlohmann::json::parse(back.metadata.at("crc32")),
+            nlohmann::json({{"w", lat::crc32_hex(lat::crc32_of(&three, 4))}}));
+  EXPECT_EQ(back.metadata.at("format"), "pt");
 }
 
 }  // namespace

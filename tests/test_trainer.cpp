@@ -451,14 +451,14 @@ TEST_F(TrainerTest, ResumeRefusesNegativeCountersBeforeMetricsChange) {
   const std::string good = read_bytes(ckpt(8));
   ASSERT_NO_FATAL_FAILURE(overwrite_int64_attribute(ckpt(8), "step", -5));
   auto before = file_contents(run_dir());
-  expect_error<ConfigError>([&] { run(); }, {"resume: '" + ckpt(8) + "': attribute step: expected >= 0, found -5"});
+  expect_error([&] { run(); }, {"load_checkpoint: '" + ckpt(8) + "': root attribute 'step': expected >= 0, found -5"});
   expect_unchanged(run_dir(), before);
 
   write_bytes(ckpt(8), good);
   ASSERT_NO_FATAL_FAILURE(overwrite_int64_attribute(ckpt(8), "tokens_seen", -1));
   before = file_contents(run_dir());
-  expect_error<ConfigError>([&] { run(); },
-                            {"resume: '" + ckpt(8) + "': attribute tokens_seen: expected >= 0, found -1"});
+  expect_error([&] { run(); },
+               {"load_checkpoint: '" + ckpt(8) + "': root attribute 'tokens_seen': expected >= 0, found -1"});
   expect_unchanged(run_dir(), before);
 }
 

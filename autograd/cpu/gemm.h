@@ -3,13 +3,19 @@
 #pragma once
 #include <cstdint>
 
+#include "lat/precision.h"
+
 namespace lat::cpu {
 
 /// C[b] = alpha * op(A[b]) * op(B[b]) + beta * C[b] for b in [0, batch), row-major.
 /// op(A) is M x K: A[b] is stored M x K with row stride lda, or K x M when trans_a.
 /// op(B) is K x N: B[b] is stored K x N with row stride ldb, or N x K when trans_b.
 /// stride_* is the distance in elements between consecutive batch items; stride_b = 0
-/// shares one B across the batch. beta is 0 (overwrite) or any value (accumulate).
+/// shares one B across the batch (A and C need a non-zero stride when batch > 1). beta is 0
+/// (overwrite) or any value (accumulate).
+/// precision bf16: A and B are rounded to bf16 (into thread-local copies; the inputs are not
+/// changed) and multiplied with fp32 accumulation into the float C; the caller checks
+/// bf16_supported first (oneDNN has no bf16 product below AVX-512).
 struct GemmBatch {
   int64_t batch = 1, M = 0, N = 0, K = 0;
   const float* A = nullptr;
@@ -21,6 +27,7 @@ struct GemmBatch {
   float* C = nullptr;
   int64_t ldc = 0, stride_c = 0;
   float alpha = 1.0f, beta = 0.0f;
+  Precision precision = Precision::fp32;
 };
 
 /// Runs the product through a cached oneDNN matmul primitive (keyed by every size,
@@ -30,6 +37,12 @@ struct GemmBatch {
 /// inside a parallel region (one thread) it would compute only part of the batch, so that
 /// throws lat::Error. Also throws lat::Error for non-positive sizes or too-small strides.
 void gemm_batched(const GemmBatch& g);
+
+/// The bf16 product of gemm_batched for inputs already rounded to bf16 (float_to_bf16 of
+/// autograd/cpu/bf16.h): A and B are bf16 arrays in the layout g describes (g.A, g.B and
+/// g.precision are not read), so that an input used by several products is rounded once.
+/// Same checks and errors as gemm_batched.
+void gemm_batched_bf16(const GemmBatch& g, const uint16_t* A, const uint16_t* B);
 
 /// Float64 reference product with the same conventions (plain loops, for references and
 /// gradient checks).

@@ -3,11 +3,13 @@
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <vector>
 
 #include <omp.h>
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "autograd/cpu/bf16.h"
 #include "autograd/cpu/gemm.h"
 #include "lat/error.h"
 
@@ -15,7 +17,7 @@ namespace lat::cpu {
 namespace {
 
 using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, int64_t, int64_t, bool,
-                       int64_t, int64_t, float, float>;
+                       int64_t, int64_t, float, float, Precision>;
 
 struct Cached {
   dnnl::matmul primitive;
@@ -33,20 +35,23 @@ Engine& engine() {
   return e;
 }
 
+using dt = dnnl::memory::data_type;
+
 dnnl::memory::desc strided_desc(int64_t batch, int64_t rows, int64_t cols, int64_t ld, int64_t stride,
-                                bool transposed) {
+                                bool transposed, dt type) {
   // Logical dims are always [batch, rows, cols]; a transposed operand is stored cols x rows.
   dnnl::memory::dims dims{batch, rows, cols};
   dnnl::memory::dims strides = transposed ? dnnl::memory::dims{stride, 1, ld} : dnnl::memory::dims{stride, ld, 1};
-  return dnnl::memory::desc(dims, dnnl::memory::data_type::f32, strides);
+  return dnnl::memory::desc(dims, type, strides);
 }
 
 Cached make_primitive(const GemmBatch& g, dnnl::engine& eng) {
+  const dt in = g.precision == Precision::bf16 ? dt::bf16 : dt::f32;
   int64_t b_batch = g.stride_b == 0 ? 1 : g.batch;
-  auto a_md = strided_desc(g.batch, g.M, g.K, g.lda, g.stride_a == 0 ? g.M * g.K : g.stride_a, g.trans_a);
-  auto b_md = strided_desc(b_batch, g.K, g.N, g.ldb, g.stride_b == 0 ? g.K * g.N : g.stride_b, g.trans_b);
+  auto a_md = strided_desc(g.batch, g.M, g.K, g.lda, g.stride_a == 0 ? g.M * g.K : g.stride_a, g.trans_a, in);
+  auto b_md = strided_desc(b_batch, g.K, g.N, g.ldb, g.stride_b == 0 ? g.K * g.N : g.stride_b, g.trans_b, in);
   // A zero batch stride on C (batch 1) makes oneDNN fall back to a slower kernel.
-  auto c_md = strided_desc(g.batch, g.M, g.N, g.ldc, g.stride_c == 0 ? g.M * g.ldc : g.stride_c, false);
+  auto c_md = strided_desc(g.batch, g.M, g.N, g.ldc, g.stride_c == 0 ? g.M * g.ldc : g.stride_c, false, dt::f32);
   dnnl::primitive_attr attr;
   if (g.alpha != 1.0f) attr.set_output_scales(0, {g.alpha});
   if (g.beta != 0.0f) {
@@ -72,24 +77,31 @@ void check_gemm(const GemmBatch& g) {
   LAT_CHECK(g.ldb >= (g.trans_b ? g.K : g.N), "gemm_batched: ldb " << g.ldb << " too small");
   LAT_CHECK(g.ldc >= g.N, "gemm_batched: ldc " << g.ldc << " too small");
   LAT_CHECK(g.batch == 1 || g.stride_c != 0, "gemm_batched: stride_c must be non-zero when batch > 1");
+  LAT_CHECK(g.batch == 1 || g.stride_a != 0,
+            "gemm_batched: stride_a must be non-zero when batch > 1 (only B may be shared across the batch)");
 }
 
-}  // namespace
+/// One operand of a bf16 product: the float matrices rounded into `copy`, packed (row
+/// stride = stored columns, batch stride = one matrix, or 0 when shared).
+struct Bf16Operand {
+  const uint16_t* data;
+  int64_t ld, stride;
+};
 
-void gemm_batched(const GemmBatch& g) {
-  check_gemm(g);
-  if (g.K == 0) {
-    for (int64_t b = 0; b < g.batch; ++b)
-      for (int64_t i = 0; i < g.M; ++i)
-        for (int64_t j = 0; j < g.N; ++j) {
-          float& c = g.C[b * g.stride_c + i * g.ldc + j];
-          c = g.beta == 0.0f ? 0.0f : g.beta * c;
-        }
-    return;
-  }
+/// `count` stored rows x cols matrices at p (row stride ld, batch stride `stride`, 0 = one
+/// matrix) rounded to bf16 into `copy`.
+Bf16Operand round_operand(const float* p, int64_t count, int64_t rows, int64_t cols, int64_t ld, int64_t stride,
+                          std::vector<uint16_t>& copy) {
+  const int64_t items = stride == 0 ? 1 : count;
+  if (static_cast<int64_t>(copy.size()) < items * rows * cols) copy.resize(items * rows * cols);
+  for (int64_t b = 0; b < items; ++b) float_to_bf16_rows(p + b * stride, rows, cols, ld, copy.data() + b * rows * cols);
+  return {copy.data(), cols, stride == 0 ? 0 : rows * cols};
+}
+
+void run_primitive(const GemmBatch& g, const void* A, const void* B) {
   Engine& e = engine();
   Key key{g.batch, g.M, g.N, g.K, g.lda, g.stride_a, g.trans_a, g.ldb, g.stride_b, g.trans_b,
-          g.ldc, g.stride_c, g.alpha, g.beta};
+          g.ldc, g.stride_c, g.alpha, g.beta, g.precision};
   Cached cached;
   {
     std::lock_guard<std::mutex> lock(e.mutex);
@@ -97,13 +109,60 @@ void gemm_batched(const GemmBatch& g) {
     if (it == e.cache.end()) it = e.cache.emplace(key, make_primitive(g, e.engine)).first;
     cached = it->second;
   }
-  dnnl::memory a_mem(cached.a, e.engine, const_cast<float*>(g.A));
-  dnnl::memory b_mem(cached.b, e.engine, const_cast<float*>(g.B));
+  dnnl::memory a_mem(cached.a, e.engine, const_cast<void*>(A));
+  dnnl::memory b_mem(cached.b, e.engine, const_cast<void*>(B));
   dnnl::memory c_mem(cached.c, e.engine, g.C);
   // One stream per thread keeps concurrent callers independent.
   thread_local dnnl::stream stream(e.engine);
   cached.primitive.execute(stream, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
   stream.wait();
+}
+
+/// beta * C in place: the product of an empty sum (K == 0).
+void scale_c(const GemmBatch& g) {
+  for (int64_t b = 0; b < g.batch; ++b)
+    for (int64_t i = 0; i < g.M; ++i)
+      for (int64_t j = 0; j < g.N; ++j) {
+        float& c = g.C[b * g.stride_c + i * g.ldc + j];
+        c = g.beta == 0.0f ? 0.0f : g.beta * c;
+      }
+}
+
+}  // namespace
+
+void gemm_batched(const GemmBatch& g) {
+  check_gemm(g);
+  if (g.K == 0) {
+    scale_c(g);
+    return;
+  }
+  if (g.precision == Precision::fp32) {
+    run_primitive(g, g.A, g.B);
+    return;
+  }
+  // The rounded copies are packed, so the product runs with their strides.
+  thread_local std::vector<uint16_t> a_copy, b_copy;
+  const Bf16Operand a = round_operand(g.A, g.batch, g.trans_a ? g.K : g.M, g.trans_a ? g.M : g.K, g.lda, g.stride_a,
+                                      a_copy);
+  const Bf16Operand b = round_operand(g.B, g.batch, g.trans_b ? g.N : g.K, g.trans_b ? g.K : g.N, g.ldb, g.stride_b,
+                                      b_copy);
+  GemmBatch packed = g;
+  packed.lda = a.ld;
+  packed.stride_a = a.stride;
+  packed.ldb = b.ld;
+  packed.stride_b = b.stride;
+  gemm_batched_bf16(packed, a.data, b.data);
+}
+
+void gemm_batched_bf16(const GemmBatch& g, const uint16_t* A, const uint16_t* B) {
+  check_gemm(g);
+  if (g.K == 0) {
+    scale_c(g);
+    return;
+  }
+  GemmBatch bf16 = g;
+  bf16.precision = Precision::bf16;
+  run_primitive(bf16, A, B);
 }
 
 void gemm_batched_f64(int64_t batch, int64_t M, int64_t N, int64_t K, const double* A, int64_t lda,

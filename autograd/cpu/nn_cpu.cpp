@@ -18,6 +18,23 @@ T row_max(const T* x, int64_t dim) {
   return m;
 }
 
+/// sum_j term(j) for j in [0, n), in double: kLanes interleaved partial sums (lane l takes
+/// j = l mod kLanes), added in lane order at the end. The compiler keeps the lanes in one
+/// vector register, where a single running sum would chain every add through its latency;
+/// the order is fixed, so the bits do not depend on the thread count either.
+constexpr int64_t kLanes = 8;
+template <class Term>
+double lane_sum(int64_t n, const Term& term) {
+  double acc[kLanes] = {};
+  const int64_t whole = n / kLanes * kLanes;
+  for (int64_t j = 0; j < whole; j += kLanes)
+    for (int64_t l = 0; l < kLanes; ++l) acc[l] += term(j + l);
+  for (int64_t j = whole; j < n; ++j) acc[j - whole] += term(j);
+  double s = 0.0;
+  for (int64_t l = 0; l < kLanes; ++l) s += acc[l];
+  return s;
+}
+
 /// log(sum(exp(x - m))) + m for one row.
 template <class T>
 double row_log_sum_exp(const T* x, int64_t dim) {
@@ -35,8 +52,7 @@ void rms_norm_forward(const T* x, const T* weight, int64_t rows, int64_t dim, do
   for (int64_t r = 0; r < rows; ++r) {
     const T* xr = x + r * dim;
     T* yr = y + r * dim;
-    double ss = 0.0;
-    for (int64_t j = 0; j < dim; ++j) ss += static_cast<double>(xr[j]) * xr[j];
+    const double ss = lane_sum(dim, [&](int64_t j) { return static_cast<double>(xr[j]) * xr[j]; });
     const double inv = 1.0 / std::sqrt(ss / static_cast<double>(dim) + eps);
     rstd[r] = inv;
     const T rs = static_cast<T>(inv);
@@ -54,8 +70,8 @@ void rms_norm_backward(const T* x, const T* weight, const double* rstd, const T*
       const T* xr = x + r * dim;
       const T* gr = g + r * dim;
       const double rs = rstd[r];
-      double dot = 0.0;
-      for (int64_t j = 0; j < dim; ++j) dot += static_cast<double>(gr[j]) * weight[j] * xr[j];
+      const double dot =
+          lane_sum(dim, [&](int64_t j) { return static_cast<double>(gr[j]) * weight[j] * xr[j]; });
       const T a = static_cast<T>(rs), b = static_cast<T>(rs * rs * rs * dot / static_cast<double>(dim));
       T* dxr = dx + r * dim;
       for (int64_t j = 0; j < dim; ++j) dxr[j] = a * gr[j] * weight[j] - b * xr[j];

@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "lat/dtype.h"
+#include "lat/precision.h"
 
 namespace lat::cuda {
 
@@ -10,8 +11,11 @@ namespace lat::cuda {
 /// device `device`, with the conventions of lat::cpu::GemmBatch (autograd/cpu/gemm.h):
 /// op(A) is M x K (A stored M x K with row stride lda, or K x M when trans_a), op(B) is
 /// K x N, stride_* in elements between batch items (0 shares one matrix). dtype f32
-/// (TF32 tensor cores only when lat::cuda::allow_tf32()) or f64. Throws lat::Error on a
-/// cuBLAS failure or sizes beyond cuBLAS's 32-bit limits.
+/// (TF32 tensor cores only when lat::cuda::allow_tf32()) or f64. precision bf16 (f32 only,
+/// on a device where bf16_supported(device)): A and B are rounded to bf16 into scratch
+/// copies and multiplied on bf16 tensor cores with fp32 accumulation (CUBLAS_COMPUTE_32F)
+/// into the f32 C. Throws lat::Error on a cuBLAS failure or sizes beyond cuBLAS's 32-bit
+/// limits.
 struct GemmArgs {
   DType dtype = DType::f32;
   int device = 0;
@@ -25,7 +29,11 @@ struct GemmArgs {
   void* C = nullptr;
   int64_t ldc = 0, stride_c = 0;
   double alpha = 1.0, beta = 0.0;
+  Precision precision = Precision::fp32;
 };
 void gemm_batched(const GemmArgs& g);
+
+/// Whether device `index` has bf16 tensor cores (compute capability 8.0 or above).
+bool bf16_supported(int index);
 
 }  // namespace lat::cuda

@@ -3,12 +3,15 @@
 // C^T = op(B)^T op(A)^T, i.e. cuBLAS's gemm with the operands swapped and the same
 // transpose flags, m = N, n = M.
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 
 #include <limits>
 #include <map>
 
 #include "autograd/cuda/blas.h"
 #include "autograd/cuda/cuda_check.h"
+#include "autograd/cuda/cuda_memory.h"
+#include "autograd/cuda/launch.cuh"
 #include "autograd/cuda/stream.h"
 #include "lat/cuda.h"
 
@@ -42,7 +45,48 @@ int checked_int(int64_t x, const char* what) {
   return static_cast<int>(x);
 }
 
+// dst[i] (items x rows x cols, packed) = src[b * stride + r * ld + c] rounded to the nearest
+// bf16 (ties to even), as the CPU's float_to_bf16.
+__global__ void round_to_bf16(const float* src, int64_t rows, int64_t cols, int64_t ld, int64_t stride,
+                              int64_t total, __nv_bfloat16* dst) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t c = i % cols, r = (i / cols) % rows, b = i / (rows * cols);
+    dst[i] = __float2bfloat16_rn(src[b * stride + r * ld + c]);
+  }
+}
+
+/// A bf16 copy of one operand in the caching allocator's memory, packed: row stride = its
+/// stored columns, batch stride = one matrix (0 when the operand is shared). Released when
+/// it goes out of scope; work queued on the stream may still read it (stream.h).
+struct Bf16Copy {
+  void* data = nullptr;
+  int64_t ld = 0, stride = 0;
+  int device = 0;
+  Bf16Copy(const void* src, int64_t batch, int64_t rows, int64_t cols, int64_t ld_src, int64_t stride_src, int dev,
+           cudaStream_t stream)
+      : ld(cols), stride(stride_src == 0 ? 0 : rows * cols), device(dev) {
+    const int64_t total = (stride_src == 0 ? 1 : batch) * rows * cols;
+    data = allocate(static_cast<size_t>(total) * sizeof(__nv_bfloat16), dev);
+    round_to_bf16<<<grid_for(total), kBlock, 0, stream>>>(static_cast<const float*>(src), rows, cols, ld_src,
+                                                          stride_src, total, static_cast<__nv_bfloat16*>(data));
+    LAT_CUDA_CHECK_LAUNCH();
+  }
+  ~Bf16Copy() { release(data, device); }
+  Bf16Copy(const Bf16Copy&) = delete;
+  Bf16Copy& operator=(const Bf16Copy&) = delete;
+};
+
 }  // namespace
+
+bool bf16_supported(int index) {
+  thread_local std::map<int, bool> supported;
+  auto it = supported.find(index);
+  if (it != supported.end()) return it->second;
+  int major = 0;
+  LAT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, index));
+  return supported.emplace(index, major >= 8).first->second;
+}
 
 void gemm_batched(const GemmArgs& g) {
   if (g.batch == 0 || g.M == 0 || g.N == 0) return;
@@ -56,7 +100,16 @@ void gemm_batched(const GemmArgs& g) {
   const int batch = checked_int(g.batch, "batch");
   const cublasOperation_t op_b = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_a = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-  if (g.dtype == DType::f32) {
+  if (g.dtype == DType::f32 && g.precision == Precision::bf16) {
+    const float alpha = static_cast<float>(g.alpha), beta = static_cast<float>(g.beta);
+    cudaStream_t stream = current_stream(g.device);
+    const Bf16Copy a(g.A, g.batch, g.trans_a ? g.K : g.M, g.trans_a ? g.M : g.K, g.lda, g.stride_a, g.device, stream);
+    const Bf16Copy b(g.B, g.batch, g.trans_b ? g.N : g.K, g.trans_b ? g.K : g.N, g.ldb, g.stride_b, g.device, stream);
+    LAT_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+        handle, op_b, op_a, m, n, k, &alpha, b.data, CUDA_R_16BF, checked_int(std::max<int64_t>(b.ld, 1), "ldb"),
+        b.stride, a.data, CUDA_R_16BF, checked_int(std::max<int64_t>(a.ld, 1), "lda"), a.stride, &beta, g.C,
+        CUDA_R_32F, ldc, g.stride_c, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  } else if (g.dtype == DType::f32) {
     const float alpha = static_cast<float>(g.alpha), beta = static_cast<float>(g.beta);
     const cublasComputeType_t compute = allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     LAT_CUBLAS_CHECK(cublasGemmStridedBatchedEx(handle, op_b, op_a, m, n, k, &alpha, g.B, CUDA_R_32F, ldb,

@@ -6,6 +6,7 @@
 #include "lat/grad_check.h"
 #include "lat/linear_attention.h"
 #include "lat/ops.h"
+#include "lat/precision.h"
 #include "lat/tape.h"
 #include "lat/tensor.h"
 #include "lat/version.h"

@@ -10,6 +10,15 @@
 // every tensor input (initial_state included) and accepts a gradient on final_state.
 // scale defaults to K^-0.5. Any T >= 1; K and V in 1..256. Errors: lat::Error naming
 // the op, the argument and expected versus actual (shapes, dtypes, ranks, g > 0).
+//
+// Packed sequences (flash-linear-attention's varlen): every chunk_* and fused_recurrent_*
+// op takes, as its last argument, cu_seqlens, i64 [N + 1] with 0 = c_0 < ... < c_N = T
+// (on the CPU or q's device), for a batch of B == 1 holding N sequences back to back,
+// sequence n being tokens [c_n, c_{n+1}). Each starts from its own initial state and no
+// state crosses a boundary: initial_state and final_state are then [N, H, K, V], and the
+// results and every gradient equal those of N separate calls. Any lengths >= 1 (a boundary
+// may fall anywhere in a chunk). Invalid offsets (dtype, rank, c_0 != 0, not strictly
+// increasing, c_N != T) or B != 1 are lat::Error naming cu_seqlens.
 #pragma once
 #include <optional>
 
@@ -19,7 +28,7 @@ namespace lat {
 
 struct LinearAttentionOutput {
   Tensor o;            // [B, T, H, V]
-  Tensor final_state;  // [B, H, K, V] (V + 1 when normalized); undefined unless requested
+  Tensor final_state;  // [B or N, H, K, V] (V + 1 when normalized); undefined unless requested
 };
 
 /// Causal linear attention (Katharopoulos et al. 2020, sec. 3.2-3.4): S_t = S_{t-1} + k_t v_t^T,
@@ -28,48 +37,47 @@ struct LinearAttentionOutput {
 LinearAttentionOutput chunk_linear_attn(const Tensor& q, const Tensor& k, const Tensor& v,
                                         std::optional<float> scale = {}, bool normalize = false,
                                         const Tensor& initial_state = {}, bool output_final_state = false,
-                                        int chunk_size = 64);
+                                        int chunk_size = 64, const Tensor& cu_seqlens = {});
 
 /// Linear attention with a scalar per-head log-decay (Mamba-2 SSD read as linear attention,
 /// Dao & Gu 2024; RetNet when g is constant): S_t = exp(g_t) S_{t-1} + k_t v_t^T,
 /// o_t = scale S_t^T q_t.
 LinearAttentionOutput chunk_simple_gla(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                                        std::optional<float> scale = {}, const Tensor& initial_state = {},
-                                       bool output_final_state = false, int chunk_size = 64);
+                                       bool output_final_state = false, int chunk_size = 64,
+                                       const Tensor& cu_seqlens = {});
 
 /// DeltaNet (Schlag et al. 2021; Yang et al. 2024): S_t = (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T,
 /// o_t = scale S_t^T q_t. use_qk_l2norm_in_kernel L2-normalizes q and k (eps 1e-6) inside the op.
 LinearAttentionOutput chunk_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& beta,
                                        std::optional<float> scale = {}, const Tensor& initial_state = {},
                                        bool output_final_state = false, bool use_qk_l2norm_in_kernel = false,
-                                       int chunk_size = 64);
+                                       int chunk_size = 64, const Tensor& cu_seqlens = {});
 
 /// Gated DeltaNet (Yang et al. 2025): S_t = exp(g_t) (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T,
 /// o_t = scale S_t^T q_t.
 LinearAttentionOutput chunk_gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                                              const Tensor& beta, std::optional<float> scale = {},
                                              const Tensor& initial_state = {}, bool output_final_state = false,
-                                             bool use_qk_l2norm_in_kernel = false, int chunk_size = 64);
+                                             bool use_qk_l2norm_in_kernel = false, int chunk_size = 64,
+                                             const Tensor& cu_seqlens = {});
 
 // ---- token-by-token forms (same arguments and results as the chunk ops) ---------------
 LinearAttentionOutput fused_recurrent_linear_attn(const Tensor& q, const Tensor& k, const Tensor& v,
                                                   std::optional<float> scale = {}, bool normalize = false,
-                                                  const Tensor& initial_state = {},
-                                                  bool output_final_state = false);
-LinearAttentionOutput fused_recurrent_simple_gla(const Tensor& q, const Tensor& k, const Tensor& v,
-                                                 const Tensor& g, std::optional<float> scale = {},
-                                                 const Tensor& initial_state = {},
-                                                 bool output_final_state = false);
-LinearAttentionOutput fused_recurrent_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v,
-                                                 const Tensor& beta, std::optional<float> scale = {},
-                                                 const Tensor& initial_state = {}, bool output_final_state = false,
-                                                 bool use_qk_l2norm_in_kernel = false);
-LinearAttentionOutput fused_recurrent_gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v,
-                                                       const Tensor& g, const Tensor& beta,
-                                                       std::optional<float> scale = {},
-                                                       const Tensor& initial_state = {},
-                                                       bool output_final_state = false,
-                                                       bool use_qk_l2norm_in_kernel = false);
+                                                  const Tensor& initial_state = {}, bool output_final_state = false,
+                                                  const Tensor& cu_seqlens = {});
+LinearAttentionOutput fused_recurrent_simple_gla(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                                                 std::optional<float> scale = {}, const Tensor& initial_state = {},
+                                                 bool output_final_state = false, const Tensor& cu_seqlens = {});
+LinearAttentionOutput fused_recurrent_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& beta,
+                                                 std::optional<float> scale = {}, const Tensor& initial_state = {},
+                                                 bool output_final_state = false, bool use_qk_l2norm_in_kernel = false,
+                                                 const Tensor& cu_seqlens = {});
+LinearAttentionOutput fused_recurrent_gated_delta_rule(
+    const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+    std::optional<float> scale = {}, const Tensor& initial_state = {}, bool output_final_state = false,
+    bool use_qk_l2norm_in_kernel = false, const Tensor& cu_seqlens = {});
 
 // ---- one decoding step, state updated in place (no autograd) ---------------------------
 // q_t, k_t [B, H, K]; v_t [B, H, V]; g_t, beta_t [B, H]; state [B, H, K, V] (V + 1 when

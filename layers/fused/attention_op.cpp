@@ -3,8 +3,11 @@
 #include "layers/fused/attention_op.h"
 
 #include <cmath>
+#include <type_traits>
+#include <vector>
 
 #include "lat/tape.h"
+#include "layers/cu_seqlens.h"
 #include "layers/fused/attention_op_cpu.h"
 #ifdef LAT_WITH_CUDA
 #include "layers/fused/attention_op_cuda.h"
@@ -51,24 +54,39 @@ Dims check_args(const char* op, const Tensor& q, const Tensor& k, const Tensor& 
   return d;
 }
 
-// One call, resolved: the keys read are rows [0, Tk) of k and v (Tk = d.Tk, or the cache's
-// length for the cached form).
+// One kernel call, resolved: the keys read are rows [0, Tk) of k and v (Tk = d.Tk, or the
+// cache's length for the cached form), counted from token t0 of every tensor (a packed
+// sequence's first token, whose d.Tq = d.Tk is its length; 0 for a whole call).
 struct Call {
   Dims d;
   int64_t Tk;
   double scale;
   int64_t window_size;
   int64_t q_offset;
+  int64_t t0 = 0;
+};
+
+// Where call c's rows start in q, o, dq [B, T, H, D or Dv], k, v [B, T, Hkv, D or Dv] and
+// lse [B, H, Tq], in elements.
+struct RowOffsets {
+  int64_t q, o, k, v, lse;
+  explicit RowOffsets(const Call& c)
+      : q(c.t0 * c.d.H * c.d.D),
+        o(c.t0 * c.d.H * c.d.Dv),
+        k(c.t0 * c.d.Hkv * c.d.D),
+        v(c.t0 * c.d.Hkv * c.d.Dv),
+        lse(c.t0 * c.d.H) {}
 };
 
 // The kernels' arguments, the same for both backends (attention_args.h).
 template <class S>
 attention::Args<S> make_args(const Tensor& q, const Tensor& k, const Tensor& v, const Call& c) {
   const Dims& d = c.d;
+  const RowOffsets at(c);
   attention::Args<S> a;
-  a.q = q.data<S>();
-  a.k = k.data<S>();
-  a.v = v.data<S>();
+  a.q = q.data<S>() + at.q;
+  a.k = k.data<S>() + at.k;
+  a.v = v.data<S>() + at.v;
   a.B = d.B, a.Tq = d.Tq, a.Tk = c.Tk, a.H = d.H, a.Hkv = d.Hkv, a.D = d.D, a.Dv = d.Dv;
   a.q_batch_stride = d.Tq * d.H * d.D;
   a.k_batch_stride = k.size(1) * d.Hkv * d.D;
@@ -82,65 +100,98 @@ attention::Args<S> make_args(const Tensor& q, const Tensor& k, const Tensor& v, 
 
 // The one switch over backends and dtypes (CUDA runs f32 only, checked in check_args).
 // forward writes o and, when lse is not null, the per-row logsumexp [B, H, Tq].
-void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Call& c, Tensor& o, Tensor* lse) {
+template <class S>
+void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Call& c, Tensor& o, Tensor* lse) {
+  const RowOffsets at(c);
+  S* lse_rows = lse ? lse->data<S>() + at.lse : nullptr;
 #ifdef LAT_WITH_CUDA
   if (q.device().is_cuda()) {
-    attention_cuda::forward(make_args<float>(q, k, v, c), o.data<float>(), lse ? lse->data<float>() : nullptr);
+    if constexpr (std::is_same_v<S, float>)
+      attention_cuda::forward(make_args<float>(q, k, v, c), o.data<float>() + at.o, lse_rows);
     return;
   }
 #endif
+  attention_cpu::forward(make_args<S>(q, k, v, c), o.data<S>() + at.o, lse_rows);
+}
+
+void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Call& c, Tensor& o, Tensor* lse) {
   if (q.dtype() == DType::f32)
-    attention_cpu::forward(make_args<float>(q, k, v, c), o.data<float>(), lse ? lse->data<float>() : nullptr);
+    forward_typed<float>(q, k, v, c, o, lse);
   else
-    attention_cpu::forward(make_args<double>(q, k, v, c), o.data<double>(), lse ? lse->data<double>() : nullptr);
+    forward_typed<double>(q, k, v, c, o, lse);
 }
 
-// dq, dk, dv from the forward's o and lse and the upstream grad_o.
+// dq, dk, dv of call c's rows from the forward's o and lse and the upstream grad_o.
 template <class S>
-void backward_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Call& c, const Tensor& o, const Tensor& lse,
-                  const Tensor& grad_o, Tensor& dq, Tensor& dk, Tensor& dv) {
-  attention_cpu::backward(make_args<S>(q, k, v, c), o.data<S>(), lse.data<S>(), grad_o.data<S>(), dq.data<S>(),
-                          dk.data<S>(), dv.data<S>());
+void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Call& c, const Tensor& o,
+                    const Tensor& lse, const Tensor& grad_o, Tensor& dq, Tensor& dk, Tensor& dv) {
+  const RowOffsets at(c);
+#ifdef LAT_WITH_CUDA
+  if (q.device().is_cuda()) {
+    if constexpr (std::is_same_v<S, float>)
+      attention_cuda::backward(make_args<float>(q, k, v, c), o.data<float>() + at.o, lse.data<float>() + at.lse,
+                               grad_o.data<float>() + at.o, dq.data<float>() + at.q, dk.data<float>() + at.k,
+                               dv.data<float>() + at.v);
+    return;
+  }
+#endif
+  attention_cpu::backward(make_args<S>(q, k, v, c), o.data<S>() + at.o, lse.data<S>() + at.lse, grad_o.data<S>() + at.o,
+                          dq.data<S>() + at.q, dk.data<S>() + at.k, dv.data<S>() + at.v);
 }
 
-std::vector<Tensor> backward(const Tensor& q, const Tensor& k, const Tensor& v, const Call& c, const Tensor& o,
-                             const Tensor& lse, const Tensor& grad_o) {
+std::vector<Tensor> backward(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<Call>& calls,
+                             const Tensor& o, const Tensor& lse, const Tensor& grad_o) {
   Tensor dq = Tensor::empty(q.shape(), q.dtype(), q.device());
   Tensor dk = Tensor::empty(k.shape(), k.dtype(), k.device());
   Tensor dv = Tensor::empty(v.shape(), v.dtype(), v.device());
-#ifdef LAT_WITH_CUDA
-  if (q.device().is_cuda()) {
-    attention_cuda::backward(make_args<float>(q, k, v, c), o.data<float>(), lse.data<float>(), grad_o.data<float>(),
-                             dq.data<float>(), dk.data<float>(), dv.data<float>());
-    return {dq, dk, dv};
+  for (const Call& c : calls) {
+    if (q.dtype() == DType::f32)
+      backward_typed<float>(q, k, v, c, o, lse, grad_o, dq, dk, dv);
+    else
+      backward_typed<double>(q, k, v, c, o, lse, grad_o, dq, dk, dv);
   }
-#endif
-  if (q.dtype() == DType::f32)
-    backward_cpu<float>(q, k, v, c, o, lse, grad_o, dq, dk, dv);
-  else
-    backward_cpu<double>(q, k, v, c, o, lse, grad_o, dq, dk, dv);
   return {dq, dk, dv};
+}
+
+// The kernel calls of causal_attention: the whole call, or one per packed sequence of
+// cu_seqlens (B == 1, Tq = Tk, each sequence attending to itself only, q_offset 0).
+std::vector<Call> calls_of(const Call& whole, const Tensor& cu_seqlens) {
+  if (!cu_seqlens.defined()) return {whole};
+  const char* op = "causal_attention";
+  const std::vector<int64_t> offsets = read_cu_seqlens(op, cu_seqlens, whole.d.B, whole.d.Tq);
+  LAT_CHECK(whole.d.Tk == whole.d.Tq && whole.q_offset == 0,
+            op << ": cu_seqlens: expected queries and keys of the same tokens (Tq = Tk, q_offset 0), got Tq="
+               << whole.d.Tq << " Tk=" << whole.d.Tk << " q_offset=" << whole.q_offset);
+  std::vector<Call> calls;
+  for (size_t n = 0; n + 1 < offsets.size(); ++n) {
+    Call c = whole;
+    c.d.Tq = c.d.Tk = c.Tk = offsets[n + 1] - offsets[n];
+    c.t0 = offsets[n];
+    calls.push_back(c);
+  }
+  return calls;
 }
 
 }  // namespace
 
 Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, std::optional<double> scale,
-                        int64_t window_size, std::optional<int64_t> q_offset) {
+                        int64_t window_size, std::optional<int64_t> q_offset, const Tensor& cu_seqlens) {
   const Dims d = check_args("causal_attention", q, k, v, window_size);
   const int64_t offset = q_offset.value_or(d.Tk - d.Tq);
   LAT_CHECK(offset >= 0 && offset <= d.Tk - d.Tq,
             "causal_attention: q_offset: expected a value in [0, Tk - Tq] = [0, " << d.Tk - d.Tq << "], got " << offset);
-  const Call c{d, d.Tk, scale.value_or(1.0 / std::sqrt(static_cast<double>(d.D))), window_size, offset};
+  const std::vector<Call> calls = calls_of(
+      {d, d.Tk, scale.value_or(1.0 / std::sqrt(static_cast<double>(d.D))), window_size, offset}, cu_seqlens);
 
   const bool grad = needs_grad({&q, &k, &v});
   Tensor o = Tensor::empty({d.B, d.Tq, d.H, d.Dv}, q.dtype(), q.device());
+  // With packed sequences, sequence n's rows of lse are [H, L_n] from H * c_n on.
   Tensor lse = grad ? Tensor::empty({d.B, d.H, d.Tq}, q.dtype(), q.device()) : Tensor();
-  forward(q, k, v, c, o, grad ? &lse : nullptr);
+  for (const Call& c : calls) forward(q, k, v, c, o, grad ? &lse : nullptr);
   if (grad) {
     // Saved for backward: q, k, v (the node's inputs), o and the per-row logsumexp; O(T).
-    record("causal_attention", {q, k, v}, {o}, [q, k, v, c, o, lse](const std::vector<Tensor>& g) {
-      return backward(q, k, v, c, o, lse, g[0]);
-    });
+    record("causal_attention", {q, k, v}, {o},
+           [q, k, v, calls, o, lse](const std::vector<Tensor>& g) { return backward(q, k, v, calls, o, lse, g[0]); });
   }
   return o;
 }

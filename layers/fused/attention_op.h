@@ -21,11 +21,14 @@ namespace lat {
 ///   and gradient checks; all the same dtype, on the CPU) -> o: [B, Tq, H, Dv].
 ///   scale defaults to D^-0.5. q_offset defaults to Tk - Tq (the queries are the last Tq
 ///   tokens: Tq = Tk for training, Tq = 1 when decoding over a cache).
+/// With cu_seqlens (i64 [N + 1], packed sequences of a B == 1 batch, layers/cu_seqlens.h;
+/// Tq = Tk, q_offset 0) each query sees only the keys of its own sequence, as N separate
+/// calls would: j in [c_n, i] (and within the window).
 /// Differentiable in q, k and v (one tape node). Throws lat::Error when the ranks or sizes
-/// do not match, H is not a multiple of Hkv, window_size < 0, or q_offset is outside
-/// [0, Tk - Tq] (then some query would see no key).
+/// do not match, H is not a multiple of Hkv, window_size < 0, q_offset is outside
+/// [0, Tk - Tq] (then some query would see no key), or cu_seqlens is invalid.
 Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, std::optional<double> scale = {},
-                        int64_t window_size = 0, std::optional<int64_t> q_offset = {});
+                        int64_t window_size = 0, std::optional<int64_t> q_offset = {}, const Tensor& cu_seqlens = {});
 
 /// Decoding form over a KV cache buffer: k_cache [B, capacity, Hkv, D] and v_cache
 /// [B, capacity, Hkv, Dv] (f32) of which rows [0, length) hold the keys and values, the

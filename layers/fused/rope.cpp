@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "lat/tape.h"
+#include "layers/cu_seqlens.h"
 #ifdef LAT_WITH_CUDA
 #include "layers/fused/rope_cuda.h"
 #endif
@@ -13,10 +14,11 @@
 namespace lat {
 namespace {
 
-// dst[b, t, h, :] = src[b, t, h, :] rotated by sign * angle(position_offset + t, i).
+// dst[b, t, h, :] = src[b, t, h, :] rotated by sign * angle(position_offset + t - start[t], i)
+// (start: the first token of t's sequence, or null for 0).
 template <class S>
-void rotate(const S* src, S* dst, int64_t B, int64_t T, int64_t H, int64_t D, double theta,
-            int64_t position_offset, double sign) {
+void rotate(const S* src, S* dst, int64_t B, int64_t T, int64_t H, int64_t D, double theta, int64_t position_offset,
+            const int64_t* start, double sign) {
   const int64_t half = D / 2;
   // cos/sin table [T, half], shared by every batch row and head.
   std::vector<double> inv_freq(static_cast<size_t>(half));
@@ -25,7 +27,7 @@ void rotate(const S* src, S* dst, int64_t B, int64_t T, int64_t H, int64_t D, do
   std::vector<S> cos_table(static_cast<size_t>(T * half)), sin_table(static_cast<size_t>(T * half));
 #pragma omp parallel for if (T * half > 4096)
   for (int64_t t = 0; t < T; ++t) {
-    double position = static_cast<double>(position_offset + t);
+    double position = static_cast<double>(position_offset + t - (start ? start[t] : 0));
     for (int64_t i = 0; i < half; ++i) {
       double angle = position * inv_freq[i];
       cos_table[t * half + i] = static_cast<S>(std::cos(angle));
@@ -48,25 +50,28 @@ void rotate(const S* src, S* dst, int64_t B, int64_t T, int64_t H, int64_t D, do
   }
 }
 
-Tensor rotate_tensor(const Tensor& x, double theta, int64_t position_offset, double sign) {
+// starts: i64 [T] on x's device (the first token of each token's sequence), or undefined.
+Tensor rotate_tensor(const Tensor& x, double theta, int64_t position_offset, const Tensor& starts, double sign) {
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
   int64_t B = x.size(0), T = x.size(1), H = x.size(2), D = x.size(3);
+  const int64_t* start = starts.defined() ? starts.data<int64_t>() : nullptr;
 #ifdef LAT_WITH_CUDA
   if (x.device().is_cuda()) {
-    rope_cuda::rotate(x.data<float>(), y.data<float>(), B, T, H, D, theta, position_offset, sign, x.device().index);
+    rope_cuda::rotate(x.data<float>(), y.data<float>(), B, T, H, D, theta, position_offset, start, sign,
+                      x.device().index);
     return y;
   }
 #endif
   if (x.dtype() == DType::f32)
-    rotate(x.data<float>(), y.data<float>(), B, T, H, D, theta, position_offset, sign);
+    rotate(x.data<float>(), y.data<float>(), B, T, H, D, theta, position_offset, start, sign);
   else
-    rotate(x.data<double>(), y.data<double>(), B, T, H, D, theta, position_offset, sign);
+    rotate(x.data<double>(), y.data<double>(), B, T, H, D, theta, position_offset, start, sign);
   return y;
 }
 
 }  // namespace
 
-Tensor rotary_embedding(const Tensor& x, double theta, int64_t position_offset) {
+Tensor rotary_embedding(const Tensor& x, double theta, int64_t position_offset, const Tensor& cu_seqlens) {
   LAT_CHECK(x.defined(), "rotary_embedding: x: undefined tensor");
   LAT_CHECK(x.dim() == 4, "rotary_embedding: x: expected shape [B, T, H, D], got " << shape_str(x.shape()));
   LAT_CHECK(x.size(3) % 2 == 0, "rotary_embedding: x: expected an even head dim D, got " << x.size(3));
@@ -78,10 +83,16 @@ Tensor rotary_embedding(const Tensor& x, double theta, int64_t position_offset) 
   LAT_CHECK(theta > 0, "rotary_embedding: theta: expected a positive base, got " << theta);
   LAT_CHECK(position_offset >= 0, "rotary_embedding: position_offset: expected >= 0, got " << position_offset);
 
-  Tensor y = rotate_tensor(x, theta, position_offset, 1.0);
+  Tensor starts;
+  if (cu_seqlens.defined())
+    starts = Tensor::from_vector(sequence_starts(read_cu_seqlens("rotary_embedding", cu_seqlens, x.size(0), x.size(1))),
+                                 {x.size(1)})
+                 .to(x.device());
+
+  Tensor y = rotate_tensor(x, theta, position_offset, starts, 1.0);
   if (needs_grad({&x})) {
-    record("rotary_embedding", {x}, {y}, [theta, position_offset](const std::vector<Tensor>& grads) {
-      return std::vector<Tensor>{rotate_tensor(grads[0], theta, position_offset, -1.0)};
+    record("rotary_embedding", {x}, {y}, [theta, position_offset, starts](const std::vector<Tensor>& grads) {
+      return std::vector<Tensor>{rotate_tensor(grads[0], theta, position_offset, starts, -1.0)};
     });
   }
   return y;

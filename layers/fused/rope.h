@@ -13,9 +13,12 @@ namespace lat {
 /// p * theta^(-2i/D):
 ///   y_i = x_i cos - x_{i+D/2} sin,   y_{i+D/2} = x_{i+D/2} cos + x_i sin.
 /// Angles are computed in float64. position_offset is the position of token 0 (the number
-/// of tokens before it when decoding). One tape node; the backward is the inverse rotation.
-/// Throws lat::Error for a rank other than 4, an odd D, theta <= 0, position_offset < 0,
-/// or a non-CPU or non-float tensor.
-Tensor rotary_embedding(const Tensor& x, double theta = 10000.0, int64_t position_offset = 0);
+/// of tokens before it when decoding). With cu_seqlens (i64 [N + 1], packed sequences of a
+/// B == 1 batch, layers/cu_seqlens.h) positions restart at each sequence: token t of
+/// sequence n is at p = position_offset + t - c_n. One tape node; the backward is the
+/// inverse rotation. Throws lat::Error for a rank other than 4, an odd D, theta <= 0,
+/// position_offset < 0, a non-CPU or non-float tensor, or invalid cu_seqlens.
+Tensor rotary_embedding(const Tensor& x, double theta = 10000.0, int64_t position_offset = 0,
+                        const Tensor& cu_seqlens = {});
 
 }  // namespace lat

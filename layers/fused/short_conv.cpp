@@ -4,8 +4,11 @@
 // T + W - 1 rows per batch item, so pre[t] = sum_w weight[w] * xe[t + w] and
 //   dxe[s]     = sum_w weight[w] * dpre[s - w]    (0 <= s - w < T),
 //   dweight[w] = sum_t dpre[t] * xe[t + w],
-// with dx = dxe[W-1 ..] and d(initial_state) = dxe[.. W-1]. The channel axis is innermost,
-// so every inner loop runs over contiguous channels and vectorizes.
+// with dx = dxe[W-1 ..] and d(initial_state) = dxe[.. W-1]. With packed sequences a pair
+// (t, t + w) whose input lies before the start of t's sequence is left out of all three
+// sums (ConvArgs::reads), so no gradient crosses a boundary either, whatever the lengths.
+// The channel axis is innermost, so every inner loop runs over contiguous channels and
+// vectorizes.
 #include "layers/fused/short_conv.h"
 
 #include <algorithm>
@@ -13,9 +16,9 @@
 #include <cstring>
 #include <vector>
 
-
 #include "autograd/cpu/fast_exp.h"
 #include "lat/tape.h"
+#include "layers/cu_seqlens.h"
 #ifdef LAT_WITH_CUDA
 #include "layers/fused/short_conv_cuda.h"
 #endif
@@ -25,9 +28,10 @@ namespace {
 
 template <class S>
 struct ConvArgs {
-  const S* x;         // [B, T, D]
-  const S* state;     // [B, W-1, D] or nullptr (zeros)
-  std::vector<S> wt;  // weight transposed to [W, D]
+  const S* x;            // [B, T, D]
+  const S* state;        // [B, W-1, D] or nullptr (zeros)
+  const int64_t* start;  // [T]: the first token of each token's sequence (B == 1), or nullptr
+  std::vector<S> wt;     // weight transposed to [W, D]
   int64_t B, T, D, W;
 
   // Row s of the extended input of batch item b; nullptr for an all-zero row.
@@ -35,11 +39,22 @@ struct ConvArgs {
     if (s >= W - 1) return x + (b * T + s - (W - 1)) * D;
     return state ? state + (b * (W - 1) + s) * D : nullptr;
   }
+  // True when output t reads extended row t + k: always without sequences; with them, only
+  // rows of t's own sequence (the tokens before its start act as zeros).
+  bool reads(int64_t t, int64_t k) const { return start == nullptr || t + k - (W - 1) >= start[t]; }
+  // The row output t reads at tap k, or nullptr for zeros.
+  const S* input(int64_t b, int64_t t, int64_t k) const { return reads(t, k) ? row(b, t + k) : nullptr; }
 };
 
 template <class S>
-ConvArgs<S> make_args(const Tensor& x, const Tensor& weight, const Tensor& state) {
-  ConvArgs<S> a{x.data<S>(), state.defined() ? state.data<S>() : nullptr, {}, x.size(0), x.size(1), x.size(2),
+ConvArgs<S> make_args(const Tensor& x, const Tensor& weight, const Tensor& state, const Tensor& starts) {
+  ConvArgs<S> a{x.data<S>(),
+                state.defined() ? state.data<S>() : nullptr,
+                starts.defined() ? starts.data<int64_t>() : nullptr,
+                {},
+                x.size(0),
+                x.size(1),
+                x.size(2),
                 weight.size(2)};
   const S* w = weight.data<S>();
   a.wt.resize(static_cast<size_t>(a.W * a.D));
@@ -53,7 +68,7 @@ template <class S>
 void conv_row(const ConvArgs<S>& a, int64_t b, int64_t t, S* pre) {
   for (int64_t c = 0; c < a.D; ++c) pre[c] = 0;
   for (int64_t k = 0; k < a.W; ++k) {
-    const S* r = a.row(b, t + k);
+    const S* r = a.input(b, t, k);
     if (r == nullptr) continue;
     const S* wk = a.wt.data() + k * a.D;
     for (int64_t c = 0; c < a.D; ++c) pre[c] += wk[c] * r[c];
@@ -95,7 +110,7 @@ void conv_backward(const ConvArgs<S>& a, const S* dy, S* dx, S* dweight, S* dsta
     for (int64_t c = 0; c < D; ++c) out[c] = 0;
     for (int64_t k = 0; k < W; ++k) {
       int64_t t = s - k;
-      if (t < 0 || t >= T) continue;
+      if (t < 0 || t >= T || !a.reads(t, k)) continue;
       const S* wk = a.wt.data() + k * D;
       const S* d = dpre.data() + (b * T + t) * D;
       for (int64_t c = 0; c < D; ++c) out[c] += wk[c] * d[c];
@@ -119,7 +134,7 @@ void conv_backward(const ConvArgs<S>& a, const S* dy, S* dx, S* dweight, S* dsta
       for (int64_t bt = p * part_rows; bt < std::min(rows, (p + 1) * part_rows); ++bt) {
         const S* d = dpre.data() + bt * D;
         for (int64_t k = 0; k < W; ++k) {
-          const S* r = a.row(bt / T, bt % T + k);
+          const S* r = a.input(bt / T, bt % T, k);
           if (r == nullptr) continue;
           for (int64_t c = c0; c < c1; ++c) acc[k * D + c] += d[c] * r[c];
         }
@@ -133,38 +148,47 @@ void conv_backward(const ConvArgs<S>& a, const S* dy, S* dx, S* dweight, S* dsta
 }
 
 #ifdef LAT_WITH_CUDA
-short_conv_cuda::Args cuda_args(const Tensor& x, const Tensor& weight, const Tensor& state) {
-  return {x.data<float>(), weight.data<float>(), state.defined() ? state.data<float>() : nullptr, x.size(0), x.size(1),
-          x.size(2), weight.size(2), x.device().index};
+short_conv_cuda::Args cuda_args(const Tensor& x, const Tensor& weight, const Tensor& state, const Tensor& starts) {
+  return {x.data<float>(),
+          weight.data<float>(),
+          state.defined() ? state.data<float>() : nullptr,
+          starts.defined() ? starts.data<int64_t>() : nullptr,
+          x.size(0),
+          x.size(1),
+          x.size(2),
+          weight.size(2),
+          x.device().index};
 }
 #endif
 
+// starts: i64 [T] on x's device, the first token of each token's sequence, or undefined.
 template <class S>
-Tensor forward_typed(const Tensor& x, const Tensor& weight, const Tensor& state) {
+Tensor forward_typed(const Tensor& x, const Tensor& weight, const Tensor& state, const Tensor& starts) {
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
 #ifdef LAT_WITH_CUDA
   if (x.device().is_cuda()) {
-    short_conv_cuda::forward(cuda_args(x, weight, state), y.data<float>());
+    short_conv_cuda::forward(cuda_args(x, weight, state, starts), y.data<float>());
     return y;
   }
 #endif
-  conv_forward(make_args<S>(x, weight, state), y.data<S>());
+  conv_forward(make_args<S>(x, weight, state, starts), y.data<S>());
   return y;
 }
 
 template <class S>
-std::vector<Tensor> backward_typed(const Tensor& x, const Tensor& weight, const Tensor& state, const Tensor& dy) {
+std::vector<Tensor> backward_typed(const Tensor& x, const Tensor& weight, const Tensor& state, const Tensor& starts,
+                                   const Tensor& dy) {
   Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
   Tensor dweight = Tensor::empty(weight.shape(), weight.dtype(), weight.device());
   Tensor dstate = state.defined() ? Tensor::empty(state.shape(), state.dtype(), state.device()) : Tensor();
 #ifdef LAT_WITH_CUDA
   if (x.device().is_cuda()) {
-    short_conv_cuda::backward(cuda_args(x, weight, state), dy.data<float>(), dx.data<float>(), dweight.data<float>(),
-                              dstate.defined() ? dstate.data<float>() : nullptr);
+    short_conv_cuda::backward(cuda_args(x, weight, state, starts), dy.data<float>(), dx.data<float>(),
+                              dweight.data<float>(), dstate.defined() ? dstate.data<float>() : nullptr);
     return {dx, dweight, dstate};
   }
 #endif
-  conv_backward(make_args<S>(x, weight, state), dy.data<S>(), dx.data<S>(), dweight.data<S>(),
+  conv_backward(make_args<S>(x, weight, state, starts), dy.data<S>(), dx.data<S>(), dweight.data<S>(),
                 dstate.defined() ? dstate.data<S>() : nullptr);
   return {dx, dweight, dstate};
 }
@@ -197,14 +221,24 @@ void check_args(const char* op, const Tensor& x, const Tensor& weight, const Ten
 
 }  // namespace
 
-Tensor short_conv(const Tensor& x, const Tensor& weight, const Tensor& initial_state) {
-  check_args("short_conv", x, weight, initial_state);
-  Tensor y = x.dtype() == DType::f32 ? forward_typed<float>(x, weight, initial_state)
-                                     : forward_typed<double>(x, weight, initial_state);
+Tensor short_conv(const Tensor& x, const Tensor& weight, const Tensor& initial_state, const Tensor& cu_seqlens) {
+  const char* op = "short_conv";
+  check_args(op, x, weight, initial_state);
+  Tensor starts;
+  if (cu_seqlens.defined()) {
+    const std::vector<int64_t> offsets = read_cu_seqlens(op, cu_seqlens, x.size(0), x.size(1));
+    LAT_CHECK(!initial_state.defined(), op << ": initial_state: expected none with cu_seqlens (every sequence starts "
+                                              "from zeros), got "
+                                           << shape_str(initial_state.shape()));
+    const std::vector<int64_t> first = sequence_starts(offsets);
+    starts = Tensor::from_vector(first, {x.size(1)}).to(x.device());
+  }
+  Tensor y = x.dtype() == DType::f32 ? forward_typed<float>(x, weight, initial_state, starts)
+                                     : forward_typed<double>(x, weight, initial_state, starts);
   if (needs_grad({&x, &weight, &initial_state})) {
-    record("short_conv", {x, weight, initial_state}, {y}, [x, weight, initial_state](const std::vector<Tensor>& g) {
-      return x.dtype() == DType::f32 ? backward_typed<float>(x, weight, initial_state, g[0])
-                                     : backward_typed<double>(x, weight, initial_state, g[0]);
+    record(op, {x, weight, initial_state}, {y}, [x, weight, initial_state, starts](const std::vector<Tensor>& g) {
+      return x.dtype() == DType::f32 ? backward_typed<float>(x, weight, initial_state, starts, g[0])
+                                     : backward_typed<double>(x, weight, initial_state, starts, g[0]);
     });
   }
   return y;
@@ -258,7 +292,9 @@ ShortConvolution::ShortConvolution(int64_t dim, int64_t conv_size, Generator& ge
   weight_ = register_parameter("weight", Tensor::uniform({dim, 1, conv_size}, gen, -bound, bound));
 }
 
-Tensor ShortConvolution::forward(const Tensor& x) const { return short_conv(x, weight_); }
+Tensor ShortConvolution::forward(const Tensor& x, const Tensor& cu_seqlens) const {
+  return short_conv(x, weight_, {}, cu_seqlens);
+}
 
 Tensor ShortConvolution::step(const Tensor& x_t, Tensor& conv_state) const {
   return short_conv_step(x_t, weight_, conv_state);

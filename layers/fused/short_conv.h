@@ -5,7 +5,8 @@
 // The weight is [D, 1, W], torch.nn.Conv1d's layout for groups = D, so exported weights map
 // onto flash-linear-attention's `*_conv1d.weight`. Output at t reads inputs t-W+1 .. t:
 //   y[b, t, c] = silu( sum_{w<W} weight[c, 0, w] * x[b, t - (W-1) + w, c] ),
-// where positions before 0 come from the conv state (zeros when there is none).
+// where positions before 0 come from the conv state (zeros when there is none), and with
+// packed sequences positions before the start of t's sequence are zeros.
 #pragma once
 #include <cstdint>
 
@@ -15,9 +16,14 @@ namespace lat {
 
 /// The convolution op: x [B, T, D], weight [D, 1, W], optional initial_state [B, W-1, D]
 /// (the W-1 inputs before x, oldest first; zeros when undefined) -> y [B, T, D], same
-/// dtype (f32 or f64, all alike). One tape node with a hand-written backward giving dx,
-/// dweight and d(initial_state). Throws lat::Error on mismatched shapes, dtypes or devices.
-Tensor short_conv(const Tensor& x, const Tensor& weight, const Tensor& initial_state = {});
+/// dtype (f32 or f64, all alike). With cu_seqlens (i64 [N + 1], packed sequences of a
+/// B == 1 batch, layers/cu_seqlens.h) no output reads a token of another sequence: each
+/// sequence starts from zeros, however short (1 token included), and no initial_state is
+/// taken. One tape node with a hand-written backward giving dx, dweight and
+/// d(initial_state). Throws lat::Error on mismatched shapes, dtypes or devices, invalid
+/// cu_seqlens (read_cu_seqlens) or an initial_state given with cu_seqlens.
+Tensor short_conv(const Tensor& x, const Tensor& weight, const Tensor& initial_state = {},
+                  const Tensor& cu_seqlens = {});
 
 /// One decoding step: x_t [B, 1, D] -> y_t [B, 1, D], equal to short_conv's output for
 /// that token given the previous W-1 inputs in `conv_state` [B, W-1, D]; then shifts x_t
@@ -34,8 +40,9 @@ class ShortConvolution : public Module {
  public:
   ShortConvolution(int64_t dim, int64_t conv_size, Generator& gen);
 
-  /// x: [B, T, dim] -> [B, T, dim] (short_conv with zero initial state).
-  Tensor forward(const Tensor& x) const;
+  /// x: [B, T, dim] -> [B, T, dim] (short_conv with zero initial state; with cu_seqlens,
+  /// B == 1 and each packed sequence from zeros).
+  Tensor forward(const Tensor& x, const Tensor& cu_seqlens = {}) const;
   /// x_t: [B, 1, dim] -> [B, 1, dim]; updates conv_state [B, conv_size-1, dim].
   Tensor step(const Tensor& x_t, Tensor& conv_state) const;
   /// A zero conv state [batch, conv_size-1, dim] (f32).

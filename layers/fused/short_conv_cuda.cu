@@ -1,7 +1,9 @@
 // CUDA kernels of the short convolution (see short_conv_cuda.h and short_conv.cpp for the
 // derivation). With xe = concat(state, x) along time (T + W - 1 rows per batch item):
 //   pre[t] = sum_w weight[w] xe[t + w],  y = silu(pre),  dpre = dy silu'(pre),
-//   dxe[s] = sum_w weight[w] dpre[s - w],  dweight[w] = sum_t dpre[t] xe[t + w].
+//   dxe[s] = sum_w weight[w] dpre[s - w],  dweight[w] = sum_t dpre[t] xe[t + w],
+// where with packed sequences (Args::start) the pairs (t, t + w) whose input lies before
+// the start of t's sequence are left out of all three sums.
 // Threads run over channels, the innermost axis, so every access is coalesced.
 #include <algorithm>
 
@@ -23,9 +25,20 @@ __device__ __forceinline__ float xe_at(const Args& a, int64_t b, int64_t s, int6
   return a.state != nullptr ? a.state[(b * (a.W - 1) + s) * a.D + c] : 0.0f;
 }
 
+// True when output t reads extended row t + w: always without sequences; with them, only
+// rows of t's own sequence.
+__device__ __forceinline__ bool reads(const Args& a, int64_t t, int64_t w) {
+  return a.start == nullptr || t + w - (a.W - 1) >= a.start[t];
+}
+
+// The input output t of batch item b reads at tap w, channel c (0 outside its sequence).
+__device__ __forceinline__ float input_at(const Args& a, int64_t b, int64_t t, int64_t w, int64_t c) {
+  return reads(a, t, w) ? xe_at(a, b, t + w, c) : 0.0f;
+}
+
 __device__ __forceinline__ float pre_at(const Args& a, int64_t b, int64_t t, int64_t c) {
   float acc = 0.0f;
-  for (int64_t w = 0; w < a.W; ++w) acc += a.weight[c * a.W + w] * xe_at(a, b, t + w, c);
+  for (int64_t w = 0; w < a.W; ++w) acc += a.weight[c * a.W + w] * input_at(a, b, t, w, c);
   return acc;
 }
 
@@ -61,7 +74,7 @@ __global__ void dx_kernel(Args a, const float* dpre, float* dx, float* dstate) {
     float acc = 0.0f;
     for (int64_t w = 0; w < a.W; ++w) {
       const int64_t t = s - w;
-      if (t >= 0 && t < a.T) acc += a.weight[c * a.W + w] * dpre[(b * a.T + t) * a.D + c];
+      if (t >= 0 && t < a.T && reads(a, t, w)) acc += a.weight[c * a.W + w] * dpre[(b * a.T + t) * a.D + c];
     }
     *out = acc;
   }
@@ -77,7 +90,7 @@ __global__ void dweight_partial_kernel(Args a, const float* dpre, int64_t splits
     for (int64_t bt = sp * seg; bt < end; ++bt) {
       const int64_t b = bt / a.T, t = bt % a.T;
       const double d = dpre[bt * a.D + c];
-      for (int64_t w = 0; w < a.W; ++w) acc[w] += d * xe_at(a, b, t + w, c);
+      for (int64_t w = 0; w < a.W; ++w) acc[w] += d * input_at(a, b, t, w, c);
     }
     for (int64_t w = 0; w < a.W; ++w) partial[(sp * a.W + w) * a.D + c] = acc[w];
   }

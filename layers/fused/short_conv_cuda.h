@@ -8,11 +8,14 @@ namespace lat::short_conv_cuda {
 /// Largest kernel size W of the CUDA kernels (the per-thread weight-gradient registers).
 inline constexpr int64_t kMaxKernel = 16;
 
-/// x [B, T, D], weight [D, 1, W], state [B, W-1, D] or null (zeros), on device `device`.
+/// x [B, T, D], weight [D, 1, W], state [B, W-1, D] or null (zeros), start [T] (packed
+/// sequences, B == 1: the first token of each token's sequence; output t reads no token
+/// before start[t]) or null, on device `device`.
 struct Args {
   const float* x = nullptr;
   const float* weight = nullptr;
   const float* state = nullptr;
+  const int64_t* start = nullptr;
   int64_t B = 0, T = 0, D = 0, W = 0;
   int device = 0;
 };

@@ -5,6 +5,8 @@
 #include <sstream>
 #include <string>
 
+#include "layers/cu_seqlens.h"
+
 namespace lat::linear_attention {
 namespace {
 
@@ -103,11 +105,21 @@ void check_beta(const char* op, const Tensor& beta, const Tensor& q, const Dims&
   check_range(op, "beta", beta, 0.0, 1.0, "values in [0, 1]");
 }
 
-void check_initial_state(const char* op, const Tensor& initial_state, const Tensor& q, const Dims& d,
-                         int64_t state_v) {
+Spans call_spans(const char* op, const Tensor& cu_seqlens, const Dims& d) {
+  if (!cu_seqlens.defined()) return {{Span{0, 0, d.T}}, d.B, false};
+  const std::vector<int64_t> offsets = read_cu_seqlens(op, cu_seqlens, d.B, d.T);
+  Spans s{{}, static_cast<int64_t>(offsets.size()) - 1, true};
+  for (int64_t n = 0; n < s.states; ++n) s.spans.push_back({n, offsets[n], offsets[n + 1]});
+  return s;
+}
+
+void check_initial_state(const char* op, const Tensor& initial_state, const Tensor& q, const Dims& d, int64_t state_v,
+                         const Spans& spans) {
   if (!initial_state.defined()) return;
-  check_shape(op, "initial_state", initial_state, {d.B, d.H, d.K, state_v},
-              state_v == d.V ? "[B, H, K, V]" : "[B, H, K, V + 1]");
+  const char* layout = spans.packed ? (state_v == d.V ? "[N, H, K, V] (one state per sequence of cu_seqlens)"
+                                                      : "[N, H, K, V + 1] (one state per sequence of cu_seqlens)")
+                                    : (state_v == d.V ? "[B, H, K, V]" : "[B, H, K, V + 1]");
+  check_shape(op, "initial_state", initial_state, {spans.states, d.H, d.K, state_v}, layout);
   check_like(op, "initial_state", initial_state, q);
 }
 

@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "autograd/cpu/fast_exp.h"
 #include "lat/tensor.h"
@@ -39,10 +40,31 @@ void check_g(const char* op, const Tensor& g, const Tensor& q, const Dims& d);
 /// Checks beta [B, T, H]: same dtype and device as q, every value in [0, 1].
 void check_beta(const char* op, const Tensor& beta, const Tensor& q, const Dims& d);
 
-/// Checks an optional initial_state [B, H, K, state_v] (state_v = V, or V + 1 for the
-/// normalized linear attention): nothing when undefined; else same dtype and device as q.
-void check_initial_state(const char* op, const Tensor& initial_state, const Tensor& q, const Dims& d,
-                         int64_t state_v);
+/// What one kernel call covers: tokens [t0, t1) of every batch row, from initial state n
+/// and into final state n. A call without cu_seqlens is one span, the whole batch (n = 0,
+/// t0 = 0, t1 = T, all B rows); a packed call (B == 1) is one span per sequence.
+struct Span {
+  int64_t n = 0, t0 = 0, t1 = 0;
+};
+
+/// The spans of a call and the number of states it takes and returns: B without
+/// cu_seqlens, N (one per sequence) with it.
+struct Spans {
+  std::vector<Span> spans;
+  int64_t states = 0;
+  bool packed = false;  // cu_seqlens given: states are [N, H, K, Vs]
+};
+
+/// The spans of a call of sizes d: the whole call when cu_seqlens is undefined, else one
+/// per sequence of cu_seqlens (checked by read_cu_seqlens, layers/cu_seqlens.h: i64 [N + 1],
+/// 0 = c_0 < ... < c_N = T, B == 1; lat::Error naming `op` and cu_seqlens otherwise).
+Spans call_spans(const char* op, const Tensor& cu_seqlens, const Dims& d);
+
+/// Checks an optional initial_state [states, H, K, state_v] (states = B, or N with
+/// cu_seqlens; state_v = V, or V + 1 for the normalized linear attention): nothing when
+/// undefined; else same dtype and device as q.
+void check_initial_state(const char* op, const Tensor& initial_state, const Tensor& q, const Dims& d, int64_t state_v,
+                         const Spans& spans);
 
 /// Checks that q lives on the CPU (for ops with no device kernel yet).
 void check_cpu(const char* op, const Tensor& q);
@@ -56,6 +78,12 @@ void check_chunk_size(const char* op, int chunk_size, const Tensor& q);
 /// Which kernels run an op's recurrence: chunkwise (chunk_*), or token by token
 /// (fused_recurrent_*, CPU only).
 enum class Form { chunk, fused_recurrent };
+
+/// p + n, or null when p is null (an absent optional input or unwanted gradient).
+template <class T>
+T* offset_or_null(T* p, int64_t n) {
+  return p ? p + n : nullptr;
+}
 
 /// The tensor's f32 data, or null for an undefined tensor (an absent optional input).
 const float* data_or_null(const Tensor& t);

@@ -47,13 +47,34 @@ DeltaParams params_of(const DeltaInputs& in, const DeltaOptions& options, int64_
   return p;
 }
 
+// Where span s starts in each layout, in floats: [B, T, H, K] (q, k and their gradients),
+// [B, T, H, V] (v, o), [B, T, H] (g, beta) and the states [states, H, K, V]. All 0 for
+// the whole call.
+struct SpanOffsets {
+  int64_t k, v, row, state;
+  SpanOffsets(const DeltaParams& p, const Span& s)
+      : k(s.t0 * p.H * p.K), v(s.t0 * p.H * p.V), row(s.t0 * p.H), state(s.n * p.H * p.K * p.V) {}
+};
+
+// The params of span s: its T and pointers to its first token and its initial state (p
+// itself for the whole call).
+DeltaParams span_params(const DeltaParams& p, const Span& s) {
+  const SpanOffsets at(p, s);
+  DeltaParams r = p;
+  r.q = p.q + at.k, r.k = p.k + at.k, r.v = p.v + at.v;
+  r.g = offset_or_null(p.g, at.row), r.beta = p.beta + at.row, r.h0 = offset_or_null(p.h0, at.state);
+  r.T = s.t1 - s.t0;
+  return r;
+}
+
 }  // namespace
 
 LinearAttentionOutput run_delta(const char* op, Form form, const DeltaInputs& in, const DeltaOptions& options) {
   const Dims d = check_qkv(op, in.q, in.k, in.v);
   if (in.g.defined()) check_g(op, in.g, in.q, d);
   check_beta(op, in.beta, in.q, d);
-  check_initial_state(op, in.initial_state, in.q, d, d.V);
+  const Spans spans = call_spans(op, in.cu_seqlens, d);
+  check_initial_state(op, in.initial_state, in.q, d, d.V, spans);
   if (form == Form::chunk)
     check_chunk_size(op, options.chunk_size, in.q);
   else
@@ -63,27 +84,37 @@ LinearAttentionOutput run_delta(const char* op, Form form, const DeltaInputs& in
   const Device device = in.q.device();
   const bool grad = needs_grad({&in.q, &in.k, &in.v, &in.g, &in.beta, &in.initial_state});
   Tensor o = Tensor::empty({p.B, p.T, p.H, p.V}, DType::f32, device);
-  Tensor final_state = options.output_final_state ? Tensor::empty({p.B, p.H, p.K, p.V}, DType::f32, device)
+  Tensor final_state = options.output_final_state ? Tensor::empty({spans.states, p.H, p.K, p.V}, DType::f32, device)
                                                   : Tensor();
-  std::shared_ptr<const DeltaSaved> saved =
-      forward(form, device, p, o.data<float>(), data_or_null(final_state), grad);
+  std::vector<std::shared_ptr<const DeltaSaved>> saved;
+  for (const Span& s : spans.spans) {
+    const SpanOffsets at(p, s);
+    saved.push_back(forward(form, device, span_params(p, s), o.data<float>() + at.v,
+                            offset_or_null(data_or_null(final_state), at.state), grad));
+  }
   if (!grad) return {o, final_state};
 
   std::vector<Tensor> outputs{o};
   if (final_state.defined()) outputs.push_back(final_state);
   // p points into the node's inputs, which the tape keeps alive until backward.
   record(op, {in.q, in.k, in.v, in.g, in.beta, in.initial_state}, outputs,
-         [form, device, p, saved](const std::vector<Tensor>& grad_outputs) {
+         [form, device, p, spans = spans.spans, states = spans.states,
+          saved = std::move(saved)](const std::vector<Tensor>& grad_outputs) {
            Tensor dq = Tensor::empty({p.B, p.T, p.H, p.K}, DType::f32, device);
            Tensor dk = Tensor::empty({p.B, p.T, p.H, p.K}, DType::f32, device);
            Tensor dv = Tensor::empty({p.B, p.T, p.H, p.V}, DType::f32, device);
            Tensor dg = p.g ? Tensor::empty({p.B, p.T, p.H}, DType::f32, device) : Tensor();
            Tensor dbeta = Tensor::empty({p.B, p.T, p.H}, DType::f32, device);
-           Tensor dh0 = p.h0 ? Tensor::empty({p.B, p.H, p.K, p.V}, DType::f32, device) : Tensor();
+           Tensor dh0 = p.h0 ? Tensor::empty({states, p.H, p.K, p.V}, DType::f32, device) : Tensor();
            const float* dht = grad_outputs.size() > 1 ? grad_outputs[1].data<float>() : nullptr;
-           backward(form, device, p, *saved, grad_outputs[0].data<float>(), dht,
-                    {dq.data<float>(), dk.data<float>(), dv.data<float>(), data_or_null(dg), dbeta.data<float>(),
-                     data_or_null(dh0)});
+           for (size_t i = 0; i < spans.size(); ++i) {
+             const SpanOffsets at(p, spans[i]);
+             backward(form, device, span_params(p, spans[i]), *saved[i], grad_outputs[0].data<float>() + at.v,
+                      offset_or_null(dht, at.state),
+                      {dq.data<float>() + at.k, dk.data<float>() + at.k, dv.data<float>() + at.v,
+                       offset_or_null(data_or_null(dg), at.row), dbeta.data<float>() + at.row,
+                       offset_or_null(data_or_null(dh0), at.state)});
+           }
            return std::vector<Tensor>{dq, dk, dv, dg, dbeta, dh0};
          });
   return {o, final_state};

@@ -12,10 +12,11 @@
 namespace lat::linear_attention {
 
 /// A call's tensors: q, k [B, T, H, K], v [B, T, H, V], g [B, T, H] or undefined (the delta
-/// rule), beta [B, T, H], initial_state [B, H, K, V] or undefined (zeros). A decoding
-/// step's tensors have no T axis, and its state is passed on its own.
+/// rule), beta [B, T, H], initial_state [B, H, K, V] or undefined (zeros), cu_seqlens i64
+/// [N + 1] or undefined (with it B == 1 holds N sequences and the states are [N, H, K, V]).
+/// A decoding step's tensors have no T axis, and its state is passed on its own.
 struct DeltaInputs {
-  Tensor q, k, v, g, beta, initial_state;
+  Tensor q, k, v, g, beta, initial_state, cu_seqlens;
 };
 
 /// A call's options, as the public ops take them.
@@ -27,11 +28,13 @@ struct DeltaOptions {
 };
 
 /// Checks the arguments (lat::Error naming `op`, the argument, expected and actual: q, k,
-/// v as check_qkv, g when defined as check_g, beta as check_beta, initial_state, then
-/// chunk_size for Form::chunk or CPU tensors for Form::fused_recurrent), runs the kernels
-/// of `form` on q's device and, when any input requires grad, records one tape node named
-/// `op` with inputs q, k, v, g, beta, initial_state, whose backward runs the same kernels'
-/// backward.
+/// v as check_qkv, g when defined as check_g, beta as check_beta, cu_seqlens as
+/// call_spans, initial_state, then chunk_size for Form::chunk or CPU tensors for
+/// Form::fused_recurrent), runs the kernels of `form` on q's device once per span (the
+/// whole call, or each sequence of cu_seqlens from its own state: pointers into the
+/// inputs, no copies) and, when any input requires grad, records one tape node named `op`
+/// with inputs q, k, v, g, beta, initial_state, whose backward runs the same kernels'
+/// backward per span.
 LinearAttentionOutput run_delta(const char* op, Form form, const DeltaInputs& in, const DeltaOptions& options);
 
 /// One decoding step: checks the arguments as check_step, check_step_g and check_step_beta

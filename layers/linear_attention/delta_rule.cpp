@@ -13,9 +13,9 @@ using linear_attention::Form;
 
 LinearAttentionOutput chunk_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& beta,
                                        std::optional<float> scale, const Tensor& initial_state, bool output_final_state,
-                                       bool use_qk_l2norm_in_kernel, int chunk_size) {
+                                       bool use_qk_l2norm_in_kernel, int chunk_size, const Tensor& cu_seqlens) {
   return linear_attention::run_delta("chunk_delta_rule", Form::chunk,
-                                     DeltaInputs{q, k, v, Tensor(), beta, initial_state},
+                                     DeltaInputs{q, k, v, Tensor(), beta, initial_state, cu_seqlens},
                                      DeltaOptions{.scale = scale,
                                                   .output_final_state = output_final_state,
                                                   .use_qk_l2norm_in_kernel = use_qk_l2norm_in_kernel,
@@ -24,9 +24,10 @@ LinearAttentionOutput chunk_delta_rule(const Tensor& q, const Tensor& k, const T
 
 LinearAttentionOutput fused_recurrent_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& beta,
                                                  std::optional<float> scale, const Tensor& initial_state,
-                                                 bool output_final_state, bool use_qk_l2norm_in_kernel) {
+                                                 bool output_final_state, bool use_qk_l2norm_in_kernel,
+                                                 const Tensor& cu_seqlens) {
   return linear_attention::run_delta("fused_recurrent_delta_rule", Form::fused_recurrent,
-                                     DeltaInputs{q, k, v, Tensor(), beta, initial_state},
+                                     DeltaInputs{q, k, v, Tensor(), beta, initial_state, cu_seqlens},
                                      DeltaOptions{.scale = scale,
                                                   .output_final_state = output_final_state,
                                                   .use_qk_l2norm_in_kernel = use_qk_l2norm_in_kernel});
@@ -35,7 +36,7 @@ LinearAttentionOutput fused_recurrent_delta_rule(const Tensor& q, const Tensor& 
 Tensor recurrent_step_delta_rule(const Tensor& q_t, const Tensor& k_t, const Tensor& v_t, const Tensor& beta_t,
                                  float scale, Tensor& state, bool use_qk_l2norm_in_kernel) {
   return linear_attention::run_delta_step(
-      "recurrent_step_delta_rule", DeltaInputs{q_t, k_t, v_t, Tensor(), beta_t, Tensor()},
+      "recurrent_step_delta_rule", DeltaInputs{q_t, k_t, v_t, Tensor(), beta_t, Tensor(), Tensor()},
       DeltaOptions{.scale = scale, .use_qk_l2norm_in_kernel = use_qk_l2norm_in_kernel}, state);
 }
 

@@ -14,10 +14,10 @@ using linear_attention::Form;
 LinearAttentionOutput chunk_gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                                              const Tensor& beta, std::optional<float> scale,
                                              const Tensor& initial_state, bool output_final_state,
-                                             bool use_qk_l2norm_in_kernel, int chunk_size) {
+                                             bool use_qk_l2norm_in_kernel, int chunk_size, const Tensor& cu_seqlens) {
   const char* op = "chunk_gated_delta_rule";
   linear_attention::check_defined(op, "g", g, "[B, T, H]");
-  return linear_attention::run_delta(op, Form::chunk, DeltaInputs{q, k, v, g, beta, initial_state},
+  return linear_attention::run_delta(op, Form::chunk, DeltaInputs{q, k, v, g, beta, initial_state, cu_seqlens},
                                      DeltaOptions{.scale = scale,
                                                   .output_final_state = output_final_state,
                                                   .use_qk_l2norm_in_kernel = use_qk_l2norm_in_kernel,
@@ -27,10 +27,11 @@ LinearAttentionOutput chunk_gated_delta_rule(const Tensor& q, const Tensor& k, c
 LinearAttentionOutput fused_recurrent_gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v,
                                                        const Tensor& g, const Tensor& beta, std::optional<float> scale,
                                                        const Tensor& initial_state, bool output_final_state,
-                                                       bool use_qk_l2norm_in_kernel) {
+                                                       bool use_qk_l2norm_in_kernel, const Tensor& cu_seqlens) {
   const char* op = "fused_recurrent_gated_delta_rule";
   linear_attention::check_defined(op, "g", g, "[B, T, H]");
-  return linear_attention::run_delta(op, Form::fused_recurrent, DeltaInputs{q, k, v, g, beta, initial_state},
+  return linear_attention::run_delta(op, Form::fused_recurrent,
+                                     DeltaInputs{q, k, v, g, beta, initial_state, cu_seqlens},
                                      DeltaOptions{.scale = scale,
                                                   .output_final_state = output_final_state,
                                                   .use_qk_l2norm_in_kernel = use_qk_l2norm_in_kernel});
@@ -41,7 +42,7 @@ Tensor recurrent_step_gated_delta_rule(const Tensor& q_t, const Tensor& k_t, con
   const char* op = "recurrent_step_gated_delta_rule";
   linear_attention::check_defined(op, "g_t", g_t, "[B, H]");
   return linear_attention::run_delta_step(
-      op, DeltaInputs{q_t, k_t, v_t, g_t, beta_t, Tensor()},
+      op, DeltaInputs{q_t, k_t, v_t, g_t, beta_t, Tensor(), Tensor()},
       DeltaOptions{.scale = scale, .use_qk_l2norm_in_kernel = use_qk_l2norm_in_kernel}, state);
 }
 

@@ -46,7 +46,7 @@ LinearAttentionOutput naive_linear_attn(const Tensor& q, const Tensor& k, const 
   const char* op = "naive_linear_attn";
   Dims d = linear_attention::check_qkv(op, q, k, v, linear_attention::Dtypes::f32_or_f64);
   int64_t state_v = normalize ? d.V + 1 : d.V;
-  linear_attention::check_initial_state(op, initial_state, q, d, state_v);
+  linear_attention::check_initial_state(op, initial_state, q, d, state_v, linear_attention::call_spans(op, {}, d));
   double s = linear_attention::resolve_scale(scale, d.K);
 
   Tensor v64 = v.to(DType::f64);
@@ -78,7 +78,7 @@ LinearAttentionOutput naive_simple_gla(const Tensor& q, const Tensor& k, const T
   const char* op = "naive_simple_gla";
   Dims d = linear_attention::check_qkv(op, q, k, v, linear_attention::Dtypes::f32_or_f64);
   linear_attention::check_g(op, g, q, d);
-  linear_attention::check_initial_state(op, initial_state, q, d, d.V);
+  linear_attention::check_initial_state(op, initial_state, q, d, d.V, linear_attention::call_spans(op, {}, d));
   double s = linear_attention::resolve_scale(scale, d.K);
 
   std::vector<Tensor> q_t = tokens(q.to(DType::f64), {d.B, d.H, 1, d.K});
@@ -103,7 +103,7 @@ LinearAttentionOutput naive_gated_delta_rule(const Tensor& q, const Tensor& k, c
   Dims d = linear_attention::check_qkv(op, q, k, v, linear_attention::Dtypes::f32_or_f64);
   if (g.defined()) linear_attention::check_g(op, g, q, d);
   linear_attention::check_beta(op, beta, q, d);
-  linear_attention::check_initial_state(op, initial_state, q, d, d.V);
+  linear_attention::check_initial_state(op, initial_state, q, d, d.V, linear_attention::call_spans(op, {}, d));
   double s = linear_attention::resolve_scale(scale, d.K);
 
   Tensor q64 = q.to(DType::f64), k64 = k.to(DType::f64);

@@ -10,8 +10,10 @@
 namespace lat::cli {
 
 Command add_info_command(CLI::App& app) {
-  CLI::App* sub = app.add_subcommand("info", "Parameters per module, generation memory versus an attention-only "
-                                             "model; for a checkpoint also step, tokens seen, val loss, config");
+  CLI::App* sub = app.add_subcommand("info",
+                                     "Parameters per module, generation memory versus an attention-only "
+                                     "model; for a checkpoint also step, tokens seen, val loss, config, "
+                                     "once it loads as generate loads it (exit 1 otherwise)");
   auto path = std::make_shared<std::string>();
   auto context = std::make_shared<int64_t>(2048);
   sub->add_option("path", *path,

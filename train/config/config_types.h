@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "data/documents.h"
 #include "data/synthetic_tasks.h"
 #include "lat/error.h"
 
@@ -64,6 +65,8 @@ struct DataConfig {
   std::string h5_dataset = "tokens";
   int64_t block_size = 256;
   double val_fraction = 0.1;
+  DocSeparator doc_separator;     // none, a string (text) or a token id (bin, h5) that ends each document
+  bool packing = false;           // cut windows into documents at doc_separator (cu_seqlens)
   std::string task = "none";      // none, mqar, copy: sequences generated from train.seed instead of path
   MqarOptions mqar;
   CopyOptions copy;
@@ -72,6 +75,7 @@ struct DataConfig {
 
 /// train.*: optimization, logging, checkpoints.
 struct TrainConfig {
+  std::string precision = "fp32";   // fp32, bf16 (mixed: bf16 product inputs, fp32 elsewhere)
   int64_t batch_size = 12;
   int64_t grad_accum = 1;
   int64_t max_steps = 2000;

@@ -7,7 +7,7 @@ DataOptions data_options(const Config& config) {
   const DataConfig& d = config.data;
   return {.path = d.path, .format = d.format, .tokenizer = d.tokenizer, .bin_dtype = d.bin_dtype,
           .h5_dataset = d.h5_dataset, .block_size = d.block_size, .val_fraction = d.val_fraction,
-          .vocab_size = config.model.vocab_size};
+          .doc_separator = d.doc_separator, .packing = d.packing, .vocab_size = config.model.vocab_size};
 }
 
 SyntheticTask synthetic_task(const Config& config) {

@@ -48,6 +48,13 @@ void emit_value(YAML::Emitter& out, const FieldPtr& field, bool nullable) {
             for (int64_t item : *value) out << item;
             out << YAML::EndSeq;
           }
+        } else if constexpr (std::is_same_v<T, DocSeparator>) {
+          if (const auto* text = std::get_if<std::string>(value))
+            out << YAML::DoubleQuoted << *text;
+          else if (const auto* id = std::get_if<int64_t>(value))
+            out << *id;
+          else
+            out << YAML::Null;
         } else {
           static_assert(std::is_same_v<T, FloatMap>);
           out << YAML::Flow << YAML::BeginMap;

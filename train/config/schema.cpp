@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <sstream>
 
+#include "data/dataset.h"
+#include "data/documents.h"
 #include "data/synthetic_tasks.h"
 #include "layers/linear_attention/common.h"
 #include "layers/mixer.h"
@@ -92,12 +94,33 @@ void require_data_path(Validation& v) {
   if (d.path.empty() && d.task == "none") v.fail("data.path", "required: the text or token file to train on");
 }
 
-/// data.task: a synthetic task and data.path exclude each other.
+/// data.doc_separator: the kind the data's format takes (a string for text, a token id for bin
+/// and h5) when the format is known without reading the file (data.format, or the extension
+/// of data.path); load_data checks a format found from the file's content.
+void check_doc_separator(Validation& v) {
+  const DataConfig& d = v.config().data;
+  const std::string format = d.format != "auto" ? d.format : format_by_extension(d.path);
+  const std::string problem = doc_separator_mismatch(d.doc_separator, format);
+  if (!problem.empty()) v.fail("data.doc_separator", problem);
+}
+
+/// data.packing: documents need the separator that ends them.
+void check_packing(Validation& v) {
+  const DataConfig& d = v.config().data;
+  if (d.packing && std::holds_alternative<std::monostate>(d.doc_separator))
+    v.fail("data.packing", "needs data.doc_separator, the string (text) or token id (bin, h5) that ends each document");
+}
+
+/// data.task: a synthetic task excludes data.path and data.packing (it generates its own
+/// sequences, one per row).
 void check_task_source(Validation& v) {
   const DataConfig& d = v.config().data;
   if (d.task != "none" && !d.path.empty())
     v.fail("data.task", d.task + " generates its own sequences, but data.path is set too ('" + d.path + "', " +
                             v.where("data.path") + "): remove one of them");
+  if (d.task != "none" && d.packing)
+    v.fail("data.packing", "packs the documents of data.path, but data.task " + d.task + " (" + v.where("data.task") +
+                               ") generates its own sequences, one per row: remove one of them");
 }
 
 /// data.mqar.pairs: with data.task mqar, each count fits data.block_size and data.mqar.vocab.
@@ -182,11 +205,27 @@ void check_init_from(Validation& v) {
 
 // ---- bounds -------------------------------------------------------------------------------
 
+// Upper bounds of the sizes: far above any model or run lat is meant for, and low enough that
+// a damaged value (a config stored in a checkpoint or an export) cannot ask for terabytes of
+// memory or 10^5 threads before the weights are compared with it.
+constexpr int64_t kMaxWidth = int64_t{1} << 16;  // model.d_model
+constexpr int64_t kMaxCount = 1024;              // layers, heads, head dims, threads, chunk
+constexpr double kMaxMlpRatio = 64.0;
+constexpr int64_t kMaxConvSize = 64;
+constexpr int64_t kMaxBlockSize = int64_t{1} << 20;  // tokens per sequence
+constexpr int64_t kMaxBatchSize = int64_t{1} << 16;  // sequences per micro-batch
+
 // The key's name and its field: the dotted key is the field's path in Config, written once.
 #define LAT_KEY(path) .key = #path, .field = [](Config& c) -> FieldPtr { return &c.path; }
 
 Bounds ints_from(int64_t low) { return {.min_int = low}; }
+/// [low, high]
+Bounds ints_in(int64_t low, int64_t high) { return {.min_int = low, .max_int = high}; }
 Bounds floats_above(double low) { return {.range = FloatRange{.low = low, .low_open = true}}; }
+/// (low, high]
+Bounds floats_above_up_to(double low, double high) {
+  return {.range = FloatRange{.low = low, .low_open = true, .high = high}};
+}
 Bounds floats_from(double low, const char* note = "") { return {.range = FloatRange{.low = low, .note = note}}; }
 /// [low, high)
 Bounds floats_from_below(double low, double high) {
@@ -203,38 +242,41 @@ Bounds non_empty(const char* message) { return {.if_empty = message}; }
 
 const std::vector<KeySpec>& schema() {
   static const std::vector<KeySpec> keys = {
-      {LAT_KEY(model.vocab_size), .bounds = ints_from(0)},
-      {LAT_KEY(model.d_model), .bounds = ints_from(1)},
-      {LAT_KEY(model.n_layers), .bounds = ints_from(1)},
-      {LAT_KEY(model.n_heads), .bounds = ints_from(1)},
-      {LAT_KEY(model.head_dim), .bounds = ints_from(0), .rule = resolve_head_dim},
+      {LAT_KEY(model.vocab_size), .bounds = ints_in(0, kMaxVocabSize)},
+      {LAT_KEY(model.d_model), .bounds = ints_in(1, kMaxWidth)},
+      {LAT_KEY(model.n_layers), .bounds = ints_in(1, kMaxCount)},
+      {LAT_KEY(model.n_heads), .bounds = ints_in(1, kMaxCount)},
+      {LAT_KEY(model.head_dim), .bounds = ints_in(0, kMaxCount), .rule = resolve_head_dim},
       {LAT_KEY(model.layers), .rule = check_layers},
       {LAT_KEY(model.expand_v), .bounds = floats_above(0), .rule = check_head_dims},
-      {LAT_KEY(model.mlp_ratio), .bounds = floats_above(0)},
+      {LAT_KEY(model.mlp_ratio), .bounds = floats_above_up_to(0, kMaxMlpRatio)},
       {LAT_KEY(model.norm_eps), .bounds = floats_above(0)},
       {LAT_KEY(model.tie_embeddings)},
       {LAT_KEY(model.attn.window_size), .bounds = ints_from(0)},
-      {LAT_KEY(model.attn.n_kv_heads), .bounds = ints_from(0), .rule = resolve_kv_heads},
+      {LAT_KEY(model.attn.n_kv_heads), .bounds = ints_in(0, kMaxCount), .rule = resolve_kv_heads},
       {LAT_KEY(model.attn.rope_theta), .bounds = floats_above(0)},
       {LAT_KEY(model.linear.feature_map), .bounds = one_of({"elu1", "relu", "identity"})},
       {LAT_KEY(model.linear.normalize)},
       {LAT_KEY(model.linear.use_short_conv)},
-      {LAT_KEY(model.linear.conv_size), .bounds = ints_from(1)},
+      {LAT_KEY(model.linear.conv_size), .bounds = ints_in(1, kMaxConvSize)},
       {LAT_KEY(model.linear.use_gate)},
-      {LAT_KEY(model.linear.chunk_size), .bounds = ints_from(1)},
+      {LAT_KEY(model.linear.chunk_size), .bounds = ints_in(1, kMaxCount)},
       {LAT_KEY(data.path), .rule = require_data_path, .nullable = true},
       {LAT_KEY(data.format), .bounds = one_of({"auto", "text", "bin", "h5"})},
       {LAT_KEY(data.tokenizer), .bounds = one_of({"char", "byte"})},
       {LAT_KEY(data.bin_dtype), .bounds = one_of({"uint16", "uint32"})},
       {LAT_KEY(data.h5_dataset), .bounds = non_empty("expected a dataset name, got ''")},
-      {LAT_KEY(data.block_size), .bounds = ints_from(1)},
+      {LAT_KEY(data.block_size), .bounds = ints_in(1, kMaxBlockSize)},
       {LAT_KEY(data.val_fraction), .bounds = floats_between(0, 1)},
+      {LAT_KEY(data.doc_separator), .rule = check_doc_separator},
+      {LAT_KEY(data.packing), .rule = check_packing},
       {LAT_KEY(data.task), .bounds = one_of({"none", "mqar", "copy"}), .rule = check_task_source},
-      {LAT_KEY(data.mqar.vocab), .bounds = ints_from(4)},
+      {LAT_KEY(data.mqar.vocab), .bounds = ints_in(4, kMaxVocabSize)},
       {LAT_KEY(data.mqar.pairs), .bounds = ints_from(1), .rule = check_mqar_pairs_fit},
       {LAT_KEY(data.mqar.alpha), .bounds = floats_above(0)},
       {LAT_KEY(data.copy.length), .bounds = ints_from(1), .rule = check_copy_and_task_vocab},
-      {LAT_KEY(train.batch_size), .bounds = ints_from(1)},
+      {LAT_KEY(train.precision), .bounds = one_of({"fp32", "bf16"})},
+      {LAT_KEY(train.batch_size), .bounds = ints_in(1, kMaxBatchSize)},
       {LAT_KEY(train.grad_accum), .bounds = ints_from(1)},
       {LAT_KEY(train.max_steps), .bounds = ints_from(1)},
       {LAT_KEY(train.stop_at), .bounds = ints_from(0)},
@@ -258,7 +300,7 @@ const std::vector<KeySpec>& schema() {
        .rule = check_resume_path},
       {LAT_KEY(train.seed), .bounds = ints_from(0)},
       {LAT_KEY(train.device), .rule = check_device},
-      {LAT_KEY(train.threads), .bounds = ints_from(0)},
+      {LAT_KEY(train.threads), .bounds = ints_in(0, kMaxCount)},
       {LAT_KEY(init_from), .rule = check_init_from, .nullable = true},
       {LAT_KEY(init_from_strict)},
       {LAT_KEY(freeze), .bounds = non_empty("expected a non-empty pattern")},

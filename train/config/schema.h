@@ -25,7 +25,7 @@ using FloatMap = std::vector<std::pair<std::string, double>>;
 
 /// A pointer to the Config field behind a key; the alternative gives the key's YAML type.
 using FieldPtr = std::variant<int64_t*, double*, bool*, std::string*, std::array<double, 2>*,
-                              std::vector<std::string>*, FloatMap*, std::vector<int64_t>*>;
+                              std::vector<std::string>*, FloatMap*, std::vector<int64_t>*, DocSeparator*>;
 
 /// The floats a key allows: above (or from) `low`, below (or up to) `high` when given.
 struct FloatRange {
@@ -37,10 +37,12 @@ struct FloatRange {
 };
 
 /// The values a key allows on its own. Which parts apply follows the key's type: ints and
-/// each of a list of ints `min_int`; floats, each of a list of floats and each multiplier of a map `range`; strings
-/// `one_of` and `if_empty`; each item of a list of strings and each pattern of a map `if_empty`.
+/// each of a list of ints `min_int` and `max_int`; floats, each of a list of floats and each
+/// multiplier of a map `range`; strings `one_of` and `if_empty`; each item of a list of
+/// strings and each pattern of a map `if_empty`.
 struct Bounds {
   std::optional<int64_t> min_int = std::nullopt;
+  std::optional<int64_t> max_int = std::nullopt;  // ints: an upper bound on what lat can run
   std::optional<FloatRange> range = std::nullopt;
   std::vector<std::string> one_of = {};  // empty: any string
   const char* if_empty = nullptr;   // the error for an empty string; nullptr: empty is allowed

@@ -31,8 +31,16 @@ std::string describe_range(const FloatRange& r, const char* noun) {
 }
 
 void check_int(const Validation& v, const char* key, const Bounds& b, int64_t value) {
-  if (b.min_int && value < *b.min_int)
-    v.fail(key, "expected an int >= " + std::to_string(*b.min_int) + ", got " + std::to_string(value));
+  const bool below = b.min_int && value < *b.min_int, above = b.max_int && value > *b.max_int;
+  if (!below && !above) return;
+  std::string expected = "an int";
+  if (b.min_int && b.max_int)
+    expected += " in [" + std::to_string(*b.min_int) + ", " + std::to_string(*b.max_int) + "]";
+  else if (b.min_int)
+    expected += " >= " + std::to_string(*b.min_int);
+  else
+    expected += " <= " + std::to_string(*b.max_int);
+  v.fail(key, "expected " + expected + ", got " + std::to_string(value));
 }
 
 void check_float(const Validation& v, const char* key, const Bounds& b, double value, const char* noun) {

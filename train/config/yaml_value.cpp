@@ -92,6 +92,20 @@ class ValueReader {
     }
   }
 
+  /// null: not set; an unquoted int: a token id; any other scalar (a quoted "50256" too): a
+  /// string.
+  void read(const YAML::Node& value, DocSeparator& out) const {
+    int64_t id = 0;
+    if (value.IsNull())
+      out = std::monostate{};
+    else if (!value.IsScalar())
+      type_error("a string or a token id", value, source_.location);
+    else if (value.Tag() != "!" && parse_int_text(value.Scalar(), id))
+      out = id;
+    else
+      out = value.Scalar();
+  }
+
   void read(const YAML::Node& value, FloatMap& out) const {
     out.clear();
     if (value.IsNull()) return;

@@ -3,8 +3,8 @@
 // checkpoint is never replaced by a partial one. The other files of a run directory are in
 // run_dir.h.
 //
-// Layout (strings are variable-length UTF-8):
-//   /                 attrs format="lat-checkpoint", version=1 (int64), step, tokens_seen (int64),
+// Layout (strings are variable-length UTF-8 unless said otherwise):
+//   /                 attrs format="lat-checkpoint", version=2 (int64), step, tokens_seen (int64),
 //                     val_loss, best_val_loss (float64), lat_version, created (ISO 8601),
 //                     frozen (1-D string array), world_size (int64)
 //   /config           string dataset: the resolved YAML
@@ -14,6 +14,11 @@
 //                     (exp_avg, exp_avg_sq for AdamW; momentum_buffer for SGD)
 //   /rng              string dataset: the generator state (Generator::state())
 //   /data             int64 attrs (loader counters); string dataset `state`
+// Every dataset carries attr crc32 (version 2; version 1 files have none): the CRC-32
+// (checksum.h) of its data, for a tensor of its f32 elements (tensor_crc32), for a string of
+// its UTF-8 bytes, as 8 lower-case hex digits in a fixed-length (NULLPAD) string. The file is
+// written in the newest format of the installed HDF5 (1.10: checksummed metadata), so reading
+// it needs HDF5 >= 1.10.
 #pragma once
 #include <cstdint>
 #include <limits>
@@ -26,8 +31,9 @@
 
 namespace lat {
 
-/// The checkpoint layout version this lat writes and the newest it reads.
-constexpr int64_t kCheckpointVersion = 1;
+/// The checkpoint layout version this lat writes and the newest it reads. Version 2 added the
+/// per-dataset crc32 attribute; version 1 files load without it.
+constexpr int64_t kCheckpointVersion = 2;
 
 /// Optimizer state of one parameter: its named buffers (same shape as the parameter).
 struct CheckpointParamState {
@@ -75,11 +81,26 @@ struct Checkpoint {
 /// not contain NUL characters.
 void save_checkpoint(const std::string& path, const Checkpoint& ckpt);
 
+/// The parts of a checkpoint load_checkpoint reads.
+enum class CheckpointParts {
+  all,           // everything, for resuming a run
+  weights_only,  // root attributes, /config, /tokenizer and /model, for inference, export and
+                 // fine-tuning: /optimizer, /rng and /data are never opened (and stay empty)
+};
+
 /// Reads a checkpoint (tensors on the CPU, in the saved order). Throws lat::Error naming the
-/// file when it is missing, not HDF5 (another format or truncated), not a lat checkpoint
-/// (format attribute), from a newer layout version ("checkpoint version 2 is newer than this
-/// lat supports (1)") or missing a required part. Never modifies the file.
-Checkpoint load_checkpoint(const std::string& path);
+/// file when it is missing, not a regular file (a FIFO, a device, a directory), not HDF5
+/// (another format or truncated), damaged where HDF5 checks its metadata, not a lat checkpoint
+/// (format attribute), from a newer layout version ("checkpoint version 3 is newer than this
+/// lat supports (2)") or missing a required part; naming the attribute when step,
+/// tokens_seen, the optimizer's step or a /data counter is negative or world_size below 1;
+/// naming the dataset when its header fails checked_dataset_extent (data/hdf5_dataset.h: a
+/// count that overflows, more data than the file holds, data never or partly written), its
+/// crc32 is missing (version >= 2) or does not match its data, or a tensor element is inf or
+/// NaN ("/model/<name>: element <i> is inf; the checkpoint holds a diverged or damaged model").
+/// Fixed-length strings of any padding read as completely as variable-length ones. Never
+/// modifies the file.
+Checkpoint load_checkpoint(const std::string& path, CheckpointParts parts = CheckpointParts::all);
 
 /// The ISO 8601 UTC time now, e.g. "2025-01-31T12:00:00Z".
 std::string iso8601_now();

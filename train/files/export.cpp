@@ -102,8 +102,7 @@ void write_h5_weights(const ModelWeights& w, const ExportOptions& options, std::
 void write_check_logits(const std::string& export_file, const std::vector<int64_t>& tokens, const std::string& out_dir,
                         std::vector<std::string>& written) {
   const ModelWeights w = load_model_weights(export_file);
-  const Config config = parse_config(w.checkpoint.config_yaml, w.path);
-  const std::unique_ptr<HybridLM> model = model_from_weights(w, config);
+  const std::unique_ptr<HybridLM> model = model_from_weights(w);
   const int64_t T = static_cast<int64_t>(tokens.size()), V = model->vocab_size();
   NoGradGuard no_grad;
   const Tensor ids = Tensor::from_vector(tokens, {1, T});
@@ -136,9 +135,9 @@ std::vector<std::string> export_model(const ExportOptions& options) {
   if (options.out_dir.empty()) throw ConfigError("export: --out: expected a directory");
 
   const ModelWeights w = load_model_weights(options.checkpoint);
-  const Config config = parse_config(w.checkpoint.config_yaml, w.path);
+  const Config& config = w.config;
   // Every tensor present with its config's shape, and nothing else.
-  const int64_t vocab_size = model_from_weights(w, config)->vocab_size();
+  const int64_t vocab_size = model_from_weights(w)->vocab_size();
   for (int64_t id : options.check_tokens)  // before any file is written
     if (id < 0 || id >= vocab_size)
       throw ConfigError("export: --check-tokens: id " + std::to_string(id) + " is outside the vocabulary [0, " +

@@ -1,6 +1,9 @@
 // Reading every model format into ModelWeights (model_reader.h).
 #include "train/files/model_reader.h"
 
+#include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <optional>
 #include <type_traits>
@@ -21,11 +24,19 @@ namespace {
 
 using namespace export_layout;
 
+/// Where the parts of a model came from, for messages: the checkpoint holds them all; an
+/// export keeps its config and tokenizer in the JSON files beside the weights.
+struct PartSources {
+  std::string config_file;  // the file holding the config
+  std::string config_part;  // where in it: "/config" (HDF5 dataset) or "lat_config" (JSON key)
+  std::string tokenizer;    // "'<checkpoint>' /tokenizer" or "'<dir>/tokenizer.json'"
+};
+
 /// A checkpoint (or an h5-weights export) without its training-only parts.
 ModelWeights load_h5(const std::string& path) {
   ModelWeights w;
   w.path = path;
-  w.checkpoint = load_checkpoint(path);
+  w.checkpoint = load_checkpoint(path, CheckpointParts::weights_only);
   w.checkpoint.optimizer = {};
   w.checkpoint.rng_state.clear();
   w.checkpoint.data = {};
@@ -73,7 +84,7 @@ void read_export_metadata(const SafetensorsFile& file, Checkpoint& ckpt) {
 }
 
 /// An exported model.safetensors with the config.json and tokenizer.json beside it.
-ModelWeights load_exported_safetensors(const std::string& path) {
+ModelWeights load_exported_safetensors(const std::string& path, PartSources& sources) {
   ModelWeights w;
   w.path = path;
   Checkpoint& ckpt = w.checkpoint;
@@ -81,32 +92,115 @@ ModelWeights load_exported_safetensors(const std::string& path) {
   const fs::path dir = fs::path(path).parent_path();
   const std::string config_path = (dir / kConfigFile).string();
   ckpt.config_yaml = read_lat_config(config_path, path);
-  const Config parsed = parse_config(ckpt.config_yaml, config_path);
   const std::string tokenizer_path = (dir / kTokenizerFile).string();
+  sources = {config_path, "lat_config", "'" + tokenizer_path + "'"};
   ckpt.tokenizer_type = "none";  // as the trainer saves a model trained on token ids
   if (fs::exists(tokenizer_path)) read_tokenizer_json(tokenizer_path, ckpt);
   read_export_metadata(file, ckpt);
-  for (const auto& [name, tensor] : file.tensors) {
-    // The tied copy exists for other tools; lat's model has no lm_head then.
-    if (parsed.model.tie_embeddings && name == "lm_head.weight") continue;
-    ckpt.model.emplace_back(name, tensor);
-  }
+  ckpt.model = file.tensors;
   return w;
+}
+
+/// The checkpoint `path` (load_h5), its parts' sources in `sources`.
+ModelWeights load_h5_from(const std::string& path, PartSources& sources) {
+  sources = {path, "/config", "'" + path + "' /tokenizer"};
+  return load_h5(path);
+}
+
+/// The files of `path` read as they are (see load_model_weights); `sources` says where.
+ModelWeights read_model_files(const std::string& path, PartSources& sources) {
+  const fs::path p(path);
+  if (fs::is_directory(p)) {
+    // A run directory first (DESIGN.md); else an export directory.
+    if (std::optional<std::string> latest = find_latest_checkpoint(path)) return load_h5_from(*latest, sources);
+    if (fs::is_regular_file(p / kWeightsFile)) return load_h5_from((p / kWeightsFile).string(), sources);
+    if (fs::is_regular_file(p / kSafetensorsFile))
+      return load_exported_safetensors((p / kSafetensorsFile).string(), sources);
+    return load_h5_from(resolve_checkpoint(path), sources);  // throws: no checkpoint there
+  }
+  if (p.extension() == ".safetensors") return load_exported_safetensors(path, sources);
+  return load_h5_from(resolve_checkpoint(path), sources);
+}
+
+/// The stored config through the validator; its errors name the file.
+Config stored_config(const std::string& yaml, const PartSources& sources) {
+  try {
+    return parse_config(yaml, sources.config_part);
+  } catch (const ConfigError& e) {
+    throw ConfigError("'" + sources.config_file + "': " + e.what());
+  }
+}
+
+const Tensor* find_tensor(const ModelWeights& w, const std::string& name) {
+  for (const auto& [n, tensor] : w.checkpoint.model)
+    if (n == name) return &tensor;
+  return nullptr;
+}
+
+bool bit_equal(const Tensor& a, const Tensor& b) {
+  return a.shape() == b.shape() &&
+         std::memcmp(a.data<float>(), b.data<float>(), static_cast<size_t>(a.numel()) * sizeof(float)) == 0;
+}
+
+/// A tied model has no lm_head of its own: an exact copy of the embeddings (lat's export writes
+/// one for other tools) is dropped; any other lm_head.weight would be silently discarded
+/// trained weights, so it is an error.
+void settle_tied_lm_head(ModelWeights& w, const PartSources& sources) {
+  if (!w.config.model.tie_embeddings) return;
+  const Tensor* lm_head = find_tensor(w, "lm_head.weight");
+  if (lm_head == nullptr) return;
+  const Tensor* embeddings = find_tensor(w, "embeddings.weight");
+  if (embeddings == nullptr || !bit_equal(*lm_head, *embeddings))
+    throw Error("load_model_weights: '" + w.path + "': tensor 'lm_head.weight' " + shape_str(lm_head->shape()) +
+                " is not a copy of 'embeddings.weight' " +
+                (embeddings ? shape_str(embeddings->shape()) : std::string("(absent)")) + ", but '" +
+                sources.config_file + "' " + sources.config_part +
+                " sets model.tie_embeddings: true (a tied model's lm_head is its embeddings)");
+  auto& model = w.checkpoint.model;
+  model.erase(std::find_if(model.begin(), model.end(), [](const auto& t) { return t.first == "lm_head.weight"; }));
+}
+
+/// The tokenizer's ids index the embeddings: more tokens than rows would index past them; fewer
+/// than rows, when the vocabulary was taken from the tokenizer (model.vocab_size 0), means
+/// the tokenizer is not the one the model was trained with.
+void check_tokenizer_size(const ModelWeights& w, const PartSources& sources) {
+  const std::optional<Tokenizer> tokenizer = checkpoint_tokenizer(w.checkpoint);
+  const Tensor* embeddings = find_tensor(w, "embeddings.weight");
+  if (!tokenizer || embeddings == nullptr || embeddings->dim() != 2) return;  // model_from_weights names it
+  const int64_t tokens = tokenizer->vocab_size(), rows = embeddings->size(0);
+  const bool from_tokenizer = w.config.model.vocab_size == 0;
+  if (tokens == rows || (!from_tokenizer && tokens < rows)) return;
+  throw Error("load_model_weights: '" + w.path + "': the " + tokenizer->type() + " tokenizer (" + sources.tokenizer +
+              ") has " + std::to_string(tokens) + " tokens, but 'embeddings.weight' " + shape_str(embeddings->shape()) +
+              " has " + std::to_string(rows) + " rows: expected " +
+              (from_tokenizer ? "as many tokens as rows (model.vocab_size 0: the vocabulary is the tokenizer's)"
+                              : "at most as many tokens as rows"));
+}
+
+/// Every weight finite, whatever the format: a NaN or inf passes every shape check and shows
+/// only as garbage text or a NaN loss.
+void check_finite(const ModelWeights& w) {
+  for (const auto& [name, tensor] : w.checkpoint.model) {
+    const float* x = tensor.data<float>();
+    for (int64_t i = 0; i < tensor.numel(); ++i) {
+      if (std::isfinite(x[i])) continue;
+      const std::string value = std::isnan(x[i]) ? "nan" : x[i] > 0 ? "inf" : "-inf";
+      throw Error("load_model_weights: '" + w.path + "': tensor '" + name + "' " + shape_str(tensor.shape()) +
+                  " holds " + value + " at element " + std::to_string(i) + ": expected finite weights");
+    }
+  }
 }
 
 }  // namespace
 
 ModelWeights load_model_weights(const std::string& path) {
-  const fs::path p(path);
-  if (fs::is_directory(p)) {
-    // A run directory first (DESIGN.md); else an export directory.
-    if (std::optional<std::string> latest = find_latest_checkpoint(path)) return load_h5(*latest);
-    if (fs::is_regular_file(p / kWeightsFile)) return load_h5((p / kWeightsFile).string());
-    if (fs::is_regular_file(p / kSafetensorsFile)) return load_exported_safetensors((p / kSafetensorsFile).string());
-    return load_h5(resolve_checkpoint(path));  // throws: no checkpoint there
-  }
-  if (p.extension() == ".safetensors") return load_exported_safetensors(path);
-  return load_h5(resolve_checkpoint(path));
+  PartSources sources;
+  ModelWeights w = read_model_files(path, sources);
+  w.config = stored_config(w.checkpoint.config_yaml, sources);
+  settle_tied_lm_head(w, sources);
+  check_tokenizer_size(w, sources);
+  check_finite(w);
+  return w;
 }
 
 }  // namespace lat

@@ -5,6 +5,7 @@
 #pragma once
 #include <string>
 
+#include "train/config/config.h"
 #include "train/files/checkpoint.h"
 
 namespace lat {
@@ -12,15 +13,25 @@ namespace lat {
 /// A model's weights with what is needed to rebuild it.
 struct ModelWeights {
   std::string path;  // the file read: a .h5 checkpoint or a model.safetensors
-  /// Root attributes, config, tokenizer and model tensors (f32, CPU, module order; no
+  /// The config stored with the weights (a checkpoint's /config, an export's lat_config),
+  /// through the same schema, bounds and validator as a config file (parse_config).
+  Config config;
+  /// Root attributes, config, tokenizer and model tensors (f32, CPU, finite, module order; no
   /// lm_head.weight copy when the embeddings are tied); optimizer, rng and data empty.
   Checkpoint checkpoint;
 };
 
-/// Loads what `--checkpoint` accepts (see the top of this file). Throws lat::Error naming the
-/// file: missing, unreadable or bad safetensors (see load_safetensors), a checkpoint from a
-/// newer layout version, config.json missing or without lat_config, or a bad tokenizer.json;
-/// ConfigError for a path that does not exist or a run directory without a checkpoint.
+/// Loads what `--checkpoint` accepts (see the top of this file) and checks the parts against
+/// each other; the model is not built (model_from_weights, trained_model.h, compares the
+/// sizes and shapes). Throws lat::Error naming the file: missing, unreadable or bad
+/// safetensors (see load_safetensors), a checkpoint from a newer layout version, config.json
+/// missing or without lat_config, a bad tokenizer.json; a tensor holding NaN or inf (naming
+/// the tensor); a char or byte tokenizer with more tokens than embeddings.weight has rows, or
+/// fewer when model.vocab_size is 0 (the size taken from the tokenizer); model.tie_embeddings beside an lm_head.weight
+/// that is not an exact copy of embeddings.weight (an export's copy for other tools is
+/// dropped). Throws ConfigError naming the file for a stored config the validator rejects
+/// ("'<file>': <key>: <problem> (/config:<line>)", or lat_config:<line> for an export), for a
+/// path that does not exist or a run directory without a checkpoint.
 ModelWeights load_model_weights(const std::string& path);
 
 }  // namespace lat

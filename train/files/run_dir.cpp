@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "data/regular_file.h"
 #include "train/config/config.h"
 #include "train/files/atomic_file.h"
 
@@ -37,6 +38,8 @@ std::string ignored_checkpoint_warning(const std::string& out_dir, const std::st
 /// The file name `out_dir/latest` holds, or "" when there is no `latest`.
 std::string read_latest(const std::string& out_dir) {
   const fs::path path = fs::path(out_dir) / kLatest;
+  if (std::optional<std::string> kind = non_regular_file_kind(path.string()))
+    throw Error("read_latest: '" + path.string() + "' " + *kind + ", expected a text file naming a checkpoint");
   std::ifstream in(path);
   if (!in) return "";
   std::string name;
@@ -110,7 +113,11 @@ std::string resolve_checkpoint(const std::string& path, const WarningSink& warn)
   std::error_code ec;
   // A path the user gave that leads to no checkpoint is bad input (ConfigError, exit code 2).
   if (!fs::exists(path, ec)) throw ConfigError("checkpoint '" + path + "': no such file or directory");
-  if (!fs::is_directory(path, ec)) return path;
+  if (!fs::is_directory(path, ec)) {
+    if (std::optional<std::string> kind = non_regular_file_kind(path))
+      throw ConfigError("checkpoint '" + path + "' " + *kind + ", expected a checkpoint file or a run directory");
+    return path;
+  }
   std::optional<std::string> latest = find_latest_checkpoint(path, warn);
   if (!latest)
     throw ConfigError("checkpoint '" + path +
@@ -157,6 +164,8 @@ std::vector<std::string> clean_stale_tmp(const std::string& out_dir) {
 }
 
 int64_t truncate_metrics(const std::string& path, int64_t step) {
+  if (std::optional<std::string> kind = non_regular_file_kind(path))
+    throw Error("truncate_metrics: '" + path + "' " + *kind + ", expected the run's metrics file");
   std::ifstream in(path, std::ios::binary);
   if (!in) return 0;
   std::stringstream buffer;

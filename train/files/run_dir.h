@@ -44,13 +44,14 @@ void write_latest(const std::string& out_dir, const std::string& file_name);
 /// `latest` (a run killed between the two renames), the ckpt_*.h5 with the highest step.
 /// nullopt when the directory holds none. A ckpt_*.h5 whose name carries no int64 step in
 /// checkpoint_file_name's form (a stray copy, ckpt_99999999999999999999.h5) is ignored with a
-/// warning to `warn`. Throws lat::Error when `latest` names a missing file.
+/// warning to `warn`. Throws lat::Error when `latest` is not a regular file (a FIFO would
+/// block the read) or names a missing file.
 std::optional<std::string> find_latest_checkpoint(const std::string& out_dir, const WarningSink& warn = warn_on_stderr);
 
 /// A checkpoint path from what a user gave: a file is returned as it is; a run directory
 /// gives its latest checkpoint (find_latest_checkpoint, warning to `warn`). Throws ConfigError
-/// (the user's input: exit code 2) when `path` does not exist or the directory holds no
-/// checkpoint.
+/// (the user's input: exit code 2) when `path` does not exist, is neither a regular file nor a
+/// directory (a FIFO, a device), or the directory holds no checkpoint.
 std::string resolve_checkpoint(const std::string& path, const WarningSink& warn = warn_on_stderr);
 
 /// Deletes all but the newest `keep_last` checkpoints of `out_dir` (0 = keep all), never
@@ -65,7 +66,8 @@ std::vector<std::string> clean_stale_tmp(const std::string& out_dir);
 /// Prepares metrics.jsonl for a resume from checkpoint `step`: drops the records whose
 /// "step" is above it and lines that do not parse as JSON (a line torn by a crash), and makes
 /// the file end with a newline; rewrites it atomically when anything changes. A missing file
-/// is left missing. Returns the number of lines dropped.
+/// is left missing; one that is not a regular file is a lat::Error. Returns the number of
+/// lines dropped.
 int64_t truncate_metrics(const std::string& path, int64_t step);
 
 }  // namespace lat

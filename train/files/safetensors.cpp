@@ -3,19 +3,25 @@
 #include "train/files/safetensors.h"
 
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <cmath>
-#include <bit>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
+#include <limits>
 #include <set>
 
 #include <nlohmann/json.hpp>
 
+#include "autograd/cpu/bf16.h"
+#include "data/regular_file.h"
 #include "lat/error.h"
 #include "train/files/atomic_file.h"
+#include "train/files/checksum.h"
+#include "train/files/json_file.h"
 
 namespace lat {
 namespace {
@@ -26,6 +32,11 @@ static_assert(std::endian::native == std::endian::little,
 // The reference implementation refuses larger headers too (100 MB): a bigger length is a
 // corrupt file, not a model.
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+
+// Highest tensor rank read (lat's tensors have rank <= 2; the bound keeps shapes small).
+constexpr size_t kMaxRank = 8;
+
+const nlohmann::json kNull;
 
 /// Bytes per element of a dtype name we can read; 0 for one we cannot.
 size_t element_bytes(const std::string& dtype) {
@@ -52,23 +63,35 @@ bool is_safetensors_dtype(const std::string& dtype) {
 
 Entry parse_entry(const std::string& path, const std::string& name, const nlohmann::json& j) {
   auto bad = [&](const std::string& what) {
-    throw Error("load_safetensors: '" + path + "': tensor '" + name + "': " + what);
+    throw Error("load_safetensors: '" + path + "': tensor '" + excerpt(name) + "': " + what);
   };
-  if (!j.is_object()) bad("expected an object {dtype, shape, data_offsets}, got " + j.dump());
+  if (!j.is_object()) bad("expected an object {dtype, shape, data_offsets}, got " + json_excerpt(j));
   Entry e;
   e.name = name;
   if (!j.contains("dtype") || !j["dtype"].is_string()) bad("missing string 'dtype'");
   e.dtype = j["dtype"].get<std::string>();
   if (element_bytes(e.dtype) == 0) {
     if (is_safetensors_dtype(e.dtype)) bad("unsupported dtype '" + e.dtype + "' (lat reads F32, BF16, F16)");
-    bad("unknown dtype '" + e.dtype + "'");
+    bad("unknown dtype '" + excerpt(e.dtype) + "'");
   }
   if (!j.contains("shape") || !j["shape"].is_array()) bad("missing array 'shape'");
-  for (const auto& d : j["shape"]) {
-    if (!d.is_number_unsigned()) bad("shape: expected non-negative integers, got " + j["shape"].dump());
-    e.shape.push_back(d.get<int64_t>());
+  const nlohmann::json& shape = j["shape"];
+  if (shape.size() > kMaxRank)
+    bad("shape " + json_excerpt(shape) + " has rank " + std::to_string(shape.size()) + ", expected at most " +
+        std::to_string(kMaxRank));
+  // The size in bytes, checked for overflow: a count that wrapped would pass the offsets
+  // check below with a small allocation for a huge shape. Zero dims count as 1 here, so no
+  // product of dims (strides included) can overflow once the tensor exists.
+  uint64_t bytes = element_bytes(e.dtype);
+  for (const auto& d : shape) {
+    if (!d.is_number_unsigned()) bad("shape: expected non-negative integers, got " + json_excerpt(shape));
+    const uint64_t dim = d.get<uint64_t>();
+    if (__builtin_mul_overflow(bytes, std::max<uint64_t>(dim, 1), &bytes) ||
+        bytes > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      bad("shape " + json_excerpt(shape) + ": the element count overflows int64");
+    e.shape.push_back(static_cast<int64_t>(dim));
   }
-  const auto& off = j.contains("data_offsets") ? j["data_offsets"] : nlohmann::json();
+  const auto& off = j.contains("data_offsets") ? j["data_offsets"] : kNull;
   if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
     bad("missing 'data_offsets' [begin, end] of non-negative integers");
   e.begin = off[0].get<uint64_t>();
@@ -82,6 +105,31 @@ Entry parse_entry(const std::string& path, const std::string& name, const nlohma
   return e;
 }
 
+/// The per-tensor checksums of __metadata__ 'crc32' (a JSON object string {name: 8 hex
+/// digits}), checked to name exactly the tensors of `entries`.
+std::map<std::string, std::string> parse_checksums(const std::string& where, const std::string& text,
+                                                   const std::vector<Entry>& entries) {
+  const std::string subject = where + "__metadata__ '" + kChecksumMetadataKey + "'";
+  const nlohmann::json j = parse_json_text(text, subject);
+  if (!j.is_object()) throw Error(subject + ": expected a JSON object {tensor name: crc32}, got " + json_excerpt(j));
+  std::map<std::string, std::string> crcs;
+  for (const auto& [name, crc] : j.items()) {
+    const bool hex = crc.is_string() && crc.get_ref<const std::string&>().size() == 8 &&
+                     crc.get_ref<const std::string&>().find_first_not_of("0123456789abcdef") == std::string::npos;
+    if (!hex)
+      throw Error(subject + ": tensor '" + excerpt(name) + "': expected 8 lower-case hex digits, got " +
+                  json_excerpt(crc));
+    crcs[name] = crc.get<std::string>();
+  }
+  for (const Entry& e : entries)
+    if (!crcs.count(e.name)) throw Error(subject + ": no checksum for tensor '" + excerpt(e.name) + "'");
+  if (crcs.size() != entries.size())
+    for (const auto& [name, crc] : crcs)
+      if (std::none_of(entries.begin(), entries.end(), [&](const Entry& e) { return e.name == name; }))
+        throw Error(subject + ": a checksum for tensor '" + excerpt(name) + "', which the file does not hold");
+  return crcs;
+}
+
 /// Converts `count` elements of `dtype` at `src` into f32 at `dst`.
 void to_f32(const std::string& dtype, const char* src, float* dst, int64_t count) {
   if (dtype == "F32") {
@@ -93,7 +141,7 @@ void to_f32(const std::string& dtype, const char* src, float* dst, int64_t count
   for (int64_t i = 0; i < count; ++i) {
     uint16_t bits;
     std::memcpy(&bits, src + 2 * i, 2);
-    dst[i] = bf16 ? bf16_to_float(bits) : f16_to_float(bits);
+    dst[i] = bf16 ? cpu::bf16_to_float(bits) : f16_to_float(bits);
   }
 }
 
@@ -105,15 +153,6 @@ SafetensorsDType parse_safetensors_dtype(const std::string& name) {
   throw Error("safetensors: dtype: expected f32 or bf16, got '" + name + "'");
 }
 
-uint16_t float_to_bf16(float x) {
-  const uint32_t bits = std::bit_cast<uint32_t>(x);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x0040u);  // quiet NaN
-  // Round to nearest, ties to even: add 0x7fff plus the lowest kept bit, then truncate.
-  const uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);
-  return static_cast<uint16_t>((bits + rounding) >> 16);
-}
-
-float bf16_to_float(uint16_t bits) { return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16); }
 
 float f16_to_float(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
@@ -137,8 +176,13 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
   const char* where = "save_safetensors: '";
   const size_t elem = dtype == SafetensorsDType::f32 ? 4 : 2;
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
-  if (!metadata.empty()) header["__metadata__"] = metadata;
-  std::vector<Tensor> host;  // f32, CPU, in file order
+  header["__metadata__"] = nullptr;  // first, as in the format's examples; filled once the checksums are known
+  // Each tensor's bytes as stored: the f32 host copy itself, or its bf16 rounding. The
+  // pointers stay valid as the vectors grow: moving a Tensor or a std::vector keeps its buffer.
+  std::vector<Tensor> host;
+  std::vector<std::vector<uint16_t>> half;
+  std::vector<std::pair<const char*, size_t>> stored;
+  nlohmann::ordered_json crcs = nlohmann::ordered_json::object();
   std::set<std::string> names;
   uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
@@ -149,13 +193,28 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
               where << path << "': tensor '" << name << "': expected an f32 or f64 tensor");
     Tensor h = t.to(Device::cpu());
     if (h.dtype() != DType::f32) h = h.to(DType::f32);
-    const uint64_t bytes = static_cast<uint64_t>(h.numel()) * elem;
+    const int64_t count = h.numel();
+    const float* data = h.data<float>();
+    host.push_back(h);
+    if (dtype == SafetensorsDType::f32) {
+      stored.emplace_back(reinterpret_cast<const char*>(data), static_cast<size_t>(count) * 4);
+    } else {
+      std::vector<uint16_t>& bits = half.emplace_back(static_cast<size_t>(count));
+#pragma omp parallel for if (count > 65536)
+      for (int64_t i = 0; i < count; ++i) bits[static_cast<size_t>(i)] = cpu::float_to_bf16(data[i]);
+      stored.emplace_back(reinterpret_cast<const char*>(bits.data()), bits.size() * 2);
+    }
+    crcs[name] = crc32_hex(crc32_of(stored.back().first, stored.back().second));
+    const uint64_t bytes = static_cast<uint64_t>(count) * elem;
     header[name] = {{"dtype", dtype == SafetensorsDType::f32 ? "F32" : "BF16"},
                     {"shape", h.shape()},
                     {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
-    host.push_back(h);
   }
+  // A given crc32 (the metadata of a file read back) describes other data: replaced.
+  std::map<std::string, std::string> all_metadata = metadata;
+  all_metadata[kChecksumMetadataKey] = crcs.dump();
+  header["__metadata__"] = all_metadata;
   std::string json = header.dump();
   json.append((8 - (8 + json.size()) % 8) % 8, ' ');  // data section 8-byte aligned
 
@@ -165,25 +224,15 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
         const uint64_t n = json.size();
         out.write(reinterpret_cast<const char*>(&n), 8);
         out.write(json.data(), static_cast<std::streamsize>(json.size()));
-        std::vector<uint16_t> half;
-        for (const Tensor& h : host) {
-          const float* data = h.data<float>();
-          if (dtype == SafetensorsDType::f32) {
-            out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(h.numel() * 4));
-            continue;
-          }
-          half.resize(static_cast<size_t>(h.numel()));
-          const int64_t count = h.numel();
-#pragma omp parallel for if (count > 65536)
-          for (int64_t i = 0; i < count; ++i) half[static_cast<size_t>(i)] = float_to_bf16(data[i]);
-          out.write(reinterpret_cast<const char*>(half.data()), static_cast<std::streamsize>(count * 2));
-        }
+        for (const auto& [bytes, size] : stored) out.write(bytes, static_cast<std::streamsize>(size));
       },
       std::string(where) + path + "'");
 }
 
 SafetensorsFile load_safetensors(const std::string& path) {
   const std::string where = "load_safetensors: '" + path + "': ";
+  if (const std::optional<std::string> kind = non_regular_file_kind(path))
+    throw Error(where + *kind + ", expected a regular file");
   std::error_code ec;
   const uint64_t file_size = std::filesystem::file_size(path, ec);
   if (ec) throw Error(where + "cannot read: " + ec.message());
@@ -203,12 +252,8 @@ SafetensorsFile load_safetensors(const std::string& path) {
   in.read(text.data(), static_cast<std::streamsize>(header_len));
   if (!in) throw Error(where + "reading the header failed");
 
-  nlohmann::json header;
-  try {
-    header = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(where + "header is not valid JSON: " + e.what());
-  }
+  // Duplicate tensor names are refused here, as duplicate keys.
+  const nlohmann::json header = parse_json_text(text, where + "header");
   if (!header.is_object()) throw Error(where + "header: expected a JSON object, got " + std::string(header.type_name()));
 
   SafetensorsFile file;
@@ -216,15 +261,21 @@ SafetensorsFile load_safetensors(const std::string& path) {
   std::vector<Entry> entries;
   for (const auto& [name, value] : header.items()) {
     if (name == "__metadata__") {
-      if (!value.is_object()) throw Error(where + "__metadata__: expected an object of strings");
+      if (!value.is_object())
+        throw Error(where + "__metadata__: expected an object of strings, got " + json_excerpt(value));
       for (const auto& [key, v] : value.items()) {
-        if (!v.is_string()) throw Error(where + "__metadata__: '" + key + "': expected a string, got " + v.dump());
+        if (!v.is_string())
+          throw Error(where + "__metadata__: '" + excerpt(key) + "': expected a string, got " + json_excerpt(v));
         file.metadata[key] = v.get<std::string>();
       }
       continue;
     }
     entries.push_back(parse_entry(path, name, value));
   }
+  // Files of other tools carry no checksums; lat's always do.
+  std::map<std::string, std::string> crcs;
+  if (auto it = file.metadata.find(kChecksumMetadataKey); it != file.metadata.end())
+    crcs = parse_checksums(where, it->second, entries);
 
   // The entries must tile the data section exactly: in offset order, no overlap, no gap.
   const uint64_t data_start = 8 + header_len;
@@ -235,16 +286,16 @@ SafetensorsFile load_safetensors(const std::string& path) {
   uint64_t expected_begin = 0;
   const Entry* previous = nullptr;
   for (const Entry& e : entries) {
+    const std::string tensor = where + "tensor '" + excerpt(e.name) + "': ";
     if (e.end > data_size)
-      throw Error(where + "tensor '" + e.name + "': data_offsets [" + std::to_string(e.begin) + ", " +
-                  std::to_string(e.end) + "] out of range: the data section holds " + std::to_string(data_size) +
-                  " bytes");
+      throw Error(tensor + "data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
+                  "] out of range: the data section holds " + std::to_string(data_size) + " bytes");
     if (e.begin < expected_begin)
-      throw Error(where + "tensor '" + e.name + "': data_offsets [" + std::to_string(e.begin) + ", " +
-                  std::to_string(e.end) + "] overlap tensor '" + previous->name + "'");
+      throw Error(tensor + "data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
+                  "] overlap tensor '" + excerpt(previous->name) + "'");
     if (e.begin > expected_begin)
-      throw Error(where + "tensor '" + e.name + "': data_offsets begin at " + std::to_string(e.begin) +
-                  ", leaving a gap after byte " + std::to_string(expected_begin) + " of the data section");
+      throw Error(tensor + "data_offsets begin at " + std::to_string(e.begin) + ", leaving a gap after byte " +
+                  std::to_string(expected_begin) + " of the data section");
     expected_begin = e.end;
     previous = &e;
   }
@@ -254,11 +305,13 @@ SafetensorsFile load_safetensors(const std::string& path) {
 
   std::vector<char> buffer;
   for (const Entry& e : entries) {
+    const std::string tensor = where + "tensor '" + excerpt(e.name) + "'";
     Tensor t = Tensor::empty(e.shape, DType::f32);
     buffer.resize(e.end - e.begin);
     in.seekg(static_cast<std::streamoff>(data_start + e.begin));
     in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
-    if (!in) throw Error(where + "tensor '" + e.name + "': reading its data failed");
+    if (!in) throw Error(tensor + ": reading its data failed");
+    if (!crcs.empty()) verify_crc32(crcs.at(e.name), crc32_of(buffer.data(), buffer.size()), tensor);
     to_f32(e.dtype, buffer.data(), t.data<float>(), t.numel());
     file.tensors.emplace_back(e.name, t);
   }

@@ -3,7 +3,9 @@
 // [begin, end]}, ..., optional "__metadata__": {string: string}}, then the data section, each
 // tensor's raw little-endian bytes in row-major order at [begin, end) relative to the start
 // of the data section. lat pads the header with spaces so the data section starts 8-byte
-// aligned (readers that memory-map the file rely on it).
+// aligned (readers that memory-map the file rely on it), and records in __metadata__ 'crc32'
+// a JSON object string {"<name>": "<8 hex digits>", ...}: the CRC-32 (checksum.h) of each
+// tensor's bytes as stored (F32 or BF16), verified on reading so a flipped bit is detected.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -15,16 +17,15 @@
 
 namespace lat {
 
+/// The __metadata__ key of the per-tensor checksums.
+inline constexpr const char* kChecksumMetadataKey = "crc32";
+
 /// Element types lat writes. Reading also accepts F16 (converted to f32).
 enum class SafetensorsDType { f32, bf16 };
 
 /// "f32" -> f32, "bf16" -> bf16 (the `lat export --dtype` values). Throws lat::Error otherwise.
 SafetensorsDType parse_safetensors_dtype(const std::string& name);
 
-/// float -> bfloat16 bits, rounding to nearest even (NaN stays a quiet NaN of the same sign).
-uint16_t float_to_bf16(float x);
-/// bfloat16 bits -> float (exact).
-float bf16_to_float(uint16_t bits);
 /// IEEE half bits -> float (exact, subnormals and infinities included).
 float f16_to_float(uint16_t bits);
 
@@ -39,19 +40,24 @@ struct SafetensorsFile {
 };
 
 /// Writes `tensors` (any float dtype and device; converted on the way) to `path` in `dtype`,
-/// with `metadata` as __metadata__ (omitted when empty), in the given order. Writes
-/// `<path>.tmp`, then renames it over `path`. Throws lat::Error naming the file for an empty,
-/// duplicate or "__metadata__" name, an undefined or integer tensor, or an I/O failure.
+/// with `metadata` and the checksums of the data written (kChecksumMetadataKey, replacing one
+/// in `metadata`) as __metadata__, in the given order. Writes `<path>.tmp`, then renames it
+/// over `path`. Throws lat::Error naming the file for an empty, duplicate or "__metadata__"
+/// name, an undefined or integer tensor, or an I/O failure.
 void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
                       SafetensorsDType dtype = SafetensorsDType::f32,
                       const std::map<std::string, std::string>& metadata = {});
 
-/// Reads a safetensors file; F32, BF16 and F16 tensors become f32. Throws lat::Error naming the
-/// file and the problem: missing or unreadable file, shorter than 8 bytes, header length
-/// overrunning the file, header not a JSON object, an entry without dtype/shape/data_offsets
-/// or with wrong types, an unknown or unsupported dtype (naming it and the tensor), offsets
-/// that do not match the shape, lie outside the data section, overlap or leave gaps, or
-/// __metadata__ values that are not strings.
+/// Reads a safetensors file; F32, BF16 and F16 tensors become f32. The whole header is checked
+/// before any tensor is allocated. Throws lat::Error naming the file and the problem (the
+/// tensor and any quoted value cut to an excerpt): missing, unreadable or not a regular file,
+/// shorter than 8 bytes, header length overrunning the file, header not a JSON object, nested
+/// deeper than kMaxJsonDepth or repeating a key (a tensor name given twice), an entry without
+/// dtype/shape/data_offsets or with wrong types, an unknown or unsupported dtype, a shape of
+/// rank above 8 or whose size overflows int64, offsets that do not match the shape, lie outside
+/// the data section, overlap or leave gaps, __metadata__ values that are not strings, and, when
+/// __metadata__ has 'crc32', checksums that do not name exactly the file's tensors or do not
+/// match a tensor's bytes. Files without 'crc32' (other tools') are read unchecked.
 SafetensorsFile load_safetensors(const std::string& path);
 
 }  // namespace lat

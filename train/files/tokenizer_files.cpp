@@ -1,6 +1,9 @@
 // Tokenizers in checkpoints and exports (tokenizer_files.h).
 #include "train/files/tokenizer_files.h"
 
+#include <algorithm>
+#include <map>
+
 #include "lat/error.h"
 #include "train/files/json_file.h"
 
@@ -43,13 +46,34 @@ void read_tokenizer_json(const std::string& path, Checkpoint& ckpt) {
     throw Error(where + "expected an object with a string 'type'");
   ckpt.tokenizer_type = j["type"].get<std::string>();
   if (ckpt.tokenizer_type == "byte") return;
-  if (ckpt.tokenizer_type != "char") throw Error(where + "type: expected char or byte, got '" + ckpt.tokenizer_type + "'");
+  if (ckpt.tokenizer_type != "char")
+    throw Error(where + "type: expected char or byte, got '" + excerpt(ckpt.tokenizer_type) + "'");
   if (!j.contains("vocab") || !j["vocab"].is_array()) throw Error(where + "expected 'vocab': [characters in id order]");
-  for (const auto& c : j["vocab"]) {
-    if (!c.is_string()) throw Error(where + "vocab: expected strings, got " + c.dump());
-    ckpt.tokenizer_vocab += c.get<std::string>();
+  // Each entry is one character, so that entry i is id i: an empty or longer entry would
+  // shift every later id, a repeated one would make two ids decode alike.
+  std::map<std::string, size_t> first_index;
+  std::string vocab;
+  const nlohmann::json& entries = j["vocab"];
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const std::string entry = where + "vocab entry " + std::to_string(i);
+    if (!entries[i].is_string()) throw Error(entry + ": expected a string, got " + json_excerpt(entries[i]));
+    const std::string& c = entries[i].get_ref<const std::string&>();
+    const size_t characters = static_cast<size_t>(
+        std::count_if(c.begin(), c.end(), [](char byte) { return (static_cast<unsigned char>(byte) & 0xC0) != 0x80; }));
+    if (characters != 1)
+      throw Error(entry + ": expected one character, got " + json_excerpt(entries[i]) + " (" +
+                  std::to_string(characters) + " characters)");
+    if (const auto [it, added] = first_index.emplace(c, i); !added)
+      throw Error(entry + ": " + json_excerpt(entries[i]) + " repeats entry " + std::to_string(it->second));
+    vocab += c;
   }
-  Tokenizer::char_from_vocab(ckpt.tokenizer_vocab);  // validates: UTF-8, no repeats
+  if (vocab.empty()) throw Error(where + "vocab: expected at least one character, got []");
+  try {
+    Tokenizer::char_from_vocab(vocab);  // validates the UTF-8 of each character
+  } catch (const Error& e) {
+    throw Error(where + e.what());
+  }
+  ckpt.tokenizer_vocab = vocab;
 }
 
 }  // namespace lat

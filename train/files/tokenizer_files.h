@@ -25,9 +25,11 @@ void set_checkpoint_tokenizer(Checkpoint& ckpt, const std::optional<Tokenizer>& 
 /// {"type": "byte", "vocab_size": 256}. `ckpt`'s tokenizer type must be char or byte.
 nlohmann::ordered_json tokenizer_json(const Checkpoint& ckpt);
 
-/// Reads the tokenizer.json at `path` into the tokenizer fields of `ckpt`. Throws lat::Error
-/// naming the file when it cannot be read, is not JSON, has no string 'type', a type other
-/// than char or byte, or a char vocabulary that is not a list of strings or not valid.
+/// Reads the tokenizer.json at `path` (read_json_file: a regular file of bounded size and
+/// nesting) into the tokenizer fields of `ckpt`. Throws lat::Error naming the file when it
+/// cannot be read, is not JSON, has no string 'type', a type other than char or byte, or a
+/// char vocabulary that is empty or has an entry (named by its index, its value cut to an
+/// excerpt) that is not a string, not exactly one character, or repeats an earlier entry.
 void read_tokenizer_json(const std::string& path, Checkpoint& ckpt);
 
 }  // namespace lat

@@ -1,12 +1,112 @@
 // Model files to a HybridLM (trained_model.h).
 #include "train/files/trained_model.h"
 
+#include <charconv>
 #include <map>
+#include <optional>
+#include <set>
+#include <sstream>
 
+#include "layers/swiglu.h"
 #include "train/config/model_config.h"
 #include "train/files/tokenizer_files.h"
 
 namespace lat {
+namespace {
+
+/// The layer index i of a tensor named "layers.{i}.<...>"; nullopt for other names (and for
+/// an index that is not a decimal int64: load_weights reports such a tensor as unexpected).
+std::optional<int64_t> layer_index(const std::string& name) {
+  const std::string prefix = "layers.";
+  if (name.rfind(prefix, 0) != 0) return std::nullopt;
+  const size_t dot = name.find('.', prefix.size());
+  if (dot == std::string::npos) return std::nullopt;
+  int64_t index = 0;
+  const char* begin = name.data() + prefix.size();
+  const char* end = name.data() + dot;
+  const auto [ptr, ec] = std::from_chars(begin, end, index);
+  if (ec != std::errc() || ptr != end || begin == end) return std::nullopt;
+  return index;
+}
+
+/// The sizes of w.config that set how much HybridLM allocates, each compared with the dimension
+/// of the tensor in `w` that holds it (model_from_weights lists them). Every other shape is
+/// load_weights' to compare, once the model is known to be no larger than the file.
+class SizeChecks {
+ public:
+  explicit SizeChecks(const ModelWeights& w) : w_(w) {
+    for (const auto& [name, tensor] : w.checkpoint.model) by_name_[name] = &tensor;
+  }
+
+  void run() const {
+    const ModelConfig& m = w_.config.model;
+    if (m.vocab_size > 0)
+      expect("model.vocab_size " + std::to_string(m.vocab_size), "embeddings.weight", 0, m.vocab_size, "rows");
+    expect("model.d_model " + std::to_string(m.d_model), "embeddings.weight", 1, m.d_model, "columns");
+    check_layer_count(m);
+    const std::vector<std::string> kinds = layer_mixers(m);
+    const int64_t hidden = swiglu_hidden_size(m.d_model, m.mlp_ratio);
+    for (size_t i = 0; i < kinds.size(); ++i) {
+      const std::string layer = "layers." + std::to_string(i) + ".";
+      const std::string heads = "model.n_heads " + std::to_string(m.n_heads) + " x ";
+      expect(heads + "model.head_dim " + std::to_string(m.head_dim), layer + "attn.q_proj.weight", 0,
+             m.n_heads * m.head_dim, "rows");
+      const bool attn = kinds[i] == "attn";
+      const int64_t value_dim = attn ? m.head_dim : value_head_dim(m);
+      expect(heads + "value head dim " + std::to_string(value_dim) + " (" +
+                 (attn ? "model.head_dim" : "model.head_dim x model.expand_v") + ", " + kinds[i] + " layer)",
+             layer + "attn.o_proj.weight", 1, m.n_heads * value_dim, "columns");
+      expect(ratio_text(m), layer + "mlp.gate_proj.weight", 0, hidden, "rows (the SwiGLU hidden width)");
+      // Mixers without short convolutions hold no conv weight, and an absent one (with
+      // use_short_conv) costs conv_size <= 64 taps per channel: load_weights names it.
+      if (by_name_.count(layer + "attn.q_conv1d.weight") != 0)
+        expect("model.linear.conv_size " + std::to_string(m.linear.conv_size), layer + "attn.q_conv1d.weight", 2,
+               m.linear.conv_size, "taps");
+    }
+  }
+
+ private:
+  std::string prefix() const { return "model_from_weights: '" + w_.path + "'"; }
+
+  const Tensor& tensor(const std::string& name) const {
+    auto it = by_name_.find(name);
+    if (it == by_name_.end()) throw Error(prefix() + " has no tensor '" + name + "'");
+    return *it->second;
+  }
+
+  /// Dimension `dim` of tensor `name` is `expected` (what `keys` ask for).
+  void expect(const std::string& keys, const std::string& name, int64_t dim, int64_t expected,
+              const std::string& unit) const {
+    const Tensor& t = tensor(name);
+    if (dim < t.dim() && t.size(dim) == expected) return;
+    const std::string found = dim < t.dim() ? std::to_string(t.size(dim)) : "no such dimension";
+    throw Error(prefix() + ": " + keys + " does not match tensor '" + name + "' " + shape_str(t.shape()) +
+                ": expected " + std::to_string(expected) + " " + unit + ", found " + found);
+  }
+
+  void check_layer_count(const ModelConfig& m) const {
+    std::set<int64_t> layers;
+    for (const auto& [name, tensor] : by_name_)
+      if (std::optional<int64_t> i = layer_index(name)) layers.insert(*i);
+    if (static_cast<int64_t>(layers.size()) == m.n_layers) return;
+    const std::string range = layers.empty() ? ""
+                                             : " (layers." + std::to_string(*layers.begin()) + " .. layers." +
+                                                   std::to_string(*layers.rbegin()) + ")";
+    throw Error(prefix() + ": model.n_layers " + std::to_string(m.n_layers) + " does not match the tensors: expected " +
+                std::to_string(m.n_layers) + " layers, found " + std::to_string(layers.size()) + range);
+  }
+
+  static std::string ratio_text(const ModelConfig& m) {
+    std::ostringstream os;
+    os << "model.mlp_ratio " << m.mlp_ratio << " (with model.d_model " << m.d_model << ")";
+    return os.str();
+  }
+
+  const ModelWeights& w_;
+  std::map<std::string, const Tensor*> by_name_;
+};
+
+}  // namespace
 
 void load_weights(const Module& model, const std::vector<std::pair<std::string, Tensor>>& weights,
                   const std::string& source) {
@@ -32,11 +132,12 @@ std::optional<int64_t> vocab_size_of(const ModelWeights& w) {
   return std::nullopt;
 }
 
-std::unique_ptr<HybridLM> model_from_weights(const ModelWeights& w, const Config& config) {
+std::unique_ptr<HybridLM> model_from_weights(const ModelWeights& w) {
   const std::optional<int64_t> vocab_size = vocab_size_of(w);
   LAT_CHECK(vocab_size.has_value(), "model_from_weights: '" << w.path << "' has no 2-D tensor 'embeddings.weight'");
+  SizeChecks(w).run();
   Generator gen(0);  // the initialization is overwritten: load_weights sets every parameter
-  auto model = std::make_unique<HybridLM>(hybrid_lm_config(config.model, *vocab_size), gen);
+  auto model = std::make_unique<HybridLM>(hybrid_lm_config(w.config.model, *vocab_size), gen);
   load_weights(*model, w.checkpoint.model, w.path);
   return model;
 }
@@ -45,10 +146,10 @@ TrainedModel load_trained_model(const std::string& checkpoint) {
   const ModelWeights weights = load_model_weights(checkpoint);
   TrainedModel t;
   t.path = weights.path;
-  t.config = parse_config(weights.checkpoint.config_yaml, t.path);
+  t.config = weights.config;
   t.step = weights.checkpoint.step;
   t.tokenizer = checkpoint_tokenizer(weights.checkpoint);
-  t.model = model_from_weights(weights, t.config);
+  t.model = model_from_weights(weights);
   return t;
 }
 

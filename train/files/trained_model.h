@@ -25,10 +25,16 @@ void load_weights(const Module& model, const std::vector<std::pair<std::string, 
 /// has none.
 std::optional<int64_t> vocab_size_of(const ModelWeights& w);
 
-/// The HybridLM of `config`'s model.* keys, sized to `w`'s vocabulary, holding `w`'s weights
-/// (on the CPU). Throws lat::Error naming the file when `w` has no embeddings.weight or a
-/// tensor does not match the config (load_weights).
-std::unique_ptr<HybridLM> model_from_weights(const ModelWeights& w, const Config& config);
+/// The HybridLM of `w.config`'s model.* keys, sized to `w`'s vocabulary, holding `w`'s weights
+/// (on the CPU). Before the model is built (it allocates every parameter), the sizes the
+/// config asks for are compared with the tensors that hold them: model.vocab_size and
+/// model.d_model with embeddings.weight [vocab, d_model], model.n_layers with the layers.{i}
+/// in the tensor names, and in each layer n_heads * head_dim with attn.q_proj.weight's rows,
+/// the heads' value width with attn.o_proj.weight's columns, the SwiGLU width of
+/// model.mlp_ratio with mlp.gate_proj.weight's rows and model.linear.conv_size with a present
+/// attn.q_conv1d.weight's taps. Throws lat::Error naming the file, the key, the tensor,
+/// expected and found (or a tensor that is absent); then load_weights compares every shape.
+std::unique_ptr<HybridLM> model_from_weights(const ModelWeights& w);
 
 /// A trained model with what is needed to use it.
 struct TrainedModel {
@@ -40,8 +46,9 @@ struct TrainedModel {
 };
 
 /// Loads what `--checkpoint` accepts (load_model_weights): its config, tokenizer and weights
-/// (on the CPU). Throws lat::Error naming the file when it is missing, not a checkpoint, or
-/// does not match its own config.
+/// (on the CPU). Throws what load_model_weights and model_from_weights throw: lat::Error
+/// naming the file when it is missing, not a checkpoint, or does not match its own config;
+/// ConfigError for a stored config the validator rejects.
 TrainedModel load_trained_model(const std::string& checkpoint);
 
 }  // namespace lat

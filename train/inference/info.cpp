@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "data/dataset.h"
+#include "lat/precision.h"
 #include "train/config/data_options.h"
 #include "train/config/model_config.h"
 #include "train/files/model_reader.h"
@@ -82,11 +83,14 @@ int64_t config_vocab_size(const Config& config) {
   return run_vocab_size(config.model, load_data(data_options(config)));
 }
 
-}  // namespace
-
-ModelInfo model_info(const Config& config, int64_t vocab_size, int64_t context) {
+void check_context(int64_t context) {
   LAT_CHECK(context >= 1 && context <= kMaxContext,
             "lat info: --context: expected an int in [1, 2^40], got " << context);
+}
+
+/// The info of `model`, built from `config`, at `context` tokens.
+ModelInfo describe_model(const Config& config, const HybridLM& model, int64_t context) {
+  const int64_t vocab_size = model.vocab_size();
   ModelInfo info;
   info.config = config;
   info.vocab_size = vocab_size;
@@ -94,8 +98,6 @@ ModelInfo model_info(const Config& config, int64_t vocab_size, int64_t context) 
   const ModelConfig& m = config.model;
   const std::vector<std::string> kinds = layer_mixers(m);
 
-  Generator gen(0);
-  const HybridLM model(hybrid_lm_config(m, vocab_size), gen);
   int64_t norms = 0;
   for (const auto& [name, tensor] : model.named_parameters()) {
     const std::string group = group_of(name, kinds);
@@ -133,16 +135,29 @@ ModelInfo model_info(const Config& config, int64_t vocab_size, int64_t context) 
   return info;
 }
 
+}  // namespace
+
+ModelInfo model_info(const Config& config, int64_t vocab_size, int64_t context) {
+  check_context(context);
+  Generator gen(0);
+  const HybridLM model(hybrid_lm_config(config.model, vocab_size), gen);
+  return describe_model(config, model, context);
+}
+
 ModelInfo inspect(const std::string& path, int64_t context) {
   const std::string ext = std::filesystem::path(path).extension().string();
   if (ext == ".yaml" || ext == ".yml") {
     const Config config = load_config(path);
     return model_info(config, config_vocab_size(config), context);
   }
+  check_context(context);
+  // What generate and eval would load: the stored config through the validator, the
+  // tokenizer against the embeddings, finite weights, the sizes and then every shape
+  // against the config. The figures are those of the model that loads.
   const ModelWeights w = load_model_weights(path);
   const Checkpoint& c = w.checkpoint;
-  const Config config = parse_config(c.config_yaml, w.path);
-  ModelInfo info = model_info(config, vocab_size_of(w).value_or(config.model.vocab_size), context);
+  const std::unique_ptr<HybridLM> model = model_from_weights(w);
+  ModelInfo info = describe_model(w.config, *model, context);
   info.checkpoint = ModelInfo::CheckpointFacts{w.path,          c.step,    c.tokens_seen, c.val_loss,
                                                c.best_val_loss, c.created, c.lat_version, c.frozen};
   return info;
@@ -154,6 +169,8 @@ std::string format_info(const ModelInfo& info) {
   out << "model: " << m.n_layers << " layers (" << join(layer_mixers(m), ",") << "), d_model " << m.d_model << ", " << m.n_heads
       << " heads x " << m.head_dim << " (attention kv heads " << m.attn.n_kv_heads << "), value head dim "
       << value_head_dim(m) << ", vocab " << info.vocab_size << "\n";
+  out << "precision: train.precision " << info.config.train.precision << ", in effect on this CPU: "
+      << precision_name(effective_precision(parse_precision(info.config.train.precision), Device::cpu())) << "\n";
 
   out << "\nparameters\n";
   size_t width = 5;

@@ -5,7 +5,7 @@
 // q, k and v), each attention layer's KV cache (2 * min(L, window) * Hkv * D floats), against
 // the KV cache of an attention-only model of the same shape with full attention (every layer
 // attention over all L tokens, no window: the standard transformer). On a checkpoint also
-// step, tokens seen, losses and the config.
+// step, tokens seen, losses and the config, once the checkpoint has loaded as generate loads it.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -61,8 +61,11 @@ struct ModelInfo {
 ModelInfo model_info(const Config& config, int64_t vocab_size, int64_t context);
 
 /// `lat info PATH`: a YAML config (.yaml, .yml: vocabulary from model.vocab_size, else from
-/// its data) or anything `--checkpoint` accepts (load_model_weights). Throws ConfigError for a
-/// bad config, lat::Error for an unreadable checkpoint or context < 1.
+/// its data) or anything `--checkpoint` accepts, checked as generate and eval check it before
+/// anything is reported (load_model_weights, then model_from_weights: the stored config, the
+/// tokenizer, finite weights, the sizes and every shape against the config, no tensor missing
+/// or extra). Throws ConfigError for a bad config (a stored one too), lat::Error for a
+/// checkpoint that does not load or context outside [1, kMaxContext].
 ModelInfo inspect(const std::string& path, int64_t context);
 
 /// The report `lat info` prints: parameter table, memory table, checkpoint facts and config.

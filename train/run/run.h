@@ -13,6 +13,7 @@
 
 #include "data/dataset.h"
 #include "data/loader.h"
+#include "lat/precision.h"
 #include "layers/hybrid_lm.h"
 #include "optim/schedule.h"
 #include "train/config/config.h"
@@ -51,8 +52,9 @@ class Run {
   };
 
   // ---- starting (run_start.cpp) -------------------------------------------------------
-  /// train.device and the split of each micro-batch over the ranks. Throws ConfigError when
-  /// they cannot work here.
+  /// train.device, the precision in effect there (bf16 falls back to fp32, with a warning,
+  /// where the device has no bf16 products) and the split of each micro-batch over the
+  /// ranks. Throws ConfigError when they cannot work here.
   void check_supported();
   /// The checkpoint to continue from (train.resume), as rank 0 decides it for every rank.
   std::optional<std::string> shared_resume_source();
@@ -117,6 +119,7 @@ class Run {
   std::filesystem::path out_dir_;
   Generator gen_;
   Device device_ = Device::cpu();
+  Precision precision_ = Precision::fp32;  // train.precision as this device runs it
   LrSchedule schedule_;
   std::optional<LoadedData> data_;  // empty for a synthetic data.task
   std::unique_ptr<BatchLoader> loader_;

@@ -209,6 +209,8 @@ void Run::log_end(int stopped_by, double train_seconds) {
 TrainSummary Run::run() {
   keep_freed_memory();
   check_supported();
+  // The whole run computes in it: training steps and evals, forward and backward.
+  const PrecisionGuard precision(precision_);
   dist_.reset_stats();
   set_num_threads(static_cast<int>(train_.threads > 0 ? train_.threads : dist_.default_threads()));
   prepare(shared_resume_source());

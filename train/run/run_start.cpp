@@ -31,6 +31,11 @@ Run::Run(const Config& config, const TrainOptions& options)
 
 void Run::check_supported() {
   device_ = parse_device(train_.device);
+  const Precision requested = parse_precision(train_.precision);
+  precision_ = effective_precision(requested, device_);
+  if (precision_ != requested)
+    log("warning: train.precision: " + device_.str() + " has no bf16 matrix products (" +
+        (device_.is_cpu() ? "AVX512-BF16" : "compute capability 8.0") + "): training in fp32");
   const int ranks = dist_.world_size();
   if (train_.batch_size % ranks != 0)
     throw ConfigError("train.batch_size: " + std::to_string(train_.batch_size) + " sequences cannot be split evenly over " +
@@ -219,7 +224,7 @@ void Run::log_start(const std::optional<std::string>& resume_path, int64_t vocab
       ", warmup " + std::to_string(train_.warmup) + ", min " + format_significant(train_.min_lr) + "), batch " +
       std::to_string(train_.batch_size) + " x " + std::to_string(train_.grad_accum) + " x " +
       std::to_string(config_.data.block_size) + " tokens, " + std::to_string(get_num_threads()) + " threads, " +
-      device_.str() +
+      device_.str() + ", precision " + precision_name(precision_) +
       (dist_.world_size() > 1 ? " (per rank; " + std::to_string(dist_.world_size()) + " ranks, " +
                                     std::to_string(rows_.end - rows_.begin) + " sequences each per micro-batch)"
                               : std::string()));
