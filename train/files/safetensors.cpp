@@ -125,7 +125,8 @@ std::map<std::string, std::string> parse_checksums(const std::string& where, con
     if (!crcs.count(e.name)) throw Error(subject + ": no checksum for tensor '" + excerpt(e.name) + "'");
   if (crcs.size() != entries.size())
     for (const auto& [name, crc] : crcs)
-      if (std::none_of(entries.begin(), entries.end(), [&](const Entry& e) { return e.name == name; }))
+      // An init-capture: clang before 16 cannot capture a structured binding.
+      if (std::none_of(entries.begin(), entries.end(), [&name = name](const Entry& e) { return e.name == name; }))
         throw Error(subject + ": a checksum for tensor '" + excerpt(name) + "', which the file does not hold");
   return crcs;
 }
