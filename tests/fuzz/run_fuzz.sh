@@ -18,6 +18,18 @@ export OMP_NUM_THREADS=1
 harnesses=("$build"/tests/fuzz/fuzz_*)
 [[ -x ${harnesses[0]} ]] || { echo "error: run_fuzz: no harnesses in $build/tests/fuzz" >&2; exit 1; }
 
+# The finding in libFuzzer's LOG: its first error lines, the top two frames outside the
+# sanitizer and libFuzzer runtimes and the standard library, and the first frame in lat.
+describe() {
+  grep -E -m 2 "ERROR: |runtime error|terminate called|what\(\)|fuzz: " "$1" | cut -c1-200
+  local frames
+  frames=$(grep -E '^ +#[0-9]+ ' "$1" |
+    grep -vE 'sanitizer|fuzzer::|__asan|__interceptor|malloc|operator new|libc\.so|libstdc|abort|raise|pthread_kill|__cxa|__gnu_cxx|terminate| in std::')
+  { head -2 <<< "$frames"; grep -m 1 ' in lat::' <<< "$frames"; } | awk '!seen[$0]++' |
+    sed -E 's/ \(BuildId: [0-9a-f]+\)//; s/std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> >/std::string/g; s/^ +/    /' |
+    cut -c1-200
+}
+
 found=0
 summary=()
 for harness in "${harnesses[@]}"; do
@@ -31,7 +43,7 @@ for harness in "${harnesses[@]}"; do
     replayed=$((replayed + 1))
     if ! "$harness" "${limits[@]}" "$input" > "$work/replay.log" 2>&1; then
       echo "== fuzz_$name: replay of ${input#"$src"/} FAILED:"
-      grep -E -m 3 "ERROR|SUMMARY|==ERROR|terminate|fuzz:|#[0-9]+ 0x" "$work/replay.log" | head -8
+      describe "$work/replay.log"
       summary+=("fuzz_$name: replay FAILED on ${input#"$src"/}")
       found=1
     fi
@@ -47,7 +59,7 @@ for harness in "${harnesses[@]}"; do
   if [[ $rc -ne 0 ]]; then
     artifact=$(sed -n 's/.*Test unit written to //p' "$work/fuzz.log" | tail -1)
     echo "== fuzz_$name: FOUND (rc $rc): ${artifact:-no input written}; log $work/fuzz.log"
-    grep -E -m 1 "^==[0-9]+==ERROR|^SUMMARY|fuzz: |terminate called|runtime error" "$work/fuzz.log"
+    describe "$work/fuzz.log"
     line+=", FOUND: ${artifact:-see $work/fuzz.log}"
     found=1
   fi
