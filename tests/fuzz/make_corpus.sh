@@ -3,6 +3,8 @@
 # inputs written by lat itself, so that the fuzzers start from files that get past the first
 # checks. Run it when a file format changes:
 #   tests/fuzz/make_corpus.sh build/lat
+# It replaces only the files below; the others there (fixed-crash-*: inputs that once crashed
+# a reader, kept as regression tests) stay.
 # Needs Debian's /usr/bin/python3 with h5py and numpy (tools/install_deps.sh installs them).
 # corpus/config:      configs/*.yaml and a resolved config.yaml (every key)
 # corpus/checkpoint:  a full checkpoint (1 attn layer, SGD state) and an h5-weights export
@@ -54,7 +56,6 @@ train_tiny tied_byte gdn adamw "$(printf 'model.tie_embeddings: true\ndata.token
 "$lat" export --checkpoint gdn_attn --format safetensors --dtype bf16 --out gdn_attn_bf16 > /dev/null
 "$lat" export --checkpoint tied_byte --format safetensors --out tied_byte_f32 > /dev/null
 
-rm -rf "$corpus"
 mkdir -p "$corpus"/{config,checkpoint,safetensors,token_files}
 cp "$src"/configs/*.yaml "$corpus/config/"
 cp gdn_attn/config.yaml "$corpus/config/resolved_gdn_attn.yaml"
