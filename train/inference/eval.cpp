@@ -17,7 +17,7 @@ double EvalResult::bpc() const { return loss / std::numbers::ln2; }
 double batch_loss_sum(const HybridLM& model, const Batch& batch, Device device) {
   if (batch.tokens == 0) return 0.0;
   NoGradGuard no_grad;
-  Tensor logits = model.forward(batch.inputs.to(device));
+  Tensor logits = model.forward(batch.inputs.to(device), batch.cu_seqlens);
   const int64_t V = logits.size(-1);
   Tensor loss = cross_entropy(logits.reshape({-1, V}), batch.targets.to(device).reshape({-1}), kIgnoreIndex);
   return loss.item() * static_cast<double>(batch.tokens);
