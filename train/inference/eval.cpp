@@ -1,6 +1,7 @@
 // Validation losses: sums of per-batch cross-entropy weighted by their target counts.
 #include "train/inference/eval.h"
 
+#include <cmath>
 #include <numbers>
 
 #include "data/dataset.h"
@@ -79,6 +80,10 @@ CheckpointEval evaluate_checkpoint(const std::string& checkpoint, const std::str
   e.step = trained.step;
   e.data_path = options.path;
   e.result = evaluate_val_split(*trained.model, data.dataset, config.train.batch_size, Device::cpu());
+  // Finite weights can still overflow the logits (e.g. 3e38): no loss to report then.
+  if (!std::isfinite(e.result.loss))
+    throw Error("eval: '" + trained.path + "': the loss on '" + options.path + "' is " + std::to_string(e.result.loss) +
+                ": the model's outputs overflow (a diverged or damaged checkpoint)");
   return e;
 }
 
