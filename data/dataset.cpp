@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
+#include "data/regular_file.h"
 #include "data/token_files.h"
 #include "lat/error.h"
 
@@ -90,6 +92,9 @@ std::string resolve_format(const std::string& path, const std::string& format) {
     return format;
   }
   if (std::string by_name = format_by_extension(path); !by_name.empty()) return by_name;
+  // Sniffing opens the file: a FIFO would block there.
+  if (const std::optional<std::string> kind = non_regular_file_kind(path))
+    throw Error("load_data: data.path '" + path + "' " + *kind + ", expected a regular file");
   std::string prefix = file_prefix(path, 8);
   if (prefix == kHdf5Signature) return "h5";
   if (prefix.size() >= 4) {
@@ -113,6 +118,12 @@ LoadedData load_data(const DataOptions& options, const std::optional<Tokenizer>&
   if (format == "text") {
     std::string text = read_text_file(options.path);
     LAT_CHECK(!text.empty(), "load_data: " << options.path << " is empty");
+    // A char vocabulary is stored as one C string in checkpoints: a NUL would be found only
+    // at the first save, after the training it was meant to keep.
+    if (const size_t nul = text.find('\0'); nul != std::string::npos && !tokenizer && options.tokenizer == "char")
+      throw Error("load_data: " + options.path + ": NUL byte at offset " + std::to_string(nul) +
+                  ": not text for the char tokenizer (token ids? set data.format: bin; binary text? "
+                  "data.tokenizer: byte)");
     used = tokenizer ? *tokenizer : Tokenizer::create(options.tokenizer, text);
     std::vector<int64_t> ids = used->encode(text);
     tokens.assign(ids.begin(), ids.end());

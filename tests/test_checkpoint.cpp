@@ -639,6 +639,12 @@ TEST_F(CheckpointTest, FileNamesLatestAndResolve) {
   lat::write_latest(dir_.string(), "ckpt_00000500.h5");
   expect_error([&] { lat::resolve_checkpoint(dir_.string()); }, {"ckpt_00000500.h5", "does not exist"});
 
+  // A huge `latest` is read only as far as a file name goes: a short one-line error.
+  std::ofstream(dir_ / "latest") << std::string(200'000, 'a');
+  expect_error([&] { lat::resolve_checkpoint(dir_.string()); },
+               {"read_latest: '" + path("latest") + "': more than 256 bytes, expected one checkpoint file name"});
+  lat::write_latest(dir_.string(), "ckpt_00000500.h5");
+
   expect_error([&] { lat::write_latest(dir_.string(), "../x.h5"); }, {"expected ckpt_<step>.h5"});
 }
 

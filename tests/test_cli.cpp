@@ -69,7 +69,24 @@ TEST(Cli, NegativeSeedExitsTwoNamingTheFlag) {
   // Checked while parsing, before the checkpoint is looked at.
   Result r = run_lat("generate --checkpoint no-such-run --seed -1");
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_EQ(r.err.rfind("error: --seed: expected an int >= 0, got -1", 0), 0u) << r.err;
+  EXPECT_EQ(r.err.rfind("error: --seed: expected an int in [0, 9223372036854775807], got -1", 0), 0u) << r.err;
+}
+
+TEST(Cli, LengthsAndCountsOutOfRangeExitTwoNamingTheFlag) {
+  // Before anything is loaded or allocated: no sequence longer than data.block_size allows,
+  // no count that runs for days, no huge number that saturates.
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"eval --checkpoint no-such-run --task mqar --seq-len 2000000000", "error: --seq-len: expected an int in [1, 1048576]"},
+      {"eval --checkpoint no-such-run --task mqar --samples 99999999999999", "error: --samples: expected an int in [1, 1000000]"},
+      {"eval --checkpoint no-such-run --task mqar --samples 999999999999999999999", "error: --samples: expected an int in [1, 1000000], got 999999999999999999999"},
+      {"generate --checkpoint no-such-run --max-new-tokens 99999999999999999999", "error: --max-new-tokens: expected an int in [0, 1048576]"},
+      {"eval --checkpoint no-such-run --task copy --length 4x", "error: --length: expected an int in [1, 1048576], got 4x"},
+  };
+  for (const auto& [args, message] : cases) {
+    Result r = run_lat(args);
+    EXPECT_EQ(r.exit_code, 2) << args;
+    EXPECT_EQ(r.err.rfind(message, 0), 0u) << args << ": " << r.err;
+  }
 }
 
 TEST(Cli, UnwritableStdoutExitsOne) {

@@ -314,6 +314,21 @@ TEST_F(DataFiles, FifoIsRefusedWithoutOpening) {
   const std::string fifo = path("tokens.bin");
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   expect_error([&] { load_data({.path = fifo, .block_size = 2}); }, {fifo, "is a FIFO, expected a regular file"});
+  // Without an extension the format is sniffed from the first bytes: still never opened.
+  const std::string bare = path("tokens");
+  ASSERT_EQ(::mkfifo(bare.c_str(), 0600), 0);
+  expect_error([&] { load_data({.path = bare, .block_size = 2}); }, {bare, "is a FIFO, expected a regular file"});
+  expect_error<ConfigError>([&] { load_config(bare); }, {bare, "is a FIFO, expected a YAML file"});
+}
+
+TEST_F(DataFiles, NulInTextForTheCharTokenizerIsAnErrorBeforeTraining) {
+  // uint16 token ids in a file without an extension sniff as text; its NULs would fail only the
+  // first checkpoint save (a char vocabulary is stored as a C string).
+  const std::string file = path("tokens.dat");
+  std::ofstream(file, std::ios::binary) << std::string("ab\0cd\0ef", 8) + std::string(40, 'x');
+  expect_error([&] { load_data({.path = file, .block_size = 2}); },
+               {file, "NUL byte at offset 2", "data.format: bin", "data.tokenizer: byte"});
+  EXPECT_EQ(load_data({.path = file, .tokenizer = "byte", .block_size = 2}).dataset.max_id(), 'x');
 }
 
 TEST_F(DataFiles, MissingFileNamesPath) {

@@ -112,6 +112,7 @@ TEST_F(JsonDamageTest, TokenizerVocabEntriesAreCheckedOneByOne) {
   expect_error([&] { read_vocab(R"(["a", "bc"])"); }, {file, "vocab entry 1: expected one character, got \"bc\" (2"});
   expect_error([&] { read_vocab(R"(["a", "b", "a"])"); }, {file, "vocab entry 2: \"a\" repeats entry 0"});
   expect_error([&] { read_vocab(R"(["a", 7])"); }, {file, "vocab entry 1: expected a string, got 7"});
+  expect_error([&] { read_vocab(R"(["a", "\u0000"])"); }, {file, "vocab entry 1: expected a character other than NUL"});
   expect_error([&] { read_vocab("[]"); }, {file, "vocab: expected at least one character"});
   // A list entry deep enough to overflow a recursive printer, and one within the depth limit:
   // neither is printed whole.

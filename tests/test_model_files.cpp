@@ -29,6 +29,7 @@
 #include "train/files/model_reader.h"
 #include "train/files/safetensors.h"
 #include "train/files/trained_model.h"
+#include "train/inference/eval.h"
 #include "train/inference/info.h"
 
 namespace fs = std::filesystem;
@@ -397,6 +398,19 @@ TEST_F(ModelFilesTest, NanOrInfInAWeightIsAnErrorNamingTheTensor) {
     EXPECT_EQ(expect_error([&] { lat::load_model_weights(st); }, {expected}), expected);
     expect_every_command_fails(st, 1, {expected});
   }
+}
+
+TEST_F(ModelFilesTest, EvalOfFiniteWeightsWhoseLogitsOverflowIsAnError) {
+  // Every weight finite, but lm_head rows of 3e38 overflow the logits: no loss to print.
+  lat::Checkpoint c = tiny_checkpoint();
+  for (auto& [n, t] : c.model)
+    if (n == "lm_head.weight") t = lat::Tensor::full(t.shape(), 3e38f);
+  const std::string ckpt = save("huge.h5", c);
+  std::string text;
+  for (int i = 0; i < 300; ++i) text += kVocab;  // a val split of one 256-token window and more
+  std::ofstream(dir_ / "val.txt") << text;
+  expect_error([&] { lat::evaluate_checkpoint(ckpt, path("val.txt")); },
+               {"eval: '" + ckpt + "': the loss on '" + path("val.txt") + "' is ", "outputs overflow"});
 }
 
 }  // namespace

@@ -137,6 +137,22 @@ TEST_F(PlotTest, OutThatIsADirectoryOrInAMissingDirectoryIsAConfigErrorLeavingNo
   EXPECT_FALSE(fs::exists(dir_ / "nodir"));
 }
 
+TEST_F(PlotTest, OutNeverReplacesARunFileOrAnotherNonPng) {
+  const std::string run = run_dir("run", kMetrics);
+  const fs::path ckpt = fs::path(run) / "ckpt_00000030.h5";
+  std::ofstream(ckpt) << "checkpoint bytes";
+  expect_error<ConfigError>([&] { plot_runs({{run}, ckpt.string(), "step"}); },
+                            {"--out: expected a file name ending in .png, got '" + ckpt.string() + "'"});
+  expect_error<ConfigError>([&] { plot_runs({{run}, (fs::path(run) / "metrics.jsonl").string(), "step"}); },
+                            {"ending in .png"});
+  const fs::path fake = fs::path(run) / "notes.png";
+  std::ofstream(fake) << "not a picture";
+  expect_error<ConfigError>([&] { plot_runs({{run}, fake.string(), "step"}); },
+                            {"'" + fake.string() + "' exists and is not a PNG: refusing to replace it"});
+  EXPECT_EQ(lat::testing::read_bytes(ckpt), "checkpoint bytes");
+  EXPECT_EQ(lat::testing::read_bytes(fake), "not a picture");
+}
+
 TEST_F(PlotTest, PngOfSeveralRunsHasThePngSignatureAndItsSize) {
   require_gnuplot();
   const std::string a = run_dir("run_a", kMetrics), b = run_dir("run_b", kMetrics);

@@ -2,9 +2,10 @@
 # Data-parallel `lat train` under mpirun, on a tiny config and a generated corpus.
 #
 #   train_ranks.sh MODE LAT COMPARE WORK_DIR
-#     equal    1 rank (plain launch) vs 2 ranks, 20 steps (grad_accum 1, then 2): losses within
-#              1e-5 relative, the parameters after the last step within 1e-5 absolute
-#              (compare_runs prints the max differences)
+#     equal    1 rank (plain launch) vs 2 ranks, 20 steps (grad_accum 1, then 2, then on
+#              data.task mqar, then packed documents): losses within 1e-5 relative, the
+#              parameters after the last step within 1e-5 absolute (compare_runs prints the max
+#              differences)
 #     resume   2 ranks stopped at step 10 and resumed (2 ranks) vs 2 ranks uninterrupted:
 #              bit-identical losses and parameters; then a resume under 1 rank warns and
 #              matches within the tolerances of `equal`
@@ -66,6 +67,16 @@ case "$mode" in
     run1 --set train.out_dir=one_accum --set train.grad_accum=2 2> one_accum.log
     run2 --set train.out_dir=two_accum --set train.grad_accum=2 2> two_accum.log
     "$compare" one_accum two_accum --loss-rtol 1e-5 --param-atol 1e-5 --world-sizes 1 2
+    # Generated task sequences and packed documents: each rank's rows, and the rows'
+    # boundaries, are those of one rank's batch.
+    mqar=(--set data.path=~ --set data.task=mqar --set data.mqar.vocab=64 --set "data.mqar.pairs=[2,4]")
+    run1 --set train.out_dir=one_mqar "${mqar[@]}" 2> one_mqar.log
+    run2 --set train.out_dir=two_mqar "${mqar[@]}" 2> two_mqar.log
+    "$compare" one_mqar two_mqar --loss-rtol 1e-5 --param-atol 1e-5 --world-sizes 1 2
+    packed=(--set 'data.doc_separator="\n"' --set data.packing=true)
+    run1 --set train.out_dir=one_packed "${packed[@]}" 2> one_packed.log
+    run2 --set train.out_dir=two_packed "${packed[@]}" 2> two_packed.log
+    "$compare" one_packed two_packed --loss-rtol 1e-5 --param-atol 1e-5 --world-sizes 1 2
     ;;
   resume)
     run2 --set train.out_dir=whole 2> whole.log

@@ -4,7 +4,9 @@
 // that sub-app was chosen.
 #pragma once
 #include <cstdint>
+#include <charconv>
 #include <cstdlib>
+#include <system_error>
 #include <functional>
 #include <string>
 
@@ -20,16 +22,18 @@ struct Command {
   std::function<int()> run;
 };
 
-/// An option check "INT >= low": range checks live in the parser, so that a bad value is a
-/// usage error (exit 2) reported before anything is loaded.
-inline CLI::Validator int_at_least(int64_t low) {
+/// An option check "INT in [low, high]": range checks live in the parser, so that a bad value
+/// is a usage error (exit 2) reported before anything is loaded. The whole text must be an
+/// integer in range (no saturation of a huge value).
+inline CLI::Validator int_in(int64_t low, int64_t high) {
   return CLI::Validator(
-      [low](const std::string& text) {
-        return std::strtoll(text.c_str(), nullptr, 10) >= low
-                   ? std::string()
-                   : "expected an int >= " + std::to_string(low) + ", got " + text;
+      [low, high](const std::string& text) {
+        int64_t value = 0;
+        const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+        if (error == std::errc() && end == text.data() + text.size() && value >= low && value <= high) return std::string();
+        return "expected an int in [" + std::to_string(low) + ", " + std::to_string(high) + "], got " + text;
       },
-      "INT >= " + std::to_string(low));
+      "INT in [" + std::to_string(low) + ", " + std::to_string(high) + "]");
 }
 
 /// `lat train CONFIG.yaml [--set key=value ...]` (train/cli/train.cpp).

@@ -1,12 +1,14 @@
 // `lat eval --checkpoint CKPT [--data PATH]` and
 // `lat eval --checkpoint CKPT --task mqar|copy [--pairs N | --length L] [--seq-len T] [--samples S] [--seed 0] [--json]`.
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "train/cli/command.h"
+#include "train/config/schema.h"
 #include "train/inference/eval.h"
 #include "train/inference/task_eval.h"
 
@@ -26,27 +28,30 @@ Command add_eval_command(CLI::App& app) {
   CLI::Option* data_option =
       sub->add_option("--data", *data, "corpus to evaluate on (default: the checkpoint's data.path); its val split is "
                                        "the last data.val_fraction of the tokens");
-  const CLI::Validator positive_int = int_at_least(1), non_negative_int = int_at_least(0);
+  // Lengths as data.block_size allows; a million scored sequences is hours here already.
+  constexpr int64_t kMaxSamples = 1'000'000;
+  const CLI::Validator length = int_in(1, kMaxBlockSize), samples = int_in(1, kMaxSamples),
+                       seed = int_in(0, std::numeric_limits<int64_t>::max());
   CLI::Option* task_option =
       sub->add_option("--task", task->task, "synthetic task to score: mqar or copy")
           ->check(CLI::IsMember({"mqar", "copy"}))
           ->excludes(data_option);
   sub->add_option("--pairs", task->pairs,
                   "mqar: key-value pairs per sequence (default: the largest of the checkpoint's data.mqar.pairs)")
-      ->check(positive_int)
+      ->check(length)
       ->needs(task_option);
   sub->add_option("--length", task->length, "copy: tokens of the string to copy (default: data.copy.length)")
-      ->check(positive_int)
+      ->check(length)
       ->needs(task_option);
   sub->add_option("--seq-len", task->seq_len, "tokens per sequence (default: the checkpoint's data.block_size)")
-      ->check(positive_int)
+      ->check(length)
       ->needs(task_option);
   sub->add_option("--samples", task->samples, "sequences scored")
-      ->check(positive_int)
+      ->check(samples)
       ->needs(task_option)
       ->capture_default_str();
   sub->add_option("--seed", task->seed, "seed of the generated sequences")
-      ->check(non_negative_int)  // an unsigned option would take -1 as 2^64 - 1
+      ->check(seed)  // an unsigned option would take -1 as 2^64 - 1
       ->needs(task_option)
       ->capture_default_str();
   sub->add_flag("--json", *json, "with --task: print one JSON object instead of the key=value line")

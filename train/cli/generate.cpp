@@ -3,9 +3,12 @@
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
+#include <limits>
 #include <memory>
 
+#include "data/dataset.h"
 #include "train/cli/command.h"
+#include "train/config/schema.h"
 #include "train/inference/generate.h"
 
 namespace lat::cli {
@@ -26,7 +29,8 @@ Command add_generate_command(CLI::App& app) {
         return std::isfinite(value) && value >= 0 ? std::string() : "expected a finite number >= 0, got " + text;
       },
       "NUMBER >= 0");
-  const CLI::Validator non_negative_int = int_at_least(0);
+  const CLI::Validator new_tokens = int_in(0, kMaxBlockSize), top_k = int_in(0, kMaxVocabSize),
+                       seed = int_in(0, std::numeric_limits<int64_t>::max());
   const CLI::Validator probability_mass(
       [](const std::string& text) {
         double value = std::strtod(text.c_str(), nullptr);
@@ -34,19 +38,19 @@ Command add_generate_command(CLI::App& app) {
       },
       "NUMBER in (0, 1]");
   sub->add_option("--max-new-tokens", o->max_new_tokens, "tokens to generate")
-      ->check(non_negative_int)
+      ->check(new_tokens)
       ->capture_default_str();
   sub->add_option("--temperature", o->sampling.temperature, "softmax temperature; 0 = greedy")
       ->check(finite_non_negative)
       ->capture_default_str();
   sub->add_option("--top-k", o->sampling.top_k, "sample among the k most likely tokens; 0 = off")
-      ->check(non_negative_int)
+      ->check(top_k)
       ->capture_default_str();
   sub->add_option("--top-p", o->sampling.top_p, "nucleus sampling mass; 1 = off")
       ->check(probability_mass)
       ->capture_default_str();
   sub->add_option("--seed", o->seed, "random seed of the sampler")
-      ->check(non_negative_int)  // an unsigned option would take -1 as 2^64 - 1
+      ->check(seed)  // an unsigned option would take -1 as 2^64 - 1
       ->capture_default_str();
   return {sub, [o] {
             generate(*o, std::cout);

@@ -4,11 +4,13 @@
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <variant>
 
 #include <yaml-cpp/yaml.h>
 
+#include "data/regular_file.h"
 #include "train/config/loader.h"
 #include "train/config/schema.h"
 #include "train/config/validate.h"
@@ -44,8 +46,9 @@ YAML::Node parse_text(const std::string& text, const std::string& source) {
 }  // namespace
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
-  if (std::filesystem::is_directory(path))
-    throw ConfigError("config: '" + path + "' is a directory, expected a YAML file");
+  // Checked before opening: a FIFO would block, a directory reads as nothing.
+  if (const std::optional<std::string> kind = non_regular_file_kind(path))
+    throw ConfigError("config: '" + path + "' " + *kind + ", expected a YAML file");
   std::ifstream in(path);
   if (!in)
     throw ConfigError("config: cannot read '" + path + "': " +

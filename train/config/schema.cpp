@@ -212,7 +212,6 @@ constexpr int64_t kMaxWidth = int64_t{1} << 16;  // model.d_model
 constexpr int64_t kMaxCount = 1024;              // layers, heads, head dims, threads, chunk
 constexpr double kMaxMlpRatio = 64.0;
 constexpr int64_t kMaxConvSize = 64;
-constexpr int64_t kMaxBlockSize = int64_t{1} << 20;  // tokens per sequence
 constexpr int64_t kMaxBatchSize = int64_t{1} << 16;  // sequences per micro-batch
 
 // The key's name and its field: the dotted key is the field's path in Config, written once.

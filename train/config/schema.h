@@ -18,6 +18,10 @@
 
 namespace lat {
 
+/// The most tokens per sequence: data.block_size, and the lengths `lat eval` and `lat
+/// generate` accept, so that no value asks for a sequence the machine cannot hold.
+inline constexpr int64_t kMaxBlockSize = int64_t{1} << 20;
+
 class Validation;
 
 /// lr_mult's value: (glob, multiplier) in file order.

@@ -42,8 +42,15 @@ std::string read_latest(const std::string& out_dir) {
     throw Error("read_latest: '" + path.string() + "' " + *kind + ", expected a text file naming a checkpoint");
   std::ifstream in(path);
   if (!in) return "";
-  std::string name;
-  std::getline(in, name);
+  // A checkpoint name is short; a damaged `latest` may be huge: read a bounded prefix.
+  constexpr std::streamsize kMaxLatestBytes = 256;
+  std::string name(kMaxLatestBytes + 1, '\0');
+  in.read(name.data(), kMaxLatestBytes + 1);
+  name.resize(static_cast<size_t>(in.gcount()));
+  LAT_CHECK(name.size() <= static_cast<size_t>(kMaxLatestBytes),
+            "read_latest: '" << path.string() << "': more than " << kMaxLatestBytes
+                             << " bytes, expected one checkpoint file name");
+  name = name.substr(0, name.find('\n'));
   name.erase(name.find_last_not_of(" \t\r\n") + 1);
   LAT_CHECK(!name.empty() && name.find('/') == std::string::npos,
             "read_latest: '" << path.string() << "': expected a checkpoint file name, got '" << name << "'");

@@ -65,6 +65,8 @@ void read_tokenizer_json(const std::string& path, Checkpoint& ckpt) {
                   std::to_string(characters) + " characters)");
     if (const auto [it, added] = first_index.emplace(c, i); !added)
       throw Error(entry + ": " + json_excerpt(entries[i]) + " repeats entry " + std::to_string(it->second));
+    // Checkpoints store the vocabulary as one C string: a NUL would fail every later save.
+    if (c == std::string(1, '\0')) throw Error(entry + ": expected a character other than NUL");
     vocab += c;
   }
   if (vocab.empty()) throw Error(where + "vocab: expected at least one character, got []");

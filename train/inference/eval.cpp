@@ -1,6 +1,7 @@
 // Validation losses: sums of per-batch cross-entropy weighted by their target counts.
 #include "train/inference/eval.h"
 
+#include <cmath>
 #include <numbers>
 
 #include "data/dataset.h"
@@ -17,7 +18,7 @@ double EvalResult::bpc() const { return loss / std::numbers::ln2; }
 double batch_loss_sum(const HybridLM& model, const Batch& batch, Device device) {
   if (batch.tokens == 0) return 0.0;
   NoGradGuard no_grad;
-  Tensor logits = model.forward(batch.inputs.to(device));
+  Tensor logits = model.forward(batch.inputs.to(device), batch.cu_seqlens);
   const int64_t V = logits.size(-1);
   Tensor loss = cross_entropy(logits.reshape({-1, V}), batch.targets.to(device).reshape({-1}), kIgnoreIndex);
   return loss.item() * static_cast<double>(batch.tokens);
@@ -79,6 +80,10 @@ CheckpointEval evaluate_checkpoint(const std::string& checkpoint, const std::str
   e.step = trained.step;
   e.data_path = options.path;
   e.result = evaluate_val_split(*trained.model, data.dataset, config.train.batch_size, Device::cpu());
+  // Finite weights can still overflow the logits (e.g. 3e38): no loss to report then.
+  if (!std::isfinite(e.result.loss))
+    throw Error("eval: '" + trained.path + "': the loss on '" + options.path + "' is " + std::to_string(e.result.loss) +
+                ": the model's outputs overflow (a diverged or damaged checkpoint)");
   return e;
 }
 

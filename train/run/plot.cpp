@@ -7,15 +7,19 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cctype>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "data/regular_file.h"
 #include "train/config/config_types.h"
 
 namespace fs = std::filesystem;
@@ -98,6 +102,8 @@ PlotAxis parse_plot_axis(const std::string& name) {
 
 RunCurves read_run_curves(const std::string& run_dir, PlotAxis x) {
   const fs::path path = fs::path(run_dir) / "metrics.jsonl";
+  if (const std::optional<std::string> kind = non_regular_file_kind(path.string()))
+    throw ConfigError("plot: " + path.string() + ": " + *kind + ", expected a regular file");
   std::ifstream in(path);
   if (!in) {
     std::error_code ec;
@@ -226,10 +232,25 @@ namespace {
 
 /// The picture's path must name a file in an existing directory, checked before gnuplot runs so
 /// that the error is one line and nothing is left behind. Throws ConfigError.
+/// The name must end in .png, and an existing file there must be a PNG: --out never replaces
+/// a checkpoint, metrics.jsonl or any other file of a run.
 void check_output_path(const fs::path& out) {
   std::error_code ec;
   if (fs::is_directory(out, ec))
     throw ConfigError("plot: --out: expected a PNG file name, got the directory '" + out.string() + "'");
+  std::string extension = out.extension().string();
+  for (char& c : extension) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (extension != ".png")
+    throw ConfigError("plot: --out: expected a file name ending in .png, got '" + out.string() + "'");
+  if (fs::exists(out, ec)) {
+    if (const std::optional<std::string> kind = non_regular_file_kind(out.string()))
+      throw ConfigError("plot: --out: '" + out.string() + "' " + *kind + ", expected a PNG file to replace");
+    static constexpr char kPngSignature[] = "\x89PNG\r\n\x1a\n";
+    char head[8] = {};
+    std::ifstream(out, std::ios::binary).read(head, sizeof head);
+    if (std::memcmp(head, kPngSignature, sizeof head) != 0)
+      throw ConfigError("plot: --out: '" + out.string() + "' exists and is not a PNG: refusing to replace it");
+  }
   const fs::path parent = out.parent_path().empty() ? fs::path(".") : out.parent_path();
   if (!fs::is_directory(parent, ec))
     throw ConfigError("plot: --out: the directory '" + parent.string() + "' of '" + out.string() +

@@ -9,7 +9,7 @@ double accumulate_gradients(const HybridLM& model, const std::vector<Batch>& mic
                             Device device) {
   double loss = 0.0;
   for (const Batch& b : micro) {
-    Tensor logits = model.forward(b.inputs.to(device));
+    Tensor logits = model.forward(b.inputs.to(device), b.cu_seqlens);
     Tensor ce = cross_entropy(logits.reshape({-1, logits.size(-1)}), b.targets.to(device).reshape({-1}), kIgnoreIndex);
     const double weight = static_cast<double>(b.tokens) / static_cast<double>(total_tokens);
     loss += ce.item() * weight;
