@@ -337,6 +337,10 @@ TEST(PackingConfig, ErrorsNameTheKeyAndTheLine) {
                       "data.doc_separator: expected a token id in [0, 2147483647], got -1 (run.yaml:2)");
   expect_config_error("data.path: corpus\ndata.doc_separator: \"\"\n",
                       "data.doc_separator: expected a non-empty separator string, got \"\" (run.yaml:2)");
+  for (const char* value : {"true", "1.5", "65.0", "no"})
+    expect_error<ConfigError>([&] { parse(std::string("data.path: t.bin\ndata.doc_separator: ") + value + "\n"); },
+                              {"data.doc_separator: expected a quoted string or an int token id", "(run.yaml:2)"});
+  EXPECT_EQ(std::get<std::string>(parse("data.path: c.txt\ndata.doc_separator: \"true\"\n").data.doc_separator), "true");
   expect_config_error("data.path: corpus.txt\ndata.doc_separator: [1, 2]\n",
                       "data.doc_separator: expected a string or a token id, got a list (run.yaml:2)");
   expect_config_error("data:\n  task: mqar\n  doc_separator: 0\n  packing: true\n",

@@ -92,16 +92,32 @@ class ValueReader {
     }
   }
 
-  /// null: not set; an unquoted int: a token id; any other scalar (a quoted "50256" too): a
-  /// string.
+  /// Whether `text` is an integer written as one (digits and a sign: not 65.0 or 1e3), into `id`.
+  static bool is_integer_text(const std::string& text, int64_t& id) {
+    const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), id);
+    return error == std::errc() && end == text.data() + text.size();
+  }
+
+  /// Whether an unquoted scalar is a YAML bool or float (true, no, 1.5, 65.0, .inf).
+  static bool reads_as_bool_or_float(const YAML::Node& value) {
+    bool flag = false;
+    double number = 0.0;
+    return YAML::convert<bool>::decode(value, flag) || YAML::convert<double>::decode(value, number);
+  }
+
+  /// null: not set; an unquoted int: a token id; an unquoted bool or float: an error; any other
+  /// scalar (a quoted "50256" or "true" too): a string.
   void read(const YAML::Node& value, DocSeparator& out) const {
     int64_t id = 0;
     if (value.IsNull())
       out = std::monostate{};
     else if (!value.IsScalar())
       type_error("a string or a token id", value, source_.location);
-    else if (value.Tag() != "!" && parse_int_text(value.Scalar(), id))
+    else if (value.Tag() != "!" && is_integer_text(value.Scalar(), id))
       out = id;
+    else if (value.Tag() != "!" && reads_as_bool_or_float(value))
+      // `true` or `1.5` unquoted is most likely a mistake, not the text "true" or "1.5".
+      type_error("a quoted string or an int token id", value, source_.location);
     else
       out = value.Scalar();
   }
