@@ -308,14 +308,17 @@ TEST(PackingConfig, KeysDefaultsAndRoundTrip) {
   EXPECT_NE(to_yaml(ids).find("doc_separator: 50256"), std::string::npos);
   EXPECT_NE(to_yaml(defaults).find("doc_separator: ~"), std::string::npos) << to_yaml(defaults);
   // A quoted number is a string; an override parses its value as YAML.
-  EXPECT_EQ(std::get<std::string>(parse("data.path: corpus.txt\ndata.doc_separator: \"50256\"\n").data.doc_separator),
+  EXPECT_EQ(std::get<std::string>(parse("data.path: corpus.txt\ndata.doc_separator: \"50256\"\ndata.packing: true\n").data.doc_separator),
             "50256");
-  EXPECT_EQ(std::get<int64_t>(parse("data.path: t.bin\n", {"data.doc_separator=0"}).data.doc_separator), 0);
+  EXPECT_EQ(std::get<int64_t>(parse("data.path: t.bin\n", {"data.doc_separator=0", "data.packing=true"}).data.doc_separator), 0);
   // Packing is part of the data, which may not change on resume.
   EXPECT_EQ(resume_incompatible_keys(defaults, text), (std::vector<std::string>{"data.doc_separator", "data.packing"}));
 }
 
 TEST(PackingConfig, ErrorsNameTheKeyAndTheLine) {
+  expect_config_error("data.path: corpus.txt\ndata.doc_separator: \"\\n\\n\"\n",
+                      "data.doc_separator: splits documents only with data.packing: true: set it, or remove "
+                      "data.doc_separator (run.yaml:2)");
   expect_config_error("data.path: corpus.txt\ndata.packing: true\n",
                       "data.packing: needs data.doc_separator, the string (text) or token id (bin, h5) that ends "
                       "each document (run.yaml:2)");
@@ -340,7 +343,7 @@ TEST(PackingConfig, ErrorsNameTheKeyAndTheLine) {
   for (const char* value : {"true", "1.5", "65.0", "no"})
     expect_error<ConfigError>([&] { parse(std::string("data.path: t.bin\ndata.doc_separator: ") + value + "\n"); },
                               {"data.doc_separator: expected a quoted string or an int token id", "(run.yaml:2)"});
-  EXPECT_EQ(std::get<std::string>(parse("data.path: c.txt\ndata.doc_separator: \"true\"\n").data.doc_separator), "true");
+  EXPECT_EQ(std::get<std::string>(parse("data.path: c.txt\ndata.doc_separator: \"true\"\ndata.packing: true\n").data.doc_separator), "true");
   expect_config_error("data.path: corpus.txt\ndata.doc_separator: [1, 2]\n",
                       "data.doc_separator: expected a string or a token id, got a list (run.yaml:2)");
   expect_config_error("data:\n  task: mqar\n  doc_separator: 0\n  packing: true\n",

@@ -104,11 +104,15 @@ void check_doc_separator(Validation& v) {
   if (!problem.empty()) v.fail("data.doc_separator", problem);
 }
 
-/// data.packing: documents need the separator that ends them.
+/// data.packing: documents need the separator that ends them, and a separator does nothing
+/// without packing (a config that sets it expects documents: say so rather than ignore it).
 void check_packing(Validation& v) {
   const DataConfig& d = v.config().data;
-  if (d.packing && std::holds_alternative<std::monostate>(d.doc_separator))
+  const bool has_separator = !std::holds_alternative<std::monostate>(d.doc_separator);
+  if (d.packing && !has_separator)
     v.fail("data.packing", "needs data.doc_separator, the string (text) or token id (bin, h5) that ends each document");
+  if (has_separator && !d.packing)
+    v.fail("data.doc_separator", "splits documents only with data.packing: true: set it, or remove data.doc_separator");
 }
 
 /// data.task: a synthetic task excludes data.path and data.packing (it generates its own
