@@ -29,7 +29,9 @@ struct HybridLMConfig {
   std::vector<std::string> layers;  // one mixer kind per layer (n_layers = layers.size())
   MixerConfig mixer;                // d_model, heads and the mixer options; init stds are set by HybridLM
   double mlp_ratio = 4.0;
+  int64_t intermediate_size = 0;    // SwiGLU hidden width; 0 = swiglu_hidden_size(d_model, mlp_ratio)
   double norm_eps = 1e-6;           // attn_norm, mlp_norm, norm and the mixers' o_norm
+  bool norm_zero_centered = false;  // attn_norm, mlp_norm, norm (and q_norm, k_norm) scale by 1 + weight
   bool tie_embeddings = false;      // logits use embeddings.weight; no lm_head
   double init_std = 0.02;           // GPT-2: every weight N(0, init_std^2) ...
                                     // ... but o_proj and mlp.down_proj: init_std / sqrt(2 n_layers)

@@ -25,9 +25,14 @@ struct MixerConfig {
   int64_t head_dim = 0;   // 0 = d_model / n_heads; the key head dim K of the linear mixers
   double expand_v = 1.0;  // V = head_dim * expand_v (linear mixers); must give a whole number
   // softmax attention ("attn")
-  int64_t n_kv_heads = 0;  // 0 = n_heads
+  int64_t attn_n_heads = 0;   // 0 = n_heads: the attention layers' own head count
+  int64_t attn_head_dim = 0;  // 0 = head_dim: the attention layers' own head size
+  int64_t n_kv_heads = 0;     // 0 = the attention head count
   int64_t window_size = 0;
   double rope_theta = 10000.0;
+  bool output_gate = false;    // o_proj(attn * sigmoid(gate)), gate from q_proj's second half per head
+  bool qk_norm = false;        // q_norm, k_norm: RMSNorm over head_dim before RoPE
+  double rope_fraction = 1.0;  // RoPE on the first rotary_dim_of(head_dim, rope_fraction) dims
   // linear mixers
   std::string feature_map = "elu1";  // linear_attn: elu1 (elu + 1), relu, identity
   bool normalize = false;            // linear_attn: Katharopoulos' normalizer
@@ -35,7 +40,9 @@ struct MixerConfig {
   int64_t conv_size = 4;
   bool use_gate = true;  // swish output gate g_proj before o_proj
   int64_t chunk_size = 64;
+  int64_t n_v_heads = 0;       // gdn, delta_net: value heads (0 = n_heads), a multiple of n_heads
   double norm_eps = 1e-6;      // o_norm (model.norm_eps)
+  bool norm_zero_centered = false;  // q_norm, k_norm scale by 1 + weight (model.norm_zero_centered)
   double init_std = 0.02;      // every projection but o_proj
   double out_init_std = 0.02;  // o_proj (GPT-2: init_std / sqrt(2 n_layers))
 };

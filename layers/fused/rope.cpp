@@ -71,6 +71,10 @@ Tensor rotate_tensor(const Tensor& x, double theta, int64_t position_offset, con
 
 }  // namespace
 
+int64_t rotary_dim_of(int64_t head_dim, double rope_fraction) {
+  return static_cast<int64_t>(static_cast<double>(head_dim) * rope_fraction);
+}
+
 Tensor rotary_embedding(const Tensor& x, double theta, int64_t position_offset, const Tensor& cu_seqlens) {
   LAT_CHECK(x.defined(), "rotary_embedding: x: undefined tensor");
   LAT_CHECK(x.dim() == 4, "rotary_embedding: x: expected shape [B, T, H, D], got " << shape_str(x.shape()));

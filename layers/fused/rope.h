@@ -7,6 +7,10 @@
 
 namespace lat {
 
+/// The rotated width of a head of head_dim dimensions when RoPE covers the fraction
+/// rope_fraction of it: floor(head_dim * rope_fraction), as transformers' partial_rotary_factor.
+int64_t rotary_dim_of(int64_t head_dim, double rope_fraction);
+
 /// Rotates each head vector of x: [B, T, H, D] (f32 or f64, D even) by position-dependent
 /// angles, in the non-interleaved (GPT-NeoX, flash-linear-attention default) layout: for
 /// i < D/2 the pair (x_i, x_{i+D/2}) at position p = position_offset + t turns by

@@ -23,8 +23,13 @@ class ConfigError : public Error {
 /// model.attn.*: the softmax-attention layers.
 struct AttnConfig {
   int64_t window_size = 0;    // 0 = full causal attention
-  int64_t n_kv_heads = 0;     // resolved to model.n_heads when not given (0 before resolution)
+  int64_t n_kv_heads = 0;     // resolved to model.attn.n_heads when not given (0 before resolution)
   double rope_theta = 10000.0;
+  int64_t n_heads = 0;        // resolved to model.n_heads when not given
+  int64_t head_dim = 0;       // resolved to model.head_dim when not given
+  bool output_gate = false;   // o_proj(attn * sigmoid(gate)), the gate from q_proj's second half per head
+  bool qk_norm = false;       // RMSNorm over head_dim of q and k before RoPE
+  double rope_fraction = 1.0; // RoPE on the first rope_fraction of head_dim
   bool operator==(const AttnConfig&) const = default;
 };
 
@@ -36,6 +41,7 @@ struct LinearConfig {
   int64_t conv_size = 4;
   bool use_gate = true;
   int64_t chunk_size = 64;
+  int64_t n_v_heads = 0;  // gdn, delta_net: value heads; resolved to model.n_heads when not given
   bool operator==(const LinearConfig&) const = default;
 };
 
@@ -49,7 +55,9 @@ struct ModelConfig {
   std::string layers = "gdn,gdn,gdn,attn";  // mixer pattern, repeated to n_layers
   double expand_v = 1.0;
   double mlp_ratio = 4.0;
+  int64_t intermediate_size = 0;  // SwiGLU hidden width; 0 = from mlp_ratio
   double norm_eps = 1e-6;
+  bool norm_zero_centered = false;  // RMSNorm scales by 1 + weight (Qwen3.5's layout)
   bool tie_embeddings = false;
   AttnConfig attn;
   LinearConfig linear;

@@ -12,13 +12,18 @@ HybridLMConfig hybrid_lm_config(const ModelConfig& model, int64_t vocab_size) {
                     .d_model = model.d_model, .n_heads = model.n_heads, .head_dim = model.head_dim,
                     .expand_v = model.expand_v,
                     // model.attn.*
+                    .attn_n_heads = attn.n_heads, .attn_head_dim = attn.head_dim,
                     .n_kv_heads = attn.n_kv_heads, .window_size = attn.window_size, .rope_theta = attn.rope_theta,
+                    .output_gate = attn.output_gate, .qk_norm = attn.qk_norm, .rope_fraction = attn.rope_fraction,
                     // model.linear.*
                     .feature_map = linear.feature_map, .normalize = linear.normalize,
                     .use_short_conv = linear.use_short_conv, .conv_size = linear.conv_size,
-                    .use_gate = linear.use_gate, .chunk_size = linear.chunk_size},
+                    .use_gate = linear.use_gate, .chunk_size = linear.chunk_size, .n_v_heads = linear.n_v_heads,
+                    .norm_zero_centered = model.norm_zero_centered},
           .mlp_ratio = model.mlp_ratio,
+          .intermediate_size = model.intermediate_size,
           .norm_eps = model.norm_eps,
+          .norm_zero_centered = model.norm_zero_centered,
           .tie_embeddings = model.tie_embeddings};
 }
 

@@ -9,6 +9,7 @@
 #include "data/dataset.h"
 #include "data/documents.h"
 #include "data/synthetic_tasks.h"
+#include "layers/fused/rope.h"
 #include "layers/linear_attention/common.h"
 #include "layers/mixer.h"
 #include "train/config/suggest.h"
@@ -57,8 +58,7 @@ void check_layers(Validation& v) {
                                std::to_string(m.n_layers) + ")");
 }
 
-/// model.expand_v: a whole value head dim; an even head_dim for attention (RoPE); head dims
-/// within the linear-attention kernels' limit.
+/// model.expand_v: a whole value head dim; head dims within the linear-attention kernels' limit.
 void check_head_dims(Validation& v) {
   const ModelConfig& m = v.config().model;
   const double value_dim = static_cast<double>(m.head_dim) * m.expand_v;
@@ -66,10 +66,6 @@ void check_head_dims(Validation& v) {
     v.fail("model.expand_v", "head_dim (" + std::to_string(m.head_dim) + ") * expand_v must be a whole number >= 1");
   const std::vector<std::string> pattern = mixer_pattern(m.layers);
   const bool has_linear = std::any_of(pattern.begin(), pattern.end(), [](const std::string& k) { return k != "attn"; });
-  const bool has_attn = std::find(pattern.begin(), pattern.end(), "attn") != pattern.end();
-  if (has_attn && m.head_dim % 2 != 0)
-    v.fail(head_dim_key(v), "attention layers need an even head_dim (RoPE rotates pairs of dimensions), got head_dim " +
-                                std::to_string(m.head_dim) + " (d_model / n_heads unless model.head_dim is set)");
   const int64_t limit = linear_attention::kMaxHeadDim;
   if (has_linear && (m.head_dim > limit || value_dim > static_cast<double>(limit)))
     v.fail(head_dim_key(v), "the linear-attention kernels take head dimensions up to " + std::to_string(limit) +
@@ -77,14 +73,66 @@ void check_head_dims(Validation& v) {
                                 std::to_string(static_cast<int64_t>(value_dim)));
 }
 
-/// model.attn.n_kv_heads: 0 resolves to n_heads, which it must divide.
+/// model.attn.n_heads: 0 resolves to model.n_heads.
+void resolve_attn_heads(Validation& v) {
+  ModelConfig& m = v.config().model;
+  if (m.attn.n_heads == 0) m.attn.n_heads = m.n_heads;
+}
+
+/// The key to blame for the attention head count: model.attn.n_heads when set, else model.n_heads.
+std::string attn_heads_key(const Validation& v) {
+  return v.was_set("model.attn.n_heads") ? "model.attn.n_heads" : "model.n_heads";
+}
+
+/// model.attn.head_dim: 0 resolves to model.head_dim; attention layers need it even (RoPE
+/// rotates pairs of dimensions).
+void resolve_attn_head_dim(Validation& v) {
+  ModelConfig& m = v.config().model;
+  const bool set = m.attn.head_dim != 0;
+  if (!set) m.attn.head_dim = m.head_dim;
+  const std::vector<std::string> pattern = mixer_pattern(m.layers);
+  const bool has_attn = std::find(pattern.begin(), pattern.end(), "attn") != pattern.end();
+  if (has_attn && m.attn.head_dim % 2 != 0)
+    v.fail(set ? "model.attn.head_dim" : head_dim_key(v),
+           "attention layers need an even head_dim (RoPE rotates pairs of dimensions), got head_dim " +
+               std::to_string(m.attn.head_dim) +
+               (set ? std::string() : " (d_model / n_heads unless model.head_dim or model.attn.head_dim is set)"));
+}
+
+/// model.attn.n_kv_heads: 0 resolves to model.attn.n_heads, which it must divide.
 void resolve_kv_heads(Validation& v) {
   ModelConfig& m = v.config().model;
-  if (m.attn.n_kv_heads == 0) m.attn.n_kv_heads = m.n_heads;
-  if (m.n_heads % m.attn.n_kv_heads != 0)
-    v.fail("model.attn.n_kv_heads", "model.n_heads (" + std::to_string(m.n_heads) +
+  if (m.attn.n_kv_heads == 0) m.attn.n_kv_heads = m.attn.n_heads;
+  if (m.attn.n_heads % m.attn.n_kv_heads != 0)
+    v.fail("model.attn.n_kv_heads", attn_heads_key(v) + " (" + std::to_string(m.attn.n_heads) +
                                         ") is not a multiple of model.attn.n_kv_heads (" +
                                         std::to_string(m.attn.n_kv_heads) + ")");
+}
+
+/// model.attn.rope_fraction: the rotated part of a head, floor(head_dim * rope_fraction) as
+/// transformers' partial_rotary_factor, must be a positive even width.
+void check_rope_fraction(Validation& v) {
+  const ModelConfig& m = v.config().model;
+  const int64_t rotary_dim = rotary_dim_of(m.attn.head_dim, m.attn.rope_fraction);
+  if (rotary_dim < 2 || rotary_dim % 2 != 0)
+    v.fail("model.attn.rope_fraction", "rotates floor(head_dim " + std::to_string(m.attn.head_dim) + " * " +
+                                           format_significant(m.attn.rope_fraction) + ") = " + std::to_string(rotary_dim) +
+                                           " dimensions; RoPE needs a positive even number");
+}
+
+/// model.linear.n_v_heads: 0 resolves to model.n_heads; a multiple of it, and only for mixers
+/// that have value heads of their own (gdn, delta_net).
+void resolve_v_heads(Validation& v) {
+  ModelConfig& m = v.config().model;
+  if (m.linear.n_v_heads == 0) m.linear.n_v_heads = m.n_heads;
+  if (m.linear.n_v_heads % m.n_heads != 0)
+    v.fail("model.linear.n_v_heads", "expected a multiple of model.n_heads (" + std::to_string(m.n_heads) +
+                                         "), got " + std::to_string(m.linear.n_v_heads));
+  if (m.linear.n_v_heads == m.n_heads) return;
+  for (const std::string& kind : mixer_pattern(m.layers))
+    if (kind != "attn" && kind != "gdn" && kind != "delta_net")
+      v.fail("model.linear.n_v_heads", "value heads apart from the key heads exist in gdn and delta_net layers only, "
+                                       "but model.layers has '" + kind + "'");
 }
 
 /// data.path: required unless data.task generates the sequences (data.task's rule rejects
@@ -253,17 +301,25 @@ const std::vector<KeySpec>& schema() {
       {LAT_KEY(model.layers), .rule = check_layers},
       {LAT_KEY(model.expand_v), .bounds = floats_above(0), .rule = check_head_dims},
       {LAT_KEY(model.mlp_ratio), .bounds = floats_above_up_to(0, kMaxMlpRatio)},
+      {LAT_KEY(model.intermediate_size), .bounds = ints_in(0, kMaxWidth * 64)},
       {LAT_KEY(model.norm_eps), .bounds = floats_above(0)},
+      {LAT_KEY(model.norm_zero_centered)},
       {LAT_KEY(model.tie_embeddings)},
       {LAT_KEY(model.attn.window_size), .bounds = ints_from(0)},
+      {LAT_KEY(model.attn.n_heads), .bounds = ints_in(0, kMaxCount), .rule = resolve_attn_heads},
+      {LAT_KEY(model.attn.head_dim), .bounds = ints_in(0, kMaxCount), .rule = resolve_attn_head_dim},
       {LAT_KEY(model.attn.n_kv_heads), .bounds = ints_in(0, kMaxCount), .rule = resolve_kv_heads},
       {LAT_KEY(model.attn.rope_theta), .bounds = floats_above(0)},
+      {LAT_KEY(model.attn.output_gate)},
+      {LAT_KEY(model.attn.qk_norm)},
+      {LAT_KEY(model.attn.rope_fraction), .bounds = floats_above_up_to(0, 1), .rule = check_rope_fraction},
       {LAT_KEY(model.linear.feature_map), .bounds = one_of({"elu1", "relu", "identity"})},
       {LAT_KEY(model.linear.normalize)},
       {LAT_KEY(model.linear.use_short_conv)},
       {LAT_KEY(model.linear.conv_size), .bounds = ints_in(1, kMaxConvSize)},
       {LAT_KEY(model.linear.use_gate)},
       {LAT_KEY(model.linear.chunk_size), .bounds = ints_in(1, kMaxCount)},
+      {LAT_KEY(model.linear.n_v_heads), .bounds = ints_in(0, kMaxCount), .rule = resolve_v_heads},
       {LAT_KEY(data.path), .rule = require_data_path, .nullable = true},
       {LAT_KEY(data.format), .bounds = one_of({"auto", "text", "bin", "h5"})},
       {LAT_KEY(data.tokenizer), .bounds = one_of({"char", "byte"})},
