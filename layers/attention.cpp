@@ -1,8 +1,10 @@
-// Attention mixer: projections, RoPE, the fused causal attention op, and the KV cache.
+// Attention mixer: projections, q/k norms, RoPE, the fused causal attention op, the output
+// gate, and the KV cache.
 #include "layers/attention.h"
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "lat/ops.h"
 #include "lat/tape.h"
@@ -61,23 +63,45 @@ Attention::Attention(const AttentionConfig& config, Generator& gen) : config_(co
   AttentionConfig& c = config_;
   LAT_CHECK(c.d_model > 0 && c.n_heads > 0,
             "Attention: expected positive d_model and n_heads, got " << c.d_model << ", " << c.n_heads);
-  if (c.n_kv_heads == 0) c.n_kv_heads = c.n_heads;
-  if (c.head_dim == 0) {
-    LAT_CHECK(c.d_model % c.n_heads == 0,
-              "Attention: d_model: expected a multiple of n_heads " << c.n_heads << ", got " << c.d_model);
-    c.head_dim = c.d_model / c.n_heads;
+  if (c.attn_n_heads == 0) c.attn_n_heads = c.n_heads;
+  if (c.attn_head_dim == 0) {
+    if (c.head_dim == 0) {
+      LAT_CHECK(c.d_model % c.n_heads == 0,
+                "Attention: d_model: expected a multiple of n_heads " << c.n_heads << ", got " << c.d_model);
+      c.head_dim = c.d_model / c.n_heads;
+    }
+    c.attn_head_dim = c.head_dim;
   }
-  LAT_CHECK(c.n_kv_heads > 0 && c.n_heads % c.n_kv_heads == 0,
-            "Attention: n_kv_heads: expected a divisor of n_heads " << c.n_heads << ", got " << c.n_kv_heads);
-  LAT_CHECK(c.head_dim > 0 && c.head_dim % 2 == 0,
-            "Attention: head_dim: expected a positive even size (RoPE rotates pairs), got " << c.head_dim);
+  const int64_t H = c.attn_n_heads, D = c.attn_head_dim;
+  LAT_CHECK(H > 0, "Attention: attn_n_heads: expected a positive count (0 = n_heads), got " << H);
+  if (c.n_kv_heads == 0) c.n_kv_heads = H;
+  LAT_CHECK(c.n_kv_heads > 0 && H % c.n_kv_heads == 0,
+            "Attention: n_kv_heads: expected a divisor of n_heads " << H << ", got " << c.n_kv_heads);
+  LAT_CHECK(c.rope_fraction > 0 && c.rope_fraction <= 1,
+            "Attention: rope_fraction: expected a value in (0, 1], got " << c.rope_fraction);
+  const bool full_rotary = c.rope_fraction == 1.0;
+  LAT_CHECK(D > 0 && (!full_rotary || D % 2 == 0),
+            "Attention: head_dim: expected a positive " << (full_rotary ? "even " : "")
+                                                        << "size (RoPE rotates pairs), got " << D);
+  rotary_dim_ = rotary_dim_of(D, c.rope_fraction);
+  LAT_CHECK(rotary_dim_ >= 2 && rotary_dim_ % 2 == 0,
+            "Attention: rope_fraction: rotates floor(head_dim " << D << " * " << c.rope_fraction << ") = " << rotary_dim_
+                                                                << " dims, expected an even number >= 2 (RoPE rotates pairs)");
   LAT_CHECK(c.window_size >= 0, "Attention: window_size: expected >= 0 (0 = full), got " << c.window_size);
   LAT_CHECK(c.rope_theta > 0, "Attention: rope_theta: expected a positive base, got " << c.rope_theta);
-  const int64_t q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
-  q_proj_ = &register_module("q_proj", std::make_unique<Linear>(c.d_model, q_dim, gen, c.init_std));
+  // Registration order is the checkpoint order: the options' children come last, so that
+  // checkpoints of layers without them keep their layout.
+  const int64_t q_rows = H * D * (c.output_gate ? 2 : 1), kv_dim = c.n_kv_heads * D;
+  q_proj_ = &register_module("q_proj", std::make_unique<Linear>(c.d_model, q_rows, gen, c.init_std));
   k_proj_ = &register_module("k_proj", std::make_unique<Linear>(c.d_model, kv_dim, gen, c.init_std));
   v_proj_ = &register_module("v_proj", std::make_unique<Linear>(c.d_model, kv_dim, gen, c.init_std));
-  o_proj_ = &register_module("o_proj", std::make_unique<Linear>(q_dim, c.d_model, gen, c.out_init_std));
+  o_proj_ = &register_module("o_proj", std::make_unique<Linear>(H * D, c.d_model, gen, c.out_init_std));
+  if (c.qk_norm) {
+    LAT_CHECK(c.norm_eps > 0, "Attention: norm_eps: expected a positive value (qk_norm), got " << c.norm_eps);
+    const NormWeight kind = c.norm_zero_centered ? NormWeight::zero_centered : NormWeight::plain;
+    q_norm_ = &register_module("q_norm", std::make_unique<RMSNorm>(D, c.norm_eps, kind));
+    k_norm_ = &register_module("k_norm", std::make_unique<RMSNorm>(D, c.norm_eps, kind));
+  }
 }
 
 Tensor Attention::forward(const Tensor& x, const Tensor& cu_seqlens) const {
@@ -93,13 +117,37 @@ Tensor Attention::forward(const Tensor& x, const Tensor& cu_seqlens) const {
   return attend(x, Tensor());
 }
 
+Attention::Projected Attention::project(const Tensor& x, int64_t position_offset, const Tensor& cu_seqlens) const {
+  const int64_t B = x.size(0), T = x.size(1), H = config_.attn_n_heads, Hkv = config_.n_kv_heads,
+                D = config_.attn_head_dim;
+  Projected p;
+  if (config_.output_gate) {
+    std::vector<Tensor> parts = split(q_proj_->forward(x).reshape({B, T, H, 2 * D}), {D, D}, 3);
+    p.q = parts[0];
+    p.gate = parts[1];
+  } else {
+    p.q = q_proj_->forward(x).reshape({B, T, H, D});
+  }
+  p.k = k_proj_->forward(x).reshape({B, T, Hkv, D});
+  p.v = v_proj_->forward(x).reshape({B, T, Hkv, D});
+  if (q_norm_ != nullptr) {
+    p.q = q_norm_->forward(p.q);
+    p.k = k_norm_->forward(p.k);
+  }
+  p.q = rotary_embedding(p.q, config_.rope_theta, position_offset, cu_seqlens, rotary_dim_);
+  p.k = rotary_embedding(p.k, config_.rope_theta, position_offset, cu_seqlens, rotary_dim_);
+  return p;
+}
+
+Tensor Attention::output(const Tensor& o, const Tensor& gate) const {
+  const int64_t B = o.size(0), T = o.size(1);
+  const Tensor gated = gate.defined() ? o * sigmoid(gate) : o;
+  return o_proj_->forward(gated.reshape({B, T, config_.attn_n_heads * config_.attn_head_dim}));
+}
+
 Tensor Attention::attend(const Tensor& x, const Tensor& cu_seqlens) const {
-  const int64_t B = x.size(0), T = x.size(1), H = config_.n_heads, Hkv = config_.n_kv_heads, D = config_.head_dim;
-  Tensor q = rotary_embedding(q_proj_->forward(x).reshape({B, T, H, D}), config_.rope_theta, 0, cu_seqlens);
-  Tensor k = rotary_embedding(k_proj_->forward(x).reshape({B, T, Hkv, D}), config_.rope_theta, 0, cu_seqlens);
-  Tensor v = v_proj_->forward(x).reshape({B, T, Hkv, D});
-  Tensor o = causal_attention(q, k, v, {}, config_.window_size, {}, cu_seqlens);
-  return o_proj_->forward(o.reshape({B, T, H * D}));
+  Projected p = project(x, 0, cu_seqlens);
+  return output(causal_attention(p.q, p.k, p.v, {}, config_.window_size, {}, cu_seqlens), p.gate);
 }
 
 std::unique_ptr<MixerState> Attention::make_state(int64_t batch) const {
@@ -116,14 +164,10 @@ Tensor Attention::step(const Tensor& x, MixerState& state) const {
             "Attention::step: x: expected shape [" << cache->batch << ", T, " << config_.d_model << "], got "
                                                    << shape_str(x.shape()));
   NoGradGuard no_grad;
-  const int64_t B = x.size(0), T = x.size(1), H = config_.n_heads, Hkv = config_.n_kv_heads, D = config_.head_dim;
-  Tensor q = rotary_embedding(q_proj_->forward(x).reshape({B, T, H, D}), config_.rope_theta, cache->position);
-  Tensor k = rotary_embedding(k_proj_->forward(x).reshape({B, T, Hkv, D}), config_.rope_theta, cache->position);
-  Tensor v = v_proj_->forward(x).reshape({B, T, Hkv, D});
-  append_to_cache(*cache, k, v, config_.window_size);
-  cache->position += T;
-  Tensor o = causal_attention_cached(q, cache->k, cache->v, cache->length, {}, config_.window_size);
-  return o_proj_->forward(o.reshape({B, T, H * D}));
+  Projected p = project(x, cache->position, Tensor());
+  append_to_cache(*cache, p.k, p.v, config_.window_size);
+  cache->position += x.size(1);
+  return output(causal_attention_cached(p.q, cache->k, cache->v, cache->length, {}, config_.window_size), p.gate);
 }
 
 }  // namespace lat
