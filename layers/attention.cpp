@@ -80,13 +80,14 @@ Attention::Attention(const AttentionConfig& config, Generator& gen) : config_(co
   LAT_CHECK(c.rope_fraction > 0 && c.rope_fraction <= 1,
             "Attention: rope_fraction: expected a value in (0, 1], got " << c.rope_fraction);
   const bool full_rotary = c.rope_fraction == 1.0;
-  LAT_CHECK(D > 0 && (!full_rotary || D % 2 == 0),
-            "Attention: head_dim: expected a positive " << (full_rotary ? "even " : "")
-                                                        << "size (RoPE rotates pairs), got " << D);
+  LAT_CHECK(D > 0 && (!full_rotary || D % 2 == 0), "Attention: head_dim: expected a positive "
+                                                       << (full_rotary ? "even " : "")
+                                                       << "size (RoPE rotates pairs), got " << D);
   rotary_dim_ = rotary_dim_of(D, c.rope_fraction);
   LAT_CHECK(rotary_dim_ >= 2 && rotary_dim_ % 2 == 0,
-            "Attention: rope_fraction: rotates floor(head_dim " << D << " * " << c.rope_fraction << ") = " << rotary_dim_
-                                                                << " dims, expected an even number >= 2 (RoPE rotates pairs)");
+            "Attention: rope_fraction: rotates floor(head_dim "
+                << D << " * " << c.rope_fraction << ") = " << rotary_dim_
+                << " dims, expected an even number >= 2 (RoPE rotates pairs)");
   LAT_CHECK(c.window_size >= 0, "Attention: window_size: expected >= 0 (0 = full), got " << c.window_size);
   LAT_CHECK(c.rope_theta > 0, "Attention: rope_theta: expected a positive base, got " << c.rope_theta);
   // Registration order is the checkpoint order: the options' children come last, so that

@@ -167,7 +167,8 @@ AttentionConfig options_config(const Options& o) {
 void perturb_norm_weights(const Attention& layer) {
   Generator gen(77);
   for (auto& [name, p] : layer.named_parameters())
-    if (name == "q_norm.weight" || name == "k_norm.weight") p.copy_(p + Tensor::randn(p.shape(), gen, DType::f32, 0, 0.3));
+    if (name == "q_norm.weight" || name == "k_norm.weight")
+      p.copy_(p + Tensor::randn(p.shape(), gen, DType::f32, 0, 0.3));
 }
 
 std::string describe(const Options& o) {
@@ -185,7 +186,10 @@ TEST(AttentionOptions, ForwardMatchesFloat64Reference) {
   for (bool gate : {false, true})
     for (bool qk : {false, true})
       for (double fraction : {1.0, 0.5, 0.25}) {
-        cases.push_back({.output_gate = gate, .qk_norm = qk, .zero_centered = n % 2 == 0, .rope_fraction = fraction,
+        cases.push_back({.output_gate = gate,
+                         .qk_norm = qk,
+                         .zero_centered = n % 2 == 0,
+                         .rope_fraction = fraction,
                          .n_kv_heads = kv_heads[n % 3]});
         ++n;
       }
@@ -199,7 +203,8 @@ TEST(AttentionOptions, ForwardMatchesFloat64Reference) {
     const int64_t B = 2, T = 19;
     Tensor x = Tensor::randn({B, T, 12}, gen);
     const Tensor y = layer.forward(x);
-    const std::vector<double> ref = reference_layer(dims_of(layer), values_of(layer), x.to(DType::f64).to_vector<double>(), B, T);
+    const std::vector<double> ref = reference_layer(dims_of(layer), values_of(layer),
+                                                    x.to(DType::f64).to_vector<double>(), B, T);
     EXPECT_LT(relative_error(y, Tensor::from_vector(ref, {B, T, 12})), 1e-5);
   }
 }
@@ -253,9 +258,9 @@ TEST(AttentionOptions, ParameterNamesShapesAndInit) {
   Generator gen(23);
   Attention layer(options_config(Options{}), gen);
   const std::vector<NamedTensor> p = layer.named_parameters();
-  const std::vector<std::pair<std::string, Shape>> expected{
-      {"q_proj.weight", {64, 12}}, {"k_proj.weight", {16, 12}}, {"v_proj.weight", {16, 12}},
-      {"o_proj.weight", {12, 32}}, {"q_norm.weight", {8}},      {"k_norm.weight", {8}}};
+  const std::vector<std::pair<std::string, Shape>> expected{{"q_proj.weight", {64, 12}}, {"k_proj.weight", {16, 12}},
+                                                            {"v_proj.weight", {16, 12}}, {"o_proj.weight", {12, 32}},
+                                                            {"q_norm.weight", {8}},      {"k_norm.weight", {8}}};
   ASSERT_EQ(p.size(), expected.size());
   for (size_t i = 0; i < p.size(); ++i) {
     EXPECT_EQ(p[i].first, expected[i].first);
@@ -361,7 +366,8 @@ TEST(AttentionOptions, BadConfigThrows) {
   expect_error([&] { Attention(c, gen); }, {"Attention: n_kv_heads: expected a divisor of n_heads 4, got 3"});
   c = options_config({});
   c.attn_n_heads = -1;
-  expect_error([&] { Attention(c, gen); }, {"Attention: attn_n_heads: expected a positive count (0 = n_heads), got -1"});
+  expect_error([&] { Attention(c, gen); },
+               {"Attention: attn_n_heads: expected a positive count (0 = n_heads), got -1"});
   c = options_config({});
   c.norm_eps = 0;
   expect_error([&] { Attention(c, gen); }, {"Attention: norm_eps: expected a positive value (qk_norm), got 0"});
@@ -415,9 +421,9 @@ TEST(RotaryEmbeddingPartial, GradCheckPackedAndErrors) {
 
 // ---- CUDA against the CPU ----------------------------------------------------------------------
 
-#define LAT_REQUIRE_CUDA()                                                                                   \
-  do {                                                                                                       \
-    if (cuda_device_count() == 0)                                                                            \
+#define LAT_REQUIRE_CUDA()                                                                                     \
+  do {                                                                                                         \
+    if (cuda_device_count() == 0)                                                                              \
       GTEST_SKIP() << (cuda_built() ? "no CUDA device visible" : "lat was built without CUDA (LAT_CUDA=OFF)"); \
   } while (0)
 
