@@ -15,9 +15,10 @@ packages=(
   curl
 )
 # make fuzz: clang; libFuzzer and the sanitizer runtimes (only recommended by clang, so
-# --no-install-recommends leaves them out); clang's OpenMP runtime and omp.h.
+# --no-install-recommends leaves them out); clang's OpenMP runtime and omp.h; llvm-14 for
+# llvm-symbolizer (named stack frames, by which run_fuzz.sh tells lat's findings from libhdf5's).
 if [[ ${1:-} == fuzz ]]; then
-  packages+=(clang libclang-rt-14-dev libomp-14-dev)
+  packages+=(clang libclang-rt-14-dev libomp-14-dev llvm-14)
 fi
 
 missing=()

@@ -18,6 +18,12 @@ src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 # would then trip on some later, innocent input instead of this one.
 limits=(-timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=1024)
 export OMP_NUM_THREADS=1
+# Findings are told apart by the function names in their stack traces (in_libhdf5 below), so
+# the sanitizers need LLVM's symbolizer (Debian's llvm-14, which `tools/install_deps.sh fuzz`
+# installs, has it outside PATH). Without names every finding would count as lat's.
+symbolizer=${ASAN_SYMBOLIZER_PATH:-$(command -v llvm-symbolizer || ls /usr/lib/llvm-*/bin/llvm-symbolizer 2>/dev/null | tail -n 1)}
+[[ -x $symbolizer ]] || { echo "error: run_fuzz: no llvm-symbolizer (tools/install_deps.sh fuzz installs llvm-14)" >&2; exit 1; }
+export ASAN_SYMBOLIZER_PATH=$symbolizer UBSAN_SYMBOLIZER_PATH=$symbolizer
 
 harnesses=("$build"/tests/fuzz/fuzz_*)
 [[ -x ${harnesses[0]} ]] || { echo "error: run_fuzz: no harnesses in $build/tests/fuzz" >&2; exit 1; }
