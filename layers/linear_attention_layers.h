@@ -69,7 +69,8 @@ class LinearMixer : public Mixer {
   /// flattened to one row of B*T tokens whose sequences every op keeps apart). Throws
   /// lat::Error on a wrong shape or invalid cu_seqlens.
   Tensor forward(const Tensor& x, const Tensor& cu_seqlens = {}) const override;
-  /// A LinearMixerState with zero recurrent and conv states for `batch` sequences.
+  /// A LinearMixerState with zero recurrent and conv states for `batch` sequences, on the
+  /// parameters' device.
   std::unique_ptr<MixerState> make_state(int64_t batch) const override;
   /// Continues the sequences of `state` (a LinearMixerState of this kind) by x [B, T, d_model].
   Tensor step(const Tensor& x, MixerState& state) const override;

@@ -201,11 +201,13 @@ std::unique_ptr<MixerState> LinearMixer::make_state(int64_t batch) const {
   auto state = std::make_unique<LinearMixerState>();
   state->kind = kind_;
   state->batch = batch;
-  state->recurrent_state = Tensor::zeros({batch, value_heads_, key_dim(), state_columns()});
+  // The states live where the parameters do, so a layer on the GPU generates there too.
+  const Device device = q_proj_->weight().device();
+  state->recurrent_state = Tensor::zeros({batch, value_heads_, key_dim(), state_columns()}, DType::f32, device);
   if (q_conv1d_ != nullptr && config_.conv_size > 1) {
-    state->q_conv = q_conv1d_->initial_state(batch);
-    state->k_conv = k_conv1d_->initial_state(batch);
-    state->v_conv = v_conv1d_->initial_state(batch);
+    state->q_conv = q_conv1d_->initial_state(batch).to(device);
+    state->k_conv = k_conv1d_->initial_state(batch).to(device);
+    state->v_conv = v_conv1d_->initial_state(batch).to(device);
   }
   return state;
 }

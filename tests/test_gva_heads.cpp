@@ -314,7 +314,8 @@ TEST_P(GvaTest, PackedSequencesEqualSeparateCalls) {
   for (auto& [name, p] : m->named_parameters()) EXPECT_LT(relative_error(packed_grads[i++], p.grad()), 1e-5) << name;
 }
 
-// The same layer on the GPU: output, dx, every parameter gradient and step() as on the CPU.
+// The same layer on the GPU: output, dx and every parameter gradient as on the CPU; step() too
+// where the layer has no short convolutions.
 TEST_P(GvaTest, CudaMatchesCpu) {
   LAT_REQUIRE_CUDA();
   const Case& c = GetParam();
@@ -338,6 +339,10 @@ TEST_P(GvaTest, CudaMatchesCpu) {
     EXPECT_LT(relative_error(gpu_params[i].second.grad().to(Device::cpu()), cpu_params[i].second.grad()), 1e-4)
         << cpu_params[i].first;
 
+  // Generation with short convolutions stays on the CPU (short_conv_final_state, the prefill
+  // of the conv state, has no CUDA path); without them the chunk prompt and recurrent steps
+  // run on the GPU.
+  if (c.config.use_short_conv) return;
   NoGradGuard no_grad;
   auto state = gpu_layer->make_state(B);
   std::vector<Tensor> outputs{gpu_layer->step(slice(x, 1, 0, 20).to(gpu), *state)};
