@@ -15,14 +15,14 @@ NormWeight norm_weight(bool zero_centered) { return zero_centered ? NormWeight::
 
 }  // namespace
 
-HybridBlock::HybridBlock(const std::string& kind, const MixerConfig& mixer, int64_t mlp_hidden,
-                         double mlp_out_init_std, Generator& gen) {
+HybridBlock::HybridBlock(const std::string& kind, const MixerConfig& mixer, int64_t mlp_hidden, double mlp_out_init_std,
+                         Generator& gen) {
   const NormWeight norm = norm_weight(mixer.norm_zero_centered);
   attn_norm_ = &register_module("attn_norm", std::make_unique<RMSNorm>(mixer.d_model, mixer.norm_eps, norm));
   attn_ = &register_module("attn", make_mixer(kind, mixer, gen));
   mlp_norm_ = &register_module("mlp_norm", std::make_unique<RMSNorm>(mixer.d_model, mixer.norm_eps, norm));
-  mlp_ = &register_module("mlp", std::make_unique<SwiGLU>(mixer.d_model, mlp_hidden, gen, mixer.init_std,
-                                                          mlp_out_init_std));
+  mlp_ = &register_module("mlp",
+                          std::make_unique<SwiGLU>(mixer.d_model, mlp_hidden, gen, mixer.init_std, mlp_out_init_std));
 }
 
 Tensor HybridBlock::forward(const Tensor& x, const Tensor& cu_seqlens) const {

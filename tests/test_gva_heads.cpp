@@ -34,9 +34,9 @@ namespace {
 
 using testing::expect_error;
 
-#define LAT_REQUIRE_CUDA()                                                                                   \
-  do {                                                                                                       \
-    if (cuda_device_count() == 0)                                                                            \
+#define LAT_REQUIRE_CUDA()                                                                                     \
+  do {                                                                                                         \
+    if (cuda_device_count() == 0)                                                                              \
       GTEST_SKIP() << (cuda_built() ? "no CUDA device visible" : "lat was built without CUDA (LAT_CUDA=OFF)"); \
   } while (0)
 
@@ -376,8 +376,9 @@ TEST(GvaHeads, Errors) {
   Generator gen(1);
   for (const std::string kind : {"linear_attn", "simple_gla", "retention"})
     expect_error([&] { make_mixer(kind, gva_config(4), gen); },
-                 {"LinearMixer(" + kind + "): n_v_heads: expected n_heads 2 (value heads apart from key heads exist in "
-                                          "gdn and delta_net only), got 4"});
+                 {"LinearMixer(" + kind +
+                  "): n_v_heads: expected n_heads 2 (value heads apart from key heads exist in "
+                  "gdn and delta_net only), got 4"});
   expect_error([&] { make_mixer("gdn", gva_config(3), gen); },
                {"LinearMixer(gdn): n_v_heads: expected a positive multiple of n_heads 2, got 3"});
   expect_error([&] { make_mixer("delta_net", gva_config(-2), gen); },

@@ -56,8 +56,8 @@ class SizeChecks {
       // gdn and delta_net have model.linear.n_v_heads value heads (0 before validation = n_heads).
       const bool grouped = (kinds[i] == "gdn" || kinds[i] == "delta_net") && m.linear.n_v_heads > 0 &&
                            m.linear.n_v_heads != m.n_heads;
-      const std::string value_heads =
-          grouped ? "model.linear.n_v_heads " + std::to_string(m.linear.n_v_heads) + " x " : heads;
+      const std::string value_heads = grouped ? "model.linear.n_v_heads " + std::to_string(m.linear.n_v_heads) + " x "
+                                              : heads;
       expect(value_heads + "value head dim " + std::to_string(value_dim) + " (" +
                  (attn ? "model.head_dim" : "model.head_dim x model.expand_v") + ", " + kinds[i] + " layer)",
              layer + "attn.o_proj.weight", 1, (grouped ? m.linear.n_v_heads : m.n_heads) * value_dim, "columns");
