@@ -4,9 +4,10 @@
 //
 // Letters: B batch, T tokens, H heads, K key head dim (head_dim), V value head dim
 // (head_dim * expand_v), Hv value heads (gdn and delta_net: n_v_heads, a multiple of H; the
-// others: H), G = Hv / H value heads per key head. Parametrization and parameter names follow flash-linear-attention's
-// layers (fla/layers/{linear_attn,simple_gla,delta_net,gated_deltanet}.py), so exported
-// weights map onto them; the parent model prefixes "layers.{i}.attn.".
+// others: H), G = Hv / H value heads per key head. Parametrization and parameter names follow
+// flash-linear-attention's layers (fla/layers/{linear_attn,simple_gla,delta_net,
+// gated_deltanet}.py), so exported weights map onto them; the parent model prefixes
+// "layers.{i}.attn.".
 #pragma once
 #include <cstdint>
 #include <memory>
