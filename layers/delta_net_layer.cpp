@@ -16,7 +16,8 @@ constexpr bool kUseQkL2NormInKernel = true;
 DeltaNet::DeltaNet(const MixerConfig& config, Generator& gen) : DeltaNet(config, gen, Decay::none) {}
 
 DeltaNet::DeltaNet(const MixerConfig& config, Generator& gen, Decay decay)
-    : LinearMixer(decay == Decay::mamba2 ? "gdn" : "delta_net", config), gated_(decay == Decay::mamba2) {
+    : LinearMixer(decay == Decay::mamba2 ? "gdn" : "delta_net", config, ValueHeads::grouped),
+      gated_(decay == Decay::mamba2) {
   add_qkv_proj(gen);
   add_beta_proj(gen);
   if (gated_) add_mamba2_decay(gen);
@@ -28,7 +29,7 @@ DeltaNet::DeltaNet(const MixerConfig& config, Generator& gen, Decay decay)
 GatedDeltaNet::GatedDeltaNet(const MixerConfig& config, Generator& gen) : DeltaNet(config, gen, Decay::mamba2) {}
 
 Tensor DeltaNet::run(const Tensor& x, LinearMixerState* state, const Tensor& cu_seqlens) const {
-  const int64_t B = x.size(0), T = x.size(1), H = config_.n_heads;
+  const int64_t B = x.size(0), T = x.size(1), Hv = value_heads();
   const int chunk_size = static_cast<int>(config_.chunk_size);
   QKV p = project_qkv(x, state, WithoutConv::silu, cu_seqlens);
   Tensor b = beta(x);
@@ -40,7 +41,7 @@ Tensor DeltaNet::run(const Tensor& x, LinearMixerState* state, const Tensor& cu_
                                                  kUseQkL2NormInKernel)
                : recurrent_step_delta_rule(token(p.q), token(p.k), token(p.v), token(b), scale(), S,
                                            kUseQkL2NormInKernel);
-    o = o.reshape({B, 1, H, value_dim()});
+    o = o.reshape({B, 1, Hv, value_dim()});
   } else {
     const Tensor h0 = state != nullptr ? state->recurrent_state : Tensor();
     const bool output_final_state = state != nullptr;

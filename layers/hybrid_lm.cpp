@@ -9,13 +9,20 @@
 
 namespace lat {
 
-HybridBlock::HybridBlock(const std::string& kind, const MixerConfig& mixer, double mlp_ratio,
-                         double mlp_out_init_std, Generator& gen) {
-  attn_norm_ = &register_module("attn_norm", std::make_unique<RMSNorm>(mixer.d_model, mixer.norm_eps));
+namespace {
+
+NormWeight norm_weight(bool zero_centered) { return zero_centered ? NormWeight::zero_centered : NormWeight::plain; }
+
+}  // namespace
+
+HybridBlock::HybridBlock(const std::string& kind, const MixerConfig& mixer, int64_t mlp_hidden, double mlp_out_init_std,
+                         Generator& gen) {
+  const NormWeight norm = norm_weight(mixer.norm_zero_centered);
+  attn_norm_ = &register_module("attn_norm", std::make_unique<RMSNorm>(mixer.d_model, mixer.norm_eps, norm));
   attn_ = &register_module("attn", make_mixer(kind, mixer, gen));
-  mlp_norm_ = &register_module("mlp_norm", std::make_unique<RMSNorm>(mixer.d_model, mixer.norm_eps));
-  mlp_ = &register_module("mlp", std::make_unique<SwiGLU>(mixer.d_model, mlp_ratio, gen, mixer.init_std,
-                                                          mlp_out_init_std));
+  mlp_norm_ = &register_module("mlp_norm", std::make_unique<RMSNorm>(mixer.d_model, mixer.norm_eps, norm));
+  mlp_ = &register_module("mlp",
+                          std::make_unique<SwiGLU>(mixer.d_model, mlp_hidden, gen, mixer.init_std, mlp_out_init_std));
 }
 
 Tensor HybridBlock::forward(const Tensor& x, const Tensor& cu_seqlens) const {
@@ -36,14 +43,16 @@ HybridLM::HybridLM(const HybridLMConfig& config, Generator& gen) : config_(confi
   // 1/sqrt(N) for N residual additions, here 2 per block.
   const double out_std = c.init_std / std::sqrt(2.0 * static_cast<double>(c.layers.size()));
   c.mixer.norm_eps = c.norm_eps;
+  c.mixer.norm_zero_centered = c.norm_zero_centered;
   c.mixer.init_std = c.init_std;
   c.mixer.out_init_std = out_std;
   const int64_t D = c.mixer.d_model;
   embeddings_ = &register_module("embeddings", std::make_unique<Embedding>(c.vocab_size, D, gen, c.init_std));
+  const int64_t mlp_hidden = swiglu_hidden_size(D, c.mlp_ratio, c.intermediate_size);
   auto& list = register_module("layers", std::make_unique<ModuleList>());
   for (const std::string& kind : c.layers)
-    blocks_.push_back(&list.append(std::make_unique<HybridBlock>(kind, c.mixer, c.mlp_ratio, out_std, gen)));
-  norm_ = &register_module("norm", std::make_unique<RMSNorm>(D, c.norm_eps));
+    blocks_.push_back(&list.append(std::make_unique<HybridBlock>(kind, c.mixer, mlp_hidden, out_std, gen)));
+  norm_ = &register_module("norm", std::make_unique<RMSNorm>(D, c.norm_eps, norm_weight(c.norm_zero_centered)));
   if (!c.tie_embeddings)
     lm_head_ = &register_module("lm_head", std::make_unique<Linear>(D, c.vocab_size, gen, c.init_std));
 }

@@ -38,10 +38,11 @@ struct HybridLMConfig {
 };
 
 /// One pre-norm block: x + mixer(attn_norm(x)), then h + mlp(mlp_norm(h)).
-/// Children attn_norm, attn (the mixer), mlp_norm, mlp.
+/// Children attn_norm, attn (the mixer), mlp_norm, mlp (SwiGLU of width mlp_hidden). The
+/// norms take mixer.norm_eps and, with mixer.norm_zero_centered, scale by 1 + weight.
 class HybridBlock : public Module {
  public:
-  HybridBlock(const std::string& kind, const MixerConfig& mixer, double mlp_ratio, double mlp_out_init_std,
+  HybridBlock(const std::string& kind, const MixerConfig& mixer, int64_t mlp_hidden, double mlp_out_init_std,
               Generator& gen);
 
   /// x: [B, T, D] -> [B, T, D]; recorded on the tape. cu_seqlens: packed sequences of x,
@@ -71,7 +72,7 @@ struct HybridLMState {
 class HybridLM : public Module {
  public:
   /// Throws lat::Error for vocab_size < 1, no layers, an unknown mixer kind (listing the
-  /// valid ones) or sizes a mixer rejects.
+  /// valid ones), a negative intermediate_size or sizes a mixer rejects.
   HybridLM(const HybridLMConfig& config, Generator& gen);
 
   /// ids: [B, T] i64 -> logits [B, T, vocab_size] f32; recorded on the tape.

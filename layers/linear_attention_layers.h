@@ -3,9 +3,11 @@
 // which builds any mixer kind (softmax "attn" included) from one MixerConfig.
 //
 // Letters: B batch, T tokens, H heads, K key head dim (head_dim), V value head dim
-// (head_dim * expand_v). Parametrization and parameter names follow flash-linear-attention's
-// layers (fla/layers/{linear_attn,simple_gla,delta_net,gated_deltanet}.py), so exported
-// weights map onto them; the parent model prefixes "layers.{i}.attn.".
+// (head_dim * expand_v), Hv value heads (gdn and delta_net: n_v_heads, a multiple of H; the
+// others: H), G = Hv / H value heads per key head. Parametrization and parameter names follow
+// flash-linear-attention's layers (fla/layers/{linear_attn,simple_gla,delta_net,
+// gated_deltanet}.py), so exported weights map onto them; the parent model prefixes
+// "layers.{i}.attn.".
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -52,8 +54,8 @@ struct MixerConfig {
 struct LinearMixerState : MixerState {
   std::string kind;        // the mixer kind that made it
   int64_t batch = 0;
-  Tensor recurrent_state;  // [B, H, K, V] f32 (V + 1 for normalized linear_attn)
-  Tensor q_conv, k_conv, v_conv;  // [B, conv_size - 1, H*K | H*K | H*V]; undefined without short conv
+  Tensor recurrent_state;  // [B, Hv, K, V] f32 (V + 1 for normalized linear_attn)
+  Tensor q_conv, k_conv, v_conv;  // [B, conv_size - 1, H*K | H*K | Hv*V]; undefined without short conv
 };
 
 /// Shared body of the linear mixers: config checks, the pieces every kind combines
@@ -68,7 +70,8 @@ class LinearMixer : public Mixer {
   /// flattened to one row of B*T tokens whose sequences every op keeps apart). Throws
   /// lat::Error on a wrong shape or invalid cu_seqlens.
   Tensor forward(const Tensor& x, const Tensor& cu_seqlens = {}) const override;
-  /// A LinearMixerState with zero recurrent and conv states for `batch` sequences.
+  /// A LinearMixerState with zero recurrent and conv states for `batch` sequences, on the
+  /// parameters' device.
   std::unique_ptr<MixerState> make_state(int64_t batch) const override;
   /// Continues the sequences of `state` (a LinearMixerState of this kind) by x [B, T, d_model].
   Tensor step(const Tensor& x, MixerState& state) const override;
@@ -77,12 +80,20 @@ class LinearMixer : public Mixer {
   const MixerConfig& config() const { return config_; }
   int64_t key_dim() const { return config_.head_dim; }
   int64_t value_dim() const { return value_dim_; }
+  /// Hv: config.n_heads, or config.n_v_heads for a kind with grouped value heads.
+  int64_t value_heads() const { return value_heads_; }
 
  protected:
-  /// Checks and resolves the config (head_dim, V). Throws lat::Error for non-positive sizes,
-  /// d_model not divisible by n_heads (without head_dim), head_dim * expand_v not a whole
-  /// number, K or V above 256 (the kernels' limit), conv_size < 1 or chunk_size < 1.
-  LinearMixer(std::string kind, const MixerConfig& config);
+  /// Whether a kind may have more value heads than key heads (config.n_v_heads): gdn and
+  /// delta_net group them (Qwen3.5's linear_num_value_heads); the others share H.
+  enum class ValueHeads { shared, grouped };
+
+  /// Checks and resolves the config (head_dim, V, Hv). Throws lat::Error for non-positive
+  /// sizes, d_model not divisible by n_heads (without head_dim), head_dim * expand_v not a
+  /// whole number, K or V above 256 (the kernels' limit), conv_size < 1, chunk_size < 1, or
+  /// n_v_heads (when not 0) not a positive multiple of n_heads, or other than n_heads for a
+  /// kind with shared heads.
+  LinearMixer(std::string kind, const MixerConfig& config, ValueHeads value_heads = ValueHeads::shared);
 
   /// The mixer on x [B, T, d_model]; `state` is null in forward() (recorded on the tape) and
   /// the generation state in step() (run under NoGradGuard; updates the state). cu_seqlens:
@@ -93,22 +104,22 @@ class LinearMixer : public Mixer {
   virtual int64_t state_columns() const { return value_dim_; }
 
   // ---- registration, in flash-linear-attention's order -------------------------------
-  /// q_proj [H*K, d_model], k_proj [H*K, d_model], v_proj [H*V, d_model].
+  /// q_proj [H*K, d_model], k_proj [H*K, d_model], v_proj [Hv*V, d_model].
   void add_qkv_proj(Generator& gen);
-  /// a_proj [H, d_model], A_log [H], dt_bias [H], initialized as Mamba-2 (init_mamba2_decay).
+  /// a_proj [Hv, d_model], A_log [Hv], dt_bias [Hv], initialized as Mamba-2 (init_mamba2_decay).
   void add_mamba2_decay(Generator& gen);
-  /// b_proj [H, d_model].
+  /// b_proj [Hv, d_model].
   void add_beta_proj(Generator& gen);
-  /// q_conv1d, k_conv1d, v_conv1d (when config.use_short_conv).
+  /// q_conv1d [H*K], k_conv1d [H*K], v_conv1d [Hv*V] (when config.use_short_conv).
   void add_short_convs(Generator& gen);
-  /// g_proj [H*V, d_model] (when config.use_gate) and o_norm [V].
+  /// g_proj [Hv*V, d_model] (when config.use_gate) and o_norm [V].
   void add_output_norm(Generator& gen);
-  /// o_proj [d_model, H*V].
+  /// o_proj [d_model, Hv*V].
   void add_o_proj(Generator& gen);
 
   // ---- forward pieces ------------------------------------------------------------
   struct QKV {
-    Tensor q, k, v;  // [B, T, H, K], [B, T, H, K], [B, T, H, V]
+    Tensor q, k, v;  // [B, T, Hv, K], [B, T, Hv, K], [B, T, Hv, V]
   };
   /// What q, k and v go through in place of the short convolutions when a mixer has none:
   /// nothing (fla's LinearAttention and SimpleGLA) or SiLU (fla's DeltaNet and
@@ -116,15 +127,17 @@ class LinearMixer : public Mixer {
   enum class WithoutConv { identity, silu };
   /// Projections, then the short convolutions (continuing the conv states of `state` when
   /// given; each packed sequence of cu_seqlens from zeros), or `without_conv` when
-  /// config.use_short_conv is off.
+  /// config.use_short_conv is off; with G > 1, q and k are then repeated from H to Hv heads,
+  /// key head j serving value heads j*G .. j*G + G - 1 (torch.repeat_interleave on the head
+  /// axis, as transformers' Qwen3.5 does before the kernel).
   QKV project_qkv(const Tensor& x, LinearMixerState* state, WithoutConv without_conv, const Tensor& cu_seqlens) const;
-  /// g [B, T, H] = -exp(A_log) * softplus(x a_proj^T + dt_bias).
+  /// g [B, T, Hv] = -exp(A_log) * softplus(x a_proj^T + dt_bias).
   Tensor mamba2_log_decay(const Tensor& x) const;
-  /// beta [B, T, H] = sigmoid(x b_proj^T).
+  /// beta [B, T, Hv] = sigmoid(x b_proj^T).
   Tensor beta(const Tensor& x) const;
-  /// o [B, T, H, V] -> o_proj(o_norm(o) * silu(x g_proj^T)) (without the gate: o_proj(o_norm(o))).
+  /// o [B, T, Hv, V] -> o_proj(o_norm(o) * silu(x g_proj^T)) (without the gate: o_proj(o_norm(o))).
   Tensor gated_output(const Tensor& o, const Tensor& x) const;
-  /// o [B, T, H, V] -> o_proj(o) [B, T, d_model].
+  /// o [B, T, Hv, V] -> o_proj(o) [B, T, d_model].
   Tensor output(const Tensor& o) const;
   /// The kernel's default scale K^-0.5, for the recurrent_step ops.
   float scale() const;
@@ -136,6 +149,7 @@ class LinearMixer : public Mixer {
 
   MixerConfig config_;  // head_dim resolved
   int64_t value_dim_ = 0;
+  int64_t value_heads_ = 0;
 
  private:
   std::string kind_;
@@ -192,6 +206,8 @@ class SimpleGLA : public LinearMixer {
 /// use_qk_l2norm_in_kernel), beta = sigmoid(x b_proj^T), for gdn the Mamba-2 decay, chunk
 /// (gated) delta rule, gated output RMSNorm, o_proj. Parameters q_proj, k_proj, v_proj,
 /// b_proj, [a_proj, A_log, dt_bias], [q_conv1d, k_conv1d, v_conv1d], [g_proj], o_norm, o_proj.
+/// With config.n_v_heads = Hv > H, each q/k head serves Hv / H value heads (grouped value
+/// attention, Qwen3.5's GatedDeltaNet): v, beta, g, the state and the output have Hv heads.
 class DeltaNet : public LinearMixer {
  public:
   DeltaNet(const MixerConfig& config, Generator& gen);

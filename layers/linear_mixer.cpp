@@ -44,9 +44,20 @@ Tensor run_conv(const ShortConvolution& conv, const Tensor& x, Tensor* conv_stat
   return y;
 }
 
+// t [B, T, H, K] -> [B, T, H*G, K], head j repeated as heads j*G .. j*G + G - 1
+// (torch.repeat_interleave on dim 2). A broadcast add of zeros [G, 1] over [B, T, H, 1, K]:
+// one elementwise pass forward, and its backward (sum_to) sums each group's gradients into
+// its key head, on CPU and CUDA alike.
+Tensor repeat_heads(const Tensor& t, int64_t G) {
+  const int64_t B = t.size(0), T = t.size(1), H = t.size(2), K = t.size(3);
+  const Tensor zeros = Tensor::zeros({G, 1}, t.dtype(), t.device());
+  return (t.reshape({B, T, H, 1, K}) + zeros).reshape({B, T, H * G, K});
+}
+
 }  // namespace
 
-LinearMixer::LinearMixer(std::string kind, const MixerConfig& config) : config_(config), kind_(std::move(kind)) {
+LinearMixer::LinearMixer(std::string kind, const MixerConfig& config, ValueHeads value_heads)
+    : config_(config), kind_(std::move(kind)) {
   MixerConfig& c = config_;
   const std::string op = "LinearMixer(" + kind_ + ")";
   LAT_CHECK(c.d_model > 0 && c.n_heads > 0,
@@ -67,11 +78,17 @@ LinearMixer::LinearMixer(std::string kind, const MixerConfig& config) : config_(
             op << ": conv_size: expected >= 1, got " << c.conv_size);
   LAT_CHECK(c.chunk_size >= 1, op << ": chunk_size: expected >= 1, got " << c.chunk_size);
   LAT_CHECK(c.norm_eps > 0, op << ": norm_eps: expected > 0, got " << c.norm_eps);
+  value_heads_ = c.n_v_heads == 0 ? c.n_heads : c.n_v_heads;
+  LAT_CHECK(value_heads_ > 0 && value_heads_ % c.n_heads == 0,
+            op << ": n_v_heads: expected a positive multiple of n_heads " << c.n_heads << ", got " << c.n_v_heads);
+  LAT_CHECK(value_heads == ValueHeads::grouped || value_heads_ == c.n_heads,
+            op << ": n_v_heads: expected n_heads " << c.n_heads
+               << " (value heads apart from key heads exist in gdn and delta_net only), got " << c.n_v_heads);
 }
 
 void LinearMixer::add_qkv_proj(Generator& gen) {
   const MixerConfig& c = config_;
-  const int64_t HK = c.n_heads * c.head_dim, HV = c.n_heads * value_dim_;
+  const int64_t HK = c.n_heads * c.head_dim, HV = value_heads_ * value_dim_;
   q_proj_ = &register_module("q_proj", std::make_unique<Linear>(c.d_model, HK, gen, c.init_std));
   k_proj_ = &register_module("k_proj", std::make_unique<Linear>(c.d_model, HK, gen, c.init_std));
   v_proj_ = &register_module("v_proj", std::make_unique<Linear>(c.d_model, HV, gen, c.init_std));
@@ -79,8 +96,8 @@ void LinearMixer::add_qkv_proj(Generator& gen) {
 
 void LinearMixer::add_mamba2_decay(Generator& gen) {
   const MixerConfig& c = config_;
-  a_proj_ = &register_module("a_proj", std::make_unique<Linear>(c.d_model, c.n_heads, gen, c.init_std));
-  Tensor A_log = Tensor::empty({c.n_heads}), dt_bias = Tensor::empty({c.n_heads});
+  a_proj_ = &register_module("a_proj", std::make_unique<Linear>(c.d_model, value_heads_, gen, c.init_std));
+  Tensor A_log = Tensor::empty({value_heads_}), dt_bias = Tensor::empty({value_heads_});
   init_mamba2_decay(A_log, dt_bias, gen);
   A_log_ = register_parameter("A_log", A_log);
   dt_bias_ = register_parameter("dt_bias", dt_bias);
@@ -88,13 +105,13 @@ void LinearMixer::add_mamba2_decay(Generator& gen) {
 
 void LinearMixer::add_beta_proj(Generator& gen) {
   const MixerConfig& c = config_;
-  b_proj_ = &register_module("b_proj", std::make_unique<Linear>(c.d_model, c.n_heads, gen, c.init_std));
+  b_proj_ = &register_module("b_proj", std::make_unique<Linear>(c.d_model, value_heads_, gen, c.init_std));
 }
 
 void LinearMixer::add_short_convs(Generator& gen) {
   const MixerConfig& c = config_;
   if (!c.use_short_conv) return;
-  const int64_t HK = c.n_heads * c.head_dim, HV = c.n_heads * value_dim_;
+  const int64_t HK = c.n_heads * c.head_dim, HV = value_heads_ * value_dim_;
   q_conv1d_ = &register_module("q_conv1d", std::make_unique<ShortConvolution>(HK, c.conv_size, gen));
   k_conv1d_ = &register_module("k_conv1d", std::make_unique<ShortConvolution>(HK, c.conv_size, gen));
   v_conv1d_ = &register_module("v_conv1d", std::make_unique<ShortConvolution>(HV, c.conv_size, gen));
@@ -104,14 +121,14 @@ void LinearMixer::add_output_norm(Generator& gen) {
   const MixerConfig& c = config_;
   if (c.use_gate)
     g_proj_ = &register_module("g_proj",
-                               std::make_unique<Linear>(c.d_model, c.n_heads * value_dim_, gen, c.init_std));
+                               std::make_unique<Linear>(c.d_model, value_heads_ * value_dim_, gen, c.init_std));
   o_norm_ = &register_module("o_norm", std::make_unique<RMSNorm>(value_dim_, c.norm_eps));
 }
 
 void LinearMixer::add_o_proj(Generator& gen) {
   const MixerConfig& c = config_;
   o_proj_ = &register_module("o_proj",
-                             std::make_unique<Linear>(c.n_heads * value_dim_, c.d_model, gen, c.out_init_std));
+                             std::make_unique<Linear>(value_heads_ * value_dim_, c.d_model, gen, c.out_init_std));
 }
 
 LinearMixer::QKV LinearMixer::project_qkv(const Tensor& x, LinearMixerState* state, WithoutConv without_conv,
@@ -127,8 +144,15 @@ LinearMixer::QKV LinearMixer::project_qkv(const Tensor& x, LinearMixerState* sta
     k = silu(k);
     v = silu(v);
   }
-  return {q.reshape({B, T, H, config_.head_dim}), k.reshape({B, T, H, config_.head_dim}),
-          v.reshape({B, T, H, value_dim_})};
+  q = q.reshape({B, T, H, config_.head_dim});
+  k = k.reshape({B, T, H, config_.head_dim});
+  // The repeat comes after the convolutions (they act on the H*K channels of q_proj and
+  // k_proj); the kernels' in-kernel L2 norm commutes with it.
+  if (const int64_t G = value_heads_ / H; G > 1) {
+    q = repeat_heads(q, G);
+    k = repeat_heads(k, G);
+  }
+  return {q, k, v.reshape({B, T, value_heads_, value_dim_})};
 }
 
 Tensor LinearMixer::mamba2_log_decay(const Tensor& x) const {
@@ -177,11 +201,13 @@ std::unique_ptr<MixerState> LinearMixer::make_state(int64_t batch) const {
   auto state = std::make_unique<LinearMixerState>();
   state->kind = kind_;
   state->batch = batch;
-  state->recurrent_state = Tensor::zeros({batch, config_.n_heads, key_dim(), state_columns()});
+  // The states live where the parameters do, so a layer on the GPU generates there too.
+  const Device device = q_proj_->weight().device();
+  state->recurrent_state = Tensor::zeros({batch, value_heads_, key_dim(), state_columns()}, DType::f32, device);
   if (q_conv1d_ != nullptr && config_.conv_size > 1) {
-    state->q_conv = q_conv1d_->initial_state(batch);
-    state->k_conv = k_conv1d_->initial_state(batch);
-    state->v_conv = v_conv1d_->initial_state(batch);
+    state->q_conv = q_conv1d_->initial_state(batch).to(device);
+    state->k_conv = k_conv1d_->initial_state(batch).to(device);
+    state->v_conv = v_conv1d_->initial_state(batch).to(device);
   }
   return state;
 }

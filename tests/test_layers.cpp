@@ -236,7 +236,7 @@ Tensor swiglu_reference(const Tensor& x, const Tensor& wg, const Tensor& wu, con
 
 TEST(SwiGLU, NamesForwardAndGradientsMatchFloat64) {
   Generator gen(9);
-  SwiGLU mlp(16, 4.0, gen, 0.3, 0.1);
+  SwiGLU mlp(16, swiglu_hidden_size(16, 4.0), gen, 0.3, 0.1);
   auto params = mlp.named_parameters();
   ASSERT_EQ(params.size(), 3u);
   EXPECT_EQ(params[0].first, "gate_proj.weight");

@@ -11,7 +11,7 @@ namespace lat {
 nlohmann::ordered_json model_config_json(const Config& config, int64_t vocab_size, const std::string& tokenizer_type,
                                          const std::string& dtype) {
   const ModelConfig& m = config.model;
-  const int64_t mlp_hidden = swiglu_hidden_size(m.d_model, m.mlp_ratio);
+  const int64_t mlp_hidden = swiglu_hidden_size(m.d_model, m.mlp_ratio, m.intermediate_size);
   nlohmann::ordered_json j;
   j["architectures"] = {"HybridLMForCausalLM"};
   j["model_type"] = "lat_hybrid";

@@ -45,7 +45,7 @@ class SizeChecks {
     expect("model.d_model " + std::to_string(m.d_model), "embeddings.weight", 1, m.d_model, "columns");
     check_layer_count(m);
     const std::vector<std::string> kinds = layer_mixers(m);
-    const int64_t hidden = swiglu_hidden_size(m.d_model, m.mlp_ratio);
+    const int64_t hidden = swiglu_hidden_size(m.d_model, m.mlp_ratio, m.intermediate_size);
     for (size_t i = 0; i < kinds.size(); ++i) {
       const std::string layer = "layers." + std::to_string(i) + ".";
       const std::string heads = "model.n_heads " + std::to_string(m.n_heads) + " x ";
@@ -53,10 +53,15 @@ class SizeChecks {
              m.n_heads * m.head_dim, "rows");
       const bool attn = kinds[i] == "attn";
       const int64_t value_dim = attn ? m.head_dim : value_head_dim(m);
-      expect(heads + "value head dim " + std::to_string(value_dim) + " (" +
+      // gdn and delta_net have model.linear.n_v_heads value heads (0 before validation = n_heads).
+      const bool grouped = (kinds[i] == "gdn" || kinds[i] == "delta_net") && m.linear.n_v_heads > 0 &&
+                           m.linear.n_v_heads != m.n_heads;
+      const std::string value_heads = grouped ? "model.linear.n_v_heads " + std::to_string(m.linear.n_v_heads) + " x "
+                                              : heads;
+      expect(value_heads + "value head dim " + std::to_string(value_dim) + " (" +
                  (attn ? "model.head_dim" : "model.head_dim x model.expand_v") + ", " + kinds[i] + " layer)",
-             layer + "attn.o_proj.weight", 1, m.n_heads * value_dim, "columns");
-      expect(ratio_text(m), layer + "mlp.gate_proj.weight", 0, hidden, "rows (the SwiGLU hidden width)");
+             layer + "attn.o_proj.weight", 1, (grouped ? m.linear.n_v_heads : m.n_heads) * value_dim, "columns");
+      expect(mlp_text(m), layer + "mlp.gate_proj.weight", 0, hidden, "rows (the SwiGLU hidden width)");
       // Mixers without short convolutions hold no conv weight, and an absent one (with
       // use_short_conv) costs conv_size <= 64 taps per channel: load_weights names it.
       if (by_name_.count(layer + "attn.q_conv1d.weight") != 0)
@@ -96,7 +101,8 @@ class SizeChecks {
                 std::to_string(m.n_layers) + " layers, found " + std::to_string(layers.size()) + range);
   }
 
-  static std::string ratio_text(const ModelConfig& m) {
+  static std::string mlp_text(const ModelConfig& m) {
+    if (m.intermediate_size > 0) return "model.intermediate_size " + std::to_string(m.intermediate_size);
     std::ostringstream os;
     os << "model.mlp_ratio " << m.mlp_ratio << " (with model.d_model " << m.d_model << ")";
     return os.str();

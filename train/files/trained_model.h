@@ -30,8 +30,8 @@ std::optional<int64_t> vocab_size_of(const ModelWeights& w);
 /// config asks for are compared with the tensors that hold them: model.vocab_size and
 /// model.d_model with embeddings.weight [vocab, d_model], model.n_layers with the layers.{i}
 /// in the tensor names, and in each layer n_heads * head_dim with attn.q_proj.weight's rows,
-/// the heads' value width with attn.o_proj.weight's columns, the SwiGLU width of
-/// model.mlp_ratio with mlp.gate_proj.weight's rows and model.linear.conv_size with a present
+/// the value heads' width with attn.o_proj.weight's columns, the SwiGLU width
+/// (model.intermediate_size, or of model.mlp_ratio) with mlp.gate_proj.weight's rows and model.linear.conv_size with a present
 /// attn.q_conv1d.weight's taps. Throws lat::Error naming the file, the key, the tensor,
 /// expected and found (or a tensor that is absent); then load_weights compares every shape.
 std::unique_ptr<HybridLM> model_from_weights(const ModelWeights& w);
