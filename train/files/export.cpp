@@ -14,6 +14,8 @@
 #include "train/files/atomic_file.h"
 #include "train/files/config_json.h"
 #include "train/files/export_layout.h"
+#include "train/files/hf_config.h"
+#include "train/files/hf_export.h"
 #include "train/files/model_reader.h"
 #include "train/files/safetensors.h"
 #include "train/files/tokenizer_files.h"
@@ -125,8 +127,8 @@ void write_check_logits(const std::string& export_file, const std::vector<int64_
 }  // namespace
 
 std::vector<std::string> export_model(const ExportOptions& options) {
-  if (options.format != "safetensors" && options.format != "h5-weights")
-    throw ConfigError("export: --format: expected safetensors or h5-weights, got '" + options.format + "'");
+  if (options.format != "safetensors" && options.format != "h5-weights" && options.format != "hf")
+    throw ConfigError("export: --format: expected safetensors, h5-weights or hf, got '" + options.format + "'");
   if (options.dtype != "f32" && options.dtype != "bf16")
     throw ConfigError("export: --dtype: expected f32 or bf16, got '" + options.dtype + "'");
   if (options.format == "h5-weights" && options.dtype != "f32")
@@ -138,6 +140,7 @@ std::vector<std::string> export_model(const ExportOptions& options) {
   const Config& config = w.config;
   // Every tensor present with its config's shape, and nothing else.
   const int64_t vocab_size = model_from_weights(w)->vocab_size();
+  if (options.format == "hf") check_hf_expressible(config.model);  // before any file is written
   for (int64_t id : options.check_tokens)  // before any file is written
     if (id < 0 || id >= vocab_size)
       throw ConfigError("export: --check-tokens: id " + std::to_string(id) + " is outside the vocabulary [0, " +
@@ -149,6 +152,8 @@ std::vector<std::string> export_model(const ExportOptions& options) {
   std::vector<std::string> written;
   if (options.format == "safetensors")
     write_safetensors_export(w, config, vocab_size, options, written);
+  else if (options.format == "hf")
+    write_hf_export(w, vocab_size, parse_safetensors_dtype(options.dtype), options.out_dir, written);
   else
     write_h5_weights(w, options, written);
   if (!options.check_tokens.empty()) write_check_logits(written.front(), options.check_tokens, options.out_dir, written);

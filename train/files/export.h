@@ -10,9 +10,9 @@ namespace lat {
 /// `lat export`'s flags.
 struct ExportOptions {
   std::string checkpoint;              // anything load_model_weights accepts
-  std::string format = "safetensors";  // safetensors or h5-weights
+  std::string format = "safetensors";  // safetensors, h5-weights or hf (hf_export.h)
   std::string out_dir;                 // created when missing
-  std::string dtype = "f32";           // f32 or bf16 (safetensors only)
+  std::string dtype = "f32";           // f32 or bf16 (safetensors and hf)
   /// When not empty, also DIR/check_logits.safetensors for tools/check_export.py: "tokens"
   /// [T] (the ids as f32), "logits" [T, vocab] (HybridLM::forward, the training path) and
   /// "logits_step" [T, vocab] (HybridLM::step one token at a time, the generation path), both
@@ -20,9 +20,10 @@ struct ExportOptions {
   std::vector<int64_t> check_tokens;
 };
 
-/// Writes the export (export_layout.h) and returns the paths written. Throws ConfigError for
-/// a bad format or dtype (bf16 with h5-weights) or a check token outside the vocabulary
-/// (before anything is written), lat::Error when the checkpoint cannot be read, its tensors do
+/// Writes the export (export_layout.h; hf_export.h for --format hf) and returns the paths
+/// written. Throws ConfigError for a bad format or dtype (bf16 with h5-weights), a check token
+/// outside the vocabulary or, for hf, a model Qwen3.5 cannot express (check_hf_expressible),
+/// all before anything is written (--out is not created), lat::Error when the checkpoint cannot be read, its tensors do
 /// not match its config, or a file cannot be written.
 std::vector<std::string> export_model(const ExportOptions& options);
 

@@ -12,6 +12,8 @@
 #include "train/config/config.h"
 #include "train/files/config_json.h"
 #include "train/files/export_layout.h"
+#include "train/files/hf_export.h"
+#include "train/files/hf_import.h"
 #include "train/files/json_file.h"
 #include "train/files/run_dir.h"
 #include "train/files/safetensors.h"
@@ -107,17 +109,31 @@ ModelWeights load_h5_from(const std::string& path, PartSources& sources) {
   return load_h5(path);
 }
 
+/// A Hugging Face Qwen3.5 directory (hf_import.h).
+ModelWeights load_hf_from(const std::string& dir, PartSources& sources) {
+  HfModel hf = load_hf_model(dir);
+  ModelWeights w;
+  w.path = hf.weights_path;
+  w.format = ModelFormat::hf;
+  w.checkpoint = std::move(hf.checkpoint);
+  const std::string tokenizer_path = (fs::path(dir) / hf_layout::kTokenizerFile).string();
+  sources = {hf.config_path, kHfConfigPart, "'" + tokenizer_path + "'"};
+  return w;
+}
+
 /// The files of `path` read as they are (see load_model_weights); `sources` says where.
 ModelWeights read_model_files(const std::string& path, PartSources& sources) {
   const fs::path p(path);
   if (fs::is_directory(p)) {
-    // A run directory first (DESIGN.md); else an export directory.
+    // A run directory first (DESIGN.md); else a Hugging Face or an export directory.
     if (std::optional<std::string> latest = find_latest_checkpoint(path)) return load_h5_from(*latest, sources);
+    if (std::optional<std::string> dir = hf_model_dir(path)) return load_hf_from(*dir, sources);
     if (fs::is_regular_file(p / kWeightsFile)) return load_h5_from((p / kWeightsFile).string(), sources);
     if (fs::is_regular_file(p / kSafetensorsFile))
       return load_exported_safetensors((p / kSafetensorsFile).string(), sources);
     return load_h5_from(resolve_checkpoint(path), sources);  // throws: no checkpoint there
   }
+  if (std::optional<std::string> dir = hf_model_dir(path)) return load_hf_from(*dir, sources);
   if (p.extension() == ".safetensors") return load_exported_safetensors(path, sources);
   return load_h5_from(resolve_checkpoint(path), sources);
 }

@@ -1,7 +1,9 @@
 // The one reader of model files: everything `--checkpoint` accepts (DESIGN.md "The command
 // line"): a checkpoint (.h5), a run directory (its latest checkpoint), an export directory
 // (its model.h5, else its model.safetensors) or an exported model.safetensors with the
-// config.json and tokenizer.json beside it (export_layout.h), read into one form.
+// config.json and tokenizer.json beside it (export_layout.h), or a Hugging Face Qwen3.5
+// directory (or its config.json, model.safetensors or model.safetensors.index.json; read by
+// hf_import.h), read into one form.
 #pragma once
 #include <string>
 
@@ -10,9 +12,16 @@
 
 namespace lat {
 
+/// Where a model's config came from.
+enum class ModelFormat {
+  lat,  // lat's own config (a checkpoint's /config, an export's lat_config)
+  hf,   // translated from a Hugging Face config.json (model.* only; the rest defaults)
+};
+
 /// A model's weights with what is needed to rebuild it.
 struct ModelWeights {
-  std::string path;  // the file read: a .h5 checkpoint or a model.safetensors
+  std::string path;  // the file read: a .h5 checkpoint, a model.safetensors or a weight index
+  ModelFormat format = ModelFormat::lat;
   /// The config stored with the weights (a checkpoint's /config, an export's lat_config),
   /// through the same schema, bounds and validator as a config file (parse_config).
   Config config;
@@ -26,7 +35,7 @@ struct ModelWeights {
 /// sizes and shapes). Throws lat::Error naming the file: missing, unreadable or bad
 /// safetensors (see load_safetensors), a checkpoint from a newer layout version, config.json
 /// missing or without lat_config, a bad tokenizer.json; a tensor holding NaN or inf (naming
-/// the tensor); a char or byte tokenizer with more tokens than embeddings.weight has rows, or
+/// the tensor); for a Hugging Face directory what load_hf_model throws; a char or byte tokenizer with more tokens than embeddings.weight has rows, or
 /// fewer when model.vocab_size is 0 (the size taken from the tokenizer); model.tie_embeddings beside an lm_head.weight
 /// that is not an exact copy of embeddings.weight (an export's copy for other tools is
 /// dropped). Throws ConfigError naming the file for a stored config the validator rejects

@@ -11,6 +11,7 @@
 #include "lat/precision.h"
 #include "train/config/data_options.h"
 #include "train/config/model_config.h"
+#include "train/files/hf_export.h"
 #include "train/files/model_reader.h"
 #include "train/files/trained_model.h"
 #include "train/text/format.h"
@@ -158,8 +159,11 @@ ModelInfo inspect(const std::string& path, int64_t context) {
   const Checkpoint& c = w.checkpoint;
   const std::unique_ptr<HybridLM> model = model_from_weights(w);
   ModelInfo info = describe_model(w.config, *model, context);
-  info.checkpoint = ModelInfo::CheckpointFacts{w.path,          c.step,    c.tokens_seen, c.val_loss,
-                                               c.best_val_loss, c.created, c.lat_version, c.frozen};
+  const std::string hf_config =
+      w.format == ModelFormat::hf ? (std::filesystem::path(w.path).parent_path() / hf_layout::kConfigFile).string()
+                                  : std::string();
+  info.checkpoint = ModelInfo::CheckpointFacts{w.path,      c.step,          c.tokens_seen, c.val_loss, c.best_val_loss,
+                                               c.created,   c.lat_version,   c.frozen,      hf_config};
   return info;
 }
 
@@ -219,9 +223,18 @@ std::string format_info(const ModelInfo& info) {
         << "\n";
     for (const std::string& name : c.frozen) out << "    " << name << "\n";
   }
-  out << "\nconfig\n";
+  const bool hf = info.checkpoint && !info.checkpoint->hf_config.empty();
+  if (hf)
+    out << "\nmodel keys read from " << info.checkpoint->hf_config
+        << " (copy them into a run config to fine-tune with init_from)\n";
+  else
+    out << "\nconfig\n";
   std::istringstream yaml(to_yaml(info.config));
-  for (std::string l; std::getline(yaml, l);) out << "  " << l << "\n";
+  for (std::string l; std::getline(yaml, l);) {
+    // The YAML is nested by section: the model section ends at the next top-level key.
+    if (hf && !l.empty() && l[0] != ' ' && l.rfind("model:", 0) != 0) break;
+    out << "  " << l << "\n";
+  }
   return out.str();
 }
 

@@ -52,6 +52,9 @@ struct ModelInfo {
     double val_loss = 0.0, best_val_loss = 0.0;  // NaN: not evaluated
     std::string created, lat_version;
     std::vector<std::string> frozen;
+    /// A Hugging Face model's config.json: only the model.* keys are the model's own (the rest
+    /// are defaults), so only they are printed, ready to copy into a run config.
+    std::string hf_config;
   };
   std::optional<CheckpointFacts> checkpoint;
 };

@@ -1,0 +1,39 @@
+// `lat export --format hf`: a model as a Hugging Face Qwen3.5 directory (DESIGN.md "Interop"),
+// which transformers loads with AutoModelForCausalLM / AutoTokenizer.from_pretrained(DIR):
+//
+//   DIR/config.json               Qwen3_5ForCausalLM's config (hf_config.h)
+//   DIR/model.safetensors         transformers' names and layouts (hf_weights.h); __metadata__ format=pt
+//   DIR/generation_config.json    no special tokens
+//   DIR/tokenizer.json            char or byte tokenizer (hf_tokenizer.h); absent for a model
+//   DIR/tokenizer_config.json     trained on token ids
+// Reading such a directory back is hf_import.h's job.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "train/files/model_reader.h"
+#include "train/files/safetensors.h"
+
+namespace lat::hf_layout {
+
+inline constexpr const char* kConfigFile = "config.json";
+inline constexpr const char* kWeightsFile = "model.safetensors";
+inline constexpr const char* kWeightsIndexFile = "model.safetensors.index.json";
+inline constexpr const char* kGenerationConfigFile = "generation_config.json";
+inline constexpr const char* kTokenizerFile = "tokenizer.json";
+inline constexpr const char* kTokenizerConfigFile = "tokenizer_config.json";
+
+}  // namespace lat::hf_layout
+
+namespace lat {
+
+/// Writes the files above for `w` (a model Qwen3.5 expresses: check_hf_expressible first, before
+/// creating `out_dir`) with `vocab_size` tokens into the existing directory `out_dir`, weights
+/// in `dtype`, and appends the paths written to `written` (model.safetensors first). Throws
+/// lat::Error naming a tensor of `w` that is missing or mis-shaped, or a file that cannot be
+/// written.
+void write_hf_export(const ModelWeights& w, int64_t vocab_size, SafetensorsDType dtype, const std::string& out_dir,
+                     std::vector<std::string>& written);
+
+}  // namespace lat

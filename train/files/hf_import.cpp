@@ -1,0 +1,127 @@
+// Reading a Hugging Face Qwen3.5 directory (hf_import.h).
+#include "train/files/hf_import.h"
+
+#include <filesystem>
+#include <set>
+
+#include "lat/error.h"
+#include "train/config/config.h"
+#include "train/files/hf_config.h"
+#include "train/files/hf_export.h"
+#include "train/files/hf_tokenizer.h"
+#include "train/files/hf_weights.h"
+#include "train/files/json_file.h"
+#include "train/files/run_dir.h"
+#include "train/files/safetensors.h"
+#include "train/files/tokenizer_files.h"
+
+namespace fs = std::filesystem;
+
+namespace lat {
+namespace {
+
+using namespace hf_layout;
+
+/// The tensors of every shard that model.safetensors.index.json's weight_map names.
+NamedTensors load_shards(const std::string& index_path) {
+  const nlohmann::json index = read_json_file(index_path, "the weight index");
+  const std::string where = "load_model_weights: '" + index_path + "': ";
+  if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
+    throw Error(where + "expected an object with 'weight_map': {tensor: shard file}");
+  std::set<std::string> shards;
+  for (const auto& [name, shard] : index["weight_map"].items()) {
+    // A shard is a file beside the index: no directories, so nothing outside DIR is read.
+    if (!shard.is_string() || shard.get<std::string>().empty() ||
+        shard.get<std::string>().find('/') != std::string::npos || shard == "." || shard == "..")
+      throw Error(where + "weight_map '" + excerpt(name) + "': expected a file name in the same directory, got " +
+                  json_excerpt(shard));
+    shards.insert(shard.get<std::string>());
+  }
+  NamedTensors tensors;
+  std::set<std::string> seen;
+  for (const std::string& shard : shards) {
+    const std::string path = (fs::path(index_path).parent_path() / shard).string();
+    for (auto& [name, tensor] : load_safetensors(path).tensors) {
+      if (!seen.insert(name).second)
+        throw Error("load_model_weights: '" + path + "': tensor '" + name + "' is in another shard too");
+      tensors.emplace_back(name, tensor);
+    }
+  }
+  return tensors;
+}
+
+/// The lat tokenizer of DIR/tokenizer.json into `ckpt`: "none" (token ids, with a note) when
+/// there is none or it is not one of lat's forms.
+void read_hf_tokenizer(const fs::path& dir, Checkpoint& ckpt) {
+  const std::string path = (dir / kTokenizerFile).string();
+  set_checkpoint_tokenizer(ckpt, std::nullopt);
+  if (!fs::exists(path)) {
+    const std::string dir_name = dir.string();
+    warn_on_stderr("'" + dir_name + "' has no tokenizer.json: the model reads and writes token ids");
+    return;
+  }
+  std::string why_not;
+  const std::optional<Tokenizer> tokenizer =
+      tokenizer_from_hf_json(read_json_file(path, "the tokenizer file"), why_not);
+  if (!tokenizer) {
+    warn_on_stderr("'" + path + "' is not lat's char or byte tokenizer (" + why_not +
+                   "): the model reads and writes token ids");
+    return;
+  }
+  set_checkpoint_tokenizer(ckpt, tokenizer);
+}
+
+}  // namespace
+
+std::optional<std::string> hf_model_dir(const std::string& path) {
+  const fs::path p(path);
+  fs::path dir;
+  if (fs::is_directory(p))
+    dir = p;
+  else if (const std::string name = p.filename().string();
+           name == kConfigFile || name == kWeightsFile || name == kWeightsIndexFile)
+    dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
+  else
+    return std::nullopt;
+  const fs::path config = dir / kConfigFile;
+  if (!fs::is_regular_file(config)) return std::nullopt;
+  if (!is_hf_config(read_json_file(config.string(), "the model config"))) return std::nullopt;
+  return dir.string();
+}
+
+HfModel load_hf_model(const std::string& dir_name) {
+  const fs::path dir(dir_name);
+  HfModel hf;
+  hf.config_path = (dir / kConfigFile).string();
+  Config config;
+  config.model = model_config_from_hf(read_json_file(hf.config_path, "the model config"), hf.config_path);
+
+  Checkpoint& ckpt = hf.checkpoint;
+  read_hf_tokenizer(dir, ckpt);
+  // The stored config describes the model; a run's data comes from its own config or --data.
+  config.data.path = "(none: '" + dir.string() + "' is a Hugging Face model without training data)";
+  if (ckpt.tokenizer_type == "byte") config.data.tokenizer = "byte";
+  config.train.out_dir = "runs/hf_model";  // the validator asks for one; nothing runs from this config
+  ckpt.config_yaml = to_yaml(config);
+  // Validated before any size is used: the validator bounds every dimension.
+  try {
+    config = parse_config(ckpt.config_yaml, kHfConfigPart);
+  } catch (const ConfigError& e) {
+    throw ConfigError("'" + hf.config_path + "': " + e.what());
+  }
+
+  NamedTensors tensors;
+  if (fs::exists(dir / kWeightsFile)) {
+    hf.weights_path = (dir / kWeightsFile).string();
+    tensors = load_safetensors(hf.weights_path).tensors;
+  } else if (fs::exists(dir / kWeightsIndexFile)) {
+    hf.weights_path = (dir / kWeightsIndexFile).string();
+    tensors = load_shards(hf.weights_path);
+  } else {
+    throw Error("load_model_weights: '" + dir.string() + "' has no " + kWeightsFile + " or " + kWeightsIndexFile);
+  }
+  ckpt.model = lat_tensors_from_hf(config.model, config.model.vocab_size, tensors, hf.weights_path);
+  return hf;
+}
+
+}  // namespace lat

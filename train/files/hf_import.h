@@ -1,0 +1,40 @@
+// Reading a Hugging Face Qwen3.5 directory (hf_export.h's files, whoever wrote them:
+// `lat export --format hf` or transformers' save_pretrained) as a lat model.
+#pragma once
+#include <optional>
+#include <string>
+
+#include "train/files/checkpoint.h"
+
+namespace lat {
+
+/// Where the lat keys translated from a config.json come from, in validator messages.
+inline constexpr const char* kHfConfigPart = "config.json as lat keys";
+
+/// The Hugging Face model directory `path` names: `path` itself, or the directory of a
+/// config.json, model.safetensors or model.safetensors.index.json given as `path`, when that
+/// directory's config.json has model_type qwen3_5_text; nullopt otherwise (another format).
+/// Throws lat::Error when that config.json cannot be read or is not JSON.
+std::optional<std::string> hf_model_dir(const std::string& path);
+
+/// A Hugging Face model directory read as lat parts.
+struct HfModel {
+  std::string config_path;   // DIR/config.json
+  std::string weights_path;  // DIR/model.safetensors or DIR/model.safetensors.index.json
+  /// config_yaml: a lat config whose model.* keys are config.json's (model_config_from_hf; the
+  /// rest defaults, data.path a placeholder naming the directory); tokenizer from
+  /// tokenizer.json; model tensors under lat's names (f32). Step 0, no training state.
+  Checkpoint checkpoint;
+};
+
+/// Reads the directory `dir` (hf_model_dir). The tokenizer is DIR/tokenizer.json when it is one
+/// of lat's two forms (hf_tokenizer.h); otherwise, or without one, the model reads and writes
+/// token ids and a one-line note says so on stderr. Weights: model.safetensors, or the shards
+/// a model.safetensors.index.json names in the same directory (F32, BF16 or F16). Throws
+/// lat::Error naming the file and the key or tensor: config.json keys lat cannot honour
+/// (model_config_from_hf), a bad tokenizer.json (not JSON), missing weights, a bad index (a
+/// shard outside DIR, a tensor in two shards), missing, unexpected or mis-shaped tensors
+/// (lat_tensors_from_hf).
+HfModel load_hf_model(const std::string& dir);
+
+}  // namespace lat
