@@ -3,6 +3,7 @@
 # everything is already there; otherwise one line says what it installed.
 #   tools/install_deps.sh        what make train, test and bench need
 #   tools/install_deps.sh fuzz   that plus what make fuzz needs
+#   tools/install_deps.sh interop   that plus what make interop needs (a virtualenv with pip)
 set -euo pipefail
 
 packages=(
@@ -18,6 +19,9 @@ packages=(
 # --no-install-recommends leaves them out); clang's OpenMP runtime and omp.h.
 if [[ ${1:-} == fuzz ]]; then
   packages+=(clang libclang-rt-14-dev libomp-14-dev)
+fi
+if [[ ${1:-} == interop ]]; then
+  packages+=(python3-venv)
 fi
 
 missing=()
