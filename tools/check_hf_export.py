@@ -127,9 +127,9 @@ def compare_model(name, lat, source, hf_dir, model, tokenizer, vocab, work, min_
     """Logits and greedy continuations of `model` (transformers, loaded from `hf_dir`) against
     lat's, on every prompt: lat's logits from `lat export --format hf --check-tokens` of
     `source` (computed from the export read back), its continuations from `lat generate` of
-    `hf_dir`. `vocab` is lat's (entry i = id i). Greedy steps whose top
-    two logits lie closer than `min_margin` (relative to the largest) fail the check: their
-    order could turn on rounding. Returns the figures for the report line."""
+    `hf_dir`. `vocab` is lat's (entry i = id i). Greedy steps whose top two logits lie closer
+    than `min_margin` (relative to the largest) fail the check: their order could turn on
+    rounding. Returns the figures for the report line."""
     index = {c: i for i, c in enumerate(vocab)}
     worst = {"logits": 0.0, "step": 0.0}
     margin = float("inf")
@@ -154,10 +154,12 @@ def compare_model(name, lat, source, hf_dir, model, tokenizer, vocab, work, min_
         hf_text = tokenizer.decode(hf_next)
         lat_text = lat.greedy(hf_dir, prompt)
         if lat_text != hf_text:
-            at = next((i for i, (a, b) in enumerate(zip(lat_text, hf_text)) if a != b), min(len(lat_text), len(hf_text)))
+            at = next((i for i, (a, b) in enumerate(zip(lat_text, hf_text)) if a != b),
+                      min(len(lat_text), len(hf_text)))
             raise CheckFailed(f"{name}: prompt {k}: greedy continuations differ at character {at}: "
                               f"lat {lat_text!r} vs transformers {hf_text!r} (smallest margin {step_margin:.3g})")
-    return (f"max relative difference: logits {worst['logits']:.2e}, lat step-by-step {worst['step']:.2e}; greedy {NEW_TOKENS} x {len(PROMPTS)} identical (smallest margin {margin:.2e})")
+    return (f"max relative difference: logits {worst['logits']:.2e}, lat step-by-step {worst['step']:.2e}; "
+            f"greedy {NEW_TOKENS} x {len(PROMPTS)} identical (smallest margin {margin:.2e})")
 
 
 # --- (a) lat -> transformers -------------------------------------------------------------
@@ -319,8 +321,9 @@ def check_round_trip(lat, work, hf_dir):
     lat("export", "--checkpoint", hf_dir, "--format", "hf", "--out", out)
     original, exported = load_file(str(hf_dir / "model.safetensors")), load_file(str(out / "model.safetensors"))
     if set(original) != set(exported):
-        raise CheckFailed(f"{name}: tensor names differ: only in transformers' {sorted(set(original) - set(exported))}, "
-                          f"only in lat's {sorted(set(exported) - set(original))}")
+        raise CheckFailed(f"{name}: tensor names differ: only in transformers' "
+                          f"{sorted(set(original) - set(exported))}, only in lat's "
+                          f"{sorted(set(exported) - set(original))}")
     for key, a in original.items():
         b = exported[key]
         if a.dtype != b.dtype or a.shape != b.shape or not torch.equal(a, b):
