@@ -1,11 +1,12 @@
 # make train | make test | make bench: install missing packages, configure and build into
 # ./build with the default options (DESIGN.md), fetch the data, then run. make fuzz: the file
-# readers' fuzzers, built with clang into ./build-fuzz.
+# readers' fuzzers, built with clang into ./build-fuzz. make interop: lat's Hugging Face export
+# and import checked against transformers, in a virtualenv of its own (.venv-interop).
 BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 CONFIG ?= configs/shakespeare_hybrid.yaml
 
-.PHONY: all deps build data train test bench fuzz clean
+.PHONY: all deps build data train test bench fuzz interop interop-venv clean
 
 all: build
 
@@ -52,6 +53,26 @@ fuzz:
 	  -DLAT_CUDA=OFF -DLAT_MPI=OFF -DLAT_BUILD_TESTS=OFF -DLAT_BUILD_BENCH=OFF
 	@cmake --build $(FUZZ_BUILD_DIR) -j$(JOBS) --target fuzz_harnesses
 	@tests/fuzz/run_fuzz.sh $(FUZZ_BUILD_DIR) $(FUZZ_SECONDS)
+
+# tools/check_hf_export.py: lat -> transformers, transformers -> lat and the round trip, on
+# CPU in float32. The virtualenv holds the pinned torch and transformers from the Python
+# registry (torch's wheel pulls the CUDA libraries, about 3 GB, cached in ~/.cache/pip); it is
+# made anew only when its pins differ from these. It must not hold fla: transformers would call
+# its GPU-only kernels.
+PYTHON ?= /usr/bin/python3
+INTEROP_VENV ?= .venv-interop
+INTEROP_PINS := torch==2.15.0 transformers==5.24.0
+interop-venv:
+	@tools/install_deps.sh interop
+	@if [ "$$(cat $(INTEROP_VENV)/pins 2>/dev/null)" != "$(INTEROP_PINS)" ]; then \
+	  echo "== creating $(INTEROP_VENV) with $(INTEROP_PINS)"; \
+	  rm -rf $(INTEROP_VENV) && $(PYTHON) -m venv $(INTEROP_VENV) && \
+	  $(INTEROP_VENV)/bin/pip install --quiet $(INTEROP_PINS) safetensors tokenizers && \
+	  echo "$(INTEROP_PINS)" > $(INTEROP_VENV)/pins; \
+	fi
+
+interop: deps build data interop-venv
+	@$(INTEROP_VENV)/bin/python tools/check_hf_export.py --lat $(BUILD_DIR)/lat
 
 clean:
 	rm -rf $(BUILD_DIR) $(FUZZ_BUILD_DIR)

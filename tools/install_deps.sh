@@ -3,6 +3,7 @@
 # everything is already there; otherwise one line says what it installed.
 #   tools/install_deps.sh        what make train, test and bench need
 #   tools/install_deps.sh fuzz   that plus what make fuzz needs
+#   tools/install_deps.sh interop   that plus what make interop needs (a virtualenv with pip)
 set -euo pipefail
 
 packages=(
@@ -19,6 +20,9 @@ packages=(
 # llvm-symbolizer (named stack frames, by which run_fuzz.sh tells lat's findings from libhdf5's).
 if [[ ${1:-} == fuzz ]]; then
   packages+=(clang libclang-rt-14-dev libomp-14-dev llvm-14)
+fi
+if [[ ${1:-} == interop ]]; then
+  packages+=(python3-venv)
 fi
 
 missing=()

@@ -1,0 +1,387 @@
+#!/usr/bin/env python3
+"""Checks lat's Hugging Face interop against transformers' own Qwen3.5 (`make interop`).
+
+Usage (inside the virtualenv `make interop` creates):
+  .venv-interop/bin/python tools/check_hf_export.py [--lat build/lat] [--text data/tinyshakespeare.txt]
+                                                    [--keep DIR]
+
+Three checks, all on CPU in float32, each printing one line with its measured figures:
+  (a) lat -> transformers: trains tiny lat models (gdn and gated attention layers, GVA value
+      heads, attention heads and head size apart from the linear layers', partial RoPE; zero-
+      centred norms with tied embeddings, plain norms with untied ones), exports them with
+      `lat export --format hf`, loads the directory with AutoModelForCausalLM and
+      AutoTokenizer, and compares: the tokenizer's ids with lat's; transformers' logits with
+      lat's (`--check-tokens`: lat's forward and its token-by-token generation path); greedy
+      continuations of 60 tokens (`model.generate`, with its cache) with
+      `lat generate --temperature 0` on the export.
+  (b) transformers -> lat: a randomly initialized Qwen3_5ForCausalLM (tied and untied), its
+      weights spread out so that every greedy step has a clear margin, saved with
+      save_pretrained beside a char tokenizer; lat reads the directory (`--checkpoint DIR`)
+      and the same logits and greedy comparisons run the other way.
+  (c) round trip: lat's export of the directory of (b) holds every tensor of it bit for bit
+      (same names, dtypes and shapes) and the same config.
+
+Logits match when max|lat - transformers| / max|transformers| < 1e-4. Exit 0 when every check
+passes; otherwise 1 with one line naming the first failure. transformers runs its PyTorch
+path only when fla and causal_conv1d are not importable (it would call their GPU-only kernels),
+so the script refuses to run beside them.
+"""
+import argparse
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REL_TOL = 1e-4
+# The test models of (b) must not have greedy steps closer to a tie than this (top two logits
+# apart by less than MIN_MARGIN * max|logit|): ten times the float32 differences between lat
+# and transformers (about 1e-6), so that rounding cannot decide a step.
+MIN_MARGIN = 1e-5
+NEW_TOKENS = 60
+SEED = 1234
+# Prompts for (a) and (b); every character is in the vocabulary of both (TEXT_EXTRA adds the
+# non-ASCII ones to the training text).
+PROMPTS = ["ROMEO:\nBut soft, what light", "First Citizen:\nWe are accounted poor", "naïve café — ½ the"]
+TEXT_EXTRA = "\nnaïve café — ½ the rest.\n"
+TEXT_CHARS = 30_000
+# Packages that transformers prefers over its PyTorch path for Qwen3.5's linear layers; both
+# run on CUDA only.
+GPU_ONLY_KERNELS = ("fla", "causal_conv1d")
+
+
+class CheckFailed(Exception):
+    """One line naming the check, what was expected and what was found."""
+
+
+def refuse_gpu_only_kernels():
+    found = [name for name in GPU_ONLY_KERNELS if importlib.util.find_spec(name) is not None]
+    if found:
+        raise CheckFailed(f"{', '.join(found)} importable in {sys.prefix}: transformers would run their GPU-only "
+                          "kernels instead of its PyTorch path; use a virtualenv without them (make interop)")
+
+
+def relative_difference(found, reference):
+    """max|found - reference| / max|reference| over float64 copies; shapes must agree."""
+    if tuple(found.shape) != tuple(reference.shape):
+        raise CheckFailed(f"logits shapes differ: lat {tuple(found.shape)} vs transformers {tuple(reference.shape)}")
+    found, reference = found.double(), reference.double()
+    return ((found - reference).abs().max() / reference.abs().max()).item()
+
+
+class Lat:
+    """Runs build/lat in a work directory; a failing command raises CheckFailed with its stderr's last line."""
+
+    def __init__(self, exe, cwd):
+        self.exe, self.cwd = str(Path(exe).resolve()), cwd
+
+    def __call__(self, *args):
+        result = subprocess.run([self.exe, *map(str, args)], cwd=self.cwd, capture_output=True, encoding="utf-8")
+        if result.returncode != 0:
+            last = (result.stderr.strip().splitlines() or ["(no stderr)"])[-1]
+            raise CheckFailed(f"lat {' '.join(map(str, args))}: exit {result.returncode}: {last}")
+        return result.stdout
+
+    def greedy(self, checkpoint, prompt):
+        """lat's greedy continuation of `prompt` (the text after it), NEW_TOKENS characters."""
+        out = self("generate", "--checkpoint", checkpoint, "--prompt", prompt, "--max-new-tokens", NEW_TOKENS,
+                   "--temperature", 0)
+        if not out.startswith(prompt) or not out.endswith("\n"):
+            raise CheckFailed(f"lat generate: expected the prompt, the continuation and a newline, got {out!r}")
+        return out[len(prompt):-1]
+
+    def check_logits(self, checkpoint, ids, out_dir):
+        """lat's logits for `ids` from `lat export --format hf --check-tokens`: (forward, step by step)."""
+        from safetensors.torch import load_file
+
+        self("export", "--checkpoint", checkpoint, "--format", "hf", "--out", out_dir,
+             "--check-tokens", ",".join(map(str, ids)))
+        check = load_file(str(Path(out_dir) / "check_logits.safetensors"))
+        return check["logits"], check["logits_step"]
+
+
+def transformers_logits(model, ids):
+    """Logits [T, vocab] of transformers' forward for `ids`."""
+    import torch
+
+    with torch.no_grad():
+        return model(torch.tensor([ids])).logits[0]
+
+
+def transformers_greedy(model, ids):
+    """(continuation ids, smallest top-1 minus top-2 gap / max|logit| over the steps) of model.generate."""
+    import torch
+
+    with torch.no_grad():
+        out = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                             max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False, use_cache=True,
+                             output_scores=True, return_dict_in_generate=True)
+    margin = min(((s[0].topk(2).values[0] - s[0].topk(2).values[1]) / s[0].abs().max()).item() for s in out.scores)
+    return out.sequences[0, len(ids):].tolist(), margin
+
+
+def compare_model(name, lat, source, hf_dir, model, tokenizer, vocab, work, min_margin=0.0):
+    """Logits and greedy continuations of `model` (transformers, loaded from `hf_dir`) against
+    lat's, on every prompt: lat's logits from `lat export --format hf --check-tokens` of
+    `source` (computed from the export read back), its continuations from `lat generate` of
+    `hf_dir`. `vocab` is lat's (entry i = id i). Greedy steps whose top two logits lie closer
+    than `min_margin` (relative to the largest) fail the check: their order could turn on
+    rounding. Returns the figures for the report line."""
+    index = {c: i for i, c in enumerate(vocab)}
+    worst = {"logits": 0.0, "step": 0.0}
+    margin = float("inf")
+    for k, prompt in enumerate(PROMPTS):
+        ids = [index[c] for c in prompt]
+        encoded = tokenizer.encode(prompt, add_special_tokens=False)
+        if encoded != ids:
+            raise CheckFailed(f"{name}: tokenizer ids of {prompt!r}: transformers {encoded} vs lat {ids}")
+        lat_full, lat_step = lat.check_logits(source, ids, work / f"check_{k}")
+        full = transformers_logits(model, ids)
+        figures = {"logits": relative_difference(lat_full, full), "step": relative_difference(lat_step, full)}
+        for key, value in figures.items():
+            worst[key] = max(worst[key], value)
+            if not value < REL_TOL:
+                raise CheckFailed(f"{name}: prompt {k} {prompt!r}: {key} relative difference {value:.3g} >= {REL_TOL}")
+        hf_next, step_margin = transformers_greedy(model, ids)
+        margin = min(margin, step_margin)
+        if step_margin < min_margin:
+            raise CheckFailed(f"{name}: prompt {k}: a greedy step of transformers has its top two logits "
+                              f"{step_margin:.3g} apart (relative), below {min_margin:.3g}: the test model is "
+                              "too close to a tie for greedy decoding to be compared")
+        hf_text = tokenizer.decode(hf_next)
+        lat_text = lat.greedy(hf_dir, prompt)
+        if lat_text != hf_text:
+            at = next((i for i, (a, b) in enumerate(zip(lat_text, hf_text)) if a != b),
+                      min(len(lat_text), len(hf_text)))
+            raise CheckFailed(f"{name}: prompt {k}: greedy continuations differ at character {at}: "
+                              f"lat {lat_text!r} vs transformers {hf_text!r} (smallest margin {step_margin:.3g})")
+    return (f"max relative difference: logits {worst['logits']:.2e}, lat step-by-step {worst['step']:.2e}; "
+            f"greedy {NEW_TOKENS} x {len(PROMPTS)} identical (smallest margin {margin:.2e})")
+
+
+# --- (a) lat -> transformers -------------------------------------------------------------
+
+LAT_CONFIG = """\
+model:
+  d_model: 48
+  n_layers: 4
+  n_heads: 2
+  head_dim: 16
+  expand_v: 2.0
+  layers: "gdn,attn"
+  tie_embeddings: {tie}
+  norm_zero_centered: {zero_centered}
+  attn:
+    n_heads: 4
+    head_dim: 12
+    n_kv_heads: 2
+    output_gate: true
+    qk_norm: true
+    rope_fraction: 0.5
+  linear:
+    n_v_heads: 4
+    chunk_size: 16
+data:
+  path: text.txt
+  tokenizer: char
+  block_size: 64
+train:
+  batch_size: 4
+  max_steps: 20
+  lr: 1.0e-2
+  warmup: 5
+  eval_every: 0
+  eval_batches: 2
+  log_every: 10
+  ckpt_every: 1000
+  out_dir: {out_dir}
+  seed: {seed}
+"""
+
+
+def lat_vocab(lat, checkpoint, out_dir):
+    """lat's own char vocabulary (entry i = id i), from its safetensors export's tokenizer.json."""
+    lat("export", "--checkpoint", checkpoint, "--format", "safetensors", "--out", out_dir)
+    tokenizer = json.loads((Path(out_dir) / "tokenizer.json").read_text(encoding="utf-8"))
+    if tokenizer.get("type") != "char":
+        raise CheckFailed(f"{out_dir}/tokenizer.json: expected type char, got {tokenizer.get('type')!r}")
+    return tokenizer["vocab"]
+
+
+def check_lat_to_transformers(lat, work, text, tie, zero_centered):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    name = f"lat->transformers ({'tied' if tie else 'untied'}, norm_zero_centered {str(zero_centered).lower()})"
+    run = work / f"a_{int(tie)}{int(zero_centered)}"
+    run.mkdir()
+    (run / "text.txt").write_text(text, encoding="utf-8")
+    (run / "config.yaml").write_text(LAT_CONFIG.format(tie=str(tie).lower(), zero_centered=str(zero_centered).lower(),
+                                                       out_dir="run", seed=SEED), encoding="utf-8")
+    lat_run = Lat(lat.exe, run)
+    lat_run("train", "config.yaml")
+    vocab = lat_vocab(lat_run, run / "run", run / "lat_export")
+    hf_dir = run / "hf"
+    lat_run("export", "--checkpoint", run / "run", "--format", "hf", "--out", hf_dir)
+    model = AutoModelForCausalLM.from_pretrained(hf_dir, dtype="float32").eval()
+    tokenizer = AutoTokenizer.from_pretrained(hf_dir)
+    if model.config.model_type != "qwen3_5_text" or type(model).__name__ != "Qwen3_5ForCausalLM":
+        raise CheckFailed(f"{name}: {hf_dir} loads as {type(model).__name__} ({model.config.model_type}), "
+                          "expected Qwen3_5ForCausalLM (qwen3_5_text)")
+    if model.config.tie_word_embeddings != tie:
+        raise CheckFailed(f"{name}: tie_word_embeddings {model.config.tie_word_embeddings}, expected {tie}")
+    return name, compare_model(name, lat_run, run / "run", hf_dir, model, tokenizer, vocab, run)
+
+
+# --- (b) transformers -> lat, (c) round trip -----------------------------------------------
+
+def qwen35_config(vocab_size, tie):
+    """Small Qwen3.5 dimensions that exercise every mapping: GVA (4 value heads per 2 key
+    heads), attention heads (4) and head size (12) apart from the linear layers' (2, 16),
+    value heads of 32, partial rotary 0.5, both layer kinds twice."""
+    from transformers import Qwen3_5TextConfig
+
+    return Qwen3_5TextConfig(
+        vocab_size=vocab_size, hidden_size=48, intermediate_size=96, num_hidden_layers=4,
+        layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"],
+        num_attention_heads=4, num_key_value_heads=2, head_dim=12,
+        linear_num_key_heads=2, linear_key_head_dim=16, linear_num_value_heads=4, linear_value_head_dim=32,
+        linear_conv_kernel_dim=4, rms_norm_eps=1e-6, tie_word_embeddings=tie,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5})
+
+
+def spread_weights(model):
+    """Replaces transformers' small initialization (std 0.02, norms at their identity) by
+    weights that keep activations of order one: matmul weights N(0, 1/fan_in), every norm
+    weight moved off its identity, A_log and dt_bias jittered. Then the attention is peaked,
+    the gates are not all one half, and greedy steps have clear margins. Embeddings N(0, 1/16):
+    larger ones dominate the residual stream, and a tied lm_head then repeats the last token."""
+    import torch
+
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("embed_tokens.weight"):
+                p.normal_(0.0, 0.25)
+            elif name.endswith("conv1d.weight"):
+                p.normal_(0.0, p.shape[-1] ** -0.5)
+            elif name.endswith("linear_attn.norm.weight"):  # gated RMSNorm: x * w
+                p.uniform_(0.5, 1.5)
+            elif name.endswith("norm.weight"):  # zero-centred RMSNorm: x * (1 + w)
+                p.uniform_(-0.5, 0.5)
+            elif name.endswith("A_log"):
+                p.uniform_(-1.0, 1.0)
+            elif name.endswith("dt_bias"):
+                p.uniform_(-1.0, 1.0)
+            elif p.dim() == 2:
+                p.normal_(0.0, p.shape[1] ** -0.5)
+            else:
+                raise CheckFailed(f"spread_weights: no rule for parameter {name} {tuple(p.shape)}")
+
+
+def write_char_tokenizer(directory, vocab):
+    """tokenizer.json and tokenizer_config.json for a char tokenizer in the form lat writes:
+    a BPE model whose vocabulary is the characters (id i = vocab[i]) and no merges, so each
+    character is one token; the Fuse decoder joins them back."""
+    from tokenizers import Tokenizer, decoders, models
+
+    tokenizer = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(vocab)}, merges=[]))
+    tokenizer.decoder = decoders.Fuse()
+    tokenizer.save(str(Path(directory) / "tokenizer.json"))
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "clean_up_tokenization_spaces": False}
+    (Path(directory) / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+
+
+def check_transformers_to_lat(lat, work, vocab, tie):
+    import torch
+    from transformers import AutoTokenizer, Qwen3_5ForCausalLM
+
+    name = f"transformers->lat ({'tied' if tie else 'untied'})"
+    torch.manual_seed(SEED)
+    model = Qwen3_5ForCausalLM(qwen35_config(len(vocab), tie)).float().eval()
+    spread_weights(model)
+    hf_dir = work / f"b_{int(tie)}" / "hf"
+    model.save_pretrained(hf_dir)
+    write_char_tokenizer(hf_dir, vocab)
+    tokenizer = AutoTokenizer.from_pretrained(hf_dir)
+    figures = compare_model(name, lat, hf_dir, hf_dir, model, tokenizer, vocab, work / f"b_{int(tie)}",
+                            min_margin=MIN_MARGIN)
+    return name, figures, hf_dir
+
+
+def check_round_trip(lat, work, hf_dir):
+    """lat's export of a transformers directory holds the same tensors, bit for bit, and config."""
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoConfig
+
+    name = f"round trip ({hf_dir.parent.name})"
+    out = hf_dir.parent / "lat_hf"
+    lat("export", "--checkpoint", hf_dir, "--format", "hf", "--out", out)
+    original, exported = load_file(str(hf_dir / "model.safetensors")), load_file(str(out / "model.safetensors"))
+    if set(original) != set(exported):
+        raise CheckFailed(f"{name}: tensor names differ: only in transformers' "
+                          f"{sorted(set(original) - set(exported))}, only in lat's "
+                          f"{sorted(set(exported) - set(original))}")
+    for key, a in original.items():
+        b = exported[key]
+        if a.dtype != b.dtype or a.shape != b.shape or not torch.equal(a, b):
+            raise CheckFailed(f"{name}: {key}: transformers {a.dtype} {tuple(a.shape)} vs lat {b.dtype} "
+                              f"{tuple(b.shape)}{'' if a.shape != b.shape else ', values differ'}")
+    ignored = {"transformers_version", "_name_or_path"}  # the writer's version; where it was read from
+    a = {k: v for k, v in AutoConfig.from_pretrained(hf_dir).to_dict().items() if k not in ignored}
+    b = {k: v for k, v in AutoConfig.from_pretrained(out).to_dict().items() if k not in ignored}
+    differing = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+    if differing:
+        raise CheckFailed(f"{name}: config fields differ: " +
+                          "; ".join(f"{k}: transformers {a.get(k)!r} vs lat {b.get(k)!r}" for k in differing))
+    return name, f"{len(original)} tensors bit for bit, {len(a)} config fields equal"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--lat", default="build/lat", help="the lat executable (default build/lat)")
+    parser.add_argument("--text", default="data/tinyshakespeare.txt", help="training text of (a)")
+    parser.add_argument("--keep", help="work in this directory (created) and keep it, instead of a temporary one")
+    args = parser.parse_args()
+    try:
+        refuse_gpu_only_kernels()
+        # Local directories only, and no per-kernel fallback notices or progress bars on stderr.
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+        import torch
+        import transformers
+
+        transformers.utils.logging.disable_progress_bar()
+
+        torch.manual_seed(SEED)
+        if not Path(args.lat).is_file():
+            raise CheckFailed(f"no lat executable at {args.lat} (make build)")
+        if not Path(args.text).is_file():
+            raise CheckFailed(f"no training text at {args.text} (make data)")
+        text = Path(args.text).read_text(encoding="utf-8")[:TEXT_CHARS] + TEXT_EXTRA
+        work = Path(args.keep or tempfile.mkdtemp(prefix="check_hf_export.")).resolve()
+        work.mkdir(parents=True, exist_ok=True)
+        lat = Lat(args.lat, work)
+        try:
+            for tie, zero_centered in ((True, True), (False, False)):
+                name, figures = check_lat_to_transformers(lat, work, text, tie, zero_centered)
+                print(f"ok  {name}: {figures}", flush=True)
+            for tie in (False, True):
+                name, figures, hf_dir = check_transformers_to_lat(lat, work, sorted(set(text)), tie)
+                print(f"ok  {name}: {figures}", flush=True)
+                name, figures = check_round_trip(lat, work, hf_dir)
+                print(f"ok  {name}: {figures}", flush=True)
+        finally:
+            if not args.keep:
+                shutil.rmtree(work, ignore_errors=True)
+    except CheckFailed as e:
+        print(f"FAIL: {e}", file=sys.stderr)
+        return 1
+    print("check_hf_export: all checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
