@@ -101,12 +101,18 @@ TEST(Config, MinimalFileResolvesDerivedDefaults) {
   const lat::Config c = lat::parse_config("data:\n  path: corpus.txt\n", "configs/tiny_run.yaml");
   EXPECT_EQ(c.data.path, "corpus.txt");
   EXPECT_EQ(c.model.head_dim, 32);          // d_model / n_heads
-  EXPECT_EQ(c.model.attn.n_kv_heads, 4);    // n_heads
+  EXPECT_EQ(c.model.attn.n_kv_heads, 4);    // attn.n_heads
+  EXPECT_EQ(c.model.attn.n_heads, 4);       // n_heads
+  EXPECT_EQ(c.model.attn.head_dim, 32);     // head_dim
+  EXPECT_EQ(c.model.linear.n_v_heads, 4);   // n_heads
   EXPECT_EQ(c.train.out_dir, "runs/tiny_run");
   lat::Config expected;
   expected.data.path = "corpus.txt";
   expected.model.head_dim = 32;
   expected.model.attn.n_kv_heads = 4;
+  expected.model.attn.n_heads = 4;
+  expected.model.attn.head_dim = 32;
+  expected.model.linear.n_v_heads = 4;
   expected.train.out_dir = "runs/tiny_run";
   EXPECT_EQ(c, expected);
 }
@@ -302,10 +308,10 @@ TEST(Config, ImpossibleValues) {
        "of them (run.yaml:4)"},
       {"model:\n  d_model: 100\n  n_heads: 4\n  layers: gdn,attn\n",
        "model.d_model: attention layers need an even head_dim (RoPE rotates pairs of dimensions), got head_dim 25 "
-       "(d_model / n_heads unless model.head_dim is set) (run.yaml:3)"},
+       "(d_model / n_heads unless model.head_dim or model.attn.head_dim is set) (run.yaml:3)"},
       {"model:\n  head_dim: 33\n  layers: attn\n",
        "model.head_dim: attention layers need an even head_dim (RoPE rotates pairs of dimensions), got head_dim 33 "
-       "(d_model / n_heads unless model.head_dim is set) (run.yaml:3)"},
+       "(d_model / n_heads unless model.head_dim or model.attn.head_dim is set) (run.yaml:3)"},
       {"model.n_layers: 0\n", "model.n_layers: expected an int in [1, 1024], got 0 (run.yaml:2)"},
       {"model.layers: gdn,gdm\n",
        "model.layers: unknown mixer 'gdm', did you mean 'gdn'? (expected attn, linear_attn, simple_gla, retention, "
@@ -316,6 +322,20 @@ TEST(Config, ImpossibleValues) {
        "(run.yaml:4)"},
       {"model.attn.n_kv_heads: 3\n",
        "model.attn.n_kv_heads: model.n_heads (4) is not a multiple of model.attn.n_kv_heads (3) (run.yaml:2)"},
+      {"model:\n  attn:\n    n_heads: 6\n    n_kv_heads: 4\n",
+       "model.attn.n_kv_heads: model.attn.n_heads (6) is not a multiple of model.attn.n_kv_heads (4) (run.yaml:5)"},
+      {"model:\n  layers: gdn,attn\n  attn:\n    head_dim: 15\n",
+       "model.attn.head_dim: attention layers need an even head_dim (RoPE rotates pairs of dimensions), got head_dim "
+       "15 (run.yaml:5)"},
+      {"model:\n  layers: gdn,attn\n  attn:\n    head_dim: 20\n    rope_fraction: 0.25\n",
+       "model.attn.rope_fraction: rotates floor(head_dim 20 * 0.25) = 5 dimensions; RoPE needs a positive even number "
+       "(run.yaml:6)"},
+      {"model.attn.rope_fraction: 1.5\n", "model.attn.rope_fraction: expected a float in (0, 1], got 1.5 (run.yaml:2)"},
+      {"model.linear.n_v_heads: 6\n",
+       "model.linear.n_v_heads: expected a multiple of model.n_heads (4), got 6 (run.yaml:2)"},
+      {"model:\n  layers: gdn,simple_gla,attn\n  linear:\n    n_v_heads: 8\n",
+       "model.linear.n_v_heads: value heads apart from the key heads exist in gdn and delta_net layers only, but "
+       "model.layers has 'simple_gla' (run.yaml:5)"},
       {"model.linear.feature_map: elu\n",
        "model.linear.feature_map: unknown value 'elu', did you mean 'elu1'? (expected one of elu1, relu, identity) "
        "(run.yaml:2)"},

@@ -348,7 +348,8 @@ TEST_F(ModelFilesTest, InfoRejectsWrongShapedMissingAndExtraTensors) {
        [](lat::Checkpoint& c) {
          c.model = with_tensor(c.model, "layers.1.attn.q_proj.weight", lat::Tensor::zeros({15, 16}));
        },
-       "model.n_heads 2 x model.head_dim 8 does not match tensor 'layers.1.attn.q_proj.weight' [15, 16]: expected 16 "
+       "model.attn.n_heads 2 x model.attn.head_dim 8 does not match tensor 'layers.1.attn.q_proj.weight' [15, 16]: "
+       "expected 16 "
        "rows, "
        "found 15"},
       {"k_proj.h5",

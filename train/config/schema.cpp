@@ -113,6 +113,8 @@ void resolve_kv_heads(Validation& v) {
 /// transformers' partial_rotary_factor, must be a positive even width.
 void check_rope_fraction(Validation& v) {
   const ModelConfig& m = v.config().model;
+  const std::vector<std::string> pattern = mixer_pattern(m.layers);
+  if (std::find(pattern.begin(), pattern.end(), "attn") == pattern.end()) return;
   const int64_t rotary_dim = rotary_dim_of(m.attn.head_dim, m.attn.rope_fraction);
   if (rotary_dim < 2 || rotary_dim % 2 != 0)
     v.fail("model.attn.rope_fraction", "rotates floor(head_dim " + std::to_string(m.attn.head_dim) + " * " +

@@ -48,19 +48,10 @@ class SizeChecks {
     const int64_t hidden = swiglu_hidden_size(m.d_model, m.mlp_ratio, m.intermediate_size);
     for (size_t i = 0; i < kinds.size(); ++i) {
       const std::string layer = "layers." + std::to_string(i) + ".";
-      const std::string heads = "model.n_heads " + std::to_string(m.n_heads) + " x ";
-      expect(heads + "model.head_dim " + std::to_string(m.head_dim), layer + "attn.q_proj.weight", 0,
-             m.n_heads * m.head_dim, "rows");
-      const bool attn = kinds[i] == "attn";
-      const int64_t value_dim = attn ? m.head_dim : value_head_dim(m);
-      // gdn and delta_net have model.linear.n_v_heads value heads (0 before validation = n_heads).
-      const bool grouped = (kinds[i] == "gdn" || kinds[i] == "delta_net") && m.linear.n_v_heads > 0 &&
-                           m.linear.n_v_heads != m.n_heads;
-      const std::string value_heads = grouped ? "model.linear.n_v_heads " + std::to_string(m.linear.n_v_heads) + " x "
-                                              : heads;
-      expect(value_heads + "value head dim " + std::to_string(value_dim) + " (" +
-                 (attn ? "model.head_dim" : "model.head_dim x model.expand_v") + ", " + kinds[i] + " layer)",
-             layer + "attn.o_proj.weight", 1, (grouped ? m.linear.n_v_heads : m.n_heads) * value_dim, "columns");
+      if (kinds[i] == "attn")
+        check_attention_sizes(m, layer);
+      else
+        check_linear_sizes(m, layer, kinds[i]);
       expect(mlp_text(m), layer + "mlp.gate_proj.weight", 0, hidden, "rows (the SwiGLU hidden width)");
       // Mixers without short convolutions hold no conv weight, and an absent one (with
       // use_short_conv) costs conv_size <= 64 taps per channel: load_weights names it.
@@ -71,6 +62,34 @@ class SizeChecks {
   }
 
  private:
+  /// q_proj rows and o_proj columns of a softmax-attention layer: its own heads and head size
+  /// (model.attn.n_heads, head_dim; the model's when 0), q_proj twice as tall with output_gate.
+  void check_attention_sizes(const ModelConfig& m, const std::string& layer) const {
+    const int64_t heads = m.attn.n_heads > 0 ? m.attn.n_heads : m.n_heads;
+    const int64_t head_dim = m.attn.head_dim > 0 ? m.attn.head_dim : m.head_dim;
+    const std::string sizes = "model.attn.n_heads " + std::to_string(heads) + " x model.attn.head_dim " +
+                              std::to_string(head_dim);
+    const bool gated = m.attn.output_gate;
+    expect(sizes + (gated ? " x 2 (query and output gate, model.attn.output_gate)" : ""), layer + "attn.q_proj.weight",
+           0, heads * head_dim * (gated ? 2 : 1), "rows");
+    expect(sizes + " (attn layer)", layer + "attn.o_proj.weight", 1, heads * head_dim, "columns");
+  }
+
+  /// q_proj rows and o_proj columns of a linear-attention layer: n_heads key heads of head_dim;
+  /// gdn and delta_net have model.linear.n_v_heads value heads (0 before validation = n_heads).
+  void check_linear_sizes(const ModelConfig& m, const std::string& layer, const std::string& kind) const {
+    const std::string heads = "model.n_heads " + std::to_string(m.n_heads) + " x ";
+    expect(heads + "model.head_dim " + std::to_string(m.head_dim), layer + "attn.q_proj.weight", 0,
+           m.n_heads * m.head_dim, "rows");
+    const bool grouped =
+        (kind == "gdn" || kind == "delta_net") && m.linear.n_v_heads > 0 && m.linear.n_v_heads != m.n_heads;
+    const std::string value_heads =
+        grouped ? "model.linear.n_v_heads " + std::to_string(m.linear.n_v_heads) + " x " : heads;
+    expect(value_heads + "value head dim " + std::to_string(value_head_dim(m)) + " (model.head_dim x model.expand_v, " +
+               kind + " layer)",
+           layer + "attn.o_proj.weight", 1, (grouped ? m.linear.n_v_heads : m.n_heads) * value_head_dim(m), "columns");
+  }
+
   std::string prefix() const { return "model_from_weights: '" + w_.path + "'"; }
 
   const Tensor& tensor(const std::string& name) const {
