@@ -13,6 +13,13 @@ enum cudaMemcpyKind {
   cudaMemcpyDefault
 };
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+// The device attributes the emulator answers, with an H200's values (emu.cpp).
+enum cudaDeviceAttr {
+  cudaDevAttrMultiProcessorCount = 16,
+  cudaDevAttrComputeCapabilityMajor = 75,
+  cudaDevAttrComputeCapabilityMinor = 76,
+  cudaDevAttrMaxSharedMemoryPerBlockOptin = 97
+};
 constexpr unsigned cudaStreamNonBlocking = 1;
 
 extern "C" {
@@ -21,6 +28,7 @@ cudaError_t cudaGetLastError();
 cudaError_t cudaGetDeviceCount(int*);
 cudaError_t cudaGetDevice(int*);
 cudaError_t cudaSetDevice(int);
+cudaError_t cudaDeviceGetAttribute(int*, cudaDeviceAttr, int);
 cudaError_t cudaMalloc(void**, size_t);
 cudaError_t cudaFree(void*);
 cudaError_t cudaMemcpyAsync(void*, const void*, size_t, cudaMemcpyKind, cudaStream_t);
