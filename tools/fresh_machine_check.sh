@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Proves that a bare Debian 12 gets from nothing to a passing `make test`, a passing `make fuzz`
-# (what .ci/run adds) and a finished `make train` with the project's own files alone: builds a minimal Debian 12 root
-# (debootstrap --variant=minbase bookworm), installs only make and sudo in it (what a user
-# types before the README's first command), copies a clean clone of HEAD and the shared data
-# beside it, and runs `make test`, `make fuzz FUZZ_SECONDS=10` and `make train` inside (chroot, /proc and /dev mounted,
+# Proves that a bare Debian 12 gets from nothing to a passing `make test`, `make fuzz` and
+# `make interop` (what .ci/run runs) and a finished `make train` with the project's own files
+# alone: builds a minimal Debian 12 root (debootstrap --variant=minbase bookworm), installs
+# only make and sudo in it (what a user types before the README's first command), copies a
+# clean clone of HEAD and the shared data beside it, and runs `make test`, `make fuzz
+# FUZZ_SECONDS=10`, `make interop` and `make train` inside (chroot, /proc and /dev mounted,
 # unmounted on exit). Prints PASS with the figures, or FAIL naming the first failing command
-# with its last lines. Needs root; takes about 20-30 minutes on 2 cores. Too slow for CI:
+with its last lines. Needs root; takes about 40-50 minutes on 2 cores. Too slow for CI:
 # run it whenever tools/install_deps.sh, a find_package or the Makefile changes.
 #
 #   tools/fresh_machine_check.sh [ROOT_DIR]     (default /var/tmp/lat-fresh-root, made anew)
@@ -78,6 +79,9 @@ test_seconds=$((SECONDS - test_start))
 fuzz_start=$SECONDS
 step make-fuzz in_root 'cd /work/lat && make fuzz FUZZ_SECONDS=10'
 fuzz_seconds=$((SECONDS - fuzz_start))
+interop_start=$SECONDS
+step make-interop in_root 'cd /work/lat && make interop'
+interop_seconds=$((SECONDS - interop_start))
 train_start=$SECONDS
 step make-train in_root 'cd /work/lat && make train'
 train_seconds=$((SECONDS - train_start))
@@ -90,11 +94,12 @@ skipped_not_cuda=$(grep -E '\*\*\*Skipped' "$log_dir/make-test.log" | grep -vE '
 val_loss=$(grep -E 'val loss .* on the whole val split' "$log_dir/make-train.log" | tail -n 1 || true)
 finished=$(grep -E '^finished at step' "$log_dir/make-train.log" | tail -n 1 || true)
 
-echo "PASS: a bare Debian 12 root ran make test, make fuzz and make train"
+echo "PASS: a bare Debian 12 root ran make test, make fuzz, make interop and make train"
 echo "  packages: $packages_before after make+sudo, $packages_after after make test (installed by install_deps.sh, fuzz packages included: $((packages_after - packages_before)))"
 echo "  make test: ${test_seconds} s (install, build, tests): $summary"
 echo "  skipped: $skipped (CUDA: no GPU); other skips: ${skipped_not_cuda:-none}"
 echo "  make fuzz: ${fuzz_seconds} s (clang install, build, seed replay, 10 s per harness)"
+echo "  make interop: ${interop_seconds} s (virtualenv with torch and transformers downloaded, checks): $(grep -c '^ok' "$log_dir/make-interop.log" || true) checks ok"
 echo "  make train: ${train_seconds} s (build included): $finished"
 echo "  $val_loss"
 echo "  logs: $log_dir"
