@@ -6,7 +6,7 @@
 # clean clone of HEAD and the shared data beside it, and runs `make test`, `make fuzz
 # FUZZ_SECONDS=10`, `make interop` and `make train` inside (chroot, /proc and /dev mounted,
 # unmounted on exit). Prints PASS with the figures, or FAIL naming the first failing command
-with its last lines. Needs root; takes about 40-50 minutes on 2 cores. Too slow for CI:
+# with its last lines. Needs root; takes about 40-50 minutes on 2 cores. Too slow for CI:
 # run it whenever tools/install_deps.sh, a find_package or the Makefile changes.
 #
 #   tools/fresh_machine_check.sh [ROOT_DIR]     (default /var/tmp/lat-fresh-root, made anew)
