@@ -490,6 +490,24 @@ TEST_F(ExportTest, InfoMemoryOfStatesAndKvCaches) {
   EXPECT_EQ(longest.attention_only_total, 4 * 2 * lat::kMaxContext * Hkv * K);
 }
 
+TEST_F(ExportTest, InfoMemoryWithGroupedValueHeadsAndAttentionsOwnHeads) {
+  // Linear: H 2 key heads of K 8, Hv 4 value heads of V 16; attention: 4 heads of 12, 2 kv heads.
+  const lat::Config cfg = model_config(
+      "  d_model: 32\n  n_layers: 2\n  n_heads: 2\n  head_dim: 8\n  layers: \"gdn,attn\"\n  expand_v: 2.0\n"
+      "  attn: {n_heads: 4, head_dim: 12, n_kv_heads: 2}\n  linear: {conv_size: 4, n_v_heads: 4}\n");
+  const int64_t H = 2, K = 8, Hv = 4, V = 16, Hkv = 2, D = 12, L = 100;
+  const lat::ModelInfo info = lat::model_info(cfg, kVocabSize, L);
+  ASSERT_EQ(info.memory.size(), 2u);
+  EXPECT_EQ(info.memory[0].state, Hv * K * V);
+  EXPECT_EQ(info.memory[0].conv, 3 * (2 * H * K + Hv * V));
+  EXPECT_EQ(info.memory[1].state, 2 * L * Hkv * D);
+  EXPECT_EQ(info.attention_only_total, 2 * 2 * L * Hkv * D);
+  const std::string text = lat::format_info(info);
+  EXPECT_NE(text.find("2 heads x 8, value head dim 16 (4 value heads); attention 4 heads x 12, kv heads 2"),
+            std::string::npos)
+      << text;
+}
+
 TEST_F(ExportTest, InfoOnACheckpointReportsItsFacts) {
   save("ckpt.h5", model_config(kHybrid));
   lat::export_model({path("ckpt.h5"), "safetensors", path("out"), "f32", {}});

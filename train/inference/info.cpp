@@ -115,24 +115,29 @@ ModelInfo describe_model(const Config& config, const HybridLM& model, int64_t co
   info.params.push_back({m.tie_embeddings ? "lm_head (tied to embeddings)" : "lm_head",
                          m.tie_embeddings ? 0 : vocab_size * m.d_model});
 
+  // Linear layers: n_heads key heads of K; gdn and delta_net hold n_v_heads value heads (each
+  // with its own K x V state). Attention: its own kv heads of attn.head_dim (resolved configs).
   const int64_t H = m.n_heads, K = m.head_dim, V = value_head_dim(m);
+  const int64_t attn_head_dim = m.attn.head_dim > 0 ? m.attn.head_dim : m.head_dim;
   const int64_t attn_rows = m.attn.window_size > 0 ? std::min(context, m.attn.window_size) : context;
-  const int64_t kv_cache = 2 * attn_rows * m.attn.n_kv_heads * m.head_dim;
+  const int64_t kv_cache = 2 * attn_rows * m.attn.n_kv_heads * attn_head_dim;
   for (size_t i = 0; i < kinds.size(); ++i) {
     LayerMemory layer{static_cast<int64_t>(i), kinds[i], 0, 0};
     if (kinds[i] == "attn") {
       layer.state = kv_cache;
     } else {
       const bool normalized = kinds[i] == "linear_attn" && m.linear.normalize;
-      layer.state = H * K * (V + (normalized ? 1 : 0));
+      const bool grouped = kinds[i] == "gdn" || kinds[i] == "delta_net";
+      const int64_t Hv = grouped && m.linear.n_v_heads > 0 ? m.linear.n_v_heads : H;
+      layer.state = Hv * K * (V + (normalized ? 1 : 0));
       if (kinds[i] != "linear_attn" && m.linear.use_short_conv)
-        layer.conv = (m.linear.conv_size - 1) * (2 * H * K + H * V);
+        layer.conv = (m.linear.conv_size - 1) * (2 * H * K + Hv * V);
     }
     info.memory_total += layer.state + layer.conv;
     info.memory.push_back(layer);
   }
   // The comparison is the standard transformer: every layer full attention over the context.
-  info.attention_only_total = m.n_layers * 2 * context * m.attn.n_kv_heads * m.head_dim;
+  info.attention_only_total = m.n_layers * 2 * context * m.attn.n_kv_heads * attn_head_dim;
   return info;
 }
 
@@ -171,8 +176,11 @@ std::string format_info(const ModelInfo& info) {
   const ModelConfig& m = info.config.model;
   std::ostringstream out;
   out << "model: " << m.n_layers << " layers (" << join(layer_mixers(m), ",") << "), d_model " << m.d_model << ", " << m.n_heads
-      << " heads x " << m.head_dim << " (attention kv heads " << m.attn.n_kv_heads << "), value head dim "
-      << value_head_dim(m) << ", vocab " << info.vocab_size << "\n";
+      << " heads x " << m.head_dim << ", value head dim " << value_head_dim(m);
+  if (m.linear.n_v_heads > 0 && m.linear.n_v_heads != m.n_heads) out << " (" << m.linear.n_v_heads << " value heads)";
+  out << "; attention " << (m.attn.n_heads > 0 ? m.attn.n_heads : m.n_heads) << " heads x "
+      << (m.attn.head_dim > 0 ? m.attn.head_dim : m.head_dim) << ", kv heads " << m.attn.n_kv_heads << "; vocab "
+      << info.vocab_size << "\n";
   out << "precision: train.precision " << info.config.train.precision << ", in effect on this CPU: "
       << precision_name(effective_precision(parse_precision(info.config.train.precision), Device::cpu())) << "\n";
 
