@@ -23,6 +23,7 @@
 #include "layers/linear_attention_layers.h"
 #include "layers/swiglu.h"
 #include "tests/expect_error.h"
+#include "tests/mixer_reference.h"
 #include "train/config/config.h"
 #include "train/config/model_config.h"
 #include "train/files/model_reader.h"
@@ -33,6 +34,13 @@ namespace lat {
 namespace {
 
 using testing::expect_error;
+using testing::conv_silu;
+using testing::f64_leaf;
+using testing::l2norm_ref;
+using testing::linear;
+using testing::perturb_norm_weights;
+using testing::random_input;
+using testing::rms_norm_ref;
 
 #define LAT_REQUIRE_CUDA()                                                                                     \
   do {                                                                                                         \
@@ -76,45 +84,16 @@ std::vector<Case> cases() {
   return out;
 }
 
-Tensor random_input(int64_t B, int64_t T, int64_t d_model, uint64_t seed) {
-  Generator gen(seed);
-  return Tensor::randn({B, T, d_model}, gen);
-}
 
-// o_norm starts at ones; perturbed so that a norm weight that is ignored shows.
-void perturb_norm_weights(Mixer& m) {
-  Generator gen(7);
-  for (auto& [name, p] : m.named_parameters())
-    if (name == "o_norm.weight") p.copy_(Tensor::ones(p.shape()) + Tensor::randn(p.shape(), gen, DType::f32, 0, 0.2));
-}
 
 // ---- the float64 re-implementation ----------------------------------------------------------
 
 using ParamMap = std::map<std::string, Tensor>;
 
-Tensor f64_leaf(const Tensor& t) {
-  Tensor c = t.detach().to(DType::f64);
-  c.set_requires_grad(true);
-  return c;
-}
 
-Tensor linear(const Tensor& x, const Tensor& w) { return matmul(x, w, false, true); }
 
-// Causal depthwise conv + SiLU from shifted slices: y_t = silu(sum_w weight[:, 0, w] x_{t-W+1+w}).
-Tensor conv_silu(const Tensor& x, const Tensor& weight) {
-  const int64_t B = x.size(0), T = x.size(1), D = x.size(2), W = weight.size(2);
-  Tensor xe = W > 1 ? concat({Tensor::zeros({B, W - 1, D}, DType::f64), x}, 1) : x;
-  Tensor acc;
-  for (int64_t w = 0; w < W; ++w) {
-    Tensor term = slice(xe, 1, w, w + T) * slice(weight, 2, w, w + 1).reshape({D});
-    acc = acc.defined() ? acc + term : term;
-  }
-  return silu(acc);
-}
 
-Tensor rms_norm_ref(const Tensor& x, const Tensor& w, double eps) { return x * rsqrt(mean(x * x, -1, true) + eps) * w; }
 
-Tensor l2norm_ref(const Tensor& x) { return x * rsqrt(sum(x * x, -1, true) + 1e-6); }
 
 // torch.repeat_interleave(t, G, dim=2) for t [B, T, H, K]: head j becomes heads j*G .. j*G+G-1.
 Tensor repeat_interleave_heads(const Tensor& t, int64_t G) {

@@ -1,0 +1,56 @@
+// The pieces of the float64 re-implementations of the linear mixers that the mixer tests
+// share (test_mixers.cpp, test_gva_heads.cpp): written from the formulas with core ops, so
+// that a layer's float32 output and gradients can be checked against float64 autograd.
+#pragma once
+#include <cstdint>
+
+#include "lat/lat.h"
+#include "layers/mixer.h"
+
+namespace lat::testing {
+
+/// x [B, T, d_model] ~ N(0, 1), reproducible from `seed`.
+inline Tensor random_input(int64_t B, int64_t T, int64_t d_model, uint64_t seed) {
+  Generator gen(seed);
+  return Tensor::randn({B, T, d_model}, gen);
+}
+
+/// Non-trivial o_norm weights (they start at ones), so that a norm weight that is ignored shows.
+inline void perturb_norm_weights(Mixer& m) {
+  Generator gen(7);
+  for (auto& [name, p] : m.named_parameters())
+    if (name == "o_norm.weight") p.copy_(Tensor::ones(p.shape()) + Tensor::randn(p.shape(), gen, DType::f32, 0, 0.2));
+}
+
+/// A float64 leaf copy of t that requires grad.
+inline Tensor f64_leaf(const Tensor& t) {
+  Tensor c = t.detach().to(DType::f64);
+  c.set_requires_grad(true);
+  return c;
+}
+
+/// x W^T for a Linear weight W [out, in].
+inline Tensor linear(const Tensor& x, const Tensor& w) { return matmul(x, w, false, true); }
+
+/// Causal depthwise conv + SiLU from shifted slices: y_t = silu(sum_w weight[:, 0, w] x_{t-W+1+w});
+/// x [B, T, D], weight [D, 1, W].
+inline Tensor conv_silu(const Tensor& x, const Tensor& weight) {
+  const int64_t B = x.size(0), T = x.size(1), D = x.size(2), W = weight.size(2);
+  Tensor xe = W > 1 ? concat({Tensor::zeros({B, W - 1, D}, DType::f64), x}, 1) : x;
+  Tensor acc;
+  for (int64_t w = 0; w < W; ++w) {
+    Tensor term = slice(xe, 1, w, w + T) * slice(weight, 2, w, w + 1).reshape({D});
+    acc = acc.defined() ? acc + term : term;
+  }
+  return silu(acc);
+}
+
+/// RMSNorm over the last axis with a plain weight.
+inline Tensor rms_norm_ref(const Tensor& x, const Tensor& w, double eps) {
+  return x * rsqrt(mean(x * x, -1, true) + eps) * w;
+}
+
+/// fla's l2norm over the last axis: x / sqrt(sum x^2 + 1e-6).
+inline Tensor l2norm_ref(const Tensor& x) { return x * rsqrt(sum(x * x, -1, true) + 1e-6); }
+
+}  // namespace lat::testing
