@@ -1,17 +1,22 @@
 // What a new user of the Hugging Face interop runs into: `lat export` refusing an --out that
 // is the model's own directory (it would overwrite its input) or a run directory (lat and
-// other tools would then read different models there), with nothing written.
+// other tools would then read different models there), with nothing written; config.json
+// mistakes named as such (a misspelt key with the nearest known one, and no follow-on error
+// about layer_types counted against a dimension that was never read); and a config.json of
+// another architecture named by its model_type.
 #include <filesystem>
 #include <map>
 #include <string>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "tests/expect_error.h"
 #include "tests/test_files.h"
 #include "train/config/model_config.h"
 #include "train/files/checkpoint.h"
 #include "train/files/export.h"
+#include "train/files/hf_config.h"
 #include "train/files/model_reader.h"
 #include "train/files/safetensors.h"
 #include "train/files/trained_model.h"
@@ -89,6 +94,41 @@ TEST_F(HfNewUserTest, ExportIntoARunDirectoryIsRefusedAndWritesNothing) {
   // The subdirectory the message suggests, and an earlier export, are accepted.
   for (int i = 0; i < 2; ++i) lat::export_model({path("run"), "hf", path("run/export"), "f32", {}});
   EXPECT_EQ(lat::load_model_weights(path("run/export")).format, lat::ModelFormat::hf);
+}
+
+TEST_F(HfNewUserTest, AMisspeltKeyIsNamedWithTheNearestKnownOneAndNoFollowOnError) {
+  nlohmann::json j = lat::hf_config_json(model_config(kShape).model, 11, lat::SafetensorsDType::f32);
+  j["num_hiden_layers"] = j["num_hidden_layers"];
+  j.erase("num_hidden_layers");
+  j["rope_scalling"] = nullptr;
+  const std::string message = expect_error([&] { lat::model_config_from_hf(j, "dir/config.json"); },
+                                           {"'dir/config.json': keys lat cannot honour",
+                                            "num_hidden_layers: missing (a required dimension)",
+                                            "num_hiden_layers: 2 (a key lat does not know, did you mean "
+                                            "'num_hidden_layers'?)",
+                                            "rope_scalling: null (a key lat does not know, did you mean "
+                                            "'rope_scaling'?)"});
+  // layer_types has the 2 entries a misspelt num_hidden_layers would have said.
+  EXPECT_FALSE(contains(message, "layer_types")) << message;
+  // A layer_types length that differs from a num_hidden_layers that was read stays an error.
+  j["num_hidden_layers"] = 3;
+  j.erase("num_hiden_layers");
+  j.erase("rope_scalling");
+  expect_error([&] { lat::model_config_from_hf(j, "dir/config.json"); },
+               {"layer_types: expected num_hidden_layers (3) entries, got 2"});
+}
+
+TEST_F(HfNewUserTest, AConfigOfAnotherArchitectureIsNamedByItsModelType) {
+  save_model("model.h5");
+  lat::export_model({path("model.h5"), "hf", path("hf"), "f32", {}});
+  nlohmann::json j = nlohmann::json::parse(read_bytes(path("hf/config.json")));
+  j["model_type"] = "qwen3_5";  // the multimodal wrapper's config, whose text model is text_config
+  write("hf/config.json", j.dump());
+  for (const std::string& p : {path("hf"), path("hf/model.safetensors")}) {
+    SCOPED_TRACE(p);
+    expect_error([&] { lat::load_model_weights(p); },
+                 {"'" + path("hf/config.json") + "': model_type \"qwen3_5\": expected \"qwen3_5_text\""});
+  }
 }
 
 }  // namespace
