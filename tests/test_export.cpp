@@ -347,6 +347,9 @@ TEST_F(ExportTest, BrokenExportsAreNamed) {
 
   // config.json that lat did not write.
   write_bytes(path("out/config.json"), R"({"model_type": "llama"})");
+  expect_error([&] { lat::load_model_weights(path("out/fewer.safetensors")); },
+               {"model_type \"llama\": expected \"qwen3_5_text\"", "or lat's own export (with 'lat_config')"});
+  write_bytes(path("out/config.json"), R"({"hidden_size": 16})");
   expect_error([&] { lat::load_model_weights(path("out/fewer.safetensors")); }, {"no string 'lat_config'"});
 }
 

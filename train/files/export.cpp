@@ -17,6 +17,7 @@
 #include "train/files/hf_config.h"
 #include "train/files/hf_export.h"
 #include "train/files/model_reader.h"
+#include "train/files/run_dir.h"
 #include "train/files/safetensors.h"
 #include "train/files/tokenizer_files.h"
 #include "train/files/trained_model.h"
@@ -124,6 +125,24 @@ void write_check_logits(const std::string& export_file, const std::vector<int64_
   written.push_back(path);
 }
 
+/// --out may be new, empty or an earlier export, but neither the directory the model is read
+/// from (the export would overwrite its own input: an HF directory exported over itself, a
+/// model.h5 by --format h5-weights) nor a run directory (it would then hold two models: lat's
+/// --checkpoint reads the run's newest checkpoint, other tools the export beside it).
+void check_out_dir(const std::string& out_dir, const ModelWeights& w) {
+  std::error_code ec;
+  const fs::path out(out_dir);
+  if (!fs::is_directory(out, ec)) return;  // created, or create_directories names the problem
+  const fs::path input = fs::path(w.path).parent_path();
+  if (fs::equivalent(out, input.empty() ? fs::path(".") : input, ec))
+    throw ConfigError("export: --out '" + out_dir + "' is the directory of the model being exported ('" + w.path +
+                      "'): expected another directory (the export would overwrite its input)");
+  if (!list_checkpoints(out_dir).checkpoints.empty() || fs::exists(out / "latest", ec))
+    throw ConfigError("export: --out '" + out_dir + "' is a run directory (it holds checkpoints): expected another "
+                      "directory, e.g. '" + (out / "export").string() +
+                      "' (lat would read the run there, other tools the export)");
+}
+
 }  // namespace
 
 std::vector<std::string> export_model(const ExportOptions& options) {
@@ -141,6 +160,7 @@ std::vector<std::string> export_model(const ExportOptions& options) {
   // Every tensor present with its config's shape, and nothing else.
   const int64_t vocab_size = model_from_weights(w)->vocab_size();
   if (options.format == "hf") check_hf_expressible(config.model);  // before any file is written
+  check_out_dir(options.out_dir, w);
   for (int64_t id : options.check_tokens)  // before any file is written
     if (id < 0 || id >= vocab_size)
       throw ConfigError("export: --check-tokens: id " + std::to_string(id) + " is outside the vocabulary [0, " +

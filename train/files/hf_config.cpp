@@ -8,6 +8,7 @@
 
 #include "lat/error.h"
 #include "layers/swiglu.h"
+#include "train/config/suggest.h"
 #include "train/files/json_file.h"
 #include "train/text/format.h"
 
@@ -46,15 +47,20 @@ class HfConfigReader {
 
   /// The integer `key` (>= 1); `fallback` when absent, or a problem when there is none.
   int64_t positive_int(const std::string& key, std::optional<int64_t> fallback = std::nullopt) {
+    return read_positive_int(key, fallback).value_or(1);
+  }
+
+  /// positive_int, but nullopt (and a problem) when neither the value nor a fallback is usable.
+  std::optional<int64_t> read_positive_int(const std::string& key, std::optional<int64_t> fallback = std::nullopt) {
     used_.insert(key);
     if (!config_.contains(key)) {
       if (!fallback) problems_.push_back(key + ": missing (a required dimension)");
-      return fallback.value_or(1);
+      return fallback;
     }
     const nlohmann::json& v = config_[key];
     if (!v.is_number_integer() || v.get<int64_t>() < 1) {
       problems_.push_back(key + ": expected an integer >= 1, got " + json_excerpt(v));
-      return 1;
+      return std::nullopt;
     }
     return v.get<int64_t>();
   }
@@ -96,11 +102,14 @@ class HfConfigReader {
   const nlohmann::json& value(const std::string& key) const { return config_[key]; }
   bool has(const std::string& key) const { return config_.contains(key); }
 
-  /// Throws one lat::Error naming every problem and every key neither read nor informational.
+  /// Throws one lat::Error naming every problem and every key neither read nor informational
+  /// (with the nearest known key: a typo would otherwise read as a missing dimension).
   void finish() {
+    std::vector<std::string> known(used_.begin(), used_.end());
+    known.insert(known.end(), informational_keys().begin(), informational_keys().end());
     for (const auto& [key, v] : config_.items()) {
       if (used_.count(key) != 0 || informational_keys().count(key) != 0 || key.rfind("mtp_", 0) == 0) continue;
-      problems_.push_back(key + ": " + json_excerpt(v) + " (a key lat does not know)");
+      problems_.push_back(key + ": " + json_excerpt(v) + " (a key lat does not know" + did_you_mean(key, known) + ")");
     }
     if (problems_.empty()) return;
     throw Error("load_model_weights: '" + path_ + "': keys lat cannot honour: " + join(problems_, "; "));
@@ -113,8 +122,10 @@ class HfConfigReader {
   std::vector<std::string> problems_;
 };
 
-/// model.layers from layer_types (or, when absent, transformers' full_attention_interval rule).
-std::string read_layer_types(HfConfigReader& r, int64_t n_layers) {
+/// model.layers from layer_types (or, when absent, transformers' full_attention_interval rule);
+/// layer_types' length is checked only against a num_hidden_layers that was read.
+std::string read_layer_types(HfConfigReader& r, std::optional<int64_t> read_n_layers) {
+  const int64_t n_layers = read_n_layers.value_or(1);
   std::vector<std::string> kinds;
   r.use("layer_types");
   r.use("full_attention_interval");
@@ -138,7 +149,7 @@ std::string read_layer_types(HfConfigReader& r, int64_t n_layers) {
     r.problem("layer_types: expected a list, got " + json_excerpt(types));
     return "gdn";
   }
-  if (static_cast<int64_t>(types.size()) != n_layers)
+  if (read_n_layers && static_cast<int64_t>(types.size()) != n_layers)
     r.problem("layer_types: expected num_hidden_layers (" + std::to_string(n_layers) + ") entries, got " +
               std::to_string(types.size()));
   for (size_t i = 0; i < types.size(); ++i) {
@@ -266,10 +277,11 @@ ModelConfig model_config_from_hf(const nlohmann::json& config, const std::string
   HfConfigReader r(config, path);
   ModelConfig m;
   m.d_model = r.positive_int("hidden_size");
-  m.n_layers = r.positive_int("num_hidden_layers");
+  const std::optional<int64_t> n_layers = r.read_positive_int("num_hidden_layers");
+  m.n_layers = n_layers.value_or(1);
   m.vocab_size = r.positive_int("vocab_size");
   m.intermediate_size = r.positive_int("intermediate_size");
-  m.layers = read_layer_types(r, m.n_layers);
+  m.layers = read_layer_types(r, n_layers);
   m.n_heads = r.positive_int("linear_num_key_heads");
   m.head_dim = r.positive_int("linear_key_head_dim");
   m.linear.n_v_heads = r.positive_int("linear_num_value_heads");
