@@ -96,6 +96,23 @@ TEST_F(HfNewUserTest, ExportIntoARunDirectoryIsRefusedAndWritesNothing) {
   EXPECT_EQ(lat::load_model_weights(path("run/export")).format, lat::ModelFormat::hf);
 }
 
+TEST_F(HfNewUserTest, ExportIntoADirectoryOfOtherFilesIsRefusedAndWritesNothing) {
+  save_model("run/ckpt_00000001.h5");
+  std::filesystem::create_directories(path("notes"));
+  write("notes/todo.txt", "keep me\n");
+  const std::map<std::string, std::string> before = files_of(path("notes"));
+  for (const char* format : {"hf", "safetensors"}) {
+    SCOPED_TRACE(format);
+    expect_error<lat::ConfigError>([&] { lat::export_model({path("run"), format, path("notes"), "f32", {}}); },
+                                   {"export: --out '" + path("notes") + "' holds other files and no earlier export "
+                                    "(no config.json): expected a new or empty directory or an earlier export"});
+    EXPECT_EQ(files_of(path("notes")), before);
+  }
+  std::filesystem::create_directories(path("empty"));
+  lat::export_model({path("run"), "hf", path("empty"), "f32", {}});
+  EXPECT_EQ(lat::load_model_weights(path("empty")).format, lat::ModelFormat::hf);
+}
+
 TEST_F(HfNewUserTest, AMisspeltKeyIsNamedWithTheNearestKnownOneAndNoFollowOnError) {
   nlohmann::json j = lat::hf_config_json(model_config(kShape).model, 11, lat::SafetensorsDType::f32);
   j["num_hiden_layers"] = j["num_hidden_layers"];

@@ -125,7 +125,7 @@ void write_check_logits(const std::string& export_file, const std::vector<int64_
   written.push_back(path);
 }
 
-/// --out may be new, empty or an earlier export, but neither the directory the model is read
+/// --out may be new, empty or an earlier export (it has a config.json), but neither the directory the model is read
 /// from (the export would overwrite its own input: an HF directory exported over itself, a
 /// model.h5 by --format h5-weights) nor a run directory (it would then hold two models: lat's
 /// --checkpoint reads the run's newest checkpoint, other tools the export beside it).
@@ -141,6 +141,11 @@ void check_out_dir(const std::string& out_dir, const ModelWeights& w) {
     throw ConfigError("export: --out '" + out_dir + "' is a run directory (it holds checkpoints): expected another "
                       "directory, e.g. '" + (out / "export").string() +
                       "' (lat would read the run there, other tools the export)");
+  // Anything else already there would be overwritten file by file or left beside the export.
+  const bool empty = fs::directory_iterator(out, ec) == fs::directory_iterator();
+  if (!empty && !fs::exists(out / kConfigFile, ec))
+    throw ConfigError("export: --out '" + out_dir + "' holds other files and no earlier export (no " +
+                      std::string(kConfigFile) + "): expected a new or empty directory or an earlier export");
 }
 
 }  // namespace
