@@ -514,3 +514,23 @@ TEST(Config, LayerMixersRepeatThePattern) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(Config, ModelKeysDifferingNamesEachModelKeyWithBothValues) {
+  const lat::Config init = lat::parse_config(
+      "data.path: c.txt\nmodel:\n  layers: gdn,attn\n  attn: {n_heads: 8, output_gate: true}\n  norm_eps: 1.0e-5\n",
+      "init.yaml");
+  const lat::Config now =
+      lat::parse_config("data.path: other.txt\nmodel.layers: gdn,gdn,gdn,attn\ntrain.lr: 0.01\n", "run.yaml");
+  // data.* and train.* are not the model's; resolved keys (attn.n_kv_heads) follow attn.n_heads.
+  EXPECT_EQ(lat::model_keys_differing(init, now),
+            (std::vector<std::string>{"model.layers: 'gdn,attn' (init_from) vs 'gdn,gdn,gdn,attn' (this run)",
+                                      "model.norm_eps: 1e-05 (init_from) vs 1e-06 (this run)",
+                                      "model.attn.n_heads: 8 (init_from) vs 4 (this run)",
+                                      "model.attn.n_kv_heads: 8 (init_from) vs 4 (this run)",
+                                      "model.attn.output_gate: true (init_from) vs false (this run)"}));
+  EXPECT_TRUE(lat::model_keys_differing(now, now).empty());
+}
+
+}  // namespace

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <optional>
 #include <sstream>
+#include <type_traits>
 #include <variant>
 
 #include <yaml-cpp/yaml.h>
@@ -14,6 +15,7 @@
 #include "train/config/loader.h"
 #include "train/config/schema.h"
 #include "train/config/validate.h"
+#include "train/text/format.h"
 
 namespace lat {
 namespace {
@@ -77,6 +79,35 @@ std::vector<std::string> resume_incompatible_keys(const Config& saved, const Con
     if (!same) keys.push_back(key);
   }
   return keys;
+}
+
+std::vector<std::string> model_keys_differing(const Config& init, const Config& now) {
+  Config a = init, b = now;
+  std::vector<std::string> differences;
+  for (const KeySpec& spec : schema()) {
+    const std::string key = spec.key;
+    if (key.rfind("model.", 0) != 0) continue;
+    FieldPtr fb = spec.field(b);
+    std::visit(
+        [&](auto* va) {
+          auto* vb = std::get<decltype(va)>(fb);
+          if (*va == *vb) return;
+          using T = std::remove_pointer_t<decltype(va)>;
+          if constexpr (std::is_same_v<T, int64_t> || std::is_same_v<T, double>) {
+            differences.push_back(key + ": " + format_significant(static_cast<double>(*va)) + " (init_from) vs " +
+                                  format_significant(static_cast<double>(*vb)) + " (this run)");
+          } else if constexpr (std::is_same_v<T, bool>) {
+            differences.push_back(key + ": " + (*va ? "true" : "false") + " (init_from) vs " +
+                                  (*vb ? "true" : "false") + " (this run)");
+          } else if constexpr (std::is_same_v<T, std::string>) {
+            differences.push_back(key + ": '" + *va + "' (init_from) vs '" + *vb + "' (this run)");
+          } else {
+            differences.push_back(key);
+          }
+        },
+        spec.field(a));
+  }
+  return differences;
 }
 
 }  // namespace lat

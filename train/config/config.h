@@ -36,4 +36,8 @@ std::string to_yaml(const Config& config);
 /// and train.seed. Empty when resuming is allowed. In schema order.
 std::vector<std::string> resume_incompatible_keys(const Config& saved, const Config& now);
 
+/// "key: A (init_from) vs B (this run)" for each model.* key whose value differs between
+/// `init` (a model's stored config) and `now`, in schema order; the values as YAML scalars.
+std::vector<std::string> model_keys_differing(const Config& init, const Config& now);
+
 }  // namespace lat

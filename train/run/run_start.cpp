@@ -143,7 +143,17 @@ int64_t Run::load_training_data(const std::optional<Tokenizer>& tokenizer) {
 Run::ModelSetup Run::build_model(int64_t vocab_size, const std::optional<ModelWeights>& init) {
   ModelSetup setup;
   model_ = std::make_unique<HybridLM>(hybrid_lm_config(config_.model, vocab_size), gen_);
-  if (init) setup.init_report = init_from_weights(*model_, *init, config_.init_from_strict);
+  if (init) {
+    try {
+      setup.init_report = init_from_weights(*model_, *init, config_.init_from_strict);
+    } catch (const Error& e) {
+      // The shapes alone do not say which key to change: name the model.* keys that differ.
+      const std::vector<std::string> differ = model_keys_differing(init->config, config_);
+      if (differ.empty()) throw;
+      throw Error(std::string(e.what()) + "; model.* keys that differ from init_from's: " + join(differ, ", ") +
+                  " (`lat info " + config_.init_from + "` prints its model keys)");
+    }
+  }
   // Frozen parameters keep no gradient and get no optimizer state.
   frozen_ = frozen_names(model_->named_parameters(), config_.freeze);
   const std::vector<NamedTensor> trainable = freeze_parameters(model_->named_parameters(), frozen_);
