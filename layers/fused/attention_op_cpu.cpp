@@ -114,26 +114,11 @@ void tile_gemm(const S* a, int64_t lda, const S* b, int64_t ldb, int64_t K, int6
     micro_kernel(a, lda, b + c0, ldb, K, rows, out + c0, ldo, accumulate);
 }
 
-// max and sum of a full score row x[0:kBc], lane-parallel (a plain loop stays scalar:
-// without -ffast-math the compiler may not reorder float max and +).
-template <class S>
-S row_max(const S* x) {
-  using V = typename Simd<S>::V;
-  constexpr int64_t L = sizeof(V) / sizeof(S);
-  V m;
-  std::memcpy(&m, x, sizeof(V));
-  for (int64_t j = L; j < kBc; j += L) {
-    V v;
-    std::memcpy(&v, x + j, sizeof(V));
-    m = v > m ? v : m;
-  }
-  S out = m[0];
-  for (int64_t i = 1; i < L; ++i) out = std::max(out, m[i]);
-  return out;
-}
-
-template <class S>
-S row_sum(const S* x) {
+// op (max or +) over a full score row x[0:kBc], lane-parallel (a plain loop stays scalar:
+// without -ffast-math the compiler may not reorder float max and +). op takes and returns
+// both vectors and scalars.
+template <class S, class Op>
+S row_reduce(const S* x, Op op) {
   using V = typename Simd<S>::V;
   constexpr int64_t L = sizeof(V) / sizeof(S);
   V acc;
@@ -141,11 +126,22 @@ S row_sum(const S* x) {
   for (int64_t j = L; j < kBc; j += L) {
     V v;
     std::memcpy(&v, x + j, sizeof(V));
-    acc += v;
+    acc = op(acc, v);
   }
-  S out = 0;
-  for (int64_t i = 0; i < L; ++i) out += acc[i];
+  S out = acc[0];
+  for (int64_t i = 1; i < L; ++i) out = op(out, acc[i]);
   return out;
+}
+
+// m < v ? v : m, as std::max(m, v) (the order decides which of two equal zeros is kept).
+template <class S>
+S row_max(const S* x) {
+  return row_reduce(x, [](auto m, auto v) { return v > m ? v : m; });
+}
+
+template <class S>
+S row_sum(const S* x) {
+  return row_reduce(x, [](auto acc, auto v) { return acc + v; });
 }
 
 // dst[d * kBc + c] = rows[c][d] for c < count, zero for count <= c < kBc (a transposed tile).

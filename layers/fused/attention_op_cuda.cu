@@ -342,14 +342,17 @@ KernelArgs kernel_args(const Args& a) {
           a.q_offset, a.window, a.scale};
 }
 
-template <class Kernel>
-void allow_shared_memory(Kernel kernel, size_t bytes) {
-  if (bytes > 48 * 1024)
-    LAT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-}
-
-dim3 tiles_grid(int64_t n, int64_t heads, int64_t batch) {
-  return dim3(static_cast<unsigned>((n + kT - 1) / kT), static_cast<unsigned>(heads), static_cast<unsigned>(batch));
+// Launches a tile kernel on `stream`: a grid of (64-row tiles of n, heads, batch) blocks,
+// each with `tiles` shared 64 x 64 tiles (above 48 KiB only once the kernel is allowed more).
+template <class... Params, class... Args>
+void launch_tiles(void (*kernel)(Params...), int tiles, int64_t n, int64_t heads, int64_t batch, cudaStream_t stream,
+                  Args... args) {
+  const size_t smem = tiles * tile::kTileBytes;
+  if (smem > 48 * 1024)
+    LAT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  const dim3 grid(static_cast<unsigned>((n + kT - 1) / kT), static_cast<unsigned>(heads), static_cast<unsigned>(batch));
+  kernel<<<grid, tile::kThreads, smem, stream>>>(args...);
+  LAT_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
@@ -357,10 +360,7 @@ dim3 tiles_grid(int64_t n, int64_t heads, int64_t batch) {
 void forward(const Args& a, float* o, float* lse) {
   const KernelArgs k = kernel_args(a);
   lat::cuda::DeviceGuard guard(a.device);
-  const size_t smem = 2 * tile::kTileBytes;
-  allow_shared_memory(forward_kernel, smem);
-  forward_kernel<<<tiles_grid(a.Tq, a.H, a.B), tile::kThreads, smem, lat::cuda::current_stream(a.device)>>>(k, o, lse);
-  LAT_CUDA_CHECK_LAUNCH();
+  launch_tiles(forward_kernel, 2, a.Tq, a.H, a.B, lat::cuda::current_stream(a.device), k, o, lse);
 }
 
 void backward(const Args& a, const float* o, const float* lse, const float* do_, float* dq, float* dk, float* dv) {
@@ -373,13 +373,8 @@ void backward(const Args& a, const float* o, const float* lse, const float* do_,
       static_cast<unsigned>(std::clamp<int64_t>((rows + 7) / 8, 1, int64_t{1} << 20));  // 8 warps per block
   delta_kernel<<<delta_blocks, lat::cuda::kBlock, 0, stream>>>(o, do_, a.B, a.Tq, a.H, a.Dv, delta);
   LAT_CUDA_CHECK_LAUNCH();
-  const size_t smem_q = 2 * tile::kTileBytes, smem_kv = 4 * tile::kTileBytes;
-  allow_shared_memory(dq_kernel, smem_q);
-  allow_shared_memory(dkv_kernel, smem_kv);
-  dq_kernel<<<tiles_grid(a.Tq, a.H, a.B), tile::kThreads, smem_q, stream>>>(k, do_, lse, delta, dq);
-  LAT_CUDA_CHECK_LAUNCH();
-  dkv_kernel<<<tiles_grid(a.Tk, a.Hkv, a.B), tile::kThreads, smem_kv, stream>>>(k, do_, lse, delta, dk, dv);
-  LAT_CUDA_CHECK_LAUNCH();
+  launch_tiles(dq_kernel, 2, a.Tq, a.H, a.B, stream, k, do_, lse, delta, dq);
+  launch_tiles(dkv_kernel, 4, a.Tk, a.Hkv, a.B, stream, k, do_, lse, delta, dk, dv);
   lat::cuda::release(delta, a.device);
 }
 

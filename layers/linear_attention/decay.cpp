@@ -1,5 +1,5 @@
-// run_decay and run_decay_step (decay.h): the decayed family's argument checks, the one
-// switch over forms and backends, and the one tape node.
+// run_decay and run_decay_step (decay.h): the decayed family's argument checks, its kernels
+// for the span loops and the backend switch of per_sequence.h, and the one tape node.
 #include "layers/linear_attention/decay.h"
 
 #include <memory>
@@ -7,32 +7,27 @@
 
 #include "lat/tape.h"
 #include "layers/linear_attention/decay_kernels.h"
+#include "layers/linear_attention/per_sequence.h"
 
 namespace lat::linear_attention {
 namespace {
 
-// The one switch over forms and backends. fused_recurrent has CPU kernels only (its ops
-// accept CPU tensors only); a CUDA tensor exists only in a lat built with CUDA.
-std::shared_ptr<const DecaySaved> forward(Form form, [[maybe_unused]] const Device& device, const DecayParams& p,
-                                          float* o, float* ht, bool save) {
-  if (form == Form::fused_recurrent) return fused_recurrent_decay_forward_cpu(p, o, ht, save);
+// The decayed family's kernels and layouts for the span loops (per_sequence.h).
+struct Decay {
+  using Params = DecayParams;
+  using Saved = DecaySaved;
+  using Grads = DecayGrads;
+  static constexpr Kernels<Params, Saved, Grads> chunk_cpu{chunk_decay_forward_cpu, chunk_decay_backward_cpu};
+  static constexpr Kernels<Params, Saved, Grads> fused_recurrent_cpu{fused_recurrent_decay_forward_cpu,
+                                                                     fused_recurrent_decay_backward_cpu};
 #ifdef LAT_WITH_CUDA
-  if (device.is_cuda()) return chunk_decay_forward_cuda(p, o, ht, save);
+  static constexpr Kernels<Params, Saved, Grads> chunk_cuda{chunk_decay_forward_cuda, chunk_decay_backward_cuda};
 #endif
-  return chunk_decay_forward_cpu(p, o, ht, save);
-}
-
-void backward(Form form, [[maybe_unused]] const Device& device, const DecayParams& p, const DecaySaved& saved,
-              const float* d_o, const float* dht, const DecayGrads& grads) {
-  if (form == Form::fused_recurrent)
-    fused_recurrent_decay_backward_cpu(p, saved, d_o, dht, grads);
-#ifdef LAT_WITH_CUDA
-  else if (device.is_cuda())
-    chunk_decay_backward_cuda(p, saved, d_o, dht, grads);
-#endif
-  else
-    chunk_decay_backward_cpu(p, saved, d_o, dht, grads);
-}
+  static int64_t state_v(const Params& p) { return p.Vs(); }
+  // g and dg are the family's only per-token inputs and gradients.
+  static void offset_rows(Params&, int64_t) {}
+  static void offset_rows(Grads&, int64_t) {}
+};
 
 // The params of a call; T = 1 for a decoding step, whose tensors have no T axis.
 DecayParams params_of(const DecayInputs& in, const DecayOptions& options, int64_t T) {
@@ -45,26 +40,6 @@ DecayParams params_of(const DecayInputs& in, const DecayOptions& options, int64_
   p.normalize = options.normalize;
   p.device = in.q.device().index;
   return p;
-}
-
-// Where span s starts in each layout, in floats: [B, T, H, K] (q, k and their gradients),
-// [B, T, H, V] (v, o), [B, T, H] (g) and the states [states, H, K, Vs]. All 0 for the
-// whole call.
-struct SpanOffsets {
-  int64_t k, v, row, state;
-  SpanOffsets(const DecayParams& p, const Span& s)
-      : k(s.t0 * p.H * p.K), v(s.t0 * p.H * p.V), row(s.t0 * p.H), state(s.n * p.H * p.K * p.Vs()) {}
-};
-
-// The params of span s: its T and pointers to its first token and its initial state (p
-// itself for the whole call).
-DecayParams span_params(const DecayParams& p, const Span& s) {
-  const SpanOffsets at(p, s);
-  DecayParams r = p;
-  r.q = p.q + at.k, r.k = p.k + at.k, r.v = p.v + at.v;
-  r.g = offset_or_null(p.g, at.row), r.h0 = offset_or_null(p.h0, at.state);
-  r.T = s.t1 - s.t0;
-  return r;
 }
 
 }  // namespace
@@ -85,12 +60,8 @@ LinearAttentionOutput run_decay(const char* op, Form form, const DecayInputs& in
   Tensor o = Tensor::empty({p.B, p.T, p.H, p.V}, DType::f32, device);
   Tensor final_state = options.output_final_state ? Tensor::empty({spans.states, p.H, p.K, p.Vs()}, DType::f32, device)
                                                   : Tensor();
-  std::vector<std::shared_ptr<const DecaySaved>> saved;
-  for (const Span& s : spans.spans) {
-    const SpanOffsets at(p, s);
-    saved.push_back(forward(form, device, span_params(p, s), o.data<float>() + at.v,
-                            offset_or_null(data_or_null(final_state), at.state), grad));
-  }
+  std::vector<std::shared_ptr<const DecaySaved>> saved = forward_spans<Decay>(
+      form, device, p, spans.spans, o.data<float>(), data_or_null(final_state), grad);
   if (!grad) return {o, final_state};
 
   std::vector<Tensor> outputs{o};
@@ -105,13 +76,9 @@ LinearAttentionOutput run_decay(const char* op, Form form, const DecayInputs& in
            Tensor dg = p.g ? Tensor::empty({p.B, p.T, p.H}, DType::f32, device) : Tensor();
            Tensor dh0 = p.h0 ? Tensor::empty({states, p.H, p.K, p.Vs()}, DType::f32, device) : Tensor();
            const float* dht = grad_outputs.size() > 1 ? grad_outputs[1].data<float>() : nullptr;
-           for (size_t i = 0; i < spans.size(); ++i) {
-             const SpanOffsets at(p, spans[i]);
-             backward(form, device, span_params(p, spans[i]), *saved[i], grad_outputs[0].data<float>() + at.v,
-                      offset_or_null(dht, at.state),
-                      {dq.data<float>() + at.k, dk.data<float>() + at.k, dv.data<float>() + at.v,
-                       offset_or_null(data_or_null(dg), at.row), offset_or_null(data_or_null(dh0), at.state)});
-           }
+           backward_spans<Decay>(
+               form, device, p, spans, saved, grad_outputs[0].data<float>(), dht,
+               {dq.data<float>(), dk.data<float>(), dv.data<float>(), data_or_null(dg), data_or_null(dh0)});
            return std::vector<Tensor>{dq, dk, dv, dg, dh0};
          });
   return {o, final_state};

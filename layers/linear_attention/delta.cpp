@@ -1,5 +1,5 @@
-// run_delta and run_delta_step (delta.h): the delta-rule family's argument checks, the one
-// switch over forms and backends, and the one tape node.
+// run_delta and run_delta_step (delta.h): the delta-rule family's argument checks, its kernels
+// for the span loops and the backend switch of per_sequence.h, and the one tape node.
 #include "layers/linear_attention/delta.h"
 
 #include <memory>
@@ -7,32 +7,26 @@
 
 #include "lat/tape.h"
 #include "layers/linear_attention/delta_kernels.h"
+#include "layers/linear_attention/per_sequence.h"
 
 namespace lat::linear_attention {
 namespace {
 
-// The one switch over forms and backends. fused_recurrent has CPU kernels only (its ops
-// accept CPU tensors only); a CUDA tensor exists only in a lat built with CUDA.
-std::shared_ptr<const DeltaSaved> forward(Form form, [[maybe_unused]] const Device& device, const DeltaParams& p,
-                                          float* o, float* ht, bool save) {
-  if (form == Form::fused_recurrent) return fused_recurrent_delta_forward_cpu(p, o, ht, save);
+// The delta-rule family's kernels and layouts for the span loops (per_sequence.h).
+struct Delta {
+  using Params = DeltaParams;
+  using Saved = DeltaSaved;
+  using Grads = DeltaGrads;
+  static constexpr Kernels<Params, Saved, Grads> chunk_cpu{chunk_delta_forward_cpu, chunk_delta_backward_cpu};
+  static constexpr Kernels<Params, Saved, Grads> fused_recurrent_cpu{fused_recurrent_delta_forward_cpu,
+                                                                     fused_recurrent_delta_backward_cpu};
 #ifdef LAT_WITH_CUDA
-  if (device.is_cuda()) return chunk_delta_forward_cuda(p, o, ht, save);
+  static constexpr Kernels<Params, Saved, Grads> chunk_cuda{chunk_delta_forward_cuda, chunk_delta_backward_cuda};
 #endif
-  return chunk_delta_forward_cpu(p, o, ht, save);
-}
-
-void backward(Form form, [[maybe_unused]] const Device& device, const DeltaParams& p, const DeltaSaved& saved,
-              const float* d_o, const float* dht, const DeltaGrads& grads) {
-  if (form == Form::fused_recurrent)
-    fused_recurrent_delta_backward_cpu(p, saved, d_o, dht, grads);
-#ifdef LAT_WITH_CUDA
-  else if (device.is_cuda())
-    chunk_delta_backward_cuda(p, saved, d_o, dht, grads);
-#endif
-  else
-    chunk_delta_backward_cpu(p, saved, d_o, dht, grads);
-}
+  static int64_t state_v(const Params& p) { return p.V; }
+  static void offset_rows(Params& p, int64_t row) { p.beta += row; }
+  static void offset_rows(Grads& g, int64_t row) { g.dbeta += row; }
+};
 
 // The params of a call; T = 1 for a decoding step, whose tensors have no T axis.
 DeltaParams params_of(const DeltaInputs& in, const DeltaOptions& options, int64_t T) {
@@ -45,26 +39,6 @@ DeltaParams params_of(const DeltaInputs& in, const DeltaOptions& options, int64_
   p.use_qk_l2norm_in_kernel = options.use_qk_l2norm_in_kernel;
   p.device = in.q.device().index;
   return p;
-}
-
-// Where span s starts in each layout, in floats: [B, T, H, K] (q, k and their gradients),
-// [B, T, H, V] (v, o), [B, T, H] (g, beta) and the states [states, H, K, V]. All 0 for
-// the whole call.
-struct SpanOffsets {
-  int64_t k, v, row, state;
-  SpanOffsets(const DeltaParams& p, const Span& s)
-      : k(s.t0 * p.H * p.K), v(s.t0 * p.H * p.V), row(s.t0 * p.H), state(s.n * p.H * p.K * p.V) {}
-};
-
-// The params of span s: its T and pointers to its first token and its initial state (p
-// itself for the whole call).
-DeltaParams span_params(const DeltaParams& p, const Span& s) {
-  const SpanOffsets at(p, s);
-  DeltaParams r = p;
-  r.q = p.q + at.k, r.k = p.k + at.k, r.v = p.v + at.v;
-  r.g = offset_or_null(p.g, at.row), r.beta = p.beta + at.row, r.h0 = offset_or_null(p.h0, at.state);
-  r.T = s.t1 - s.t0;
-  return r;
 }
 
 }  // namespace
@@ -86,12 +60,8 @@ LinearAttentionOutput run_delta(const char* op, Form form, const DeltaInputs& in
   Tensor o = Tensor::empty({p.B, p.T, p.H, p.V}, DType::f32, device);
   Tensor final_state = options.output_final_state ? Tensor::empty({spans.states, p.H, p.K, p.V}, DType::f32, device)
                                                   : Tensor();
-  std::vector<std::shared_ptr<const DeltaSaved>> saved;
-  for (const Span& s : spans.spans) {
-    const SpanOffsets at(p, s);
-    saved.push_back(forward(form, device, span_params(p, s), o.data<float>() + at.v,
-                            offset_or_null(data_or_null(final_state), at.state), grad));
-  }
+  std::vector<std::shared_ptr<const DeltaSaved>> saved = forward_spans<Delta>(
+      form, device, p, spans.spans, o.data<float>(), data_or_null(final_state), grad);
   if (!grad) return {o, final_state};
 
   std::vector<Tensor> outputs{o};
@@ -107,14 +77,9 @@ LinearAttentionOutput run_delta(const char* op, Form form, const DeltaInputs& in
            Tensor dbeta = Tensor::empty({p.B, p.T, p.H}, DType::f32, device);
            Tensor dh0 = p.h0 ? Tensor::empty({states, p.H, p.K, p.V}, DType::f32, device) : Tensor();
            const float* dht = grad_outputs.size() > 1 ? grad_outputs[1].data<float>() : nullptr;
-           for (size_t i = 0; i < spans.size(); ++i) {
-             const SpanOffsets at(p, spans[i]);
-             backward(form, device, span_params(p, spans[i]), *saved[i], grad_outputs[0].data<float>() + at.v,
-                      offset_or_null(dht, at.state),
-                      {dq.data<float>() + at.k, dk.data<float>() + at.k, dv.data<float>() + at.v,
-                       offset_or_null(data_or_null(dg), at.row), dbeta.data<float>() + at.row,
-                       offset_or_null(data_or_null(dh0), at.state)});
-           }
+           backward_spans<Delta>(form, device, p, spans, saved, grad_outputs[0].data<float>(), dht,
+                                 {dq.data<float>(), dk.data<float>(), dv.data<float>(), data_or_null(dg),
+                                  dbeta.data<float>(), data_or_null(dh0)});
            return std::vector<Tensor>{dq, dk, dv, dg, dbeta, dh0};
          });
   return {o, final_state};

@@ -9,7 +9,7 @@
 //
 // Every kernel takes one DeltaParams, whatever its backend: pointers in the API layout on
 // the params' device, output pointers it overwrites. delta.cpp is the one place that
-// allocates the outputs, picks the backend and records the tape node.
+// allocates the outputs and records the tape node; per_sequence.h picks the backend.
 //
 // Letters as in common.h.
 #pragma once
