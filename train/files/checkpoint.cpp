@@ -20,6 +20,7 @@
 #include "data/regular_file.h"
 #include "lat/version.h"
 #include "train/files/checksum.h"
+#include "train/files/json_file.h"
 
 namespace lat {
 namespace {
@@ -287,6 +288,9 @@ class CheckpointReader {
     if (!has_link(file_, "tokenizer")) fail("missing group 'tokenizer'");
     Hdf5Handle tokenizer(H5Gopen2(file_, "tokenizer", H5P_DEFAULT), H5Gclose, "cannot open group 'tokenizer'");
     ckpt.tokenizer_type = read_attr_string(tokenizer, "type", "/tokenizer");
+    // Another type would read as "none" (a model of token ids) and its text come out as ids.
+    if (ckpt.tokenizer_type != "char" && ckpt.tokenizer_type != "byte" && ckpt.tokenizer_type != "none")
+      fail("/tokenizer attribute 'type': expected char, byte or none, got '" + excerpt(ckpt.tokenizer_type) + "'");
     if (has_link(tokenizer, "vocab")) ckpt.tokenizer_vocab = read_string_dataset(tokenizer, "vocab");
   }
 
