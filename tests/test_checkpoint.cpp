@@ -475,6 +475,18 @@ TEST_F(CheckpointTest, AnUnknownTokenizerTypeIsAnErrorNamingTheFileAndTheType) {
   EXPECT_EQ(lat::load_checkpoint(path("none.h5")).tokenizer_type, "none");
 }
 
+// A char vocabulary that repeats a character gives two ids one meaning: refused where the file
+// is read, so the message names it.
+TEST_F(CheckpointTest, ACharVocabularyRepeatingACharacterIsAnErrorNamingTheFile) {
+  lat::Checkpoint c = sample_checkpoint();
+  c.tokenizer_vocab = "abca";
+  const std::string file_path = path("twice.h5");
+  lat::save_checkpoint(file_path, c);
+  expect_error([&] { lat::load_checkpoint(file_path, lat::CheckpointParts::weights_only); },
+               {"load_checkpoint: '" + file_path + "': /tokenizer/vocab: ",
+                "character 'a' (U+0061) appears twice (ids 0 and 3)"});
+}
+
 /// Deletes attribute `name` of every dataset under `group` and its subgroups.
 void delete_dataset_attributes(hid_t group, const char* name) {
   struct Visit {

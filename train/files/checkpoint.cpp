@@ -18,6 +18,7 @@
 #include "data/hdf5_dataset.h"
 #include "data/hdf5_errors.h"
 #include "data/regular_file.h"
+#include "data/tokenizer.h"
 #include "lat/version.h"
 #include "train/files/checksum.h"
 #include "train/files/json_file.h"
@@ -292,6 +293,13 @@ class CheckpointReader {
     if (ckpt.tokenizer_type != "char" && ckpt.tokenizer_type != "byte" && ckpt.tokenizer_type != "none")
       fail("/tokenizer attribute 'type': expected char, byte or none, got '" + excerpt(ckpt.tokenizer_type) + "'");
     if (has_link(tokenizer, "vocab")) ckpt.tokenizer_vocab = read_string_dataset(tokenizer, "vocab");
+    if (ckpt.tokenizer_type == "char") {
+      try {  // checked here, where the file is known: a repeated character gives two ids one meaning
+        Tokenizer::char_from_vocab(ckpt.tokenizer_vocab);
+      } catch (const Error& e) {
+        fail(std::string("/tokenizer/vocab: ") + e.what());
+      }
+    }
   }
 
   void read_model(Checkpoint& ckpt) {
