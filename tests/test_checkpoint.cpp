@@ -458,6 +458,35 @@ TEST_F(CheckpointTest, NewerVersionIsAnError) {
                {"checkpoint version 3 is newer than this lat supports (2)", file_path});
 }
 
+// A tokenizer type this lat does not know would otherwise read as a model trained on token
+// ids, and its text would come out as numbers.
+TEST_F(CheckpointTest, AnUnknownTokenizerTypeIsAnErrorNamingTheFileAndTheType) {
+  lat::Checkpoint c = sample_checkpoint();
+  c.tokenizer_type = "wordpiece";
+  const std::string file_path = path("wordpiece.h5");
+  lat::save_checkpoint(file_path, c);
+  for (lat::CheckpointParts parts : {lat::CheckpointParts::all, lat::CheckpointParts::weights_only})
+    expect_error([&] { lat::load_checkpoint(file_path, parts); },
+                 {"load_checkpoint: '" + file_path + "': /tokenizer attribute 'type'",
+                  "expected char, byte or none, got 'wordpiece'"});
+  c.tokenizer_type = "none";
+  c.tokenizer_vocab.clear();
+  lat::save_checkpoint(path("none.h5"), c);
+  EXPECT_EQ(lat::load_checkpoint(path("none.h5")).tokenizer_type, "none");
+}
+
+// A char vocabulary that repeats a character gives two ids one meaning: refused where the file
+// is read, so the message names it.
+TEST_F(CheckpointTest, ACharVocabularyRepeatingACharacterIsAnErrorNamingTheFile) {
+  lat::Checkpoint c = sample_checkpoint();
+  c.tokenizer_vocab = "abca";
+  const std::string file_path = path("twice.h5");
+  lat::save_checkpoint(file_path, c);
+  expect_error([&] { lat::load_checkpoint(file_path, lat::CheckpointParts::weights_only); },
+               {"load_checkpoint: '" + file_path + "': /tokenizer/vocab: ",
+                "character 'a' (U+0061) appears twice (ids 0 and 3)"});
+}
+
 /// Deletes attribute `name` of every dataset under `group` and its subgroups.
 void delete_dataset_attributes(hid_t group, const char* name) {
   struct Visit {

@@ -353,6 +353,32 @@ TEST_F(ExportTest, BrokenExportsAreNamed) {
   expect_error([&] { lat::load_model_weights(path("out/fewer.safetensors")); }, {"no string 'lat_config'"});
 }
 
+// The root attributes an export keeps in __metadata__ are held to the checkpoint reader's
+// bounds: a negative step or token count, or a world size below 1, is damage.
+TEST_F(ExportTest, OutOfRangeOrNonIntegerCountsInMetadataAreNamed) {
+  save("ckpt.h5", model_config(kHybrid));
+  lat::export_model({path("ckpt.h5"), "safetensors", path("out"), "f32", {}});
+  const std::string st = path("out/model.safetensors");
+  const lat::SafetensorsFile file = lat::load_safetensors(st);
+  const struct {
+    const char* key;
+    const char* value;
+    const char* expected;
+  } cases[] = {{"step", "-4", "expected an integer >= 0, got '-4'"},
+               {"tokens_seen", "-1", "expected an integer >= 0, got '-1'"},
+               {"tokens_seen", "1.5", "expected an integer, got '1.5'"},
+               {"world_size", "0", "expected an integer >= 1, got '0'"}};
+  for (const auto& c : cases) {
+    std::map<std::string, std::string> metadata = file.metadata;
+    metadata[c.key] = c.value;
+    lat::save_safetensors(st, file.tensors, lat::SafetensorsDType::f32, metadata);
+    expect_error([&] { lat::load_model_weights(st); },
+                 {"load_model_weights: '" + st + "': __metadata__ '" + c.key + "': " + c.expected});
+  }
+  lat::save_safetensors(st, file.tensors, lat::SafetensorsDType::f32, file.metadata);
+  EXPECT_EQ(lat::load_model_weights(st).checkpoint.step, 7);
+}
+
 /// The stored checksums of the safetensors file `bytes` and each tensor's CRC-32 recomputed
 /// over its bytes as they lie in the data section.
 struct StoredChecksums {

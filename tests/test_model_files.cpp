@@ -3,6 +3,7 @@
 // the config asks for against the tensors that hold them, the tokenizer against the
 // embeddings, a tied config beside an lm_head, finite weights; and `lat generate`, `eval` and
 // `info` on such files exit 1 or 2 with one error line, leaving the files as they were.
+#include <omp.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 #include <initializer_list>
 #include <limits>
 #include <map>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -19,6 +21,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "lat/ops.h"
 #include "layers/hybrid_lm.h"
 #include "layers/swiglu.h"
 #include "tests/expect_error.h"
@@ -30,6 +33,7 @@
 #include "train/files/safetensors.h"
 #include "train/files/trained_model.h"
 #include "train/inference/eval.h"
+#include "train/inference/generate.h"
 #include "train/inference/info.h"
 
 namespace fs = std::filesystem;
@@ -399,6 +403,28 @@ TEST_F(ModelFilesTest, NanOrInfInAWeightIsAnErrorNamingTheTensor) {
     EXPECT_EQ(expect_error([&] { lat::load_model_weights(st); }, {expected}), expected);
     expect_every_command_fails(st, 1, {expected});
   }
+}
+
+// The stored train.threads sized the training machine: generate and eval use this machine's
+// cores, so a checkpoint trained with 1024 threads does not start 1024 here.
+TEST_F(ModelFilesTest, InferenceUsesThisMachinesCoresNotTheStoredThreadCount) {
+  const std::string ckpt = save("threads.h5", tiny_checkpoint(edited([](lat::Config& c) { c.train.threads = 1024; })));
+  std::string text;
+  for (int i = 0; i < 300; ++i) text += kVocab;  // a val split of one 256-token window and more
+  std::ofstream(dir_ / "val.txt") << text;
+
+  lat::set_num_threads(1);
+  lat::evaluate_checkpoint(ckpt, path("val.txt"));
+  EXPECT_EQ(lat::get_num_threads(), omp_get_num_procs()) << "eval";
+
+  lat::set_num_threads(1);
+  lat::GenerateOptions o;
+  o.checkpoint = ckpt;
+  o.prompt = "abc";
+  o.max_new_tokens = 2;
+  std::ostringstream out;
+  lat::generate(o, out);
+  EXPECT_EQ(lat::get_num_threads(), omp_get_num_procs()) << "generate";
 }
 
 TEST_F(ModelFilesTest, EvalOfFiniteWeightsWhoseLogitsOverflowIsAnError) {

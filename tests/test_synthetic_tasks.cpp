@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <numbers>
 #include <regex>
 #include <set>
 #include <source_location>
@@ -360,6 +361,31 @@ TEST_F(TaskRunTest, TrainingResumesExactlyAndCountsOnlyAnswers) {
   const int64_t tokens = nlohmann::json::parse(first)["tokens_seen"].get<int64_t>();
   EXPECT_GE(tokens, 8);
   EXPECT_LE(tokens, 16);
+}
+
+// Bits per character mean nothing for answer tokens of a synthetic task: its eval lines give
+// the loss alone, while metrics.jsonl keeps val_bpc (DESIGN.md's keys).
+TEST_F(TaskRunTest, EvalLogLinesGiveTheLossWithoutBitsPerCharacter) {
+  std::FILE* log = std::fopen(path("log").c_str(), "w");
+  ASSERT_NE(log, nullptr);
+  TrainOptions options;
+  options.log = log;
+  options.live_progress = false;
+  train(config(), options);
+  std::fclose(log);
+  const std::string text = lat::testing::read_bytes(path("log"));
+  EXPECT_TRUE(std::regex_search(text, std::regex("step 3: val loss [0-9.]+ \\(2 batches\\)\n"))) << text;
+  EXPECT_TRUE(std::regex_search(text, std::regex("step 6: val loss [0-9.]+ \\(2 batches\\)\n"))) << text;
+  EXPECT_EQ(text.find("bpc"), std::string::npos) << text;
+  std::ifstream in(dir_ / "run" / "metrics.jsonl");
+  int evals = 0;
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json r = nlohmann::json::parse(line);
+    if (!r.contains("val_loss")) continue;
+    ++evals;
+    EXPECT_DOUBLE_EQ(r["val_bpc"].get<double>(), r["val_loss"].get<double>() / std::numbers::ln2);
+  }
+  EXPECT_EQ(evals, 2);
 }
 
 TEST_F(TaskRunTest, EvalTaskPrintsAParseableLineAndAnUntrainedModelScoresLow) {

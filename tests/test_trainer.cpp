@@ -596,6 +596,19 @@ TEST_F(TrainerTest, ResumeRefusesACheckpointMissingOptimizerStateNamingTheParame
   expect_unchanged(run_dir(), before);
 }
 
+TEST_F(TrainerTest, ResumeRefusesOptimizerStateOfTheWrongShapeNamingTheFile) {
+  ASSERT_NO_FATAL_FAILURE(run_to_step_8());
+  Checkpoint c = load_checkpoint(ckpt(8));
+  CheckpointParamState& param = c.optimizer.params.at(1);
+  param.buffers.at(0).second = Tensor::zeros({3});
+  save_checkpoint(path("wrong_shape.h5"), c);
+  write_bytes(ckpt(8), read_bytes(path("wrong_shape.h5")));
+  const auto before = file_contents(run_dir());
+  expect_error([&] { run(); },
+               {"resume: '" + ckpt(8) + "': ", "'" + param.name + "/exp_avg': expected ", "got [3] f32"});
+  expect_unchanged(run_dir(), before);
+}
+
 TEST_F(TrainerTest, StrayCheckpointNamesAreIgnoredWithAWarning) {
   ASSERT_NO_FATAL_FAILURE(run_to_step_8());
   // Not int64, and not checkpoint_file_name's form: neither is step 12 nor newer than ckpt_8.

@@ -18,8 +18,10 @@
 #include "data/hdf5_dataset.h"
 #include "data/hdf5_errors.h"
 #include "data/regular_file.h"
+#include "data/tokenizer.h"
 #include "lat/version.h"
 #include "train/files/checksum.h"
+#include "train/files/json_file.h"
 
 namespace lat {
 namespace {
@@ -287,7 +289,17 @@ class CheckpointReader {
     if (!has_link(file_, "tokenizer")) fail("missing group 'tokenizer'");
     Hdf5Handle tokenizer(H5Gopen2(file_, "tokenizer", H5P_DEFAULT), H5Gclose, "cannot open group 'tokenizer'");
     ckpt.tokenizer_type = read_attr_string(tokenizer, "type", "/tokenizer");
+    // Another type would read as "none" (a model of token ids) and its text come out as ids.
+    if (ckpt.tokenizer_type != "char" && ckpt.tokenizer_type != "byte" && ckpt.tokenizer_type != "none")
+      fail("/tokenizer attribute 'type': expected char, byte or none, got '" + excerpt(ckpt.tokenizer_type) + "'");
     if (has_link(tokenizer, "vocab")) ckpt.tokenizer_vocab = read_string_dataset(tokenizer, "vocab");
+    if (ckpt.tokenizer_type == "char") {
+      try {  // checked here, where the file is known: a repeated character gives two ids one meaning
+        Tokenizer::char_from_vocab(ckpt.tokenizer_vocab);
+      } catch (const Error& e) {
+        fail(std::string("/tokenizer/vocab: ") + e.what());
+      }
+    }
   }
 
   void read_model(Checkpoint& ckpt) {

@@ -92,14 +92,15 @@ enum class CheckpointParts {
 /// file when it is missing, not a regular file (a FIFO, a device, a directory), not HDF5
 /// (another format or truncated), damaged where HDF5 checks its metadata, not a lat checkpoint
 /// (format attribute), from a newer layout version ("checkpoint version 3 is newer than this
-/// lat supports (2)") or missing a required part; naming the attribute when step,
-/// tokens_seen, the optimizer's step or a /data counter is negative or world_size below 1;
-/// naming the dataset when its header fails checked_dataset_extent (data/hdf5_dataset.h: a
-/// count that overflows, more data than the file holds, data never or partly written), its
-/// crc32 is missing (version >= 2) or does not match its data, or a tensor element is inf or
-/// NaN ("/model/<name>: element <i> is inf; the checkpoint holds a diverged or damaged model").
-/// Fixed-length strings of any padding read as completely as variable-length ones. Never
-/// modifies the file.
+/// lat supports (2)") or missing a required part; a /tokenizer type other than char, byte or
+/// none, or a char vocabulary that Tokenizer::char_from_vocab refuses (empty, not UTF-8, a
+/// character twice); naming the attribute when step, tokens_seen, the optimizer's step or a
+/// /data counter is negative or world_size below 1; naming the dataset when its header fails
+/// checked_dataset_extent (data/hdf5_dataset.h: a count that overflows, more data than the file
+/// holds, data never or partly written), its crc32 is missing (version >= 2) or does not match
+/// its data, or a tensor element is inf or NaN ("/model/<name>: element <i> is inf; the
+/// checkpoint holds a diverged or damaged model"). Fixed-length strings of any padding read as
+/// completely as variable-length ones. Never modifies the file.
 Checkpoint load_checkpoint(const std::string& path, CheckpointParts parts = CheckpointParts::all);
 
 /// The ISO 8601 UTC time now, e.g. "2025-01-31T12:00:00Z".

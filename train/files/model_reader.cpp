@@ -6,7 +6,6 @@
 #include <cstring>
 #include <filesystem>
 #include <optional>
-#include <type_traits>
 
 #include "lat/error.h"
 #include "train/config/config.h"
@@ -45,32 +44,52 @@ ModelWeights load_h5(const std::string& path) {
   return w;
 }
 
-/// The integer or float __metadata__ value `key`, or `fallback` when absent.
-template <class T>
-T metadata_number(const SafetensorsFile& file, const std::string& key, T fallback) {
+/// "load_model_weights: '<file>': __metadata__ '<key>': ", the start of an error message.
+std::string metadata_where(const SafetensorsFile& file, const std::string& key) {
+  return "load_model_weights: '" + file.path + "': __metadata__ '" + key + "': ";
+}
+
+/// The integer __metadata__ value `key`, or `fallback` when absent. Held to the bound the
+/// checkpoint reader holds the same root attribute to: a step or count below `at_least` is
+/// damage, never a value to run with.
+int64_t metadata_integer(const SafetensorsFile& file, const std::string& key, int64_t fallback, int64_t at_least) {
+  auto it = file.metadata.find(key);
+  if (it == file.metadata.end()) return fallback;
+  const std::string& text = it->second;
+  int64_t value = 0;
+  size_t used = 0;
+  try {
+    value = std::stoll(text, &used);
+  } catch (const std::exception&) {
+  }
+  if (used == 0 || used != text.size())
+    throw Error(metadata_where(file, key) + "expected an integer, got '" + excerpt(text) + "'");
+  if (value < at_least)
+    throw Error(metadata_where(file, key) + "expected an integer >= " + std::to_string(at_least) + ", got '" + text +
+                "'");
+  return value;
+}
+
+/// The float __metadata__ value `key`, or `fallback` when absent.
+double metadata_float(const SafetensorsFile& file, const std::string& key, double fallback) {
   auto it = file.metadata.find(key);
   if (it == file.metadata.end()) return fallback;
   try {
     size_t used = 0;
-    T value;
-    if constexpr (std::is_integral_v<T>)
-      value = static_cast<T>(std::stoll(it->second, &used));
-    else
-      value = static_cast<T>(std::stod(it->second, &used));
+    const double value = std::stod(it->second, &used);
     if (used == it->second.size()) return value;
   } catch (const std::exception&) {
   }
-  throw Error("load_model_weights: '" + file.path + "': __metadata__ '" + key + "': expected a number, got '" +
-              it->second + "'");
+  throw Error(metadata_where(file, key) + "expected a number, got '" + excerpt(it->second) + "'");
 }
 
 /// The root attributes a safetensors export keeps in __metadata__ (export.cpp writes them).
 void read_export_metadata(const SafetensorsFile& file, Checkpoint& ckpt) {
-  ckpt.step = metadata_number<int64_t>(file, "step", 0);
-  ckpt.tokens_seen = metadata_number<int64_t>(file, "tokens_seen", 0);
-  ckpt.val_loss = metadata_number<double>(file, "val_loss", ckpt.val_loss);
-  ckpt.best_val_loss = metadata_number<double>(file, "best_val_loss", ckpt.best_val_loss);
-  ckpt.world_size = metadata_number<int64_t>(file, "world_size", 1);
+  ckpt.step = metadata_integer(file, "step", 0, 0);
+  ckpt.tokens_seen = metadata_integer(file, "tokens_seen", 0, 0);
+  ckpt.val_loss = metadata_float(file, "val_loss", ckpt.val_loss);
+  ckpt.best_val_loss = metadata_float(file, "best_val_loss", ckpt.best_val_loss);
+  ckpt.world_size = metadata_integer(file, "world_size", 1, 1);
   if (auto it = file.metadata.find("lat_version"); it != file.metadata.end()) ckpt.lat_version = it->second;
   if (auto it = file.metadata.find("created"); it != file.metadata.end()) ckpt.created = it->second;
   if (auto it = file.metadata.find("frozen"); it != file.metadata.end()) {

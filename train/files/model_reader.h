@@ -31,16 +31,18 @@ struct ModelWeights {
 };
 
 /// Loads what `--checkpoint` accepts (see the top of this file) and checks the parts against
-/// each other; the model is not built (model_from_weights, trained_model.h, compares the
-/// sizes and shapes). Throws lat::Error naming the file: missing, unreadable or bad
-/// safetensors (see load_safetensors), a checkpoint from a newer layout version, config.json
-/// missing or without lat_config, a bad tokenizer.json; a tensor holding NaN or inf (naming
-/// the tensor); for a Hugging Face directory what load_hf_model throws; a char or byte tokenizer with more tokens than embeddings.weight has rows, or
-/// fewer when model.vocab_size is 0 (the size taken from the tokenizer); model.tie_embeddings beside an lm_head.weight
-/// that is not an exact copy of embeddings.weight (an export's copy for other tools is
-/// dropped). Throws ConfigError naming the file for a stored config the validator rejects
-/// ("'<file>': <key>: <problem> (/config:<line>)", or lat_config:<line> for an export), for a
-/// path that does not exist or a run directory without a checkpoint.
+/// each other; the model is not built (model_from_weights, trained_model.h, compares the sizes
+/// and shapes). Throws lat::Error naming the file: missing, unreadable or bad safetensors (see
+/// load_safetensors), an export's __metadata__ step or tokens_seen that is not an integer >= 0
+/// or world_size not one >= 1 (naming the key), a checkpoint from a newer layout version,
+/// config.json missing or without lat_config, a bad tokenizer.json; a tensor holding NaN or inf
+/// (naming the tensor); for a Hugging Face directory what load_hf_model throws; a char or byte
+/// tokenizer with more tokens than embeddings.weight has rows, or fewer when model.vocab_size
+/// is 0 (the size taken from the tokenizer); model.tie_embeddings beside an lm_head.weight that
+/// is not an exact copy of embeddings.weight (an export's copy for other tools is dropped).
+/// Throws ConfigError naming the file for a stored config the validator rejects ("'<file>':
+/// <key>: <problem> (/config:<line>)", or lat_config:<line> for an export), for a path that
+/// does not exist or a run directory without a checkpoint.
 ModelWeights load_model_weights(const std::string& path);
 
 }  // namespace lat

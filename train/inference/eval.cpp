@@ -57,7 +57,7 @@ CheckpointEval evaluate_checkpoint(const std::string& checkpoint, const std::str
   if (data_path.empty() && config.data.task != "none")
     throw ConfigError("eval: '" + trained.path + "' was trained on the synthetic task data.task: " + config.data.task +
                       ", which has no val split: evaluate it with --task " + config.data.task);
-  set_num_threads(static_cast<int>(config.train.threads));
+  set_num_threads(0);  // all cores: the stored train.threads sized the training machine, not this one
   DataOptions options = data_options(config);
   options.vocab_size = trained.model->vocab_size();
   if (!data_path.empty()) {

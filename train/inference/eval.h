@@ -39,7 +39,7 @@ struct CheckpointEval {
 
 /// `lat eval`: the loss of a checkpoint (.h5 or run directory) on the whole val split of its
 /// data (data.path, or `data_path` when not empty; split and block size from its config; text
-/// encoded with the checkpoint's tokenizer), on the CPU with train.threads threads. Throws
+/// encoded with the checkpoint's tokenizer), on the CPU with all its cores. Throws
 /// ConfigError when `data_path` does not fit the checkpoint: text for a model trained on token
 /// ids, or a token file for a model trained on text; lat::Error when the loss is not finite.
 CheckpointEval evaluate_checkpoint(const std::string& checkpoint, const std::string& data_path = "");

@@ -34,7 +34,7 @@ void generate(const GenerateOptions& options, std::ostream& out) {
   TrainedModel trained = load_trained_model(options.checkpoint);
   LAT_CHECK(trained.tokenizer.has_value(), "generate: '" << trained.path
                                                          << "' has no tokenizer (trained on token ids): no text to write");
-  set_num_threads(static_cast<int>(trained.config.train.threads));
+  set_num_threads(0);  // all cores: the stored train.threads sized the training machine, not this one
   const Tokenizer& tokenizer = *trained.tokenizer;
   std::vector<int64_t> prompt;
   if (!options.prompt.empty()) {

@@ -108,7 +108,7 @@ TaskEval evaluate_task(const TaskEvalOptions& options) {
 
   TrainedModel trained = load_trained_model(options.checkpoint);
   const Config& config = trained.config;
-  set_num_threads(static_cast<int>(config.train.threads));
+  set_num_threads(0);  // all cores: the stored train.threads sized the training machine, not this one
   const int64_t seq_len = options.seq_len > 0 ? options.seq_len : config.data.block_size;
   MqarOptions mqar_options = config.data.mqar;
   CopyOptions copy_options = config.data.copy;

@@ -63,7 +63,7 @@ struct TaskEval {
 };
 
 /// Loads the checkpoint and scores it on `options.samples` sequences of the task (mqar:
-/// data.mqar.vocab and alpha of the checkpoint's config), on the CPU with its train.threads.
+/// data.mqar.vocab and alpha of the checkpoint's config), on the CPU with all its cores.
 /// Throws ConfigError naming the option: an unknown task, --pairs with copy or --length with
 /// mqar, a size that does not fit seq_len, samples < 1, or a task vocabulary larger than the
 /// model's. Throws lat::Error when the checkpoint cannot be read.

@@ -117,8 +117,9 @@ void Run::periodic_eval(int64_t step) {
   val_loss_ = r.loss;
   best_val_loss_ = std::isnan(best_val_loss_) ? r.loss : std::min(best_val_loss_, r.loss);
   if (metrics_) metrics_->eval(step, r.loss);
-  log("step " + std::to_string(step) + ": val loss " + format_fixed(r.loss, 4) + " (" + format_fixed(r.bpc(), 4) +
-      " bpc, " +
+  // Bits per character mean something for text; a synthetic task's loss is over answer tokens.
+  const std::string bpc = data_ ? format_fixed(r.bpc(), 4) + " bpc, " : "";
+  log("step " + std::to_string(step) + ": val loss " + format_fixed(r.loss, 4) + " (" + bpc +
       std::to_string(train_.eval_batches) + " batches)");
   eval_seconds_ += seconds_since(t0);
 }

@@ -108,7 +108,11 @@ void TrainOptimizer::load_from(const Checkpoint& ckpt, const TrainConfig& writer
       }
     }
   }
-  restore(ckpt.optimizer);
+  try {
+    restore(ckpt.optimizer);
+  } catch (const Error& e) {  // a tensor of the wrong shape or an unknown name: say which file
+    throw Error("resume: '" + source + "': " + e.what());
+  }
 }
 
 bool TrainOptimizer::keeps_state(const TrainConfig& train) {

@@ -60,7 +60,8 @@ class TrainOptimizer {
   /// ckpt.optimizer = snapshot().
   void save_to(Checkpoint& ckpt) const;
   /// restore() from ckpt.optimizer; throws lat::Error naming `source` when it holds no
-  /// optimizer state or state of another optimizer type, and ConfigError naming the
+  /// optimizer state, state of another optimizer type, or state restore() refuses (a tensor of
+  /// another shape or dtype than its parameter, an unknown name), and ConfigError naming the
   /// parameter (and buffer) when a parameter of this optimizer has no state although the
   /// checkpoint's writer, whose train config is `writer`, kept state for every parameter
   /// (keeps_state, after at least one update): restoring the others would silently restart
