@@ -232,8 +232,7 @@ void check_hf_expressible(const ModelConfig& m) {
 nlohmann::ordered_json hf_config_json(const ModelConfig& m, int64_t vocab_size, SafetensorsDType dtype) {
   nlohmann::ordered_json layer_types = nlohmann::ordered_json::array();
   for (const std::string& kind : layer_mixers(m)) layer_types.push_back(kind == "gdn" ? kLinearLayer : kFullLayer);
-  const int64_t intermediate =
-      m.intermediate_size > 0 ? m.intermediate_size : swiglu_hidden_size(m.d_model, m.mlp_ratio);
+  const int64_t intermediate = swiglu_hidden_size(m.d_model, m.mlp_ratio, m.intermediate_size);
   nlohmann::ordered_json j;
   j["architectures"] = {"Qwen3_5ForCausalLM"};
   j["attention_bias"] = false;

@@ -43,7 +43,7 @@ std::map<std::string, const Tensor*> by_name(const NamedTensors& tensors) {
 
 std::vector<HfTensorSpec> hf_tensor_layout(const ModelConfig& m, int64_t vocab_size) {
   const int64_t d = m.d_model;
-  const int64_t hidden = m.intermediate_size > 0 ? m.intermediate_size : swiglu_hidden_size(d, m.mlp_ratio);
+  const int64_t hidden = swiglu_hidden_size(d, m.mlp_ratio, m.intermediate_size);
   const int64_t key_dim = m.n_heads * m.head_dim;                     // H*K
   const int64_t value_dim = m.linear.n_v_heads * value_head_dim(m);  // Hv*V
   const int64_t Hv = m.linear.n_v_heads, conv = m.linear.conv_size;
