@@ -6,6 +6,7 @@
 // another architecture named by its model_type.
 #include <filesystem>
 #include <map>
+#include <sstream>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -20,6 +21,8 @@
 #include "train/files/model_reader.h"
 #include "train/files/safetensors.h"
 #include "train/files/trained_model.h"
+#include "train/inference/generate.h"
+#include "train/inference/info.h"
 
 namespace fs = std::filesystem;
 
@@ -111,6 +114,19 @@ TEST_F(HfNewUserTest, ExportIntoADirectoryOfOtherFilesIsRefusedAndWritesNothing)
   std::filesystem::create_directories(path("empty"));
   lat::export_model({path("run"), "hf", path("empty"), "f32", {}});
   EXPECT_EQ(lat::load_model_weights(path("empty")).format, lat::ModelFormat::hf);
+}
+
+TEST_F(HfNewUserTest, AHuggingFaceDirectoryWithoutLatsTokenizerSaysWhyGenerateHasNoText) {
+  save_model("run/ckpt_00000001.h5");
+  lat::export_model({path("run"), "hf", path("hf"), "f32", {}});
+  fs::remove(path("hf/tokenizer.json"));
+  fs::remove(path("hf/tokenizer_config.json"));
+  std::ostringstream out;
+  expect_error([&] { lat::generate({.checkpoint = path("hf"), .max_new_tokens = 3}, out); },
+               {"generate: '" + path("hf/model.safetensors") + "' has no tokenizer lat runs (a model on token ids, or "
+                "a Hugging Face tokenizer other than lat's char and byte forms): no text to write"});
+  const std::string info = lat::format_info(lat::inspect(path("hf"), 16));
+  EXPECT_NE(info.find("created - by lat - (a Hugging Face directory records neither)"), std::string::npos) << info;
 }
 
 TEST_F(HfNewUserTest, AMisspeltKeyIsNamedWithTheNearestKnownOneAndNoFollowOnError) {

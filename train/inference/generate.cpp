@@ -32,8 +32,10 @@ void generate(const GenerateOptions& options, std::ostream& out) {
   validate(options.sampling);
   LAT_CHECK(options.max_new_tokens >= 0, "generate: --max-new-tokens: expected >= 0, got " << options.max_new_tokens);
   TrainedModel trained = load_trained_model(options.checkpoint);
-  LAT_CHECK(trained.tokenizer.has_value(), "generate: '" << trained.path
-                                                         << "' has no tokenizer (trained on token ids): no text to write");
+  LAT_CHECK(trained.tokenizer.has_value(),
+            "generate: '" << trained.path
+                          << "' has no tokenizer lat runs (a model on token ids, or a Hugging Face tokenizer other "
+                             "than lat's char and byte forms): no text to write");
   set_num_threads(0);  // all cores: the stored train.threads sized the training machine, not this one
   const Tokenizer& tokenizer = *trained.tokenizer;
   std::vector<int64_t> prompt;

@@ -226,7 +226,9 @@ std::string format_info(const ModelInfo& info) {
     out << "\ncheckpoint " << c.path << "\n"
         << "  step " << c.step << ", tokens seen " << grouped(c.tokens_seen) << "\n"
         << "  val loss " << loss_text(c.val_loss) << " (best " << loss_text(c.best_val_loss) << ")\n"
-        << "  created " << (c.created.empty() ? "-" : c.created) << " by lat " << (c.lat_version.empty() ? "-" : c.lat_version)
+        << "  created " << (c.created.empty() ? "-" : c.created) << " by lat "
+        << (c.lat_version.empty() ? "-" : c.lat_version)
+        << (c.hf_config.empty() ? "" : " (a Hugging Face directory records neither)")
         << "\n  frozen " << (c.frozen.empty() ? std::string("none") : std::to_string(c.frozen.size()) + " parameters")
         << "\n";
     for (const std::string& name : c.frozen) out << "    " << name << "\n";
