@@ -60,6 +60,15 @@ command -v debootstrap > /dev/null || step install-debootstrap \
 [[ -e "$root" ]] && { umount -R "$root"/{proc,dev} 2>/dev/null || true; rm -rf --one-file-system "$root"; }
 step debootstrap debootstrap --variant=minbase bookworm "$root" "$mirror"
 cp /etc/resolv.conf "$root/etc/resolv.conf"
+# Where the host reaches the Python registry through a TLS proxy whose CA only the host trusts
+# (its /etc/pip.conf names that bundle), the root's pip gets the same bundle under a path of
+# its own (the root's ca-certificates package rewrites /etc/ssl/certs). A machine on the open
+# internet needs neither; make interop installs nothing for it.
+host_pip_cert=$(awk -F' *= *' '$1 == "cert" { print $2 }' /etc/pip.conf 2>/dev/null || true)
+if [[ -n $host_pip_cert && -f $host_pip_cert ]]; then
+  cp "$host_pip_cert" "$root/etc/host-pip-ca.crt"
+  printf '[global]\ncert = /etc/host-pip-ca.crt\n' > "$root/etc/pip.conf"
+fi
 for m in proc dev; do
   mkdir -p "$root/$m"
   if [[ $m == proc ]]; then mount -t proc proc "$root/proc"; else mount --bind /dev "$root/dev"; fi
