@@ -3,7 +3,12 @@
 // that a layer's float32 output and gradients can be checked against float64 autograd.
 #pragma once
 #include <cstdint>
+#include <map>
+#include <string>
 
+#include <gtest/gtest.h>
+
+#include "lat/grad_check.h"
 #include "lat/lat.h"
 #include "layers/mixer.h"
 
@@ -52,5 +57,35 @@ inline Tensor rms_norm_ref(const Tensor& x, const Tensor& w, double eps) {
 
 /// fla's l2norm over the last axis: x / sqrt(sum x^2 + 1e-6).
 inline Tensor l2norm_ref(const Tensor& x) { return x * rsqrt(sum(x * x, -1, true) + 1e-6); }
+
+/// A layer's parameters by name, as float64 leaves for a reference implementation.
+using ParamMap = std::map<std::string, Tensor>;
+
+/// Runs `m` forward and backward on x [2, 37, d_model] (and a random output weighting) and
+/// `reference(P, x64)` (the layer re-implemented in float64 on float64 copies of the same
+/// parameters) likewise; expects the output within 1e-5 and dx and every parameter's gradient
+/// within 1e-4 relative error (float32 kernels against float64 autograd).
+template <class Reference>
+void expect_matches_float64_reference(Mixer& m, int64_t d_model, const Reference& reference) {
+  const int64_t B = 2, T = 37;
+  Tensor x = random_input(B, T, d_model, 8).set_requires_grad(true);
+  Generator gen(9);
+  Tensor w = Tensor::randn({B, T, d_model}, gen);
+  Tensor y = m.forward(x);
+  backward(sum(y * w));
+
+  ParamMap P;
+  for (auto& [name, p] : m.named_parameters()) P[name] = f64_leaf(p);
+  Tensor x64 = f64_leaf(x);
+  Tensor y64 = reference(P, x64);
+  backward(sum(y64 * w.to(DType::f64)));
+
+  EXPECT_LT(relative_error(y, y64), 1e-5) << "output";
+  EXPECT_LT(relative_error(x.grad(), x64.grad()), 1e-4) << "dx";
+  for (auto& [name, p] : m.named_parameters()) {
+    ASSERT_TRUE(p.grad().defined()) << name;
+    EXPECT_LT(relative_error(p.grad(), P[name].grad()), 1e-4) << name;
+  }
+}
 
 }  // namespace lat::testing

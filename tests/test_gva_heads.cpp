@@ -35,6 +35,8 @@ namespace {
 
 using testing::expect_error;
 using testing::conv_silu;
+using testing::expect_matches_float64_reference;
+using testing::ParamMap;
 using testing::f64_leaf;
 using testing::l2norm_ref;
 using testing::linear;
@@ -88,7 +90,6 @@ std::vector<Case> cases() {
 
 // ---- the float64 re-implementation ----------------------------------------------------------
 
-using ParamMap = std::map<std::string, Tensor>;
 
 
 
@@ -181,25 +182,9 @@ TEST_P(GvaTest, MatchesFloat64Reference) {
   const Case& c = GetParam();
   auto m = build();
   perturb_norm_weights(*m);
-  const int64_t B = 2, T = 37;
-  Tensor x = random_input(B, T, c.config.d_model, 8).set_requires_grad(true);
-  Generator gen(9);
-  Tensor w = Tensor::randn({B, T, c.config.d_model}, gen);
-  Tensor y = m->forward(x);
-  backward(sum(y * w));
-
-  ParamMap P;
-  for (auto& [name, p] : m->named_parameters()) P[name] = f64_leaf(p);
-  Tensor x64 = f64_leaf(x);
-  Tensor y64 = reference_forward(c.kind, c.config, P, x64);
-  backward(sum(y64 * w.to(DType::f64)));
-
-  EXPECT_LT(relative_error(y, y64), 1e-5) << "output";
-  EXPECT_LT(relative_error(x.grad(), x64.grad()), 1e-4) << "dx";
-  for (auto& [name, p] : m->named_parameters()) {
-    ASSERT_TRUE(p.grad().defined()) << name;
-    EXPECT_LT(relative_error(p.grad(), P[name].grad()), 1e-4) << name;
-  }
+  expect_matches_float64_reference(*m, c.config.d_model, [&](ParamMap& P, const Tensor& x64) {
+    return reference_forward(c.kind, c.config, P, x64);
+  });
 }
 
 // The float64 re-implementation against central differences through the q, k and v
