@@ -28,6 +28,7 @@ namespace {
 using testing::expect_error;
 using testing::conv_silu;
 using testing::expect_matches_float64_reference;
+using testing::expect_packed_matches_separate;
 using testing::ParamMap;
 using testing::f64_leaf;
 using testing::l2norm_ref;
@@ -262,31 +263,7 @@ TEST_P(MixerTest, PackedSequencesEqualSeparateCalls) {
   const Case& c = GetParam();
   auto m = build(c);
   perturb_norm_weights(*m);
-  const int64_t B = 2, T = 37, D = c.config.d_model;
-  // The row start 37 cuts [21, 40) into [21, 37) and [37, 40).
-  const std::vector<int64_t> offsets{0, 1, 3, 20, 21, 40, 74};
-  const std::vector<int64_t> cuts{0, 1, 3, 20, 21, 37, 40, 74};
-  Tensor x = random_input(B, T, D, 12).set_requires_grad(true);
-  Generator gen(13);
-  Tensor w = Tensor::randn({B, T, D}, gen);
-  Tensor packed = m->forward(x, Tensor::from_vector(offsets, {static_cast<int64_t>(offsets.size())}));
-  ASSERT_EQ(packed.shape(), Shape({B, T, D}));
-  backward(sum(packed * w));
-  std::vector<Tensor> packed_grads;
-  for (auto& [name, p] : m->named_parameters()) packed_grads.push_back(p.grad());
-  m->zero_grad();
-
-  Tensor x1 = x.detach().set_requires_grad(true);
-  Tensor flat = x1.reshape({1, B * T, D});
-  std::vector<Tensor> parts;
-  for (size_t n = 0; n + 1 < cuts.size(); ++n) parts.push_back(m->forward(slice(flat, 1, cuts[n], cuts[n + 1])));
-  Tensor separate = concat(parts, 1).reshape({B, T, D});
-  backward(sum(separate * w));
-
-  EXPECT_LT(relative_error(packed, separate), 1e-6) << "output";
-  EXPECT_LT(relative_error(x.grad(), x1.grad()), 1e-6) << "dx";
-  size_t i = 0;
-  for (auto& [name, p] : m->named_parameters()) EXPECT_LT(relative_error(packed_grads[i++], p.grad()), 1e-5) << name;
+  expect_packed_matches_separate(*m, c.config.d_model);
 }
 
 INSTANTIATE_TEST_SUITE_P(Kinds, MixerTest, ::testing::ValuesIn(cases()),
