@@ -257,8 +257,7 @@ TEST_P(GvaTest, PackedSequencesEqualSeparateCalls) {
   expect_packed_matches_separate(*m, c.config.d_model);
 }
 
-// The same layer on the GPU: output, dx and every parameter gradient as on the CPU; step() too
-// where the layer has no short convolutions.
+// The same layer on the GPU: output, dx and every parameter gradient as on the CPU, and step().
 TEST_P(GvaTest, CudaMatchesCpu) {
   LAT_REQUIRE_CUDA();
   const Case& c = GetParam();
@@ -282,10 +281,7 @@ TEST_P(GvaTest, CudaMatchesCpu) {
     EXPECT_LT(relative_error(gpu_params[i].second.grad().to(Device::cpu()), cpu_params[i].second.grad()), 1e-4)
         << cpu_params[i].first;
 
-  // Generation with short convolutions stays on the CPU (short_conv_final_state, the prefill
-  // of the conv state, has no CUDA path); without them the chunk prompt and recurrent steps
-  // run on the GPU.
-  if (c.config.use_short_conv) return;
+  // Generation on the GPU: the chunk prompt (with the conv-state prefill) and recurrent steps.
   NoGradGuard no_grad;
   auto state = gpu_layer->make_state(B);
   std::vector<Tensor> outputs{gpu_layer->step(slice(x, 1, 0, 20).to(gpu), *state)};

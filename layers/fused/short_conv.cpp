@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "autograd/cpu/fast_exp.h"
+#include "lat/ops.h"
 #include "lat/tape.h"
 #include "layers/cu_seqlens.h"
 #ifdef LAT_WITH_CUDA
@@ -258,15 +259,23 @@ Tensor short_conv_final_state(const Tensor& x, int64_t conv_size, const Tensor& 
   LAT_CHECK(x.defined() && x.dim() == 3,
             "short_conv_final_state: x: expected shape [B, T, D], got " << (x.defined() ? shape_str(x.shape()) : "undefined"));
   LAT_CHECK(conv_size >= 1, "short_conv_final_state: conv_size: expected >= 1, got " << conv_size);
-  // Decoding states live on the CPU.
-  LAT_CHECK(x.device().is_cpu(), "short_conv_final_state: x: expected a CPU tensor, got " << x.device().str());
   const int64_t B = x.size(0), T = x.size(1), D = x.size(2), K = conv_size - 1;
   if (initial_state.defined())
-    LAT_CHECK(initial_state.shape() == Shape({B, K, D}) && initial_state.dtype() == x.dtype(),
+    LAT_CHECK(initial_state.shape() == Shape({B, K, D}) && initial_state.dtype() == x.dtype() &&
+                  initial_state.device() == x.device(),
               "short_conv_final_state: initial_state: expected " << dtype_name(x.dtype()) << " "
-                                                                 << shape_str({B, K, D}) << ", got "
-                                                                 << dtype_name(initial_state.dtype()) << " "
-                                                                 << shape_str(initial_state.shape()));
+                                                                 << shape_str({B, K, D}) << " on " << x.device().str()
+                                                                 << ", got " << dtype_name(initial_state.dtype()) << " "
+                                                                 << shape_str(initial_state.shape()) << " on "
+                                                                 << initial_state.device().str());
+  if (!x.device().is_cpu()) {
+    // On a GPU the same rows through the device copies of concat and slice (a state of a few
+    // rows per prompt or token; the CPU path below avoids the intermediate).
+    NoGradGuard no_grad;
+    if (K == 0) return Tensor::zeros({B, 0, D}, x.dtype(), x.device());
+    const Tensor start = initial_state.defined() ? initial_state : Tensor::zeros({B, K, D}, x.dtype(), x.device());
+    return slice(concat({start, x}, 1), 1, T, T + K);
+  }
   Tensor state = Tensor::zeros({B, K, D}, x.dtype());
   const size_t row_bytes = static_cast<size_t>(D) * dtype_size(x.dtype());
   auto* dst = static_cast<char*>(state.raw_data());

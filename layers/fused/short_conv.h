@@ -31,7 +31,8 @@ Tensor short_conv(const Tensor& x, const Tensor& weight, const Tensor& initial_s
 Tensor short_conv_step(const Tensor& x_t, const Tensor& weight, Tensor& conv_state);
 
 /// The conv state after x: the last W-1 rows of concat(initial_state, x) along time,
-/// [B, W-1, D] (initial_state undefined = zeros). For prefill before step-by-step decoding.
+/// [B, W-1, D] (initial_state undefined = zeros), on x's device (CPU or CUDA). For prefill
+/// before step-by-step decoding. Throws lat::Error for a shape, dtype or device mismatch.
 Tensor short_conv_final_state(const Tensor& x, int64_t conv_size, const Tensor& initial_state = {});
 
 /// Module with parameter `weight` [dim, 1, conv_size], drawn as torch.nn.Conv1d does,
