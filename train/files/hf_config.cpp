@@ -201,27 +201,21 @@ void check_hf_expressible(const ModelConfig& m) {
   const std::vector<std::string> kinds = layer_mixers(m);
   for (size_t i = 0; i < kinds.size(); ++i) {
     const std::string& kind = kinds[i];
+    // A switch Qwen3.5's layers of `layer_type` always have on.
+    const auto require = [&](bool on, const std::string& key, const char* layer_type, const char* has) {
+      if (!on)
+        throw ConfigError(layer_feature(i, kind) + key + " false: Qwen3.5's " + layer_type + " layers " + has +
+                          " (expected true)");
+    };
     if (kind == "attn") {
       if (m.attn.window_size > 0)
         throw ConfigError(layer_feature(i, kind) + "model.attn.window_size " + std::to_string(m.attn.window_size) +
                           ": Qwen3.5's full_attention layers have no sliding window (expected 0)");
-      if (!m.attn.output_gate)
-        throw ConfigError(layer_feature(i, kind) +
-                          "model.attn.output_gate false: Qwen3.5's full_attention layers gate their output "
-                          "(expected true)");
-      if (!m.attn.qk_norm)
-        throw ConfigError(layer_feature(i, kind) +
-                          "model.attn.qk_norm false: Qwen3.5's full_attention layers normalize q and k "
-                          "(expected true)");
+      require(m.attn.output_gate, "model.attn.output_gate", "full_attention", "gate their output");
+      require(m.attn.qk_norm, "model.attn.qk_norm", "full_attention", "normalize q and k");
     } else if (kind == "gdn") {
-      if (!m.linear.use_short_conv)
-        throw ConfigError(layer_feature(i, kind) +
-                          "model.linear.use_short_conv false: Qwen3.5's linear_attention layers have short "
-                          "convolutions (expected true)");
-      if (!m.linear.use_gate)
-        throw ConfigError(layer_feature(i, kind) +
-                          "model.linear.use_gate false: Qwen3.5's linear_attention layers have the gated output "
-                          "norm (expected true)");
+      require(m.linear.use_short_conv, "model.linear.use_short_conv", "linear_attention", "have short convolutions");
+      require(m.linear.use_gate, "model.linear.use_gate", "linear_attention", "have the gated output norm");
     } else {
       throw ConfigError(layer_feature(i, kind) + "a " + kind +
                         " mixer: Qwen3.5 has gdn (linear_attention) and attn (full_attention) layers only");

@@ -12,16 +12,18 @@
 #include <string>
 #include <vector>
 
+#include "train/files/export_layout.h"
 #include "train/files/model_reader.h"
 #include "train/files/safetensors.h"
 
 namespace lat::hf_layout {
 
-inline constexpr const char* kConfigFile = "config.json";
-inline constexpr const char* kWeightsFile = "model.safetensors";
+// The files both layouts have keep lat's export names (export_layout.h): one spelling each.
+inline constexpr const char* kConfigFile = export_layout::kConfigFile;
+inline constexpr const char* kWeightsFile = export_layout::kSafetensorsFile;
 inline constexpr const char* kWeightsIndexFile = "model.safetensors.index.json";
 inline constexpr const char* kGenerationConfigFile = "generation_config.json";
-inline constexpr const char* kTokenizerFile = "tokenizer.json";
+inline constexpr const char* kTokenizerFile = export_layout::kTokenizerFile;
 inline constexpr const char* kTokenizerConfigFile = "tokenizer_config.json";
 
 }  // namespace lat::hf_layout
