@@ -66,47 +66,55 @@ Config parse_config(const std::string& yaml, const std::string& source, const st
   return build(&root, source, overrides, false);
 }
 
-std::vector<std::string> resume_incompatible_keys(const Config& saved, const Config& now) {
-  Config a = saved, b = now;
-  std::vector<std::string> keys;
+namespace {
+
+/// Calls on_difference(key, field of a, field of b) for each schema key whose values differ
+/// between a and b, in schema order.
+template <class OnDifference>
+void for_each_differing_key(const Config& a, const Config& b, const OnDifference& on_difference) {
+  Config ca = a, cb = b;  // the schema's field accessors take a mutable Config
   for (const KeySpec& spec : schema()) {
-    const std::string key = spec.key;
+    const FieldPtr fa = spec.field(ca), fb = spec.field(cb);
+    const bool same = std::visit([&](auto* va) { return *va == *std::get<decltype(va)>(fb); }, fa);
+    if (!same) on_difference(std::string(spec.key), fa, fb);
+  }
+}
+
+/// A model.* key's value as the messages show it (the model's keys are scalars).
+std::string scalar_text(const FieldPtr& field) {
+  return std::visit(
+      [](auto* value) -> std::string {
+        using T = std::remove_pointer_t<decltype(value)>;
+        if constexpr (std::is_same_v<T, int64_t> || std::is_same_v<T, double>)
+          return format_significant(static_cast<double>(*value));
+        else if constexpr (std::is_same_v<T, bool>)
+          return *value ? "true" : "false";
+        else if constexpr (std::is_same_v<T, std::string>)
+          return "'" + *value + "'";
+        else
+          return "(a list)";
+      },
+      field);
+}
+
+}  // namespace
+
+std::vector<std::string> resume_incompatible_keys(const Config& saved, const Config& now) {
+  std::vector<std::string> keys;
+  for_each_differing_key(saved, now, [&](const std::string& key, const FieldPtr&, const FieldPtr&) {
     const bool may_change = key.rfind("train.", 0) == 0 && key != "train.batch_size" && key != "train.grad_accum" &&
                             key != "train.seed";
-    if (may_change) continue;
-    FieldPtr fb = spec.field(b);
-    const bool same = std::visit([&](auto* va) { return *va == *std::get<decltype(va)>(fb); }, spec.field(a));
-    if (!same) keys.push_back(key);
-  }
+    if (!may_change) keys.push_back(key);
+  });
   return keys;
 }
 
 std::vector<std::string> model_keys_differing(const Config& init, const Config& now) {
-  Config a = init, b = now;
   std::vector<std::string> differences;
-  for (const KeySpec& spec : schema()) {
-    const std::string key = spec.key;
-    if (key.rfind("model.", 0) != 0) continue;
-    FieldPtr fb = spec.field(b);
-    std::visit(
-        [&](auto* va) {
-          auto* vb = std::get<decltype(va)>(fb);
-          if (*va == *vb) return;
-          using T = std::remove_pointer_t<decltype(va)>;
-          if constexpr (std::is_same_v<T, int64_t> || std::is_same_v<T, double>) {
-            differences.push_back(key + ": " + format_significant(static_cast<double>(*va)) + " (init_from) vs " +
-                                  format_significant(static_cast<double>(*vb)) + " (this run)");
-          } else if constexpr (std::is_same_v<T, bool>) {
-            differences.push_back(key + ": " + (*va ? "true" : "false") + " (init_from) vs " +
-                                  (*vb ? "true" : "false") + " (this run)");
-          } else if constexpr (std::is_same_v<T, std::string>) {
-            differences.push_back(key + ": '" + *va + "' (init_from) vs '" + *vb + "' (this run)");
-          } else {
-            differences.push_back(key);
-          }
-        },
-        spec.field(a));
-  }
+  for_each_differing_key(init, now, [&](const std::string& key, const FieldPtr& a, const FieldPtr& b) {
+    if (key.rfind("model.", 0) == 0)
+      differences.push_back(key + ": " + scalar_text(a) + " (init_from) vs " + scalar_text(b) + " (this run)");
+  });
   return differences;
 }
 
