@@ -1,0 +1,250 @@
+#!/usr/bin/env python3
+"""PyTorch peer of bench_model's training rows: the same hybrid, timed the same way.
+
+The model is built from a lat config's model section (default configs/shakespeare_hybrid.yaml:
+d_model 128, 4 heads, layers gdn,gdn,attn,gdn, block 256, batch 4) with lat's layer
+structure, so that the work per step is lat's:
+  gdn   q, k, v, a, b, g projections; causal depthwise short convolutions (conv_size) with
+        SiLU on q, k, v; L2-normalised q, k; decay g = -exp(A_log) softplus(a + dt_bias),
+        beta = sigmoid(b); the chunkwise gated delta rule (Yang et al. 2024, "Gated Delta
+        Networks", sec. 3; ALGORITHMS.md's chunk form, WY representation through a unit
+        lower-triangular solve) in chunks of model.linear.chunk_size; per-head RMSNorm of the
+        output times SiLU(g); o projection.
+  attn  q, k, v projections, RoPE (rope_theta), causal scaled_dot_product_attention (the
+        configs' window equals the block, so it is full causal attention), o projection.
+  mlp   SwiGLU with lat's hidden width (2/3 mlp_ratio d_model rounded up to 32).
+Pre-norm RMSNorm blocks, a final RMSNorm, an untied LM head, cross-entropy, global-norm
+clipping (train.grad_clip) and torch.optim.AdamW (train.lr, weight_decay) at every step.
+Numbers are not lat's (other init), the FLOPs and memory traffic are.
+
+Modes (--modes, each timed in the same process on the same random batches):
+  eager          fp32
+  compile        torch.compile (inductor, its C++ CPU backend) of the model's forward, fp32
+  compile-bf16   the same under torch.autocast("cpu", dtype=torch.bfloat16): matmuls in bf16
+Median ms/step over --steps after --warmup steps; tokens/s = batch * block / median.
+Run it with the interop virtualenv (make interop-venv): .venv-interop/bin/python
+bench/bench_torch_peer.py --threads 1; compare with build/bench/bench_model --skip-generate
+--models hybrid --threads 1 run right after (this VM's speed drifts between periods).
+"""
+import argparse
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import yaml
+
+
+def swiglu_hidden(d_model, mlp_ratio):
+    return 32 * math.ceil(2.0 * mlp_ratio * d_model / 3.0 / 32.0 - 1e-9)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim, eps):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+class ShortConv(nn.Module):
+    """Causal depthwise convolution over time with SiLU, x [B, T, C]."""
+
+    def __init__(self, channels, size):
+        super().__init__()
+        self.conv = nn.Conv1d(channels, channels, size, groups=channels, padding=size - 1, bias=False)
+
+    def forward(self, x):
+        t = x.shape[1]
+        return F.silu(self.conv(x.transpose(1, 2))[..., :t].transpose(1, 2))
+
+
+def chunk_gated_delta_rule(q, k, v, g, beta, chunk):
+    """q, k [B, H, T, K], v [B, H, T, V], g (log decay) and beta [B, H, T]; T a multiple of chunk."""
+    b, h, t, dk = q.shape
+    dv = v.shape[-1]
+    n = t // chunk
+    q = q * dk ** -0.5
+    k_beta = k * beta[..., None]
+    v_beta = v * beta[..., None]
+    q, k, k_beta, v_beta = (x.reshape(b, h, n, chunk, -1) for x in (q, k, k_beta, v_beta))
+    g = g.reshape(b, h, n, chunk).cumsum(-1)
+    lower = torch.ones(chunk, chunk, dtype=torch.bool, device=q.device).tril()
+    decay = (g[..., :, None] - g[..., None, :]).masked_fill(~lower, float("-inf")).exp()
+    strict = (k_beta @ k.transpose(-1, -2) * decay).tril(-1)
+    eye = torch.eye(chunk, dtype=q.dtype, device=q.device)
+    # (I + strict)^-1 applied to the beta-scaled values and decayed keys (the WY form).
+    w_inv = torch.linalg.solve_triangular(eye + strict, eye.expand_as(strict), upper=False, unitriangular=True)
+    u = w_inv @ v_beta
+    w = w_inv @ (k_beta * g.exp()[..., None])
+    state = q.new_zeros(b, h, dk, dv)
+    outs = []
+    for i in range(n):
+        qi, ki, gi = q[:, :, i], k[:, :, i], g[:, :, i]
+        intra = (qi @ ki.transpose(-1, -2) * decay[:, :, i])
+        v_new = u[:, :, i] - w[:, :, i] @ state
+        outs.append((qi * gi.exp()[..., None]) @ state + intra @ v_new)
+        last = gi[..., -1:]
+        state = state * last.exp()[..., None] + (ki * (last - gi).exp()[..., None]).transpose(-1, -2) @ v_new
+    return torch.stack(outs, dim=2).reshape(b, h, t, dv)
+
+
+class GatedDeltaNet(nn.Module):
+    def __init__(self, d, heads, conv_size, chunk, eps):
+        super().__init__()
+        self.h, self.dk, self.chunk = heads, d // heads, chunk
+        self.q_proj, self.k_proj, self.v_proj = (nn.Linear(d, d, bias=False) for _ in range(3))
+        self.a_proj, self.b_proj = nn.Linear(d, heads, bias=False), nn.Linear(d, heads, bias=False)
+        self.g_proj, self.o_proj = nn.Linear(d, d, bias=False), nn.Linear(d, d, bias=False)
+        self.q_conv, self.k_conv, self.v_conv = (ShortConv(d, conv_size) for _ in range(3))
+        self.A_log = nn.Parameter(torch.log(torch.empty(heads).uniform_(1, 16)))
+        self.dt_bias = nn.Parameter(torch.empty(heads).uniform_(-4, -2))
+        self.o_norm = RMSNorm(self.dk, eps)
+
+    def forward(self, x):
+        b, t, _ = x.shape
+        split = lambda y: y.reshape(b, t, self.h, -1).transpose(1, 2)
+        q = F.normalize(split(self.q_conv(self.q_proj(x))), dim=-1)
+        k = F.normalize(split(self.k_conv(self.k_proj(x))), dim=-1)
+        v = split(self.v_conv(self.v_proj(x)))
+        g = (-self.A_log.exp() * F.softplus(self.a_proj(x) + self.dt_bias)).transpose(1, 2)
+        beta = torch.sigmoid(self.b_proj(x)).transpose(1, 2)
+        o = chunk_gated_delta_rule(q, k, v, g.float(), beta, self.chunk).transpose(1, 2)
+        o = self.o_norm(o) * F.silu(self.g_proj(x).reshape(b, t, self.h, -1))
+        return self.o_proj(o.reshape(b, t, -1))
+
+
+class Attention(nn.Module):
+    def __init__(self, d, heads, theta, block):
+        super().__init__()
+        self.h, self.dh = heads, d // heads
+        self.q_proj, self.k_proj, self.v_proj, self.o_proj = (nn.Linear(d, d, bias=False) for _ in range(4))
+        inv = theta ** (-torch.arange(0, self.dh, 2, dtype=torch.float64) / self.dh)
+        angle = torch.arange(block, dtype=torch.float64)[:, None] * inv[None, :]
+        self.register_buffer("cos", angle.cos().float(), persistent=False)
+        self.register_buffer("sin", angle.sin().float(), persistent=False)
+
+    def rope(self, x):
+        t = x.shape[2]
+        x1, x2 = x[..., : self.dh // 2], x[..., self.dh // 2 :]
+        c, s = self.cos[:t], self.sin[:t]
+        return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1)
+
+    def forward(self, x):
+        b, t, _ = x.shape
+        split = lambda y: y.reshape(b, t, self.h, self.dh).transpose(1, 2)
+        q, k, v = split(self.q_proj(x)), split(self.k_proj(x)), split(self.v_proj(x))
+        o = F.scaled_dot_product_attention(self.rope(q), self.rope(k), v, is_causal=True)
+        return self.o_proj(o.transpose(1, 2).reshape(b, t, -1))
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, d, hidden):
+        super().__init__()
+        self.gate_proj, self.up_proj = nn.Linear(d, hidden, bias=False), nn.Linear(d, hidden, bias=False)
+        self.down_proj = nn.Linear(hidden, d, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Block(nn.Module):
+    def __init__(self, mixer, d, hidden, eps):
+        super().__init__()
+        self.attn_norm, self.mlp_norm = RMSNorm(d, eps), RMSNorm(d, eps)
+        self.attn, self.mlp = mixer, SwiGLU(d, hidden)
+
+    def forward(self, x):
+        h = x + self.attn(self.attn_norm(x))
+        return h + self.mlp(self.mlp_norm(h))
+
+
+class HybridLM(nn.Module):
+    def __init__(self, model, block, vocab):
+        super().__init__()
+        d, heads = model["d_model"], model["n_heads"]
+        eps = model.get("norm_eps", 1e-6)
+        hidden = model.get("intermediate_size") or swiglu_hidden(d, model.get("mlp_ratio", 4.0))
+        linear = model.get("linear", {})
+        layers = []
+        for kind in model["layers"].split(","):
+            if kind == "gdn":
+                mixer = GatedDeltaNet(d, heads, linear.get("conv_size", 4), linear.get("chunk_size", 64), eps)
+            elif kind == "attn":
+                mixer = Attention(d, heads, model.get("rope_theta", 10000.0), block)
+            else:
+                sys.exit(f"bench_torch_peer: layer kind '{kind}' is not modelled here (gdn, attn)")
+            layers.append(Block(mixer, d, hidden, eps))
+        self.embed = nn.Embedding(vocab, d)
+        self.layers = nn.ModuleList(layers)
+        self.norm = RMSNorm(d, eps)
+        self.lm_head = nn.Linear(d, vocab, bias=False)
+
+    def forward(self, ids):
+        x = self.embed(ids)
+        for layer in self.layers:
+            x = layer(x)
+        return self.lm_head(self.norm(x))
+
+
+def time_mode(mode, cfg, args, batches):
+    torch.manual_seed(0)
+    train = cfg.get("train", {})
+    block = cfg["data"]["block_size"]
+    model = HybridLM(cfg["model"], block, args.vocab)
+    opt = torch.optim.AdamW(model.parameters(), lr=train.get("lr", 3e-3), weight_decay=train.get("weight_decay", 0.1),
+                            betas=(0.9, 0.99))
+    forward = torch.compile(model) if mode.startswith("compile") else model
+    use_bf16 = mode.endswith("bf16")
+
+    def step(ids):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=use_bf16):
+            logits = forward(ids[:, :-1])
+        loss = F.cross_entropy(logits.float().reshape(-1, args.vocab), ids[:, 1:].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), train.get("grad_clip", 1.0))
+        opt.step()
+        return loss.item()
+
+    times = []
+    for i in range(args.warmup + args.steps):
+        start = time.perf_counter()
+        step(batches[i % len(batches)])
+        if i >= args.warmup:
+            times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", default=str(Path(__file__).resolve().parent.parent / "configs/shakespeare_hybrid.yaml"))
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=5, help="steps before timing (compilation happens here)")
+    parser.add_argument("--modes", default="eager,compile,compile-bf16")
+    parser.add_argument("--vocab", type=int, default=65)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    cfg = yaml.safe_load(Path(args.config).read_text())
+    batch, block = cfg["train"]["batch_size"], cfg["data"]["block_size"]
+    gen = torch.Generator().manual_seed(1)
+    batches = [torch.randint(0, args.vocab, (batch, block + 1), generator=gen) for _ in range(8)]
+    print(f"torch {torch.__version__}, {args.threads} thread(s), {Path(args.config).name}: batch {batch}, "
+          f"block {block}; median of {args.steps} steps after {args.warmup}")
+    print(f"{'mode':<14} {'ms/step':>9} {'tokens/s':>10}")
+    for mode in args.modes.split(","):
+        if mode not in ("eager", "compile", "compile-bf16"):
+            sys.exit(f"bench_torch_peer: --modes: unknown mode '{mode}' (eager, compile, compile-bf16)")
+        seconds = time_mode(mode, cfg, args, batches)
+        print(f"{mode:<14} {1e3 * seconds:9.2f} {batch * block / seconds:10.0f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
