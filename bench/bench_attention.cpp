@@ -48,7 +48,9 @@ double seconds_per_call(F&& f, int calls) {
 }
 
 /// Calls per sample for about 50 ms of work at `gflops`.
-int calls_for(double flop, double gflops) { return static_cast<int>(std::clamp(50e-3 * gflops * 1e9 / flop, 1.0, 1000.0)); }
+int calls_for(double flop, double gflops) {
+  return static_cast<int>(std::clamp(50e-3 * gflops * 1e9 / flop, 1.0, 1000.0));
+}
 
 /// GFLOP/s of a 1024^3 lat::matmul in precision p: the peak the attention is measured against.
 double matmul_peak(lat::Precision p, int repeats) {
@@ -129,8 +131,10 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "error: %s: expected a positive integer\n", arg.c_str());
         return 2;
       }
-      if (arg == "--threads") lat::set_num_threads(value);
-      else repeats = value;
+      if (arg == "--threads")
+        lat::set_num_threads(value);
+      else
+        repeats = value;
     } else {
       std::fprintf(stderr, "usage: bench_attention [--threads N] [--repeats N]\n");
       return arg == "--help" || arg == "-h" ? 0 : 2;
