@@ -10,7 +10,7 @@
 // only: forward 2 D (scores) + 2 Dv (P V) per pair and head; backward 2 D (scores again) +
 // 2 Dv (dP = dO V^T) + 4 D (dQ, dK) + 2 Dv (dV). The exp of the softmax is not counted.
 //
-//   build/bench/bench_attention [--threads N] [--repeats N]
+//   build/bench/bench_attention [--threads N] [--repeats N] [--shape main|large]
 // Threads: OpenMP's default unless --threads. With one thread the calls are timed in the
 // process's CPU time, which leaves out the time other processes hold the core (a loaded
 // machine still slows them through shared caches); with more, in wall time.
@@ -123,6 +123,7 @@ void bench_shape(const Shape& s, int repeats, double peak32, double peak16) {
 
 int main(int argc, char** argv) {
   int repeats = 9;
+  std::string only;  // one shape's name, or all
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if ((arg == "--threads" || arg == "--repeats") && i + 1 < argc) {
@@ -135,8 +136,10 @@ int main(int argc, char** argv) {
         lat::set_num_threads(value);
       else
         repeats = value;
+    } else if (arg == "--shape" && i + 1 < argc) {
+      only = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: bench_attention [--threads N] [--repeats N]\n");
+      std::fprintf(stderr, "usage: bench_attention [--threads N] [--repeats N] [--shape main|large]\n");
       return arg == "--help" || arg == "-h" ? 0 : 2;
     }
   }
@@ -152,7 +155,8 @@ int main(int argc, char** argv) {
       {"main", 4, 256, 4, 4, 32, 32, 256},  // B4 T256 H4 D32, window 256
       {"large", 4, 1024, 8, 8, 64, 64, 0},  // B4 T1024 H8 D64, full causal
   };
-  for (const Shape& s : shapes) bench_shape(s, repeats, peak32, peak16);
+  for (const Shape& s : shapes)
+    if (only.empty() || only == s.name) bench_shape(s, repeats, peak32, peak16);
   std::printf("(FLOPs over the visible pairs: forward 2D + 2Dv, backward 6D + 4Dv per pair and head)\n");
   return 0;
 }
