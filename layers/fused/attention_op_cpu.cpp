@@ -290,18 +290,21 @@ LAT_BF16_TARGET void gemm_bf16(Lhs16 a, Rhs16 b, int64_t K2, int64_t rows, int64
   }
 }
 
-// x[r][c] = src[r * ld + c] * factor (r < rows, c < cols) rounded to bf16 (to nearest, ties
-// to even, as cpu::float_to_bf16; float32 subnormals become 0), paired along each row:
-// dst[r * ldd + k'] = (x[r][2k'], x[r][2k' + 1]) for k' < pairs(cols).
-LAT_BF16_TARGET void round_rows(const float* src, int64_t ld, int64_t rows, int64_t cols, float factor, uint32_t* dst,
-                                int64_t ldd) {
-  const int64_t halves = 2 * pairs(cols);
-  const __m512 f = _mm512_set1_ps(factor);
+// src[r * ld + c] (r < rows, c < cols) rounded to bf16 (to nearest, ties to even, as
+// cpu::float_to_bf16; float32 subnormals become 0), paired along each row:
+// dst[r * ldd + k'] = (src[r][2k'], src[r][2k' + 1]) for k' < pairs(cols).
+LAT_BF16_TARGET void round_rows(const float* src, int64_t ld, int64_t rows, int64_t cols, uint32_t* dst, int64_t ldd) {
+  const int64_t halves = 2 * pairs(cols), whole = cols / 32 * 32;
   for (int64_t r = 0; r < rows; ++r) {
+    const float* x = src + r * ld;
     uint32_t* out = dst + r * ldd;
-    for (int64_t c = 0; c < halves; c += 16) {
-      const __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes(cols - c), src + r * ld + c), f);
-      _mm256_mask_storeu_epi16(out + c / 2, lanes(halves - c), reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(x)));
+    for (int64_t c = 0; c < whole; c += 32) {
+      const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + c + 16), _mm512_loadu_ps(x + c));
+      _mm512_storeu_si512(out + c / 2, reinterpret_cast<__m512i>(v));
+    }
+    for (int64_t c = whole; c < halves; c += 16) {
+      const __m256bh v = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(lanes(cols - c), x + c));
+      _mm256_mask_storeu_epi16(out + c / 2, lanes(halves - c), reinterpret_cast<__m256i>(v));
     }
   }
 }
@@ -385,7 +388,7 @@ void forward_tiles(const Args<S>& a, S* o, S* lse) {
       for (int64_t bh = 0; bh < kv_heads; ++bh) {
         const int64_t b = bh / a.Hkv, hk = bh % a.Hkv;
         if constexpr (bf16) {
-          round_rows(a.k_row(b, 0, hk), a.Hkv * D, Tk, D, 1.0f, k16.data() + bh * Tk * D2, D2);
+          round_rows(a.k_row(b, 0, hk), a.Hkv * D, Tk, D, k16.data() + bh * Tk * D2, D2);
           round_row_pairs(a.v_row(b, 0, hk), a.Hkv * Dv, Tk, Dv, v16.data() + bh * Tk2 * DvP, DvP);
         } else {
           for (int64_t j = 0; j < Tk; ++j) std::copy_n(a.v_row(b, j, hk), Dv, v_padded.data() + (bh * Tk + j) * DvP);
@@ -517,8 +520,8 @@ void backward_tiles(const Args<S>& a, const S* o, const S* lse, const S* do_, S*
         k16.resize(static_cast<size_t>(nk * D2));
         v16.resize(static_cast<size_t>(nk * Dv2));
         kp16.resize(static_cast<size_t>(pairs(nk) * DP));
-        round_rows(a.k_row(b, kb, hk), a.Hkv * D, nk, D, 1.0f, k16.data(), D2);
-        round_rows(a.v_row(b, kb, hk), a.Hkv * Dv, nk, Dv, 1.0f, v16.data(), Dv2);
+        round_rows(a.k_row(b, kb, hk), a.Hkv * D, nk, D, k16.data(), D2);
+        round_rows(a.v_row(b, kb, hk), a.Hkv * Dv, nk, Dv, v16.data(), Dv2);
         round_row_pairs(a.k_row(b, kb, hk), a.Hkv * D, nk, D, kp16.data(), DP);
       } else {
         k_rhs = rhs_rows(a.k_row(b, kb, hk), a.Hkv * D, nk, D, k_padded);
@@ -575,10 +578,10 @@ void backward_tiles(const Args<S>& a, const S* o, const S* lse, const S* do_, S*
             S* dv_rows = dva + j0 * DvP;
             S* dk_rows = dka + j0 * DP;
             if constexpr (bf16) {
-              round_rows(st.data(), kBr, nc, nr, 1.0f, s16.data(), kBr / 2);
+              round_rows(st.data(), kBr, nc, nr, s16.data(), kBr / 2);
               gemm_bf16({s16.data(), kBr / 2, 1}, {do16.data(), DvP}, pairs(nr), nc, DvP, dv_rows, DvP,
                         Update::accumulate);
-              round_rows(dpt.data(), kBr, nc, nr, 1.0f, s16.data(), kBr / 2);
+              round_rows(dpt.data(), kBr, nc, nr, s16.data(), kBr / 2);
               gemm_bf16({s16.data(), kBr / 2, 1}, {q16.data(), DP}, pairs(nr), nc, DP, dk_rows, DP, Update::accumulate);
               round_row_pairs(dpt.data(), kBr, nc, nrp, s16.data(), kBr);
               gemm_bf16({s16.data(), 1, kBr}, {kp16.data() + jl / 2 * DP, DP}, pairs(nc), nr, DP, dqa.data(), DP,
