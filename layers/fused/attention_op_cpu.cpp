@@ -492,9 +492,10 @@ void backward_tiles(const Args<S>& a, const S* o, const S* lse, const S* do_, S*
   const int64_t per_span = (n_qt + wanted - 1) / wanted;
   const int64_t spans = (n_qt + per_span - 1) / per_span;
   const int64_t tasks = kv_heads * spans;
-  // Each task's dK / scale [Tk, DP] and dV [Tk, DvP] sums over its queries.
+  // With several spans per kv head, each task's dK / scale [Tk, DP] and dV [Tk, DvP] sums
+  // over its queries, added up after; with one, the task writes dk and dv itself.
   const int64_t slot = Tk * (DP + DvP);
-  std::vector<S> partial(static_cast<size_t>(tasks * slot));
+  std::vector<S> partial(spans > 1 ? static_cast<size_t>(tasks * slot) : 0);
 #pragma omp parallel if (tasks > 1)
   {
     // Keys' side of a task (keys [kb, ke)): fp32 K as a right operand (k_padded, when D is
@@ -502,9 +503,11 @@ void backward_tiles(const Args<S>& a, const S* o, const S* lse, const S* do_, S*
     // Queries' side of a tile: (scale Q)^T and dO^T [D or Dv, kBr] (qs, dos; bf16: their row
     // pairs qs16, dos16), Q and dO as right operands (q_padded, do_padded; bf16 row pairs q16,
     // do16). st: S^T then P^T, dpt: dP^T then dS^T [kBc, kBr]; s16: either rounded, paired
-    // along queries [kBc, kBr / 2] or along keys [kBc / 2, kBr]; dqa: dQ / scale [kBr, DP].
+    // along queries [kBc, kBr / 2] or along keys [kBc / 2, kBr]; dqa: dQ / scale [kBr, DP];
+    // dka, dva: the task's dK / scale [nk, DP] and dV [nk, DvP]; lse_t, delta_t: the tile's
+    // rows of lse and delta_i = dO_i . O_i.
     std::vector<S> k_padded, q_padded, do_padded, qs(D * kBr), dos(Dv * kBr), st(kBc * kBr), dpt(kBc * kBr),
-        dqa(kBr * DP), lse_t(kBr), delta_t(kBr);
+        dqa(kBr * DP), dka, dva, lse_t(kBr), delta_t(kBr);
     std::vector<uint32_t> k16, v16, kp16, qs16(bf16 ? D2 * kBr : 0), dos16(bf16 ? Dv2 * kBr : 0),
         q16(bf16 ? kBr / 2 * DP : 0), do16(bf16 ? kBr / 2 * DvP : 0), s16(bf16 ? kBc * kBr / 2 : 0);
 #pragma omp for schedule(dynamic)
@@ -513,8 +516,8 @@ void backward_tiles(const Args<S>& a, const S* o, const S* lse, const S* do_, S*
       const int64_t qt_begin = span * per_span, qt_end = std::min(n_qt, qt_begin + per_span);
       const int64_t kb = first_key_tile(a, qt_begin * kBr), ke = a.key_end(std::min(Tq, qt_end * kBr) - 1);
       const int64_t nk = ke - kb;
-      S* dka = partial.data() + task * slot;
-      S* dva = dka + Tk * DP;
+      dka.assign(static_cast<size_t>(nk * DP), S(0));
+      dva.assign(static_cast<size_t>(nk * DvP), S(0));
       Rhs<S> k_rhs{};
       if constexpr (bf16) {
         k16.resize(static_cast<size_t>(nk * D2));
@@ -575,8 +578,8 @@ void backward_tiles(const Args<S>& a, const S* o, const S* lse, const S* do_, S*
               mask_tile(a, i0, nr, j0, nc, nrp, S(0), st.data(), kBr);
               mask_tile(a, i0, nr, j0, nc, nrp, S(0), dpt.data(), kBr);
             }
-            S* dv_rows = dva + j0 * DvP;
-            S* dk_rows = dka + j0 * DP;
+            S* dv_rows = dva.data() + jl * DvP;
+            S* dk_rows = dka.data() + jl * DP;
             if constexpr (bf16) {
               round_rows(st.data(), kBr, nc, nr, s16.data(), kBr / 2);
               gemm_bf16({s16.data(), kBr / 2, 1}, {do16.data(), DvP}, pairs(nr), nc, DvP, dv_rows, DvP,
@@ -599,10 +602,25 @@ void backward_tiles(const Args<S>& a, const S* o, const S* lse, const S* do_, S*
           }
         }
       }
+      if (spans == 1) {
+        // Keys [kb, ke) are all this kv head's keys that some query sees; the rest get 0.
+        for (int64_t j = 0; j < Tk; ++j) {
+          S* dk_out = dk + ((b * Tk + j) * a.Hkv + hk) * D;
+          S* dv_out = dv + ((b * Tk + j) * a.Hkv + hk) * Dv;
+          const bool seen = j >= kb && j < ke;
+          for (int64_t d = 0; d < D; ++d) dk_out[d] = seen ? dka[(j - kb) * DP + d] * a.scale : S(0);
+          for (int64_t d = 0; d < Dv; ++d) dv_out[d] = seen ? dva[(j - kb) * DvP + d] : S(0);
+        }
+      } else {
+        S* slot_k = partial.data() + task * slot;
+        std::copy(dka.begin(), dka.end(), slot_k + kb * DP);
+        std::copy(dva.begin(), dva.end(), slot_k + Tk * DP + kb * DvP);
+      }
     }
   }
+  if (spans == 1) return;
 
-  // dk, dv: the spans' sums added in span order.
+    // dk, dv: the spans' sums added in span order.
 #pragma omp parallel for if (kv_heads * Tk * (D + Dv) > 32768)
   for (int64_t row = 0; row < kv_heads * Tk; ++row) {
     const int64_t bh = row / Tk, j = row % Tk, b = bh / a.Hkv, hk = bh % a.Hkv;
