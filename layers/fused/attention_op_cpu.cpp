@@ -334,24 +334,60 @@ LAT_BF16_TARGET void round_row_pairs(const float* src, int64_t ld, int64_t rows,
 
 // ---- the tile steps both precisions share ----
 
-// Sets the entries of the (query, key) pairs that do not see each other in a tile pair to
-// `value`: row c of st (key j0 + c, c < nc) keeps the columns [0, width) of the queries
-// i0 + r, r < nr, that see it.
-template <class S>
-void mask_tile(const Args<S>& a, int64_t i0, int64_t nr, int64_t j0, int64_t nc, int64_t width, S value, S* st,
-               int64_t ld) {
-  for (int64_t c = 0; c < nc; ++c) {
-    const int64_t lo = std::clamp(a.query_begin(j0 + c) - i0, int64_t{0}, nr);
-    const int64_t hi = std::clamp(a.query_end(j0 + c) - i0, lo, nr);
-    std::fill(st + c * ld, st + c * ld + lo, value);
-    std::fill(st + c * ld + hi, st + c * ld + width, value);
-  }
-}
+// [lo, hi): a range of query or key indices inside a tile.
+struct Range {
+  int64_t lo, hi;
+};
 
-// Whether every query of [i0, i0 + nr) sees every key of [j0, j0 + nc).
+// A tile pair of one call: queries i0 + r (r < nr) and keys j0 + c (c < nc). A query sees an
+// interval of keys and a key is seen by an interval of queries, both moving forward with the
+// index: near the causal diagonal or the window's edge part of a tile pair is invisible.
 template <class S>
-bool tile_visible(const Args<S>& a, int64_t i0, int64_t nr, int64_t j0, int64_t nc) {
-  return a.key_begin(i0 + nr - 1) <= j0 && j0 + nc <= a.key_end(i0);
+struct TilePair {
+  const Args<S>& a;
+  int64_t i0, nr, j0, nc;
+
+  // Whether every query sees every key.
+  bool full() const { return a.key_begin(i0 + nr - 1) <= j0 && j0 + nc <= a.key_end(i0); }
+
+  // The queries (within [0, nr)) that see some key of [c_begin, c_end).
+  Range queries_of(int64_t c_begin, int64_t c_end) const {
+    const int64_t lo = std::clamp(a.query_begin(j0 + c_begin) - i0, int64_t{0}, nr);
+    return {lo, std::clamp(a.query_end(j0 + c_end - 1) - i0, lo, nr)};
+  }
+
+  // The keys (within [0, nc)) that some query of [r_begin, r_end) sees.
+  Range keys_of(int64_t r_begin, int64_t r_end) const {
+    const int64_t lo = std::clamp(a.key_begin(i0 + r_begin) - j0, int64_t{0}, nc);
+    return {lo, std::clamp(a.key_end(i0 + r_end - 1) - j0, lo, nc)};
+  }
+
+  // Sets the entries of S^T-shaped st (row c = key j0 + c, ld apart) whose query does not see
+  // the key to `value`, in columns [0, width).
+  void mask(S value, int64_t width, S* st, int64_t ld) const {
+    for (int64_t c = 0; c < nc; ++c) {
+      const Range q = queries_of(c, c + 1);
+      std::fill(st + c * ld, st + c * ld + q.lo, value);
+      std::fill(st + c * ld + q.hi, st + c * ld + width, value);
+    }
+  }
+};
+
+// Products over a tile pair run in blocks of this many rows, each over the range of the other
+// index that its rows see (the whole range for a full tile pair), so the invisible part of a
+// tile pair on the diagonal is mostly not computed. The entries left out are those masked to
+// 0 (or -inf before an exp), so the sums are the same.
+constexpr int64_t kRowBlock = 16;
+
+// product(r0, n, seen) for each block [r0, r0 + n) of [0, rows) whose range seen(r0, r0 + n)
+// of the other index is not empty.
+template <class Seen, class Product>
+void by_row_blocks(int64_t rows, Seen seen, Product product) {
+  for (int64_t r0 = 0; r0 < rows; r0 += kRowBlock) {
+    const int64_t n = std::min(kRowBlock, rows - r0);
+    const Range range = seen(r0, r0 + n);
+    if (range.lo < range.hi) product(r0, n, range);
+  }
 }
 
 // The first key tile of query tile i0 (tiles of keys start at multiples of kBc, so bf16 key
@@ -366,6 +402,7 @@ int64_t first_key_tile(const Args<S>& a, int64_t i0) {
 template <class S, Precision P>
 void forward_tiles(const Args<S>& a, S* o, S* lse) {
   constexpr bool bf16 = P == Precision::bf16;
+  constexpr int64_t L = Simd<S>::L;
   const int64_t D = a.D, Dv = a.Dv, DvP = padded<S>(Dv), D2 = pairs(D), Tk = a.Tk, Tk2 = pairs(Tk);
   const int64_t group = a.H / a.Hkv, kv_heads = a.B * a.Hkv;
   const int64_t n_qt = (a.Tq + kBr - 1) / kBr;
@@ -413,12 +450,20 @@ void forward_tiles(const Args<S>& a, S* o, S* lse) {
       const int64_t ke = a.key_end(i0 + nr - 1);
       for (int64_t j0 = first_key_tile(a, i0); j0 < ke; j0 += kBc) {
         const int64_t nc = std::min(kBc, ke - j0);
-        if constexpr (bf16)
-          gemm_bf16({k16.data() + (bh * Tk + j0) * D2, D2, 1}, {qs16.data(), kBr}, D2, nc, nrp, st.data(), kBr,
-                    Update::overwrite);
-        else
-          gemm<S>({a.k_row(b, j0, hk), a.Hkv * D, 1}, {qs.data(), kBr}, D, nc, nrp, st.data(), kBr, Update::overwrite);
-        if (!tile_visible(a, i0, nr, j0, nc)) mask_tile(a, i0, nr, j0, nc, nrp, neg_inf<S>(), st.data(), kBr);
+        const TilePair<S> tile{a, i0, nr, j0, nc};
+        const auto queries_of = [&](int64_t c0, int64_t c1) { return tile.queries_of(c0, c1); };
+        const auto keys_of = [&](int64_t r0, int64_t r1) { return tile.keys_of(r0, r1); };
+        // S^T = K (scale Q)^T, each block of keys over the whole vectors of its queries.
+        by_row_blocks(nc, queries_of, [&](int64_t c0, int64_t n, Range q) {
+          const int64_t lo = q.lo / L * L, width = padded<S>(q.hi) - lo;
+          if constexpr (bf16)
+            gemm_bf16({k16.data() + (bh * Tk + j0 + c0) * D2, D2, 1}, {qs16.data() + lo, kBr}, D2, n, width,
+                      st.data() + c0 * kBr + lo, kBr, Update::overwrite);
+          else
+            gemm<S>({a.k_row(b, j0 + c0, hk), a.Hkv * D, 1}, {qs.data() + lo, kBr}, D, n, width,
+                    st.data() + c0 * kBr + lo, kBr, Update::overwrite);
+        });
+        if (!tile.full()) tile.mask(neg_inf<S>(), nrp, st.data(), kBr);
         // Online softmax down the columns: rescale what was accumulated under the old max.
         std::fill(sum.begin(), sum.end(), S(0));
         std::copy(m.begin(), m.end(), alpha.begin());  // the new max, first
@@ -442,15 +487,20 @@ void forward_tiles(const Args<S>& a, S* o, S* lse) {
         for (int64_t r = 0; r < nrp; ++r) l[r] = l[r] * alpha[r] + sum[r];
         for (int64_t r = 0; r < nr; ++r)
           for (int64_t d = 0; d < Dv; ++d) acc[r * DvP + d] *= alpha[r];
-        if constexpr (bf16) {
-          round_row_pairs(st.data(), kBr, nc, nrp, p16.data(), kBr);
-          gemm_bf16({p16.data(), 1, kBr}, {v16.data() + (bh * Tk2 + j0 / 2) * DvP, DvP}, pairs(nc), nr, DvP, acc.data(),
-                    DvP, Update::accumulate);
-        } else {
-          const Rhs<S> vr = pad_v ? Rhs<S>{v_padded.data() + (bh * Tk + j0) * DvP, DvP}
-                                  : Rhs<S>{a.v_row(b, j0, hk), a.Hkv * Dv};
-          gemm<S>({st.data(), 1, kBr}, vr, nc, nr, DvP, acc.data(), DvP, Update::accumulate);
-        }
+        // O += P V, each block of queries over the keys it sees.
+        if constexpr (bf16) round_row_pairs(st.data(), kBr, nc, nrp, p16.data(), kBr);
+        const Rhs<S> vr = pad_v ? Rhs<S>{v_padded.data() + (bh * Tk + j0) * DvP, DvP}
+                                : Rhs<S>{a.v_row(b, j0, hk), a.Hkv * Dv};
+        by_row_blocks(nr, keys_of, [&](int64_t r0, int64_t n, Range k) {
+          if constexpr (bf16) {
+            const int64_t p0 = k.lo / 2;
+            gemm_bf16({p16.data() + p0 * kBr + r0, 1, kBr}, {v16.data() + (bh * Tk2 + j0 / 2 + p0) * DvP, DvP},
+                      pairs(k.hi) - p0, n, DvP, acc.data() + r0 * DvP, DvP, Update::accumulate);
+          } else {
+            gemm<S>({st.data() + k.lo * kBr + r0, 1, kBr}, {vr.p + k.lo * vr.ld, vr.ld}, k.hi - k.lo, n, DvP,
+                    acc.data() + r0 * DvP, DvP, Update::accumulate);
+          }
+        });
       }
       for (int64_t r = 0; r < nr; ++r) {
         // Every query sees at least its own position (q_offset <= Tk - Tq), so l > 0.
@@ -468,6 +518,7 @@ void forward_tiles(const Args<S>& a, S* o, S* lse) {
 template <class S, Precision P>
 void backward_tiles(const Args<S>& a, const S* o, const S* lse, const S* do_, S* dq, S* dk, S* dv) {
   constexpr bool bf16 = P == Precision::bf16;
+  constexpr int64_t L = Simd<S>::L;
   const int64_t D = a.D, Dv = a.Dv, DP = padded<S>(D), DvP = padded<S>(Dv), D2 = pairs(D), Dv2 = pairs(Dv);
   const int64_t H = a.H, Tq = a.Tq, Tk = a.Tk, group = a.H / a.Hkv, kv_heads = a.B * a.Hkv;
   auto o_row = [&](const S* base, int64_t b, int64_t i, int64_t h) { return base + ((b * Tq + i) * H + h) * Dv; };
@@ -554,17 +605,26 @@ void backward_tiles(const Args<S>& a, const S* o, const S* lse, const S* do_, S*
           const int64_t ke_t = a.key_end(i0 + nr - 1);
           for (int64_t j0 = first_key_tile(a, i0); j0 < ke_t; j0 += kBc) {
             const int64_t nc = std::min(kBc, ke_t - j0), jl = j0 - kb;
-            if constexpr (bf16) {
-              gemm_bf16({k16.data() + jl * D2, D2, 1}, {qs16.data(), kBr}, D2, nc, nrp, st.data(), kBr,
+            const TilePair<S> tile{a, i0, nr, j0, nc};
+            const auto queries_of = [&](int64_t c0, int64_t c1) { return tile.queries_of(c0, c1); };
+            const auto keys_of = [&](int64_t r0, int64_t r1) { return tile.keys_of(r0, r1); };
+            // S^T = K (scale Q)^T and dP^T = V dO^T, each block of keys over its queries.
+            by_row_blocks(nc, queries_of, [&](int64_t c0, int64_t n, Range q) {
+              const int64_t lo = q.lo / L * L, width = padded<S>(q.hi) - lo;
+              S* s_rows = st.data() + c0 * kBr + lo;
+              S* dp_rows = dpt.data() + c0 * kBr + lo;
+              if constexpr (bf16) {
+                gemm_bf16({k16.data() + (jl + c0) * D2, D2, 1}, {qs16.data() + lo, kBr}, D2, n, width, s_rows, kBr,
+                          Update::overwrite);
+                gemm_bf16({v16.data() + (jl + c0) * Dv2, Dv2, 1}, {dos16.data() + lo, kBr}, Dv2, n, width, dp_rows, kBr,
+                          Update::overwrite);
+              } else {
+                gemm<S>({a.k_row(b, j0 + c0, hk), a.Hkv * D, 1}, {qs.data() + lo, kBr}, D, n, width, s_rows, kBr,
                         Update::overwrite);
-              gemm_bf16({v16.data() + jl * Dv2, Dv2, 1}, {dos16.data(), kBr}, Dv2, nc, nrp, dpt.data(), kBr,
+                gemm<S>({a.v_row(b, j0 + c0, hk), a.Hkv * Dv, 1}, {dos.data() + lo, kBr}, Dv, n, width, dp_rows, kBr,
                         Update::overwrite);
-            } else {
-              gemm<S>({a.k_row(b, j0, hk), a.Hkv * D, 1}, {qs.data(), kBr}, D, nc, nrp, st.data(), kBr,
-                      Update::overwrite);
-              gemm<S>({a.v_row(b, j0, hk), a.Hkv * Dv, 1}, {dos.data(), kBr}, Dv, nc, nrp, dpt.data(), kBr,
-                      Update::overwrite);
-            }
+              }
+            });
             for (int64_t c = 0; c < nc; ++c) {
               S* pc = st.data() + c * kBr;
               S* dc = dpt.data() + c * kBr;
@@ -574,26 +634,45 @@ void backward_tiles(const Args<S>& a, const S* o, const S* lse, const S* do_, S*
                 dc[r] = p * (dc[r] - delta_t[r]);  // dS
               }
             }
-            if (!tile_visible(a, i0, nr, j0, nc)) {
-              mask_tile(a, i0, nr, j0, nc, nrp, S(0), st.data(), kBr);
-              mask_tile(a, i0, nr, j0, nc, nrp, S(0), dpt.data(), kBr);
+            if (!tile.full()) {
+              tile.mask(S(0), nrp, st.data(), kBr);
+              tile.mask(S(0), nrp, dpt.data(), kBr);
             }
+            // dV += P^T dO and dK += dS^T Q, each block of keys over the queries that see it;
+            // dQ += dS K, each block of queries over the keys it sees.
             S* dv_rows = dva.data() + jl * DvP;
             S* dk_rows = dka.data() + jl * DP;
             if constexpr (bf16) {
-              round_rows(st.data(), kBr, nc, nr, s16.data(), kBr / 2);
-              gemm_bf16({s16.data(), kBr / 2, 1}, {do16.data(), DvP}, pairs(nr), nc, DvP, dv_rows, DvP,
-                        Update::accumulate);
-              round_rows(dpt.data(), kBr, nc, nr, s16.data(), kBr / 2);
-              gemm_bf16({s16.data(), kBr / 2, 1}, {q16.data(), DP}, pairs(nr), nc, DP, dk_rows, DP, Update::accumulate);
+              constexpr int64_t ld16 = kBr / 2;
+              round_rows(st.data(), kBr, nc, nr, s16.data(), ld16);
+              by_row_blocks(nc, queries_of, [&](int64_t c0, int64_t n, Range q) {
+                const int64_t p0 = q.lo / 2;
+                gemm_bf16({s16.data() + c0 * ld16 + p0, ld16, 1}, {do16.data() + p0 * DvP, DvP}, pairs(q.hi) - p0, n,
+                          DvP, dv_rows + c0 * DvP, DvP, Update::accumulate);
+              });
+              round_rows(dpt.data(), kBr, nc, nr, s16.data(), ld16);
+              by_row_blocks(nc, queries_of, [&](int64_t c0, int64_t n, Range q) {
+                const int64_t p0 = q.lo / 2;
+                gemm_bf16({s16.data() + c0 * ld16 + p0, ld16, 1}, {q16.data() + p0 * DP, DP}, pairs(q.hi) - p0, n, DP,
+                          dk_rows + c0 * DP, DP, Update::accumulate);
+              });
               round_row_pairs(dpt.data(), kBr, nc, nrp, s16.data(), kBr);
-              gemm_bf16({s16.data(), 1, kBr}, {kp16.data() + jl / 2 * DP, DP}, pairs(nc), nr, DP, dqa.data(), DP,
-                        Update::accumulate);
+              by_row_blocks(nr, keys_of, [&](int64_t r0, int64_t n, Range k) {
+                const int64_t p0 = k.lo / 2;
+                gemm_bf16({s16.data() + p0 * kBr + r0, 1, kBr}, {kp16.data() + (jl / 2 + p0) * DP, DP},
+                          pairs(k.hi) - p0, n, DP, dqa.data() + r0 * DP, DP, Update::accumulate);
+              });
             } else {
-              gemm<S>({st.data(), kBr, 1}, do_rhs, nr, nc, DvP, dv_rows, DvP, Update::accumulate);
-              gemm<S>({dpt.data(), kBr, 1}, q_rhs, nr, nc, DP, dk_rows, DP, Update::accumulate);
-              gemm<S>({dpt.data(), 1, kBr}, {k_rhs.p + jl * k_rhs.ld, k_rhs.ld}, nc, nr, DP, dqa.data(), DP,
-                      Update::accumulate);
+              by_row_blocks(nc, queries_of, [&](int64_t c0, int64_t n, Range q) {
+                gemm<S>({st.data() + c0 * kBr + q.lo, kBr, 1}, {do_rhs.p + q.lo * do_rhs.ld, do_rhs.ld}, q.hi - q.lo, n,
+                        DvP, dv_rows + c0 * DvP, DvP, Update::accumulate);
+                gemm<S>({dpt.data() + c0 * kBr + q.lo, kBr, 1}, {q_rhs.p + q.lo * q_rhs.ld, q_rhs.ld}, q.hi - q.lo, n,
+                        DP, dk_rows + c0 * DP, DP, Update::accumulate);
+              });
+              by_row_blocks(nr, keys_of, [&](int64_t r0, int64_t n, Range k) {
+                gemm<S>({dpt.data() + k.lo * kBr + r0, 1, kBr}, {k_rhs.p + (jl + k.lo) * k_rhs.ld, k_rhs.ld},
+                        k.hi - k.lo, n, DP, dqa.data() + r0 * DP, DP, Update::accumulate);
+              });
             }
           }
           for (int64_t r = 0; r < nr; ++r) {
