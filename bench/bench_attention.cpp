@@ -24,6 +24,7 @@
 
 #include "lat/lat.h"
 #include "layers/fused/attention_op.h"
+#include "train/run/heap.h"
 
 namespace {
 
@@ -143,6 +144,7 @@ int main(int argc, char** argv) {
       return arg == "--help" || arg == "-h" ? 0 : 2;
     }
   }
+  lat::keep_freed_memory();  // the trainer's malloc settings: no fresh pages per call
   const bool bf16 = lat::bf16_supported(lat::Device::cpu());
   const double peak32 = matmul_peak(lat::Precision::fp32, repeats);
   const double peak16 = bf16 ? matmul_peak(lat::Precision::bf16, repeats) : peak32;
