@@ -112,6 +112,32 @@ TEST(Bf16Attention, MatchesFloat64WithinBf16Bound) {
   }
 }
 
+// Decoding over a KV cache with a sliding window: the keys before the window, and the cache's
+// rows past `length` (NaN), are never read; fp32 within float32's bound, bf16 within its own.
+TEST(Bf16Attention, CachedWindowReadsOnlyVisibleKeys) {
+  if (!bf16_supported(Device::cpu())) GTEST_SKIP() << "no AVX512-BF16 on this CPU: bf16 runs in fp32";
+  const int64_t B = 2, cap = 300, len = 281, Tq = 3, H = 4, Hkv = 2, D = 32, Dv = 24, window = 40;
+  Generator gen(8);
+  const Tensor k = Tensor::randn({B, len, Hkv, D}, gen), v = Tensor::randn({B, len, Hkv, Dv}, gen);
+  const Tensor q = Tensor::randn({B, Tq, H, D}, gen);
+  const Tensor nan_k = Tensor::full({B, cap - len, Hkv, D}, std::nan(""));
+  const Tensor nan_v = Tensor::full({B, cap - len, Hkv, Dv}, std::nan(""));
+  const Tensor k_cache = concat({k, nan_k}, 1), v_cache = concat({v, nan_v}, 1);
+  const Tensor ref = testing::naive_attention(q.to(DType::f64), k.to(DType::f64), v.to(DType::f64),
+                                              1.0 / std::sqrt(static_cast<double>(D)), window, len - Tq);
+  const double tol_bf16 = kMargin * (kRho * std::sqrt(2.0) + window * std::ldexp(1.0, -24));
+  for (Precision precision : {Precision::fp32, Precision::bf16}) {
+    const PrecisionGuard guard(precision);
+    const double error = relative_error(causal_attention_cached(q, k_cache, v_cache, len, {}, window), ref);
+    if (precision == Precision::fp32) {
+      EXPECT_LT(error, kFp32Bound) << "fp32";
+    } else {
+      EXPECT_LT(error, tol_bf16) << "bf16";
+      EXPECT_GT(error, kFp32Bound) << "bf16: no larger than float32's error, bf16 not used";
+    }
+  }
+}
+
 void expect_same_bits(const Result& a, const Result& b, const char* what) {
   SCOPED_TRACE(what);
   EXPECT_EQ(a.o.to_vector(), b.o.to_vector()) << "o";

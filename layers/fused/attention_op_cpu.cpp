@@ -403,21 +403,23 @@ template <class S, Precision P>
 void forward_tiles(const Args<S>& a, S* o, S* lse) {
   constexpr bool bf16 = P == Precision::bf16;
   constexpr int64_t L = Simd<S>::L;
-  const int64_t D = a.D, Dv = a.Dv, DvP = padded<S>(Dv), D2 = pairs(D), Tk = a.Tk, Tk2 = pairs(Tk);
+  const int64_t D = a.D, Dv = a.Dv, DvP = padded<S>(Dv), D2 = pairs(D);
   const int64_t group = a.H / a.Hkv, kv_heads = a.B * a.Hkv;
   const int64_t n_qt = (a.Tq + kBr - 1) / kBr;
   const int64_t tasks = a.B * a.H * n_qt;
-  // The keys' side, laid out once per kv head rather than once per query tile: bf16 K rows
-  // [kv_heads, Tk, D2] and V row pairs [kv_heads, Tk2, DvP]; fp32 reads K and V in place
-  // unless Dv is not a whole number of vectors (then V padded, [kv_heads, Tk, DvP]).
+  // The keys' side, laid out once per kv head rather than once per query tile, for the keys
+  // [kb, kb + nk) that some query sees (a window over a long KV cache sees few): bf16 K rows
+  // [kv_heads, nk, D2] and V row pairs [kv_heads, nk2, DvP]; fp32 reads K and V in place
+  // unless Dv is not a whole number of vectors (then V padded, [kv_heads, nk, DvP]).
+  const int64_t kb = first_key_tile(a, 0), nk = a.key_end(a.Tq - 1) - kb, nk2 = pairs(nk);
   const bool pad_v = !bf16 && DvP != Dv;
   std::vector<uint32_t> k16, v16;
   std::vector<S> v_padded;
   if constexpr (bf16) {
-    k16.resize(static_cast<size_t>(kv_heads * Tk * D2));
-    v16.resize(static_cast<size_t>(kv_heads * Tk2 * DvP));
+    k16.resize(static_cast<size_t>(kv_heads * nk * D2));
+    v16.resize(static_cast<size_t>(kv_heads * nk2 * DvP));
   }
-  if (pad_v) v_padded.resize(static_cast<size_t>(kv_heads * Tk * DvP));
+  if (pad_v) v_padded.resize(static_cast<size_t>(kv_heads * nk * DvP));
 #pragma omp parallel if (tasks > 1)
   {
     if (bf16 || pad_v) {
@@ -425,10 +427,11 @@ void forward_tiles(const Args<S>& a, S* o, S* lse) {
       for (int64_t bh = 0; bh < kv_heads; ++bh) {
         const int64_t b = bh / a.Hkv, hk = bh % a.Hkv;
         if constexpr (bf16) {
-          round_rows(a.k_row(b, 0, hk), a.Hkv * D, Tk, D, k16.data() + bh * Tk * D2, D2);
-          round_row_pairs(a.v_row(b, 0, hk), a.Hkv * Dv, Tk, Dv, v16.data() + bh * Tk2 * DvP, DvP);
+          round_rows(a.k_row(b, kb, hk), a.Hkv * D, nk, D, k16.data() + bh * nk * D2, D2);
+          round_row_pairs(a.v_row(b, kb, hk), a.Hkv * Dv, nk, Dv, v16.data() + bh * nk2 * DvP, DvP);
         } else {
-          for (int64_t j = 0; j < Tk; ++j) std::copy_n(a.v_row(b, j, hk), Dv, v_padded.data() + (bh * Tk + j) * DvP);
+          for (int64_t j = 0; j < nk; ++j)
+            std::copy_n(a.v_row(b, kb + j, hk), Dv, v_padded.data() + (bh * nk + j) * DvP);
         }
       }
     }
@@ -457,7 +460,7 @@ void forward_tiles(const Args<S>& a, S* o, S* lse) {
         by_row_blocks(nc, queries_of, [&](int64_t c0, int64_t n, Range q) {
           const int64_t lo = q.lo / L * L, width = padded<S>(q.hi) - lo;
           if constexpr (bf16)
-            gemm_bf16({k16.data() + (bh * Tk + j0 + c0) * D2, D2, 1}, {qs16.data() + lo, kBr}, D2, n, width,
+            gemm_bf16({k16.data() + (bh * nk + j0 - kb + c0) * D2, D2, 1}, {qs16.data() + lo, kBr}, D2, n, width,
                       st.data() + c0 * kBr + lo, kBr, Update::overwrite);
           else
             gemm<S>({a.k_row(b, j0 + c0, hk), a.Hkv * D, 1}, {qs.data() + lo, kBr}, D, n, width,
@@ -489,12 +492,12 @@ void forward_tiles(const Args<S>& a, S* o, S* lse) {
           for (int64_t d = 0; d < Dv; ++d) acc[r * DvP + d] *= alpha[r];
         // O += P V, each block of queries over the keys it sees.
         if constexpr (bf16) round_row_pairs(st.data(), kBr, nc, nrp, p16.data(), kBr);
-        const Rhs<S> vr = pad_v ? Rhs<S>{v_padded.data() + (bh * Tk + j0) * DvP, DvP}
+        const Rhs<S> vr = pad_v ? Rhs<S>{v_padded.data() + (bh * nk + j0 - kb) * DvP, DvP}
                                 : Rhs<S>{a.v_row(b, j0, hk), a.Hkv * Dv};
         by_row_blocks(nr, keys_of, [&](int64_t r0, int64_t n, Range k) {
           if constexpr (bf16) {
             const int64_t p0 = k.lo / 2;
-            gemm_bf16({p16.data() + p0 * kBr + r0, 1, kBr}, {v16.data() + (bh * Tk2 + j0 / 2 + p0) * DvP, DvP},
+            gemm_bf16({p16.data() + p0 * kBr + r0, 1, kBr}, {v16.data() + (bh * nk2 + (j0 - kb) / 2 + p0) * DvP, DvP},
                       pairs(k.hi) - p0, n, DvP, acc.data() + r0 * DvP, DvP, Update::accumulate);
           } else {
             gemm<S>({st.data() + k.lo * kBr + r0, 1, kBr}, {vr.p + k.lo * vr.ld, vr.ld}, k.hi - k.lo, n, DvP,
