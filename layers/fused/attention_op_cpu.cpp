@@ -15,8 +15,9 @@
 //   dP^T = V dO^T            a = rows of V, b = dO^T (the same)
 //   O += P V, dQ += dS K     a = columns of P^T, dS^T; b = rows of V, K
 //   dV += P^T dO, dK += dS^T Q   a = rows of P^T, dS^T; b = rows of dO, Q
-// The softmax runs down the columns of S^T, a vector of queries at a time. Only tiles that
-// cross the causal diagonal or the window's edge are masked.
+// The softmax runs down the columns of S^T, a vector of queries at a time. Only tile pairs
+// that cross the causal diagonal or the window's edge are masked, and their products leave
+// out most of the invisible part (by_row_blocks).
 //
 // bf16 (Precision::bf16, AVX512-BF16): the same products with both operands rounded to bf16
 // and fp32 accumulation (vdpbf16ps). An operand holds pairs of bf16 along the summed index in
