@@ -22,6 +22,7 @@
 // test_attention.cpp (1e-5): no bf16 product left in fp32.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <vector>
