@@ -22,9 +22,10 @@ void forward(const Args<S>& a, Precision precision, S* o, S* lse);
 /// Backward from do_ [B, Tq, H, Dv], the forward's o and lse: writes dq [B, Tq, H, D],
 /// dk [B, Tk, Hkv, D], dv [B, Tk, Hkv, Dv] (contiguous; q, k, v batch strides must be the
 /// contiguous ones). OpenMP over (batch, kv head, span of query tiles): a task owns the dq
-/// rows of its queries and sums the dk, dv of its keys over the group's query heads into
-/// its own buffer; the spans' buffers are then added in span order, so no two threads write
-/// one row and the result does not depend on the thread count. `precision` as in forward,
+/// rows of its queries and sums the dk, dv of its keys over the group's query heads in its
+/// own buffer, which it writes out when it is its kv head's only span (B Hkv >= 16), else the
+/// spans' buffers are added in span order after: no two threads write one row, and the
+/// result does not depend on the thread count. `precision` as in forward,
 /// for the products Q K^T, dO V^T, P^T dO, dS K and dS^T Q.
 template <class S>
 void backward(const Args<S>& a, Precision precision, const S* o, const S* lse, const S* do_, S* dq, S* dk, S* dv);
