@@ -6,6 +6,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "lat/precision.h"
 #include "lat/tape.h"
 #include "layers/cu_seqlens.h"
 #include "layers/fused/attention_op_cpu.h"
@@ -56,15 +57,23 @@ Dims check_args(const char* op, const Tensor& q, const Tensor& k, const Tensor& 
 
 // One kernel call, resolved: the keys read are rows [0, Tk) of k and v (Tk = d.Tk, or the
 // cache's length for the cached form), counted from token t0 of every tensor (a packed
-// sequence's first token, whose d.Tq = d.Tk is its length; 0 for a whole call).
+// sequence's first token, whose d.Tq = d.Tk is its length; 0 for a whole call). precision:
+// the products' (CPU; the CUDA kernels compute in fp32), read once on the calling thread
+// and kept for the backward.
 struct Call {
   Dims d;
   int64_t Tk;
   double scale;
   int64_t window_size;
   int64_t q_offset;
+  Precision precision;
   int64_t t0 = 0;
 };
+
+// bf16 for f32 products where this thread computes in bf16 on q's device (lat/precision.h).
+Precision products_precision(const Tensor& q) {
+  return q.dtype() == DType::f32 && bf16_compute(q.device()) ? Precision::bf16 : Precision::fp32;
+}
 
 // Where call c's rows start in q, o, dq [B, T, H, D or Dv], k, v [B, T, Hkv, D or Dv] and
 // lse [B, H, Tq], in elements.
@@ -111,7 +120,7 @@ void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Call
     return;
   }
 #endif
-  attention_cpu::forward(make_args<S>(q, k, v, c), o.data<S>() + at.o, lse_rows);
+  attention_cpu::forward(make_args<S>(q, k, v, c), c.precision, o.data<S>() + at.o, lse_rows);
 }
 
 void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Call& c, Tensor& o, Tensor* lse) {
@@ -135,8 +144,8 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Cal
     return;
   }
 #endif
-  attention_cpu::backward(make_args<S>(q, k, v, c), o.data<S>() + at.o, lse.data<S>() + at.lse, grad_o.data<S>() + at.o,
-                          dq.data<S>() + at.q, dk.data<S>() + at.k, dv.data<S>() + at.v);
+  attention_cpu::backward(make_args<S>(q, k, v, c), c.precision, o.data<S>() + at.o, lse.data<S>() + at.lse,
+                          grad_o.data<S>() + at.o, dq.data<S>() + at.q, dk.data<S>() + at.k, dv.data<S>() + at.v);
 }
 
 std::vector<Tensor> backward(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<Call>& calls,
@@ -181,7 +190,8 @@ Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, std::
   LAT_CHECK(offset >= 0 && offset <= d.Tk - d.Tq,
             "causal_attention: q_offset: expected a value in [0, Tk - Tq] = [0, " << d.Tk - d.Tq << "], got " << offset);
   const std::vector<Call> calls = calls_of(
-      {d, d.Tk, scale.value_or(1.0 / std::sqrt(static_cast<double>(d.D))), window_size, offset}, cu_seqlens);
+      {d, d.Tk, scale.value_or(1.0 / std::sqrt(static_cast<double>(d.D))), window_size, offset, products_precision(q)},
+      cu_seqlens);
 
   const bool grad = needs_grad({&q, &k, &v});
   Tensor o = Tensor::empty({d.B, d.Tq, d.H, d.Dv}, q.dtype(), q.device());
@@ -202,7 +212,8 @@ Tensor causal_attention_cached(const Tensor& q, const Tensor& k_cache, const Ten
   LAT_CHECK(q.dtype() == DType::f32, "causal_attention_cached: q: expected f32, got " << dtype_name(q.dtype()));
   LAT_CHECK(length >= d.Tq && length <= d.Tk, "causal_attention_cached: length: expected a value in [Tq, capacity] = ["
                                                   << d.Tq << ", " << d.Tk << "], got " << length);
-  const Call c{d, length, scale.value_or(1.0 / std::sqrt(static_cast<double>(d.D))), window_size, length - d.Tq};
+  const double scale_value = scale.value_or(1.0 / std::sqrt(static_cast<double>(d.D)));
+  const Call c{d, length, scale_value, window_size, length - d.Tq, products_precision(q)};
   Tensor o = Tensor::empty({d.B, d.Tq, d.H, d.Dv}, q.dtype(), q.device());
   forward(q, k_cache, v_cache, c, o, nullptr);
   return o;
