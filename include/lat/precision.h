@@ -1,7 +1,8 @@
 // The compute precision of matrix products: fp32, or bf16 mixed precision (bf16 inputs, fp32
 // accumulation and results). Parameters, gradients, optimizer state, recurrent states,
 // decay sums, norms, softmax and losses stay fp32 whatever it is: only the inputs of the
-// products are rounded, to bf16's 8-bit significand (relative rounding error <= 2^-9).
+// products are rounded, to bf16's 8-bit significand (unit roundoff u = 2^-8, the bound on
+// the relative rounding error).
 #pragma once
 #include <cstdint>
 #include <string>
