@@ -233,8 +233,8 @@ int main(int argc, char** argv) {
               tune_malloc ? "mmap threshold 1 GiB" : "glibc defaults", static_cast<long long>(kB),
               static_cast<long long>(kH), static_cast<long long>(kK), static_cast<long long>(kV),
               static_cast<long long>(kC));
-  std::printf("%-17s %6s %9s %9s %7s %14s %14s %10s %14s %8s\n", "op", "T", "fp32 ms", "bf16 ms", "bf16 x",
-              "fp32 GFLOP/s", "bf16 GFLOP/s", "us/token", "recurrent ms", "speedup");
+  std::printf("%-17s %6s %9s %9s %7s %14s %14s %11s %14s %8s\n", "op", "T", "fp32 ms", "bf16 ms", "bf16 x",
+              "fp32 GFLOP/s", "bf16 GFLOP/s", "fp32 us/tok", "recurrent ms", "speedup");
   for (const std::string& op : ops)
     for (int64_t T : lengths) {
       Inputs in = make_inputs(T);
@@ -251,7 +251,7 @@ int main(int argc, char** argv) {
       } else {
         std::printf(" %9s %7s %6.1f (%3.0f%%) %14s", "-", "-", gflops32, 100.0 * gflops32 / peak32, "-");
       }
-      std::printf(" %10.3f", 1e3 * ms[0] / static_cast<double>(T));
+      std::printf(" %11.3f", 1e3 * ms[0] / static_cast<double>(T));
       if (recurrent) {
         double rec_ms =
             median_ms([&] { forward_backward(op, false, in, Precision::fp32); }, std::max(1, reps / 3));
