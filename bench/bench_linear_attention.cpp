@@ -1,8 +1,12 @@
 // Forward+backward time of the chunkwise linear-attention ops at
-// B = 4, H = 4, K = V = 64, T in {256, 512, 2048, 8192}: median milliseconds, GFLOP/s
-// counted with the per-chunk FLOP formulas of ALGORITHMS.md, and that as a fraction of
-// the sgemm peak (GFLOP/s of one 2048^3 lat::cpu::gemm_batched, measured here); also
-// the fused_recurrent form at the same shapes.
+// B = 4, H = 4, K = V = 64, T in {256, 512, 2048, 8192}, in fp32 and in bf16 compute
+// precision (lat/precision.h: bf16 inputs of the chunk kernels' products, fp32 accumulation),
+// the two taking turns repeat by repeat so that a change in the machine's load falls on
+// both: median milliseconds of each, their ratio, and GFLOP/s counted with the per-chunk
+// FLOP formulas of ALGORITHMS.md as a fraction of the peak of the same precision (GFLOP/s
+// of one 2048^3 lat::cpu::gemm_batched, fp32, and gemm_batched_bf16 on inputs rounded to
+// bf16 beforehand, both measured here); also the fused_recurrent form (fp32) at the same
+// shapes. Where the CPU has no bf16 products (lat::bf16_supported), only fp32 is timed.
 //
 // By default the benchmark raises glibc's mmap threshold to 1 GiB (mallopt), so freed
 // tensors of more than 32 MiB (T = 8192) are reused instead of being returned to the OS
@@ -27,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "autograd/cpu/bf16.h"
 #include "autograd/cpu/gemm.h"
 #include "lat/lat.h"
 
@@ -46,7 +51,12 @@ double now_ms() {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// Median wall time of `reps` runs after one warm-up run.
+double median(std::vector<double> times) {
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+// Median time of `reps` runs after one warm-up run.
 double median_ms(const std::function<void()>& fn, int reps) {
   fn();
   std::vector<double> times;
@@ -55,12 +65,27 @@ double median_ms(const std::function<void()>& fn, int reps) {
     fn();
     times.push_back(now_ms() - t0);
   }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  return median(times);
 }
 
-// GFLOP/s of C = A B with M = N = K = 2048 through the gemm every kernel uses.
-double sgemm_peak_gflops() {
+// Median times of `reps` runs of each of `fns`, which take turns, after one warm-up run each.
+std::vector<double> median_ms_in_turns(const std::vector<std::function<void()>>& fns, int reps) {
+  for (const auto& fn : fns) fn();
+  std::vector<std::vector<double>> times(fns.size());
+  for (int i = 0; i < reps; ++i)
+    for (size_t f = 0; f < fns.size(); ++f) {
+      double t0 = now_ms();
+      fns[f]();
+      times[f].push_back(now_ms() - t0);
+    }
+  std::vector<double> medians;
+  for (const auto& t : times) medians.push_back(median(t));
+  return medians;
+}
+
+// GFLOP/s of C = A B with M = N = K = 2048 through the gemm every product of lat uses: fp32,
+// or bf16 from inputs rounded beforehand (the product alone).
+double gemm_peak_gflops(lat::Precision precision) {
   const int64_t n = 2048;
   lat::Generator gen(1);
   Tensor a = Tensor::randn({n, n}, gen), b = Tensor::randn({n, n}, gen), c = Tensor::empty({n, n});
@@ -69,7 +94,17 @@ double sgemm_peak_gflops() {
   g.A = a.data<float>(), g.lda = n, g.stride_a = n * n;
   g.B = b.data<float>(), g.ldb = n, g.stride_b = n * n;
   g.C = c.data<float>(), g.ldc = n, g.stride_c = n * n;
-  double ms = median_ms([&] { lat::cpu::gemm_batched(g); }, 5);
+  std::vector<uint16_t> a16(n * n), b16(n * n);
+  lat::cpu::float_to_bf16(a.data<float>(), a16.data(), n * n);
+  lat::cpu::float_to_bf16(b.data<float>(), b16.data(), n * n);
+  double ms = median_ms(
+      [&] {
+        if (precision == lat::Precision::bf16)
+          lat::cpu::gemm_batched_bf16(g, a16.data(), b16.data());
+        else
+          lat::cpu::gemm_batched(g);
+      },
+      5);
   return 2.0 * n * n * n / (ms * 1e6);
 }
 
@@ -129,8 +164,10 @@ LinearAttentionOutput run_op(const std::string& op, bool chunk, const Inputs& in
                : lat::fused_recurrent_gated_delta_rule(in.q, in.k, in.v, in.g, in.beta);
 }
 
-// One forward + backward (o's upstream gradient d_o); input gradients are dropped.
-void forward_backward(const std::string& op, bool chunk, const Inputs& in) {
+// One forward + backward (o's upstream gradient d_o) in `precision`; input gradients are
+// dropped.
+void forward_backward(const std::string& op, bool chunk, const Inputs& in, lat::Precision precision) {
+  const lat::PrecisionGuard guard(precision);
   LinearAttentionOutput out = run_op(op, chunk, in);
   lat::backward(out.o, in.d_o);
   for (Tensor t : {in.q, in.k, in.v, in.g, in.beta}) t.zero_grad();
@@ -185,25 +222,40 @@ int main(int argc, char** argv) {
     mallopt(M_MMAP_THRESHOLD, 1 << 30);
     mallopt(M_TRIM_THRESHOLD, 1 << 30);
   }
-  double peak = sgemm_peak_gflops();
-  std::printf("threads %d, %s time, sgemm 2048^3 peak %.1f GFLOP/s, malloc %s; B=%lld H=%lld K=%lld V=%lld C=%lld, "
-              "forward+backward\n",
-              lat::get_num_threads(), g_cpu_time ? "CPU" : "wall", peak,
-              tune_malloc ? "mmap threshold 1 GiB" : "glibc defaults", static_cast<long long>(kB), static_cast<long long>(kH),
-              static_cast<long long>(kK), static_cast<long long>(kV), static_cast<long long>(kC));
-  std::printf("%-17s %6s %10s %9s %8s %12s %14s %8s\n", "op", "T", "chunk ms", "GFLOP/s", "of peak", "us/token",
-              "recurrent ms", "speedup");
+  using lat::Precision;
+  const bool bf16 = lat::bf16_supported(lat::Device::cpu());
+  const double peak32 = gemm_peak_gflops(Precision::fp32);
+  const double peak16 = bf16 ? gemm_peak_gflops(Precision::bf16) : 0.0;
+  std::printf("threads %d, %s time, 2048^3 peaks: sgemm %.1f GFLOP/s, bf16 gemm %.1f GFLOP/s%s, malloc %s; "
+              "B=%lld H=%lld K=%lld V=%lld C=%lld, forward+backward\n",
+              lat::get_num_threads(), g_cpu_time ? "CPU" : "wall", peak32, peak16,
+              bf16 ? "" : " (no bf16 products on this CPU: fp32 only)",
+              tune_malloc ? "mmap threshold 1 GiB" : "glibc defaults", static_cast<long long>(kB),
+              static_cast<long long>(kH), static_cast<long long>(kK), static_cast<long long>(kV),
+              static_cast<long long>(kC));
+  std::printf("%-17s %6s %9s %9s %7s %14s %14s %11s %14s %8s\n", "op", "T", "fp32 ms", "bf16 ms", "bf16 x",
+              "fp32 GFLOP/s", "bf16 GFLOP/s", "fp32 us/tok", "recurrent ms", "speedup");
   for (const std::string& op : ops)
     for (int64_t T : lengths) {
       Inputs in = make_inputs(T);
-      double chunk_ms = median_ms([&] { forward_backward(op, true, in); }, reps);
-      double flops = flops_per_chunk(op) * static_cast<double>((T + kC - 1) / kC) * kB * kH;
-      double gflops = flops / (chunk_ms * 1e6);
-      std::printf("%-17s %6lld %10.2f %9.1f %7.1f%% %12.3f", op.c_str(), static_cast<long long>(T), chunk_ms, gflops,
-                  100.0 * gflops / peak, 1e3 * chunk_ms / static_cast<double>(T));
+      std::vector<std::function<void()>> runs{[&] { forward_backward(op, true, in, Precision::fp32); }};
+      if (bf16) runs.push_back([&] { forward_backward(op, true, in, Precision::bf16); });
+      const std::vector<double> ms = median_ms_in_turns(runs, reps);
+      const double flops = flops_per_chunk(op) * static_cast<double>((T + kC - 1) / kC) * kB * kH;
+      const double gflops32 = flops / (ms[0] * 1e6);
+      std::printf("%-17s %6lld %9.2f", op.c_str(), static_cast<long long>(T), ms[0]);
+      if (bf16) {
+        const double gflops16 = flops / (ms[1] * 1e6);
+        std::printf(" %9.2f %6.2fx %6.1f (%3.0f%%) %6.1f (%3.0f%%)", ms[1], ms[0] / ms[1], gflops32,
+                    100.0 * gflops32 / peak32, gflops16, 100.0 * gflops16 / peak16);
+      } else {
+        std::printf(" %9s %7s %6.1f (%3.0f%%) %14s", "-", "-", gflops32, 100.0 * gflops32 / peak32, "-");
+      }
+      std::printf(" %11.3f", 1e3 * ms[0] / static_cast<double>(T));
       if (recurrent) {
-        double rec_ms = median_ms([&] { forward_backward(op, false, in); }, std::max(1, reps / 3));
-        std::printf(" %14.2f %7.1fx", rec_ms, rec_ms / chunk_ms);
+        double rec_ms =
+            median_ms([&] { forward_backward(op, false, in, Precision::fp32); }, std::max(1, reps / 3));
+        std::printf(" %14.2f %7.1fx", rec_ms, rec_ms / ms[0]);
       }
       std::printf("\n");
       std::fflush(stdout);

@@ -55,7 +55,7 @@
 #include "layers/linear_attention/common.h"
 #include "layers/linear_attention/delta_kernels.h"
 #include "layers/linear_attention/qk_l2norm.h"
-#include "layers/linear_attention/tile_gemm.h"
+#include "layers/linear_attention/tile_gemm_bf16.h"
 
 namespace lat::linear_attention {
 namespace {
@@ -67,6 +67,7 @@ using cpu::AlignedBuffer;
 struct ChunkedParams {
   int64_t BH = 0, T = 0, NT = 0, C = 0, K = 0, V = 0;  // T: valid rows per head
   float scale = 1.0f;
+  Precision precision = Precision::fp32;  // of the tile products
   const float* q = nullptr;     // [BH, NT*C, K] (already L2-normalized when asked for)
   const float* k = nullptr;     // [BH, NT*C, K]
   const float* v = nullptr;     // [BH, NT*C, V]
@@ -246,11 +247,11 @@ void phase_a_chunk(const ChunkedParams& p, Arrays& a, Pass pass, int64_t n, Scra
     for (int64_t x = 0; x < V; ++x) row[K + x] = b * p.v[(n * C + i) * V + x];
   }
   float* kk = backward ? a.kk.data() + n * C * C : s.kk.data();
-  tile_gemm(C, C, K, {k, K}, {k, K, true}, kk, C);
+  tile_product(p.precision, C, C, K, {k, K}, {k, K, true}, kk, C);
   float* T = backward ? a.tinv.data() + n * C * C : s.tile.data();
   invert_unit_lower(p, n, kk, D, T, s.solve.data());
   float* wu = a.wu.data() + n * C * KV1;
-  tile_gemm(C, KV1, C, {T, C}, {s.kvb.data(), KV1}, wu, KV1);
+  tile_product(p.precision, C, KV1, C, {T, C}, {s.kvb.data(), KV1}, wu, KV1);
   for (int64_t i = 0; i < C; ++i) std::memcpy(a.vnew.data() + (n * C + i) * V, wu + i * KV1 + K, V * sizeof(float));
 }
 
@@ -265,12 +266,12 @@ void state_pass_head(const ChunkedParams& p, Arrays& a, int64_t bh, float* ht) {
     const int64_t n = bh * NT + c;
     const float* S = h + c * KV;
     float* vn = a.vnew.data() + n * C * V;
-    tile_gemm(C, V, K, {a.wu.data() + n * C * KV1, KV1}, {S, V}, vn, V, -1.0f, 1.0f);
+    tile_product(p.precision, C, V, K, {a.wu.data() + n * C * KV1, KV1}, {S, V}, vn, V, -1.0f, 1.0f);
     float* next = c + 1 < NT ? h + (c + 1) * KV : (ht ? ht + bh * KV : nullptr);
     if (!next) break;
     const float e = exp_nonpositive(a.G.data()[n * C + C - 1]);
     for (int64_t x = 0; x < KV; ++x) next[x] = e * S[x];
-    tile_gemm(K, V, C, {a.kdecay.data() + n * C * K, K, true}, {vn, V}, next, V, 1.0f, 1.0f);
+    tile_product(p.precision, K, V, C, {a.kdecay.data() + n * C * K, K, true}, {vn, V}, next, V, 1.0f, 1.0f);
   }
 }
 
@@ -286,12 +287,12 @@ void reverse_state_pass_head(const ChunkedParams& p, Arrays& a, int64_t bh, cons
     const int64_t n = bh * NT + c;
     const float* dS = dh + c * KV;
     float* dvn = a.dwu.data() + n * C * KV1 + K;
-    tile_gemm(C, V, K, {a.kdecay.data() + n * C * K, K}, {dS, V}, dvn, KV1, 1.0f, 1.0f);
+    tile_product(p.precision, C, V, K, {a.kdecay.data() + n * C * K, K}, {dS, V}, dvn, KV1, 1.0f, 1.0f);
     float* prev = c > 0 ? dh + (c - 1) * KV : dh0 + bh * KV;
     const float e = exp_nonpositive(a.G.data()[n * C + C - 1]);
     for (int64_t x = 0; x < KV; ++x) prev[x] = e * dS[x];
-    tile_gemm(K, V, C, {a.qg.data() + n * C * K, K, true}, {d_o + n * C * V, V}, prev, V, 1.0f, 1.0f);
-    tile_gemm(K, V, C, {a.wu.data() + n * C * KV1, KV1, true}, {dvn, KV1}, prev, V, -1.0f, 1.0f);
+    tile_product(p.precision, K, V, C, {a.qg.data() + n * C * K, K, true}, {d_o + n * C * V, V}, prev, V, 1.0f, 1.0f);
+    tile_product(p.precision, K, V, C, {a.wu.data() + n * C * KV1, KV1, true}, {dvn, KV1}, prev, V, -1.0f, 1.0f);
   }
 }
 
@@ -315,13 +316,13 @@ void phase_b1_chunk(const ChunkedParams& p, Arrays& a, const float* d_o,
   float* dg = a.dG.data() + n * C;
   // dV_new, local part: (scale Q K^T o Gamma o M)^T dO.
   float* scores = s.tile.data();
-  tile_gemm(C, C, K, {q, K}, {k, K, true}, scores, C);
+  tile_product(p.precision, C, C, K, {q, K}, {k, K, true}, scores, C);
   mask_scores(p, D, scores);
-  tile_gemm(C, V, C, {scores, C, true}, {dO, V}, a.dwu.data() + n * C * KV1 + K, KV1);
+  tile_product(p.precision, C, V, C, {scores, C, true}, {dO, V}, a.dwu.data() + n * C * KV1 + K, KV1);
   // Score pairs i > j: scale Gamma_ij (q_i . k_j)(dO_i . V_new_j) adds to dG_i and
   // subtracts from dG_j. Then P = scale (dO V_new^T) o Gamma o M in place.
   float* P = s.tile2.data();
-  tile_gemm(C, C, V, {dO, V}, {vnew, V, true}, P, C);
+  tile_product(p.precision, C, C, V, {dO, V}, {vnew, V, true}, P, C);
   std::fill(dg, dg + C, 0.0f);
   for (int64_t i = 0; i < C; ++i) {
     float acc = 0.0f;
@@ -334,15 +335,15 @@ void phase_b1_chunk(const ChunkedParams& p, Arrays& a, const float* d_o,
   }
   mask_scores(p, D, P);
   // dQ = scale diag(gamma) dO S_c^T + P K; the first term gives dG_i += q_i . dq_i^inter.
-  tile_gemm(C, K, V, {dO, V}, {a.h.data() + n * KV, V, true}, dq, K);
+  tile_product(p.precision, C, K, V, {dO, V}, {a.h.data() + n * KV, V, true}, dq, K);
   for (int64_t i = 0; i < C; ++i) {
     const float f = p.scale * exp_nonpositive(G[i]);
     for (int64_t x = 0; x < K; ++x) dq[i * K + x] *= f;
     dg[i] += dot(q + i * K, dq + i * K, K);
   }
-  tile_gemm(C, K, C, {P, C}, {k, K}, dq, K, 1.0f, 1.0f);
+  tile_product(p.precision, C, K, C, {P, C}, {k, K}, dq, K, 1.0f, 1.0f);
   // dK, score part: P^T Q.
-  tile_gemm(C, K, C, {P, C, true}, {q, K}, grads.dk + n * C * K, K);
+  tile_product(p.precision, C, K, C, {P, C, true}, {q, K}, grads.dk + n * C * K, K);
 }
 
 // Backward phase B2 on chunk n, after the reverse state pass: the inter-chunk part of dk
@@ -365,7 +366,7 @@ void phase_b2_chunk(const ChunkedParams& p, Arrays& a, const ChunkedGrads& grads
   // (last, j), j < last, with k_j . dk_j^inter (last: the last valid row; the pair
   // (last, last) has no decay and is left out).
   float* dk_inter = s.rows.data();
-  tile_gemm(C, K, V, {a.vnew.data() + n * C * V, V}, {dh, V, true}, dk_inter, K);
+  tile_product(p.precision, C, K, V, {a.vnew.data() + n * C * V, V}, {dh, V, true}, dk_inter, K);
   const float lambda = G[C - 1];
   const int64_t last = std::min(C, p.T - (n % NT) * C) - 1;
   float acc = exp_nonpositive(lambda) * dot(h, dh, KV);
@@ -381,13 +382,13 @@ void phase_b2_chunk(const ChunkedParams& p, Arrays& a, const ChunkedGrads& grads
   }
   dg[last] += acc;
   // dW = -dV_new S_c^T, the left part of [dW | dU].
-  tile_gemm(C, K, V, {dwu + K, KV1}, {h, V, true}, dwu, KV1, -1.0f);
+  tile_product(p.precision, C, K, V, {dwu + K, KV1}, {h, V, true}, dwu, KV1, -1.0f);
   // WY backward: [dKbg | dVb] = T^T [dW | dU], dA = -[dKbg | dVb] [W | U]^T.
   const float* T = a.tinv.data() + n * C * C;
   float* dkvb = s.kvb.data();
-  tile_gemm(C, KV1, C, {T, C, true}, {dwu, KV1}, dkvb, KV1);
+  tile_product(p.precision, C, KV1, C, {T, C, true}, {dwu, KV1}, dkvb, KV1);
   float* dA = s.tile.data();
-  tile_gemm(C, C, KV1, {dkvb, KV1}, {a.wu.data() + n * C * KV1, KV1, true}, dA, C, -1.0f);
+  tile_product(p.precision, C, C, KV1, {dkvb, KV1}, {a.wu.data() + n * C * KV1, KV1, true}, dA, C, -1.0f);
   const float* kk = a.kk.data() + n * C * C;
   float* E = s.tile2.data();  // diag(beta) E + (diag(beta) E)^T
   float* dbeta = grads.dbeta + n * C;
@@ -417,7 +418,7 @@ void phase_b2_chunk(const ChunkedParams& p, Arrays& a, const ChunkedGrads& grads
     dbeta[i] += db;
     dg[i] += dgi;
   }
-  tile_gemm(C, K, C, {E, C}, {k, K}, dk, K, 1.0f, 1.0f);
+  tile_product(p.precision, C, K, C, {E, C}, {k, K}, dk, K, 1.0f, 1.0f);
   if (grads.dg) {
     float sum = 0.0f;
     for (int64_t i = C - 1; i >= 0; --i) {
@@ -433,13 +434,13 @@ void phase_b_chunk(const ChunkedParams& p, Arrays& a, float* o, int64_t n, Scrat
   const float* q = p.q + n * C * K;
   const float* G = a.G.data() + n * C;
   float* scores = s.tile.data();
-  tile_gemm(C, C, K, {q, K}, {p.k + n * C * K, K, true}, scores, C);
+  tile_product(p.precision, C, C, K, {q, K}, {p.k + n * C * K, K, true}, scores, C);
   mask_scores(p, a.decay.data() + n * C * C, scores);
   float* out = o + n * C * V;
-  tile_gemm(C, V, C, {scores, C}, {a.vnew.data() + n * C * V, V}, out, V);
+  tile_product(p.precision, C, V, C, {scores, C}, {a.vnew.data() + n * C * V, V}, out, V);
   scale_rows(
       q, C, K, [&](int64_t i) { return p.scale * exp_nonpositive(G[i]); }, s.rows.data());
-  tile_gemm(C, V, K, {s.rows.data(), K}, {a.h.data() + n * K * V, V}, out, V, 1.0f, 1.0f);
+  tile_product(p.precision, C, V, K, {s.rows.data(), K}, {a.h.data() + n * K * V, V}, out, V, 1.0f, 1.0f);
 }
 
 // Phase A and the forward state pass, shared by the forward and the backward.
@@ -504,6 +505,7 @@ ChunkedParams chunked_params(const DeltaParams& p, const ChunkDeltaSaved& in) {
   ChunkedParams c;
   c.BH = p.B * p.H, c.T = p.T, c.NT = p.NT(), c.C = p.C, c.K = p.K, c.V = p.V;
   c.scale = p.scale;
+  c.precision = p.precision;
   c.q = in.q.data(), c.k = in.k.data(), c.v = in.v.data();
   c.g = p.g ? in.g.data() : nullptr, c.beta = in.beta.data();
   c.h0 = p.h0;

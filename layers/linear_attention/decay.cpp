@@ -39,6 +39,9 @@ DecayParams params_of(const DecayInputs& in, const DecayOptions& options, int64_
   p.scale = resolve_scale(options.scale, p.K);
   p.normalize = options.normalize;
   p.device = in.q.device().index;
+  // Read on the calling thread (the precision is thread-local, the kernels' workers would
+  // see fp32); the tape node's copy of p gives its backward the forward's precision.
+  p.precision = in.q.device().is_cpu() && bf16_compute(in.q.device()) ? Precision::bf16 : Precision::fp32;
   return p;
 }
 

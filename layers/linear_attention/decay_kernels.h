@@ -16,6 +16,8 @@
 #include <cstdint>
 #include <memory>
 
+#include "lat/precision.h"
+
 namespace lat::linear_attention {
 
 /// The normalizer's epsilon: o = r[:V] / (r[V] + kNormEps) (DESIGN.md).
@@ -33,6 +35,9 @@ struct DecayParams {
   float scale = 1.0f;
   bool normalize = false;     // Katharopoulos' normalizer (state [K, V + 1])
   int device = 0;             // CUDA device index of the pointers (CUDA kernels)
+  // bf16: the CPU chunk kernel's products take bf16 inputs (fp32 accumulation); the other
+  // kernels compute in fp32 whatever it is.
+  Precision precision = Precision::fp32;
 
   int64_t Vs() const { return normalize ? V + 1 : V; }
   int64_t NT() const { return (T + C - 1) / C; }

@@ -38,6 +38,9 @@ DeltaParams params_of(const DeltaInputs& in, const DeltaOptions& options, int64_
   p.scale = resolve_scale(options.scale, p.K);
   p.use_qk_l2norm_in_kernel = options.use_qk_l2norm_in_kernel;
   p.device = in.q.device().index;
+  // Read on the calling thread (the precision is thread-local, the kernels' workers would
+  // see fp32); the tape node's copy of p gives its backward the forward's precision.
+  p.precision = in.q.device().is_cpu() && bf16_compute(in.q.device()) ? Precision::bf16 : Precision::fp32;
   return p;
 }
 

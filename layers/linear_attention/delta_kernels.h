@@ -16,6 +16,8 @@
 #include <cstdint>
 #include <memory>
 
+#include "lat/precision.h"
+
 namespace lat::linear_attention {
 
 /// One call of the family, on one device (f32; the caller has checked every argument).
@@ -31,6 +33,9 @@ struct DeltaParams {
   float scale = 1.0f;
   bool use_qk_l2norm_in_kernel = false;  // L2-normalize q and k first (fla's flag)
   int device = 0;                        // CUDA device index of the pointers (CUDA kernels)
+  // bf16: the CPU chunk kernel's tile products take bf16 inputs (fp32 accumulation); the
+  // other kernels compute in fp32 whatever it is.
+  Precision precision = Precision::fp32;
 
   int64_t NT() const { return (T + C - 1) / C; }
   /// Index of token t of (b, h) in the [B, T, H] layout (row of q, k and v).

@@ -93,7 +93,18 @@ inline Vec16 lanes_odd(Vec16 a, Vec16 b) {  // 128-bit lanes a1 a3 b1 b3
   return __builtin_shufflevector(a, b, 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
 }
 
-// panel rows [k, 0:N) = op(B) = B^T rows, B stored N x K (row stride ld).
+template <bool TransA>
+void all_rows(int64_t M, int64_t N, int64_t Np, int64_t K, const TileOperand& a, const float* bp, int64_t ldb, float* c,
+              int64_t ldc, float alpha, float beta) {
+  int64_t r = 0;
+  for (; r + kRows <= M; r += kRows) row_block<kRows, TransA>(K, a, r, bp, ldb, N, Np, c, ldc, alpha, beta);
+  if (r + 4 <= M) row_block<4, TransA>(K, a, r, bp, ldb, N, Np, c, ldc, alpha, beta), r += 4;
+  if (r + 2 <= M) row_block<2, TransA>(K, a, r, bp, ldb, N, Np, c, ldc, alpha, beta), r += 2;
+  if (r < M) row_block<1, TransA>(K, a, r, bp, ldb, N, Np, c, ldc, alpha, beta);
+}
+
+}  // namespace
+
 void pack_transposed(const float* b, int64_t ld, int64_t N, int64_t K, float* panel, int64_t Np) {
   // Whole 16 x 16 blocks in registers: the four rounds leave column c of the block in
   // register c with bits 0 and 1 of c swapped.
@@ -126,23 +137,12 @@ void pack_transposed(const float* b, int64_t ld, int64_t N, int64_t K, float* pa
       }
     }
   // What the blocks left: the last K % 16 columns of the block rows, then the last rows.
+  // (memcpy, like the blocks: the elements may be other 32-bit data seen as floats).
   for (int64_t j = 0; j < N16; ++j)
-    for (int64_t k = K16; k < K; ++k) panel[k * Np + j] = b[j * ld + k];
+    for (int64_t k = K16; k < K; ++k) std::memcpy(panel + k * Np + j, b + j * ld + k, sizeof(float));
   for (int64_t k = 0; k < K; ++k)
-    for (int64_t j = N16; j < N; ++j) panel[k * Np + j] = b[j * ld + k];
+    for (int64_t j = N16; j < N; ++j) std::memcpy(panel + k * Np + j, b + j * ld + k, sizeof(float));
 }
-
-template <bool TransA>
-void all_rows(int64_t M, int64_t N, int64_t Np, int64_t K, const TileOperand& a, const float* bp, int64_t ldb, float* c,
-              int64_t ldc, float alpha, float beta) {
-  int64_t r = 0;
-  for (; r + kRows <= M; r += kRows) row_block<kRows, TransA>(K, a, r, bp, ldb, N, Np, c, ldc, alpha, beta);
-  if (r + 4 <= M) row_block<4, TransA>(K, a, r, bp, ldb, N, Np, c, ldc, alpha, beta), r += 4;
-  if (r + 2 <= M) row_block<2, TransA>(K, a, r, bp, ldb, N, Np, c, ldc, alpha, beta), r += 2;
-  if (r < M) row_block<1, TransA>(K, a, r, bp, ldb, N, Np, c, ldc, alpha, beta);
-}
-
-}  // namespace
 
 void tile_gemm(int64_t M, int64_t N, int64_t K, TileOperand a, TileOperand b, float* c, int64_t ldc, float alpha,
                float beta) {

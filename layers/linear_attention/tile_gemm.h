@@ -22,4 +22,9 @@ struct TileOperand {
 void tile_gemm(int64_t M, int64_t N, int64_t K, TileOperand a, TileOperand b, float* c, int64_t ldc, float alpha = 1.0f,
                float beta = 0.0f);
 
+/// panel[k, j] = b[j, k] for j < N, k < K: the N x K matrix b (row stride ld) transposed into
+/// K rows of row stride Np >= N (columns N..Np are not written). Moves bits only (no
+/// arithmetic), so any 32-bit elements may pass through it as floats.
+void pack_transposed(const float* b, int64_t ld, int64_t N, int64_t K, float* panel, int64_t Np);
+
 }  // namespace lat::linear_attention
