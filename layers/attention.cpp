@@ -121,16 +121,17 @@ Tensor Attention::forward(const Tensor& x, const Tensor& cu_seqlens) const {
 Attention::Projected Attention::project(const Tensor& x, int64_t position_offset, const Tensor& cu_seqlens) const {
   const int64_t B = x.size(0), T = x.size(1), H = config_.attn_n_heads, Hkv = config_.n_kv_heads,
                 D = config_.attn_head_dim;
+  const std::vector<Tensor> qkv = fused_linear_forward(x, {q_proj_, k_proj_, v_proj_});
   Projected p;
   if (config_.output_gate) {
-    std::vector<Tensor> parts = split(q_proj_->forward(x).reshape({B, T, H, 2 * D}), {D, D}, 3);
+    std::vector<Tensor> parts = split(qkv[0].reshape({B, T, H, 2 * D}), {D, D}, 3);
     p.q = parts[0];
     p.gate = parts[1];
   } else {
-    p.q = q_proj_->forward(x).reshape({B, T, H, D});
+    p.q = qkv[0].reshape({B, T, H, D});
   }
-  p.k = k_proj_->forward(x).reshape({B, T, Hkv, D});
-  p.v = v_proj_->forward(x).reshape({B, T, Hkv, D});
+  p.k = qkv[1].reshape({B, T, Hkv, D});
+  p.v = qkv[2].reshape({B, T, Hkv, D});
   if (q_norm_ != nullptr) {
     p.q = q_norm_->forward(p.q);
     p.k = k_norm_->forward(p.k);

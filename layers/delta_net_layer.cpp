@@ -31,9 +31,10 @@ GatedDeltaNet::GatedDeltaNet(const MixerConfig& config, Generator& gen) : DeltaN
 Tensor DeltaNet::run(const Tensor& x, LinearMixerState* state, const Tensor& cu_seqlens) const {
   const int64_t B = x.size(0), T = x.size(1), Hv = value_heads();
   const int chunk_size = static_cast<int>(config_.chunk_size);
-  QKV p = project_qkv(x, state, WithoutConv::silu, cu_seqlens);
-  Tensor b = beta(x);
-  Tensor g = gated_ ? mamba2_log_decay(x) : Tensor();
+  const Projections projected = project(x);
+  QKV p = conv_qkv(projected, state, WithoutConv::silu, cu_seqlens);
+  Tensor b = beta(projected.b);
+  Tensor g = gated_ ? mamba2_decay(projected.a) : Tensor();
   Tensor o;
   if (state != nullptr && T == 1) {
     Tensor& S = state->recurrent_state;
@@ -59,7 +60,7 @@ Tensor DeltaNet::run(const Tensor& x, LinearMixerState* state, const Tensor& cu_
     if (state != nullptr) state->recurrent_state = r.final_state;
     o = r.o;
   }
-  return gated_output(o, x);
+  return gated_output(o, projected.g);
 }
 
 }  // namespace lat

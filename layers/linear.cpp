@@ -1,7 +1,9 @@
-// Linear forward: flatten the leading dimensions so the product is a single GEMM.
+// Linear forward: flatten the leading dimensions so the product is a single GEMM; several
+// Linears on one input share one tape node (shared_input_linear).
 #include "layers/linear.h"
 
 #include "lat/ops.h"
+#include "layers/fused/shared_input_linear.h"
 
 namespace lat {
 
@@ -23,6 +25,29 @@ Tensor Linear::forward(const Tensor& x) const {
   Tensor y = matmul(x.reshape({-1, in_features_}), weight_, kTransposeX, kTransposeWeight);
   if (bias_.defined()) y = y + bias_;
   return y.reshape(out_shape);
+}
+
+std::vector<Tensor> fused_linear_forward(const Tensor& x, const std::vector<const Linear*>& layers) {
+  LAT_CHECK(!layers.empty(), "fused_linear_forward: layers: expected at least one Linear, got none");
+  if (layers.size() == 1) return {layers[0]->forward(x)};
+  const int64_t in = layers[0]->in_features();
+  std::vector<Tensor> weights;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    LAT_CHECK(layers[i]->in_features() == in, "fused_linear_forward: layers[" << i << "]: expected in_features " << in
+                                                                               << " like layers[0], got "
+                                                                               << layers[i]->in_features());
+    weights.push_back(layers[i]->weight());
+  }
+  LAT_CHECK(x.dim() >= 1 && x.size(-1) == in,
+            "fused_linear_forward: x: expected shape [..., " << in << "], got " << shape_str(x.shape()));
+  std::vector<Tensor> outs = shared_input_linear(x.reshape({-1, in}), weights);
+  for (size_t i = 0; i < layers.size(); ++i) {
+    if (layers[i]->bias().defined()) outs[i] = outs[i] + layers[i]->bias();
+    Shape shape = x.shape();
+    shape.back() = layers[i]->out_features();
+    outs[i] = outs[i].reshape(shape);
+  }
+  return outs;
 }
 
 }  // namespace lat

@@ -2,6 +2,7 @@
 // torch.nn.Linear (DESIGN.md: linear weights are [out, in]).
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "layers/module.h"
 
@@ -27,5 +28,15 @@ class Linear : public Module {
   int64_t in_features_, out_features_;
   Tensor weight_, bias_;
 };
+
+/// The outputs of Linear layers that all read the same x, out[i] = layers[i]->forward(x), as
+/// one tape node (shared_input_linear): x is read, and in bf16 rounded, once for all the
+/// products, and the backward accumulates dx in one buffer instead of adding one gradient per
+/// layer. The weights and biases stay the layers' own parameters, so names, shapes,
+/// initialization and checkpoints are those of separate layers; each output is the same sum
+/// as layers[i]->forward(x) (dx differs by float rounding: another summation order).
+/// x: [..., in_features], f32 or f64. Throws lat::Error for an empty list, layers of
+/// different in_features, or x not [..., in_features].
+std::vector<Tensor> fused_linear_forward(const Tensor& x, const std::vector<const Linear*>& layers);
 
 }  // namespace lat

@@ -29,7 +29,7 @@ int64_t LinearAttention::state_columns() const { return config_.normalize ? valu
 
 Tensor LinearAttention::run(const Tensor& x, LinearMixerState* state, const Tensor& cu_seqlens) const {
   const int64_t B = x.size(0), T = x.size(1), H = config_.n_heads;
-  QKV p = project_qkv(x, state, WithoutConv::identity, cu_seqlens);
+  QKV p = conv_qkv(project(x), state, WithoutConv::identity, cu_seqlens);
   Tensor q = feature_map(p.q, config_.feature_map), k = feature_map(p.k, config_.feature_map);
   const bool normalize = config_.normalize;
   Tensor o;

@@ -118,6 +118,14 @@ class LinearMixer : public Mixer {
   void add_o_proj(Generator& gen);
 
   // ---- forward pieces ------------------------------------------------------------
+  /// The input projections of x [B, T, d_model]: q [B, T, H*K], k [B, T, H*K], v [B, T, Hv*V]
+  /// and, where the kind has a_proj, b_proj, g_proj: a [B, T, Hv], b [B, T, Hv], g [B, T, Hv*V]
+  /// (undefined otherwise).
+  struct Projections {
+    Tensor q, k, v, a, b, g;
+  };
+  /// All of x's projections as one tape node (fused_linear_forward).
+  Projections project(const Tensor& x) const;
   struct QKV {
     Tensor q, k, v;  // [B, T, Hv, K], [B, T, Hv, K], [B, T, Hv, V]
   };
@@ -125,18 +133,22 @@ class LinearMixer : public Mixer {
   /// nothing (fla's LinearAttention and SimpleGLA) or SiLU (fla's DeltaNet and
   /// GatedDeltaNet).
   enum class WithoutConv { identity, silu };
-  /// Projections, then the short convolutions (continuing the conv states of `state` when
-  /// given; each packed sequence of cu_seqlens from zeros), or `without_conv` when
-  /// config.use_short_conv is off; with G > 1, q and k are then repeated from H to Hv heads,
-  /// key head j serving value heads j*G .. j*G + G - 1 (torch.repeat_interleave on the head
-  /// axis, as transformers' Qwen3.5 does before the kernel).
-  QKV project_qkv(const Tensor& x, LinearMixerState* state, WithoutConv without_conv, const Tensor& cu_seqlens) const;
-  /// g [B, T, Hv] = -exp(A_log) * softplus(x a_proj^T + dt_bias).
+  /// The projected q, k, v of `p` through the short convolutions (continuing the conv states
+  /// of `state` when given; each packed sequence of cu_seqlens from zeros), or `without_conv`
+  /// when config.use_short_conv is off; with G > 1, q and k are then repeated from H to Hv
+  /// heads, key head j serving value heads j*G .. j*G + G - 1 (torch.repeat_interleave on the
+  /// head axis, as transformers' Qwen3.5 does before the kernel).
+  QKV conv_qkv(const Projections& p, LinearMixerState* state, WithoutConv without_conv,
+               const Tensor& cu_seqlens) const;
+  /// g [B, T, Hv] = -exp(A_log) * softplus(a + dt_bias) for a = x a_proj^T (Projections::a).
+  Tensor mamba2_decay(const Tensor& a) const;
+  /// mamba2_decay of x's own a_proj product, for the layers' log_decay(x).
   Tensor mamba2_log_decay(const Tensor& x) const;
-  /// beta [B, T, Hv] = sigmoid(x b_proj^T).
-  Tensor beta(const Tensor& x) const;
-  /// o [B, T, Hv, V] -> o_proj(o_norm(o) * silu(x g_proj^T)) (without the gate: o_proj(o_norm(o))).
-  Tensor gated_output(const Tensor& o, const Tensor& x) const;
+  /// beta [B, T, Hv] = sigmoid(b) for b = x b_proj^T (Projections::b).
+  Tensor beta(const Tensor& b) const;
+  /// o [B, T, Hv, V] -> o_proj(o_norm(o) * silu(g)) for g = x g_proj^T (Projections::g);
+  /// without the gate (g undefined): o_proj(o_norm(o)).
+  Tensor gated_output(const Tensor& o, const Tensor& g) const;
   /// o [B, T, Hv, V] -> o_proj(o) [B, T, d_model].
   Tensor output(const Tensor& o) const;
   /// The kernel's default scale K^-0.5, for the recurrent_step ops.

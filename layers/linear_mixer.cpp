@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <utility>
+#include <vector>
 
 #include "lat/ops.h"
 #include "lat/tape.h"
@@ -131,10 +132,23 @@ void LinearMixer::add_o_proj(Generator& gen) {
                              std::make_unique<Linear>(value_heads_ * value_dim_, c.d_model, gen, c.out_init_std));
 }
 
-LinearMixer::QKV LinearMixer::project_qkv(const Tensor& x, LinearMixerState* state, WithoutConv without_conv,
-                                          const Tensor& cu_seqlens) const {
-  const int64_t B = x.size(0), T = x.size(1), H = config_.n_heads;
-  Tensor q = q_proj_->forward(x), k = k_proj_->forward(x), v = v_proj_->forward(x);
+LinearMixer::Projections LinearMixer::project(const Tensor& x) const {
+  std::vector<const Linear*> layers{q_proj_, k_proj_, v_proj_};
+  for (const Linear* l : {a_proj_, b_proj_, g_proj_})
+    if (l != nullptr) layers.push_back(l);
+  const std::vector<Tensor> outs = fused_linear_forward(x, layers);
+  Projections p{outs[0], outs[1], outs[2], {}, {}, {}};
+  size_t next = 3;
+  if (a_proj_ != nullptr) p.a = outs[next++];
+  if (b_proj_ != nullptr) p.b = outs[next++];
+  if (g_proj_ != nullptr) p.g = outs[next++];
+  return p;
+}
+
+LinearMixer::QKV LinearMixer::conv_qkv(const Projections& p, LinearMixerState* state, WithoutConv without_conv,
+                                       const Tensor& cu_seqlens) const {
+  const int64_t B = p.q.size(0), T = p.q.size(1), H = config_.n_heads;
+  Tensor q = p.q, k = p.k, v = p.v;
   if (q_conv1d_ != nullptr) {
     q = run_conv(*q_conv1d_, q, state ? &state->q_conv : nullptr, cu_seqlens);
     k = run_conv(*k_conv1d_, k, state ? &state->k_conv : nullptr, cu_seqlens);
@@ -155,17 +169,19 @@ LinearMixer::QKV LinearMixer::project_qkv(const Tensor& x, LinearMixerState* sta
   return {q, k, v.reshape({B, T, value_heads_, value_dim_})};
 }
 
-Tensor LinearMixer::mamba2_log_decay(const Tensor& x) const {
+Tensor LinearMixer::mamba2_decay(const Tensor& a) const {
   // softplus >= 0 and exp > 0, so g <= 0 for every input (the kernels reject g > 0).
-  return -(exp(A_log_) * softplus(a_proj_->forward(x) + dt_bias_));
+  return -(exp(A_log_) * softplus(a + dt_bias_));
 }
 
-Tensor LinearMixer::beta(const Tensor& x) const { return sigmoid(b_proj_->forward(x)); }
+Tensor LinearMixer::mamba2_log_decay(const Tensor& x) const { return mamba2_decay(a_proj_->forward(x)); }
 
-Tensor LinearMixer::gated_output(const Tensor& o, const Tensor& x) const {
+Tensor LinearMixer::beta(const Tensor& b) const { return sigmoid(b); }
+
+Tensor LinearMixer::gated_output(const Tensor& o, const Tensor& g) const {
   const int64_t B = o.size(0), T = o.size(1), H = o.size(2), V = o.size(3);
   Tensor y = o_norm_->forward(o);
-  if (g_proj_ != nullptr) y = swiglu(g_proj_->forward(x).reshape({B, T, H, V}), y);
+  if (g.defined()) y = swiglu(g.reshape({B, T, H, V}), y);
   return output(y);
 }
 

@@ -34,8 +34,9 @@ Tensor SimpleGLA::log_decay(const Tensor& x) const {
 
 Tensor SimpleGLA::run(const Tensor& x, LinearMixerState* state, const Tensor& cu_seqlens) const {
   const int64_t B = x.size(0), T = x.size(1), H = config_.n_heads;
-  QKV p = project_qkv(x, state, WithoutConv::identity, cu_seqlens);
-  Tensor g = log_decay(x);
+  const Projections projected = project(x);
+  QKV p = conv_qkv(projected, state, WithoutConv::identity, cu_seqlens);
+  Tensor g = retention_ ? log_decay(x) : mamba2_decay(projected.a);
   Tensor o;
   if (state != nullptr && T == 1) {
     o = recurrent_step_simple_gla(token(p.q), token(p.k), token(p.v), token(g), scale(), state->recurrent_state)
@@ -49,7 +50,7 @@ Tensor SimpleGLA::run(const Tensor& x, LinearMixerState* state, const Tensor& cu
     if (state != nullptr) state->recurrent_state = r.final_state;
     o = r.o;
   }
-  return gated_output(o, x);
+  return gated_output(o, projected.g);
 }
 
 }  // namespace lat

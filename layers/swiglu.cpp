@@ -2,6 +2,7 @@
 #include "layers/swiglu.h"
 
 #include <cmath>
+#include <vector>
 
 #include "lat/ops.h"
 
@@ -31,7 +32,8 @@ SwiGLU::SwiGLU(int64_t d_model, int64_t hidden, Generator& gen, double init_std,
 }
 
 Tensor SwiGLU::forward(const Tensor& x) const {
-  return down_proj_->forward(swiglu(gate_proj_->forward(x), up_proj_->forward(x)));
+  const std::vector<Tensor> gate_up = fused_linear_forward(x, {gate_proj_, up_proj_});
+  return down_proj_->forward(swiglu(gate_up[0], gate_up[1]));
 }
 
 }  // namespace lat

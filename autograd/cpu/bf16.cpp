@@ -54,6 +54,12 @@ void float_to_bf16(const float* src, uint16_t* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = float_to_bf16(src[i]);
 }
 
+Bf16Copy bf16_copy(const float* src, int64_t n) {
+  std::shared_ptr<uint16_t[]> bits(new uint16_t[static_cast<size_t>(n)]);
+  float_to_bf16(src, bits.get(), n);
+  return bits;
+}
+
 void float_to_bf16_rows(const float* src, int64_t rows, int64_t cols, int64_t ld, uint16_t* dst) {
   if (ld == cols) {
     float_to_bf16(src, dst, rows * cols);

@@ -2,6 +2,7 @@
 // exponent, 7 stored significand bits) that the bf16 matrix products apply to their inputs.
 #pragma once
 #include <cstdint>
+#include <memory>
 
 namespace lat::cpu {
 
@@ -24,6 +25,11 @@ inline float bf16_to_float(uint16_t bits) {
 /// instruction rounds 32 floats; it rounds the same way but treats float32 subnormals
 /// (|x| < 2^-126) as zero. Single-threaded.
 void float_to_bf16(const float* src, uint16_t* dst, int64_t n);
+
+/// n floats rounded as float_to_bf16 into a new array, shared by the products (and the tape
+/// nodes that keep it for the backward products) that read the same operand.
+using Bf16Copy = std::shared_ptr<const uint16_t[]>;
+Bf16Copy bf16_copy(const float* src, int64_t n);
 
 /// A rows x cols float matrix with row stride `ld` into `dst`, rows packed (row stride cols),
 /// rounded as float_to_bf16.
