@@ -1,4 +1,5 @@
-// HybridLM: blocks of (RMSNorm -> mixer -> residual, RMSNorm -> SwiGLU -> residual).
+// HybridLM: blocks of (RMSNorm -> mixer -> residual, RMSNorm -> SwiGLU -> residual), each
+// residual addition fused with the norm after it.
 #include "layers/hybrid_lm.h"
 
 #include <cmath>
@@ -25,14 +26,14 @@ HybridBlock::HybridBlock(const std::string& kind, const MixerConfig& mixer, int6
                           std::make_unique<SwiGLU>(mixer.d_model, mlp_hidden, gen, mixer.init_std, mlp_out_init_std));
 }
 
-Tensor HybridBlock::forward(const Tensor& x, const Tensor& cu_seqlens) const {
-  Tensor h = x + attn_->forward(attn_norm_->forward(x), cu_seqlens);
-  return h + mlp_->forward(mlp_norm_->forward(h));
+AddRmsNorm HybridBlock::forward(const AddRmsNorm& in, const RMSNorm& next_norm, const Tensor& cu_seqlens) const {
+  const AddRmsNorm mixed = mlp_norm_->forward_sum(in.sum, attn_->forward(in.normed, cu_seqlens));
+  return next_norm.forward_sum(mixed.sum, mlp_->forward(mixed.normed));
 }
 
-Tensor HybridBlock::step(const Tensor& x, MixerState& state) const {
-  Tensor h = x + attn_->step(attn_norm_->forward(x), state);
-  return h + mlp_->forward(mlp_norm_->forward(h));
+AddRmsNorm HybridBlock::step(const AddRmsNorm& in, const RMSNorm& next_norm, MixerState& state) const {
+  const AddRmsNorm mixed = mlp_norm_->forward_sum(in.sum, attn_->step(in.normed, state));
+  return next_norm.forward_sum(mixed.sum, mlp_->forward(mixed.normed));
 }
 
 HybridLM::HybridLM(const HybridLMConfig& config, Generator& gen) : config_(config) {
@@ -64,8 +65,15 @@ void HybridLM::check_ids(const Tensor& ids, const char* where) const {
                                            : std::string("an undefined tensor")));
 }
 
-Tensor HybridLM::head(const Tensor& h) const {
-  Tensor y = norm_->forward(h);
+const RMSNorm& HybridLM::norm_after(size_t i) const {
+  return i + 1 < blocks_.size() ? blocks_[i + 1]->attn_norm() : *norm_;
+}
+
+template <class BlockStep>
+Tensor HybridLM::run_blocks(const Tensor& h, const BlockStep& block_step) const {
+  AddRmsNorm stream{h, blocks_[0]->attn_norm().forward(h)};
+  for (size_t i = 0; i < blocks_.size(); ++i) stream = block_step(i, stream);
+  const Tensor& y = stream.normed;  // norm_(last block's output)
   if (lm_head_ != nullptr) return lm_head_->forward(y);
   // Tied to the embeddings E [vocab, D]: logits = y E^T.
   const int64_t B = y.size(0), T = y.size(1), D = y.size(2);
@@ -80,9 +88,9 @@ Tensor HybridLM::forward(const Tensor& ids, const Tensor& cu_seqlens) const {
   const Tensor cu = cu_seqlens.defined()
                         ? cu_seqlens_with_row_starts("HybridLM::forward", cu_seqlens, ids.size(0), ids.size(1))
                         : Tensor();
-  Tensor h = embeddings_->forward(ids);
-  for (const HybridBlock* block : blocks_) h = block->forward(h, cu);
-  return head(h);
+  return run_blocks(embeddings_->forward(ids), [&](size_t i, const AddRmsNorm& in) {
+    return blocks_[i]->forward(in, norm_after(i), cu);
+  });
 }
 
 HybridLMState HybridLM::make_states(int64_t batch) const {
@@ -100,10 +108,11 @@ Tensor HybridLM::step(const Tensor& ids, HybridLMState& state) const {
                                               << " layers (model: " << blocks_.size() << "), got "
                                               << shape_str(ids.shape()));
   NoGradGuard no_grad;
-  Tensor h = embeddings_->forward(ids);
-  for (size_t i = 0; i < blocks_.size(); ++i) h = blocks_[i]->step(h, *state.layers[i]);
+  const Tensor logits = run_blocks(embeddings_->forward(ids), [&](size_t i, const AddRmsNorm& in) {
+    return blocks_[i]->step(in, norm_after(i), *state.layers[i]);
+  });
   state.tokens += ids.size(1);
-  return head(h);
+  return logits;
 }
 
 }  // namespace lat

@@ -37,21 +37,27 @@ struct HybridLMConfig {
                                     // ... but o_proj and mlp.down_proj: init_std / sqrt(2 n_layers)
 };
 
-/// One pre-norm block: x + mixer(attn_norm(x)), then h + mlp(mlp_norm(h)).
+/// One pre-norm block: h = x + mixer(attn_norm(x)), then h + mlp(mlp_norm(h)).
 /// Children attn_norm, attn (the mixer), mlp_norm, mlp (SwiGLU of width mlp_hidden). The
 /// norms take mixer.norm_eps and, with mixer.norm_zero_centered, scale by 1 + weight.
+/// Each residual addition is fused with the norm that reads its sum (RMSNorm::forward_sum):
+/// the block's second addition with the norm after it (the next block's attn_norm, or the
+/// model's final norm), so a block takes its input with attn_norm already applied.
 class HybridBlock : public Module {
  public:
   HybridBlock(const std::string& kind, const MixerConfig& mixer, int64_t mlp_hidden, double mlp_out_init_std,
               Generator& gen);
 
-  /// x: [B, T, D] -> [B, T, D]; recorded on the tape. cu_seqlens: packed sequences of x,
-  /// passed to the mixer (Mixer::forward); the norms and the MLP act per token.
-  Tensor forward(const Tensor& x, const Tensor& cu_seqlens = {}) const;
-  /// Generation form: continues the sequences of `state` (made by mixer().make_state).
-  Tensor step(const Tensor& x, MixerState& state) const;
+  /// in: the residual stream x [B, T, D] (sum) and attn_norm(x) (normed) -> the block's output
+  /// h [B, T, D] (sum) and next_norm(h) (normed); recorded on the tape. cu_seqlens: packed
+  /// sequences of x, passed to the mixer (Mixer::forward); the norms and the MLP act per token.
+  AddRmsNorm forward(const AddRmsNorm& in, const RMSNorm& next_norm, const Tensor& cu_seqlens = {}) const;
+  /// Generation form of forward: continues the sequences of `state` (made by mixer().make_state).
+  AddRmsNorm step(const AddRmsNorm& in, const RMSNorm& next_norm, MixerState& state) const;
 
   const Mixer& mixer() const { return *attn_; }
+  /// The norm of the block's input.
+  const RMSNorm& attn_norm() const { return *attn_norm_; }
 
  private:
   RMSNorm* attn_norm_;
@@ -102,8 +108,13 @@ class HybridLM : public Module {
 
  private:
   void check_ids(const Tensor& ids, const char* where) const;
-  /// h [B, T, D] -> logits [B, T, vocab]: final norm, then lm_head or the tied embeddings.
-  Tensor head(const Tensor& h) const;
+  /// The norm after block i: the next block's attn_norm, the final norm after the last.
+  const RMSNorm& norm_after(size_t i) const;
+  /// Runs the blocks on the embeddings h [B, T, D] (`block_step` runs block i on the stream)
+  /// and returns the logits [B, T, vocab]: lm_head, or the tied embeddings, of the final
+  /// norm of the last block's output.
+  template <class BlockStep>
+  Tensor run_blocks(const Tensor& h, const BlockStep& block_step) const;
 
   HybridLMConfig config_;
   Embedding* embeddings_;

@@ -19,4 +19,6 @@ Tensor RMSNorm::forward(const Tensor& x) const {
   return rms_norm(x, scale(), eps_);
 }
 
+AddRmsNorm RMSNorm::forward_sum(const Tensor& x, const Tensor& y) const { return add_rms_norm(x, y, scale(), eps_); }
+
 }  // namespace lat

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 
+#include "layers/fused/add_rms_norm.h"
 #include "layers/module.h"
 
 namespace lat {
@@ -20,6 +21,11 @@ class RMSNorm : public Module {
   /// x: [..., dim] -> same shape; the fused lat::rms_norm tape node (zero-centred: on the
   /// scale 1 + weight). Throws lat::Error when the last dimension is not dim.
   Tensor forward(const Tensor& x) const;
+
+  /// The residual addition fused with this norm: {x + y, forward(x + y)} from one tape node
+  /// (add_rms_norm), the same values as the addition then forward(). x, y: [..., dim], same
+  /// shape. Throws lat::Error as add_rms_norm.
+  AddRmsNorm forward_sum(const Tensor& x, const Tensor& y) const;
 
   int64_t dim() const { return weight_.size(0); }
   double eps() const { return eps_; }

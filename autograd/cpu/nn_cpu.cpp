@@ -44,25 +44,20 @@ double row_log_sum_exp(const T* x, int64_t dim) {
   return static_cast<double>(m) + std::log(s);
 }
 
-}  // namespace
-
+/// One row of rms_norm_forward: y = x * rstd * weight; returns rstd.
 template <class T>
-void rms_norm_forward(const T* x, const T* weight, int64_t rows, int64_t dim, double eps, T* y, double* rstd) {
-#pragma omp parallel for if (rows * dim > kParallelElements)
-  for (int64_t r = 0; r < rows; ++r) {
-    const T* xr = x + r * dim;
-    T* yr = y + r * dim;
-    const double ss = lane_sum(dim, [&](int64_t j) { return static_cast<double>(xr[j]) * xr[j]; });
-    const double inv = 1.0 / std::sqrt(ss / static_cast<double>(dim) + eps);
-    rstd[r] = inv;
-    const T rs = static_cast<T>(inv);
-    for (int64_t j = 0; j < dim; ++j) yr[j] = xr[j] * rs * weight[j];
-  }
+double rms_norm_row(const T* x, const T* weight, int64_t dim, double eps, T* y) {
+  const double ss = lane_sum(dim, [&](int64_t j) { return static_cast<double>(x[j]) * x[j]; });
+  const double inv = 1.0 / std::sqrt(ss / static_cast<double>(dim) + eps);
+  const T rs = static_cast<T>(inv);
+  for (int64_t j = 0; j < dim; ++j) y[j] = x[j] * rs * weight[j];
+  return inv;
 }
 
+/// rms_norm_backward; with `dresidual` (not null) its rows are added to dx's, dx = dresidual + dx_norm.
 template <class T>
-void rms_norm_backward(const T* x, const T* weight, const double* rstd, const T* g, int64_t rows, int64_t dim, T* dx,
-                       T* dweight) {
+void rms_norm_backward_rows(const T* x, const T* weight, const double* rstd, const T* g, const T* dresidual,
+                            int64_t rows, int64_t dim, T* dx, T* dweight) {
   const bool parallel = rows * dim > kParallelElements;
   if (dx) {
 #pragma omp parallel for if (parallel)
@@ -74,7 +69,16 @@ void rms_norm_backward(const T* x, const T* weight, const double* rstd, const T*
           lane_sum(dim, [&](int64_t j) { return static_cast<double>(gr[j]) * weight[j] * xr[j]; });
       const T a = static_cast<T>(rs), b = static_cast<T>(rs * rs * rs * dot / static_cast<double>(dim));
       T* dxr = dx + r * dim;
-      for (int64_t j = 0; j < dim; ++j) dxr[j] = a * gr[j] * weight[j] - b * xr[j];
+      if (dresidual == nullptr) {
+        for (int64_t j = 0; j < dim; ++j) dxr[j] = a * gr[j] * weight[j] - b * xr[j];
+      } else {
+        // The sum in the order the tape adds a residual's gradients: the later use's first.
+        const T* dres = dresidual + r * dim;
+        for (int64_t j = 0; j < dim; ++j) {
+          const T d = a * gr[j] * weight[j] - b * xr[j];
+          dxr[j] = dres[j] + d;
+        }
+      }
     }
   }
   if (dweight) {
@@ -95,6 +99,39 @@ void rms_norm_backward(const T* x, const T* weight, const double* rstd, const T*
       for (int64_t j = 0; j < len; ++j) dweight[j0 + j] = static_cast<T>(acc[j]);
     }
   }
+}
+
+}  // namespace
+
+template <class T>
+void rms_norm_forward(const T* x, const T* weight, int64_t rows, int64_t dim, double eps, T* y, double* rstd) {
+#pragma omp parallel for if (rows * dim > kParallelElements)
+  for (int64_t r = 0; r < rows; ++r) rstd[r] = rms_norm_row(x + r * dim, weight, dim, eps, y + r * dim);
+}
+
+template <class T>
+void rms_norm_backward(const T* x, const T* weight, const double* rstd, const T* g, int64_t rows, int64_t dim, T* dx,
+                       T* dweight) {
+  rms_norm_backward_rows(x, weight, rstd, g, static_cast<const T*>(nullptr), rows, dim, dx, dweight);
+}
+
+template <class T>
+void add_rms_norm_forward(const T* x, const T* y, const T* weight, int64_t rows, int64_t dim, double eps, T* sum,
+                          T* normed, double* rstd) {
+#pragma omp parallel for if (rows * dim > kParallelElements)
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* xr = x + r * dim;
+    const T* yr = y + r * dim;
+    T* sr = sum + r * dim;
+    for (int64_t j = 0; j < dim; ++j) sr[j] = xr[j] + yr[j];
+    rstd[r] = rms_norm_row(sr, weight, dim, eps, normed + r * dim);
+  }
+}
+
+template <class T>
+void add_rms_norm_backward(const T* sum, const T* weight, const double* rstd, const T* dsum, const T* dnormed,
+                           int64_t rows, int64_t dim, T* dx, T* dweight) {
+  rms_norm_backward_rows(sum, weight, rstd, dnormed, dsum, rows, dim, dx, dweight);
 }
 
 template <class T>
@@ -191,6 +228,9 @@ void cross_entropy_backward(const T* logits, const int64_t* targets, const doubl
 #define LAT_NN_CPU_INSTANTIATE(T)                                                                                  \
   template void rms_norm_forward<T>(const T*, const T*, int64_t, int64_t, double, T*, double*);                  \
   template void rms_norm_backward<T>(const T*, const T*, const double*, const T*, int64_t, int64_t, T*, T*);     \
+  template void add_rms_norm_forward<T>(const T*, const T*, const T*, int64_t, int64_t, double, T*, T*, double*); \
+  template void add_rms_norm_backward<T>(const T*, const T*, const double*, const T*, const T*, int64_t, int64_t, \
+                                         T*, T*);                                                                 \
   template void softmax_forward<T>(const T*, int64_t, int64_t, T*);                                               \
   template void softmax_backward<T>(const T*, const T*, int64_t, int64_t, T*);                                    \
   template void log_softmax_forward<T>(const T*, int64_t, int64_t, T*);                                           \

@@ -22,6 +22,20 @@ template <class T>
 void rms_norm_backward(const T* x, const T* weight, const double* rstd, const T* g, int64_t rows, int64_t dim, T* dx,
                        T* dweight);
 
+/// The residual addition fused with the RMSNorm that reads it: sum = x + y, then
+/// normed = rms_norm(sum) as rms_norm_forward (rstd of sum's rows), in one pass over each
+/// row; the same bits as the addition followed by rms_norm_forward.
+template <class T>
+void add_rms_norm_forward(const T* x, const T* y, const T* weight, int64_t rows, int64_t dim, double eps, T* sum,
+                          T* normed, double* rstd);
+
+/// Backward of add_rms_norm_forward: the gradient of sum, dx = dsum + (rms_norm_backward's dx
+/// for g = dnormed), which is also that of x and of y; dweight as rms_norm_backward. dsum is
+/// the gradient from sum's other use (the residual stream); dweight may be null.
+template <class T>
+void add_rms_norm_backward(const T* sum, const T* weight, const double* rstd, const T* dsum, const T* dnormed,
+                           int64_t rows, int64_t dim, T* dx, T* dweight);
+
 /// y = exp(x - max) / sum(exp(x - max)) per row.
 template <class T>
 void softmax_forward(const T* x, int64_t rows, int64_t dim, T* y);
