@@ -292,6 +292,39 @@ TEST(RotaryEmbedding, MatchesTheFormula) {
   EXPECT_LT(relative_error(y32, y), 1e-6);
 }
 
+// The angles are kept per (theta, rotated width) and grown for later positions between
+// calls: calls that alternate bases and widths, jump far ahead and come back rotate by the
+// formula every time, in f64 and f32.
+TEST(RotaryEmbedding, KeptAnglesServeEveryBaseWidthAndOffset) {
+  Generator gen(24);
+  const int64_t B = 1, T = 4, H = 2, D = 8;
+  struct Call {
+    double theta;
+    int64_t offset, R;
+  };
+  for (const Call& call : {Call{500.0, 7, 8}, Call{1e4, 0, 8}, Call{500.0, 3000, 8}, Call{500.0, 2, 4},
+                           Call{500.0, 7, 8}, Call{1e4, 5000, 4}}) {
+    SCOPED_TRACE("theta " + std::to_string(call.theta) + " offset " + std::to_string(call.offset) + " R " +
+                 std::to_string(call.R));
+    Tensor x = Tensor::randn({B, T, H, D}, gen, DType::f64);
+    Tensor y = rotary_embedding(x, call.theta, call.offset, {}, call.R);
+    double max_err = 0;
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t h = 0; h < H; ++h) {
+        for (int64_t i = 0; i < call.R / 2; ++i) {
+          double angle = static_cast<double>(t + call.offset) * std::pow(call.theta, -2.0 * i / call.R);
+          double x1 = x.at({0, t, h, i}), x2 = x.at({0, t, h, i + call.R / 2});
+          max_err = std::max(max_err, std::abs(y.at({0, t, h, i}) - (x1 * std::cos(angle) - x2 * std::sin(angle))));
+          max_err = std::max(max_err, std::abs(y.at({0, t, h, i + call.R / 2}) -
+                                               (x2 * std::cos(angle) + x1 * std::sin(angle))));
+        }
+        for (int64_t i = call.R; i < D; ++i) max_err = std::max(max_err, std::abs(y.at({0, t, h, i}) - x.at({0, t, h, i})));
+      }
+    EXPECT_LT(max_err, 1e-12);
+    EXPECT_LT(relative_error(rotary_embedding(x.to(DType::f32), call.theta, call.offset, {}, call.R), y), 1e-6);
+  }
+}
+
 TEST(RotaryEmbedding, ScoresDependOnRelativePositionOnly) {
   // <R(p) q, R(p') k> depends on p - p' only (Su et al. 2021, eq. 16).
   Generator gen(11);

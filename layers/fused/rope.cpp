@@ -16,37 +16,64 @@
 namespace lat {
 namespace {
 
+// cos and sin of position * theta^(-2i/R) for positions [0, positions) and i < R/2, row
+// `position` at [position * R/2, ...), computed in float64 and rounded to S once.
+template <class S>
+struct AngleTable {
+  double theta = 0;
+  int64_t R = 0, positions = 0;
+  std::vector<S> cos, sin;
+};
+
+// The table of (theta, R) covering positions [0, positions). Kept per thread across calls:
+// training rotates the same positions in every step, forward and backward, and recomputing
+// the sines and cosines took longer than the rotations. Grown (at least doubled) when a call
+// reaches later positions, as decoding does.
+template <class S>
+const AngleTable<S>& angle_table(double theta, int64_t R, int64_t positions) {
+  thread_local std::vector<AngleTable<S>> tables;
+  auto it = std::find_if(tables.begin(), tables.end(), [&](const AngleTable<S>& t) { return t.theta == theta && t.R == R; });
+  if (it == tables.end()) it = tables.insert(tables.end(), AngleTable<S>{theta, R, 0, {}, {}});
+  AngleTable<S>& table = *it;
+  if (table.positions >= positions) return table;
+  const int64_t half = R / 2, grown = std::max(positions, 2 * table.positions);
+  std::vector<double> inv_freq(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i)
+    inv_freq[i] = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(R));
+  table.cos.resize(static_cast<size_t>(grown * half));
+  table.sin.resize(static_cast<size_t>(grown * half));
+#pragma omp parallel for if ((grown - table.positions) * half > 4096)
+  for (int64_t p = table.positions; p < grown; ++p)
+    for (int64_t i = 0; i < half; ++i) {
+      const double angle = static_cast<double>(p) * inv_freq[i];
+      table.cos[p * half + i] = static_cast<S>(std::cos(angle));
+      table.sin[p * half + i] = static_cast<S>(std::sin(angle));
+    }
+  table.positions = grown;
+  return table;
+}
+
 // dst[b, t, h, :R] = src[b, t, h, :R] rotated by sign * angle(position_offset + t - start[t], i)
 // (start: the first token of t's sequence, or null for 0); dst[b, t, h, R:] = src[b, t, h, R:].
 template <class S>
 void rotate(const S* src, S* dst, int64_t B, int64_t T, int64_t H, int64_t D, int64_t R, double theta,
             int64_t position_offset, const int64_t* start, double sign) {
   const int64_t half = R / 2;
-  // cos/sin table [T, half], shared by every batch row and head.
-  std::vector<double> inv_freq(static_cast<size_t>(half));
-  for (int64_t i = 0; i < half; ++i)
-    inv_freq[i] = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(R));
-  std::vector<S> cos_table(static_cast<size_t>(T * half)), sin_table(static_cast<size_t>(T * half));
-#pragma omp parallel for if (T * half > 4096)
-  for (int64_t t = 0; t < T; ++t) {
-    double position = static_cast<double>(position_offset + t - (start ? start[t] : 0));
-    for (int64_t i = 0; i < half; ++i) {
-      double angle = position * inv_freq[i];
-      cos_table[t * half + i] = static_cast<S>(std::cos(angle));
-      sin_table[t * half + i] = static_cast<S>(sign * std::sin(angle));
-    }
-  }
+  // Positions never exceed position_offset + T - 1 (start[t] >= 0).
+  const AngleTable<S>& table = angle_table<S>(theta, R, position_offset + T);
+  const bool inverse = sign < 0;
 #pragma omp parallel for if (B * T * H * D > 32768)
   for (int64_t bt = 0; bt < B * T; ++bt) {
-    const S* c = cos_table.data() + (bt % T) * half;
-    const S* s = sin_table.data() + (bt % T) * half;
+    const int64_t t = bt % T, position = position_offset + t - (start ? start[t] : 0);
+    const S* c = table.cos.data() + position * half;
+    const S* s = table.sin.data() + position * half;
     for (int64_t h = 0; h < H; ++h) {
       const S* x = src + (bt * H + h) * D;
       S* y = dst + (bt * H + h) * D;
       for (int64_t i = 0; i < half; ++i) {
-        S x1 = x[i], x2 = x[i + half];
-        y[i] = x1 * c[i] - x2 * s[i];
-        y[i + half] = x2 * c[i] + x1 * s[i];
+        const S x1 = x[i], x2 = x[i + half], sn = inverse ? -s[i] : s[i];
+        y[i] = x1 * c[i] - x2 * sn;
+        y[i + half] = x2 * c[i] + x1 * sn;
       }
       std::copy(x + R, x + D, y + R);
     }
