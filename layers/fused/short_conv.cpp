@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "autograd/cpu/fast_exp.h"
@@ -91,10 +92,12 @@ template <class S>
 void conv_backward(const ConvArgs<S>& a, const S* dy, S* dx, S* dweight, S* dstate) {
   const int64_t B = a.B, T = a.T, D = a.D, W = a.W;
   // dpre = dy * silu'(pre), silu'(p) = s (1 + p (1 - s)) with s = sigmoid(p).
-  std::vector<S> dpre(static_cast<size_t>(B * T * D));
+  // Every element is written by the first loop, so the buffer starts uninitialized (a
+  // std::vector would zero it in a pass of its own).
+  const std::unique_ptr<S[]> dpre(new S[static_cast<size_t>(B * T * D)]);
 #pragma omp parallel for if (B * T * D > 32768)
   for (int64_t bt = 0; bt < B * T; ++bt) {
-    S* d = dpre.data() + bt * D;
+    S* d = dpre.get() + bt * D;
     conv_row(a, bt / T, bt % T, d);
     for (int64_t c = 0; c < D; ++c) {
       S s = cpu::fast_sigmoid(d[c]);
@@ -113,7 +116,7 @@ void conv_backward(const ConvArgs<S>& a, const S* dy, S* dx, S* dweight, S* dsta
       int64_t t = s - k;
       if (t < 0 || t >= T || !a.reads(t, k)) continue;
       const S* wk = a.wt.data() + k * D;
-      const S* d = dpre.data() + (b * T + t) * D;
+      const S* d = dpre.get() + (b * T + t) * D;
       for (int64_t c = 0; c < D; ++c) out[c] += wk[c] * d[c];
     }
   }
@@ -133,7 +136,7 @@ void conv_backward(const ConvArgs<S>& a, const S* dy, S* dx, S* dweight, S* dsta
       const int64_t c0 = cb * kChannels, c1 = std::min(D, c0 + kChannels);
       S* acc = partial.data() + p * W * D;
       for (int64_t bt = p * part_rows; bt < std::min(rows, (p + 1) * part_rows); ++bt) {
-        const S* d = dpre.data() + bt * D;
+        const S* d = dpre.get() + bt * D;
         for (int64_t k = 0; k < W; ++k) {
           const S* r = a.input(bt / T, bt % T, k);
           if (r == nullptr) continue;
