@@ -97,6 +97,28 @@ TEST(AddRmsNorm, ForwardSumOfTheModuleEqualsAddThenForward) {
   }
 }
 
+// On CUDA the op is the composition of add and rms_norm: the CPU's values.
+TEST(AddRmsNorm, CudaMatchesCpu) {
+  if (cuda_device_count() == 0)
+    GTEST_SKIP() << (cuda_built() ? "no CUDA device visible" : "lat was built without CUDA (LAT_CUDA=OFF)");
+  const Device gpu = Device::cuda(0);
+  Generator gen(5);
+  const Tensor x = Tensor::randn({3, 5, 24}, gen), y = Tensor::randn({3, 5, 24}, gen);
+  const Tensor weight = Tensor::randn({24}, gen, DType::f32, 1.0, 0.3);
+  const Tensor w_sum = Tensor::randn({3, 5, 24}, gen), w_normed = Tensor::randn({3, 5, 24}, gen);
+  auto run = [&](Device device) {
+    Tensor xd = x.to(device).detach().set_requires_grad(true), yd = y.to(device).detach().set_requires_grad(true);
+    Tensor wd = weight.to(device).detach().set_requires_grad(true);
+    const AddRmsNorm out = add_rms_norm(xd, yd, wd, 1e-6);
+    backward(block_loss(out.sum, out.normed, w_sum.to(device), w_normed.to(device)));
+    std::vector<Tensor> results{out.sum.detach(), out.normed.detach(), xd.grad(), yd.grad(), wd.grad()};
+    for (Tensor& t : results) t = t.to(Device::cpu());
+    return results;
+  };
+  const std::vector<Tensor> cpu = run(Device::cpu()), cuda = run(gpu);
+  for (size_t i = 0; i < cpu.size(); ++i) EXPECT_LT(relative_error(cuda[i], cpu[i]), 1e-5) << "result " << i;
+}
+
 TEST(AddRmsNorm, Errors) {
   const Tensor x = Tensor::zeros({2, 4}), w = Tensor::ones({4});
   expect_error([&] { add_rms_norm(x, Tensor::zeros({2, 5}), w); }, {"add_rms_norm", "y", "[2, 4]", "[2, 5]"});

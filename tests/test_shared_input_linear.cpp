@@ -133,6 +133,29 @@ TEST(SharedInputLinear, Errors) {
                {"shared_input_linear", "x", "f32 or f64", "i64"});
 }
 
+// On CUDA the op is the composition of concat, matmul and split: the CPU's values.
+TEST(SharedInputLinear, CudaMatchesCpu) {
+  if (cuda_device_count() == 0)
+    GTEST_SKIP() << (cuda_built() ? "no CUDA device visible" : "lat was built without CUDA (LAT_CUDA=OFF)");
+  const Device gpu = Device::cuda(0);
+  Generator gen(5);
+  const Tensor x = Tensor::randn({37, 20}, gen);
+  const std::vector<Tensor> weights = {Tensor::randn({5, 20}, gen), Tensor::randn({1, 20}, gen)};
+  const std::vector<Tensor> w_out = {Tensor::randn({37, 5}, gen), Tensor::randn({37, 1}, gen)};
+  auto run = [&](Device device) {
+    Tensor xd = x.to(device).detach().set_requires_grad(true);
+    std::vector<Tensor> wd;
+    for (const Tensor& w : weights) wd.push_back(w.to(device).detach().set_requires_grad(true));
+    const std::vector<Tensor> outs = shared_input_linear(xd, wd);
+    backward(sum(outs[0] * w_out[0].to(device)) + sum(outs[1] * w_out[1].to(device)));
+    std::vector<Tensor> results{outs[0].detach(), outs[1].detach(), xd.grad(), wd[0].grad(), wd[1].grad()};
+    for (Tensor& t : results) t = t.to(Device::cpu());
+    return results;
+  };
+  const std::vector<Tensor> cpu = run(Device::cpu()), cuda = run(gpu);
+  for (size_t i = 0; i < cpu.size(); ++i) EXPECT_LT(relative_error(cuda[i], cpu[i]), 1e-5) << "result " << i;
+}
+
 // ---- a whole model against one product per projection -------------------------------------
 
 using ParamMap = std::map<std::string, Tensor>;
