@@ -88,9 +88,8 @@ Tensor HybridLM::forward(const Tensor& ids, const Tensor& cu_seqlens) const {
   const Tensor cu = cu_seqlens.defined()
                         ? cu_seqlens_with_row_starts("HybridLM::forward", cu_seqlens, ids.size(0), ids.size(1))
                         : Tensor();
-  return run_blocks(embeddings_->forward(ids), [&](size_t i, const AddRmsNorm& in) {
-    return blocks_[i]->forward(in, norm_after(i), cu);
-  });
+  return run_blocks(embeddings_->forward(ids),
+                    [&](size_t i, const AddRmsNorm& in) { return blocks_[i]->forward(in, norm_after(i), cu); });
 }
 
 HybridLMState HybridLM::make_states(int64_t batch) const {

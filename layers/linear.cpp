@@ -34,8 +34,8 @@ std::vector<Tensor> fused_linear_forward(const Tensor& x, const std::vector<cons
   std::vector<Tensor> weights;
   for (size_t i = 0; i < layers.size(); ++i) {
     LAT_CHECK(layers[i]->in_features() == in, "fused_linear_forward: layers[" << i << "]: expected in_features " << in
-                                                                               << " like layers[0], got "
-                                                                               << layers[i]->in_features());
+                                                                              << " like layers[0], got "
+                                                                              << layers[i]->in_features());
     weights.push_back(layers[i]->weight());
   }
   LAT_CHECK(x.dim() >= 1 && x.size(-1) == in,

@@ -33,8 +33,8 @@ class Linear : public Module {
 /// one tape node (shared_input_linear): x is read, and in bf16 rounded, once for all the
 /// products, and the backward accumulates dx in one buffer instead of adding one gradient per
 /// layer. The weights and biases stay the layers' own parameters, so names, shapes,
-/// initialization and checkpoints are those of separate layers; each output is the same sum
-/// as layers[i]->forward(x) (dx differs by float rounding: another summation order).
+/// initialization and checkpoints are those of separate layers; on the CPU the outputs and
+/// every gradient are those of layers[i]->forward(x) called in list order, bit for bit.
 /// x: [..., in_features], f32 or f64. Throws lat::Error for an empty list, layers of
 /// different in_features, or x not [..., in_features].
 std::vector<Tensor> fused_linear_forward(const Tensor& x, const std::vector<const Linear*>& layers);

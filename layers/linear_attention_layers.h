@@ -138,8 +138,7 @@ class LinearMixer : public Mixer {
   /// when config.use_short_conv is off; with G > 1, q and k are then repeated from H to Hv
   /// heads, key head j serving value heads j*G .. j*G + G - 1 (torch.repeat_interleave on the
   /// head axis, as transformers' Qwen3.5 does before the kernel).
-  QKV conv_qkv(const Projections& p, LinearMixerState* state, WithoutConv without_conv,
-               const Tensor& cu_seqlens) const;
+  QKV conv_qkv(const Projections& p, LinearMixerState* state, WithoutConv without_conv, const Tensor& cu_seqlens) const;
   /// g [B, T, Hv] = -exp(A_log) * softplus(a + dt_bias) for a = x a_proj^T (Projections::a).
   Tensor mamba2_decay(const Tensor& a) const;
   /// mamba2_decay of x's own a_proj product, for the layers' log_decay(x).

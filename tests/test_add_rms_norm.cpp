@@ -124,8 +124,11 @@ TEST(AddRmsNorm, Errors) {
   expect_error([&] { add_rms_norm(x, Tensor::zeros({2, 5}), w); }, {"add_rms_norm", "y", "[2, 4]", "[2, 5]"});
   expect_error([&] { add_rms_norm(x, Tensor::zeros({2, 4}, DType::f64), w); }, {"add_rms_norm", "y", "f32", "f64"});
   expect_error([&] { add_rms_norm(x, x, Tensor::ones({3})); }, {"add_rms_norm", "weight", "[4]", "[3]"});
-  expect_error([&] { add_rms_norm(Tensor::zeros({2, 4}, DType::i64), Tensor::zeros({2, 4}, DType::i64), w); },
-               {"add_rms_norm", "x", "f32 or f64", "i64"});
+  expect_error(
+      [&] {
+        add_rms_norm(Tensor::zeros({2, 4}, DType::i64), Tensor::zeros({2, 4}, DType::i64), w);
+      },
+      {"add_rms_norm", "x", "f32 or f64", "i64"});
   expect_error([&] { add_rms_norm(x, x, w, -1.0); }, {"add_rms_norm", "eps", ">= 0", "-1"});
 }
 

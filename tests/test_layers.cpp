@@ -315,10 +315,11 @@ TEST(RotaryEmbedding, KeptAnglesServeEveryBaseWidthAndOffset) {
           double angle = static_cast<double>(t + call.offset) * std::pow(call.theta, -2.0 * i / call.R);
           double x1 = x.at({0, t, h, i}), x2 = x.at({0, t, h, i + call.R / 2});
           max_err = std::max(max_err, std::abs(y.at({0, t, h, i}) - (x1 * std::cos(angle) - x2 * std::sin(angle))));
-          max_err = std::max(max_err, std::abs(y.at({0, t, h, i + call.R / 2}) -
-                                               (x2 * std::cos(angle) + x1 * std::sin(angle))));
+          max_err = std::max(max_err,
+                             std::abs(y.at({0, t, h, i + call.R / 2}) - (x2 * std::cos(angle) + x1 * std::sin(angle))));
         }
-        for (int64_t i = call.R; i < D; ++i) max_err = std::max(max_err, std::abs(y.at({0, t, h, i}) - x.at({0, t, h, i})));
+        for (int64_t i = call.R; i < D; ++i)
+          max_err = std::max(max_err, std::abs(y.at({0, t, h, i}) - x.at({0, t, h, i})));
       }
     EXPECT_LT(max_err, 1e-12);
     EXPECT_LT(relative_error(rotary_embedding(x.to(DType::f32), call.theta, call.offset, {}, call.R), y), 1e-6);

@@ -88,14 +88,18 @@ void expect_same_bits_as_separate_matmuls(DType dtype, Precision precision) {
   }
 }
 
-TEST(SharedInputLinear, SameBitsAsSeparateMatmulsF32) { expect_same_bits_as_separate_matmuls(DType::f32, Precision::fp32); }
+TEST(SharedInputLinear, SameBitsAsSeparateMatmulsF32) {
+  expect_same_bits_as_separate_matmuls(DType::f32, Precision::fp32);
+}
 
 TEST(SharedInputLinear, SameBitsAsSeparateMatmulsBf16) {
   if (!bf16_supported(Device::cpu())) GTEST_SKIP() << "this CPU computes no bf16 products";
   expect_same_bits_as_separate_matmuls(DType::f32, Precision::bf16);
 }
 
-TEST(SharedInputLinear, SameBitsAsSeparateMatmulsF64) { expect_same_bits_as_separate_matmuls(DType::f64, Precision::fp32); }
+TEST(SharedInputLinear, SameBitsAsSeparateMatmulsF64) {
+  expect_same_bits_as_separate_matmuls(DType::f64, Precision::fp32);
+}
 
 TEST(SharedInputLinear, GradientsMatchFiniteDifferences) {
   Generator gen(4);
@@ -123,14 +127,26 @@ TEST(SharedInputLinear, NoRowsGiveEmptyOutputsAndZeroWeightGradients) {
 TEST(SharedInputLinear, Errors) {
   const Tensor x = Tensor::zeros({2, 4});
   expect_error([&] { shared_input_linear(x, {}); }, {"shared_input_linear", "weights", "at least one"});
-  expect_error([&] { shared_input_linear(Tensor::zeros({2, 2, 4}), {Tensor::zeros({3, 4})}); },
-               {"shared_input_linear", "x", "[M, K]", "[2, 2, 4]"});
-  expect_error([&] { shared_input_linear(x, {Tensor::zeros({3, 4}), Tensor::zeros({3, 5})}); },
-               {"shared_input_linear", "weights[1]", "[N, 4]", "[3, 5]"});
-  expect_error([&] { shared_input_linear(x, {Tensor::zeros({3, 4}, DType::f64)}); },
-               {"shared_input_linear", "weights[0]", "f32", "f64"});
-  expect_error([&] { shared_input_linear(Tensor::zeros({2, 4}, DType::i64), {Tensor::zeros({3, 4})}); },
-               {"shared_input_linear", "x", "f32 or f64", "i64"});
+  expect_error(
+      [&] {
+        shared_input_linear(Tensor::zeros({2, 2, 4}), {Tensor::zeros({3, 4})});
+      },
+      {"shared_input_linear", "x", "[M, K]", "[2, 2, 4]"});
+  expect_error(
+      [&] {
+        shared_input_linear(x, {Tensor::zeros({3, 4}), Tensor::zeros({3, 5})});
+      },
+      {"shared_input_linear", "weights[1]", "[N, 4]", "[3, 5]"});
+  expect_error(
+      [&] {
+        shared_input_linear(x, {Tensor::zeros({3, 4}, DType::f64)});
+      },
+      {"shared_input_linear", "weights[0]", "f32", "f64"});
+  expect_error(
+      [&] {
+        shared_input_linear(Tensor::zeros({2, 4}, DType::i64), {Tensor::zeros({3, 4})});
+      },
+      {"shared_input_linear", "x", "f32 or f64", "i64"});
 }
 
 // On CUDA the op is the composition of concat, matmul and split: the CPU's values.

@@ -225,20 +225,19 @@ void cross_entropy_backward(const T* logits, const int64_t* targets, const doubl
   }
 }
 
-#define LAT_NN_CPU_INSTANTIATE(T)                                                                                  \
-  template void rms_norm_forward<T>(const T*, const T*, int64_t, int64_t, double, T*, double*);                  \
-  template void rms_norm_backward<T>(const T*, const T*, const double*, const T*, int64_t, int64_t, T*, T*);     \
-  template void add_rms_norm_forward<T>(const T*, const T*, const T*, int64_t, int64_t, double, T*, T*, double*); \
-  template void add_rms_norm_backward<T>(const T*, const T*, const double*, const T*, const T*, int64_t, int64_t, \
-                                         T*, T*);                                                                 \
-  template void softmax_forward<T>(const T*, int64_t, int64_t, T*);                                               \
-  template void softmax_backward<T>(const T*, const T*, int64_t, int64_t, T*);                                    \
-  template void log_softmax_forward<T>(const T*, int64_t, int64_t, T*);                                           \
-  template void log_softmax_backward<T>(const T*, const T*, int64_t, int64_t, T*);                                \
-  template double cross_entropy_forward<T>(const T*, const int64_t*, int64_t, int64_t, int64_t, double*,         \
-                                           int64_t*);                                                             \
-  template void cross_entropy_backward<T>(const T*, const int64_t*, const double*, int64_t, int64_t, int64_t,     \
-                                          double, T*);
+#define LAT_NN_CPU_INSTANTIATE(T)                                                                                     \
+  template void rms_norm_forward<T>(const T*, const T*, int64_t, int64_t, double, T*, double*);                       \
+  template void rms_norm_backward<T>(const T*, const T*, const double*, const T*, int64_t, int64_t, T*, T*);          \
+  template void add_rms_norm_forward<T>(const T*, const T*, const T*, int64_t, int64_t, double, T*, T*, double*);     \
+  template void add_rms_norm_backward<T>(const T*, const T*, const double*, const T*, const T*, int64_t, int64_t, T*, \
+                                         T*);                                                                         \
+  template void softmax_forward<T>(const T*, int64_t, int64_t, T*);                                                   \
+  template void softmax_backward<T>(const T*, const T*, int64_t, int64_t, T*);                                        \
+  template void log_softmax_forward<T>(const T*, int64_t, int64_t, T*);                                               \
+  template void log_softmax_backward<T>(const T*, const T*, int64_t, int64_t, T*);                                    \
+  template double cross_entropy_forward<T>(const T*, const int64_t*, int64_t, int64_t, int64_t, double*, int64_t*);   \
+  template void cross_entropy_backward<T>(const T*, const int64_t*, const double*, int64_t, int64_t, int64_t, double, \
+                                          T*);
 
 LAT_NN_CPU_INSTANTIATE(float)
 LAT_NN_CPU_INSTANTIATE(double)

@@ -12,13 +12,13 @@ namespace {
 void check_args(const Tensor& x, const Tensor& y, const Tensor& weight, double eps) {
   const char* op = "add_rms_norm";
   LAT_CHECK(x.defined() && y.defined() && weight.defined(), op << ": x, y and weight must be defined");
-  LAT_CHECK(x.dim() >= 1 && (x.dtype() == DType::f32 || x.dtype() == DType::f64),
-            op << ": x: expected f32 or f64 of shape [..., D], got " << dtype_name(x.dtype()) << " "
-               << shape_str(x.shape()));
+  LAT_CHECK(
+      x.dim() >= 1 && (x.dtype() == DType::f32 || x.dtype() == DType::f64),
+      op << ": x: expected f32 or f64 of shape [..., D], got " << dtype_name(x.dtype()) << " " << shape_str(x.shape()));
   LAT_CHECK(y.shape() == x.shape() && y.dtype() == x.dtype() && y.device() == x.device(),
-            op << ": y: expected " << dtype_name(x.dtype()) << " " << shape_str(x.shape()) << " on "
-               << x.device().str() << " like x, got " << dtype_name(y.dtype()) << " " << shape_str(y.shape())
-               << " on " << y.device().str());
+            op << ": y: expected " << dtype_name(x.dtype()) << " " << shape_str(x.shape()) << " on " << x.device().str()
+               << " like x, got " << dtype_name(y.dtype()) << " " << shape_str(y.shape()) << " on "
+               << y.device().str());
   LAT_CHECK(weight.shape() == Shape{x.size(-1)} && weight.dtype() == x.dtype() && weight.device() == x.device(),
             op << ": weight: expected " << dtype_name(x.dtype()) << " [" << x.size(-1) << "] on " << x.device().str()
                << ", got " << dtype_name(weight.dtype()) << " " << shape_str(weight.shape()) << " on "
@@ -58,8 +58,8 @@ AddRmsNorm add_rms_norm(const Tensor& x, const Tensor& y, const Tensor& weight, 
     forward_cpu<double>(x, y, weight, eps, out, rstd);
   if (needs_grad({&x, &y, &weight})) {
     record("add_rms_norm", {x, y, weight}, {out.sum, out.normed},
-           [sum = out.sum.detach(), w = weight.detach(), rstd, need_w = weight.requires_grad()](
-               const std::vector<Tensor>& grads) {
+           [sum = out.sum.detach(), w = weight.detach(), rstd,
+            need_w = weight.requires_grad()](const std::vector<Tensor>& grads) {
              // One gradient for x and y: d(x + y) reaches both unchanged.
              Tensor dsum = Tensor::empty(sum.shape(), sum.dtype());
              Tensor dweight = need_w ? Tensor::empty(w.shape(), w.dtype()) : Tensor();

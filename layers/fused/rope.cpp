@@ -32,7 +32,8 @@ struct AngleTable {
 template <class S>
 const AngleTable<S>& angle_table(double theta, int64_t R, int64_t positions) {
   thread_local std::vector<AngleTable<S>> tables;
-  auto it = std::find_if(tables.begin(), tables.end(), [&](const AngleTable<S>& t) { return t.theta == theta && t.R == R; });
+  auto it = std::find_if(tables.begin(), tables.end(),
+                         [&](const AngleTable<S>& t) { return t.theta == theta && t.R == R; });
   if (it == tables.end()) it = tables.insert(tables.end(), AngleTable<S>{theta, R, 0, {}, {}});
   AngleTable<S>& table = *it;
   if (table.positions >= positions) return table;

@@ -110,29 +110,30 @@ std::vector<Tensor> shared_input_linear(const Tensor& x, const std::vector<Tenso
       saved_w.push_back(w.detach());
       need_w.push_back(w.requires_grad());
     }
-    record("shared_input_linear", inputs, outs,
-           [sx = x.detach(), saved_w, need_w, rx, rw, bf16, need_x = x.requires_grad()](const std::vector<Tensor>& grads) {
-             const int64_t M = sx.size(0);
-             std::vector<Tensor> d(saved_w.size() + 1);
-             if (need_x) d[0] = Tensor::empty(sx.shape(), sx.dtype());
-             // Last weight first: the order in which the tape adds the gradients of separate
-             // products recorded in list order, so that dx keeps their bits.
-             for (size_t i = saved_w.size(); i-- > 0;) {
-               const Tensor& g = grads[i];
-               const cpu::Bf16Copy rg = bf16 ? cpu::bf16_copy(g.data<float>(), g.numel()) : nullptr;
-               constexpr bool kPlain = false, kTransposed = true;
-               // dx (+)= dy_i W_i: [M, N_i] x [N_i, K].
-               if (need_x && M > 0)
-                 product({&g, rg.get()}, kPlain, {&saved_w[i], rw[i].get()}, kPlain, d[0],
-                         i + 1 == saved_w.size() ? Into::overwrite : Into::accumulate);
-               // dW_i = dy_i^T x: [N_i, M] x [M, K] (zeros for M = 0, an empty sum).
-               if (need_w[i]) {
-                 d[i + 1] = Tensor::empty(saved_w[i].shape(), sx.dtype());
-                 product({&g, rg.get()}, kTransposed, {&sx, rx.get()}, kPlain, d[i + 1], Into::overwrite);
-               }
-             }
-             return d;
-           });
+    record(
+        "shared_input_linear", inputs, outs,
+        [sx = x.detach(), saved_w, need_w, rx, rw, bf16, need_x = x.requires_grad()](const std::vector<Tensor>& grads) {
+          const int64_t M = sx.size(0);
+          std::vector<Tensor> d(saved_w.size() + 1);
+          if (need_x) d[0] = Tensor::empty(sx.shape(), sx.dtype());
+          // Last weight first: the order in which the tape adds the gradients of separate
+          // products recorded in list order, so that dx keeps their bits.
+          for (size_t i = saved_w.size(); i-- > 0;) {
+            const Tensor& g = grads[i];
+            const cpu::Bf16Copy rg = bf16 ? cpu::bf16_copy(g.data<float>(), g.numel()) : nullptr;
+            constexpr bool kPlain = false, kTransposed = true;
+            // dx (+)= dy_i W_i: [M, N_i] x [N_i, K].
+            if (need_x && M > 0)
+              product({&g, rg.get()}, kPlain, {&saved_w[i], rw[i].get()}, kPlain, d[0],
+                      i + 1 == saved_w.size() ? Into::overwrite : Into::accumulate);
+            // dW_i = dy_i^T x: [N_i, M] x [M, K] (zeros for M = 0, an empty sum).
+            if (need_w[i]) {
+              d[i + 1] = Tensor::empty(saved_w[i].shape(), sx.dtype());
+              product({&g, rg.get()}, kTransposed, {&sx, rx.get()}, kPlain, d[i + 1], Into::overwrite);
+            }
+          }
+          return d;
+        });
   }
   return outs;
 }
