@@ -122,7 +122,10 @@ TEST_F(HfNewUserTest, AHuggingFaceDirectoryWithoutLatsTokenizerSaysWhyGenerateHa
   fs::remove(path("hf/tokenizer.json"));
   fs::remove(path("hf/tokenizer_config.json"));
   std::ostringstream out;
-  expect_error([&] { lat::generate({.checkpoint = path("hf"), .max_new_tokens = 3}, out); },
+  lat::GenerateOptions options;
+  options.checkpoint = path("hf");
+  options.max_new_tokens = 3;
+  expect_error([&] { lat::generate(options, out); },
                {"generate: '" + path("hf/model.safetensors") + "' has no tokenizer lat runs (a model on token ids, or "
                 "a Hugging Face tokenizer other than lat's char and byte forms): no text to write"});
   const std::string info = lat::format_info(lat::inspect(path("hf"), 16));
