@@ -37,20 +37,22 @@
 // rows t >= T zero, g and beta included): the API-layout inputs are copied in once (q and
 // k L2-normalized there when asked for), the outputs and gradients copied back out.
 //
-// Schedule. Chunk n = bh * NT + c; every per-chunk array has one stride over n. Each phase
-// is one OpenMP loop: the per-chunk phases over chunks, the state passes over (b, h) (each
-// thread walks the chunks of its heads in order). Every product is a single-threaded
-// tile_gemm on one chunk's tiles, which stay in the core's caches; no thread team starts
-// per product, and threads wait for each other only at the end of a phase (a forward and
-// backward is eight thread teams in all). Phase A (before the forward state pass)
+// Schedule. Chunk n = bh * NT + c; every per-chunk array has one stride over n. Every
+// product is a single-threaded tile_gemm on one chunk's tiles, which stay in the core's
+// caches; no thread team starts per product. Phase A (before the forward state pass)
 // computes G, Gamma, W, U and the decayed keys; phase B (after it) the outputs. The
 // backward recomputes phase A and the state pass, then runs B1 (everything that needs no
-// dh), the reverse state pass, and B2 (the rest).
+// dh), the reverse state pass, and B2 (the rest). With at least as many heads as threads,
+// one OpenMP loop over heads runs each head's chunks through every phase in order (one
+// thread team per pass); with fewer, each phase is one OpenMP loop, the per-chunk phases
+// over chunks, the state passes over heads, and threads wait for each other at the end of
+// each phase (eight thread teams for a forward and backward). See Schedule.
 #include <algorithm>
 #include <cstring>
 #include <vector>
 
 #include "autograd/cpu/aligned_buffer.h"
+#include "lat/ops.h"
 #include "layers/linear_attention/chunk_layout.h"
 #include "layers/linear_attention/common.h"
 #include "layers/linear_attention/delta_kernels.h"
@@ -255,45 +257,42 @@ void phase_a_chunk(const ChunkedParams& p, Arrays& a, Pass pass, int64_t n, Scra
   for (int64_t i = 0; i < C; ++i) std::memcpy(a.vnew.data() + (n * C + i) * V, wu + i * KV1 + K, V * sizeof(float));
 }
 
-// The forward state pass of head bh: V_new = U - W S_c over the copy of U, S_{c+1} =
-// e^Lambda S_c + K^T diag(e^{Lambda - G}) V_new into h and, when ht is not null, the
-// final state.
-void state_pass_head(const ChunkedParams& p, Arrays& a, int64_t bh, float* ht) {
+// Chunk c of head bh in the forward state pass: V_new = U - W S_c over the copy of U and
+// S_{c+1} = e^Lambda S_c + K^T diag(e^{Lambda - G}) V_new into h (c = 0 first sets S_0
+// from h0) or, after the last chunk, into ht when it is not null.
+void state_step(const ChunkedParams& p, Arrays& a, int64_t bh, int64_t c, float* ht) {
   const int64_t NT = p.NT, C = p.C, K = p.K, V = p.V, KV1 = K + V, KV = K * V;
   float* h = a.h.data() + bh * NT * KV;
-  copy_or_zero(p.h0 ? p.h0 + bh * KV : nullptr, KV, h);
-  for (int64_t c = 0; c < NT; ++c) {
-    const int64_t n = bh * NT + c;
-    const float* S = h + c * KV;
-    float* vn = a.vnew.data() + n * C * V;
-    tile_product(p.precision, C, V, K, {a.wu.data() + n * C * KV1, KV1}, {S, V}, vn, V, -1.0f, 1.0f);
-    float* next = c + 1 < NT ? h + (c + 1) * KV : (ht ? ht + bh * KV : nullptr);
-    if (!next) break;
-    const float e = exp_nonpositive(a.G.data()[n * C + C - 1]);
-    for (int64_t x = 0; x < KV; ++x) next[x] = e * S[x];
-    tile_product(p.precision, K, V, C, {a.kdecay.data() + n * C * K, K, true}, {vn, V}, next, V, 1.0f, 1.0f);
-  }
+  if (c == 0) copy_or_zero(p.h0 ? p.h0 + bh * KV : nullptr, KV, h);
+  const int64_t n = bh * NT + c;
+  const float* S = h + c * KV;
+  float* vn = a.vnew.data() + n * C * V;
+  tile_product(p.precision, C, V, K, {a.wu.data() + n * C * KV1, KV1}, {S, V}, vn, V, -1.0f, 1.0f);
+  float* next = c + 1 < NT ? h + (c + 1) * KV : (ht ? ht + bh * KV : nullptr);
+  if (!next) return;
+  const float e = exp_nonpositive(a.G.data()[n * C + C - 1]);
+  for (int64_t x = 0; x < KV; ++x) next[x] = e * S[x];
+  tile_product(p.precision, K, V, C, {a.kdecay.data() + n * C * K, K, true}, {vn, V}, next, V, 1.0f, 1.0f);
 }
 
-// The reverse state pass of head bh: dV_new += diag(e^{Lambda - G}) K dh_c (on top of the
-// local part already in dwu) and dh_{c-1} = e^Lambda dh_c + (scale diag(gamma) Q)^T dO -
-// W^T dV_new; the last step writes d initial_state into dh0.
-void reverse_state_pass_head(const ChunkedParams& p, Arrays& a, int64_t bh, const float* d_o,
-                             const float* dht, float* dh0) {
+// Chunk c of head bh in the reverse state pass: dV_new += diag(e^{Lambda - G}) K dh_c (on
+// top of the local part already in dwu) and dh_{c-1} = e^Lambda dh_c + (scale diag(gamma)
+// Q)^T dO - W^T dV_new (c = NT - 1 first sets dh_{NT-1} from dht); chunk 0 writes
+// d initial_state into dh0.
+void reverse_state_step(const ChunkedParams& p, Arrays& a, int64_t bh, int64_t c, const float* d_o,
+                        const float* dht, float* dh0) {
   const int64_t NT = p.NT, C = p.C, K = p.K, V = p.V, KV1 = K + V, KV = K * V;
   float* dh = a.dh.data() + bh * NT * KV;
-  copy_or_zero(dht ? dht + bh * KV : nullptr, KV, dh + (NT - 1) * KV);
-  for (int64_t c = NT - 1; c >= 0; --c) {
-    const int64_t n = bh * NT + c;
-    const float* dS = dh + c * KV;
-    float* dvn = a.dwu.data() + n * C * KV1 + K;
-    tile_product(p.precision, C, V, K, {a.kdecay.data() + n * C * K, K}, {dS, V}, dvn, KV1, 1.0f, 1.0f);
-    float* prev = c > 0 ? dh + (c - 1) * KV : dh0 + bh * KV;
-    const float e = exp_nonpositive(a.G.data()[n * C + C - 1]);
-    for (int64_t x = 0; x < KV; ++x) prev[x] = e * dS[x];
-    tile_product(p.precision, K, V, C, {a.qg.data() + n * C * K, K, true}, {d_o + n * C * V, V}, prev, V, 1.0f, 1.0f);
-    tile_product(p.precision, K, V, C, {a.wu.data() + n * C * KV1, KV1, true}, {dvn, KV1}, prev, V, -1.0f, 1.0f);
-  }
+  if (c == NT - 1) copy_or_zero(dht ? dht + bh * KV : nullptr, KV, dh + (NT - 1) * KV);
+  const int64_t n = bh * NT + c;
+  const float* dS = dh + c * KV;
+  float* dvn = a.dwu.data() + n * C * KV1 + K;
+  tile_product(p.precision, C, V, K, {a.kdecay.data() + n * C * K, K}, {dS, V}, dvn, KV1, 1.0f, 1.0f);
+  float* prev = c > 0 ? dh + (c - 1) * KV : dh0 + bh * KV;
+  const float e = exp_nonpositive(a.G.data()[n * C + C - 1]);
+  for (int64_t x = 0; x < KV; ++x) prev[x] = e * dS[x];
+  tile_product(p.precision, K, V, C, {a.qg.data() + n * C * K, K, true}, {d_o + n * C * V, V}, prev, V, 1.0f, 1.0f);
+  tile_product(p.precision, K, V, C, {a.wu.data() + n * C * KV1, KV1, true}, {dvn, KV1}, prev, V, -1.0f, 1.0f);
 }
 
 // Backward phase B1 on chunk n, everything before the reverse state pass: the local
@@ -443,15 +442,44 @@ void phase_b_chunk(const ChunkedParams& p, Arrays& a, float* o, int64_t n, Scrat
   tile_product(p.precision, C, V, K, {s.rows.data(), K}, {a.h.data() + n * K * V, V}, out, V, 1.0f, 1.0f);
 }
 
-// Phase A and the forward state pass, shared by the forward and the backward.
+// How a call's phases are spread over the threads. per_phase: one thread team per phase,
+// each phase's chunks (or, in the state passes, heads) shared out, with a barrier between
+// phases (a forward is three teams, a backward five). per_head: one team in all, each
+// thread running every phase of its heads' chunks in order, which keeps a chunk's tiles in
+// its core's caches from one phase to the next and has no barrier to wait at for a
+// descheduled thread (on a loaded machine, each barrier can cost a time slice); it needs
+// at least as many heads as threads to keep them all busy. Both compute every chunk
+// with the same operations in the same order, so their results are the same bits.
+enum class Schedule { per_phase, per_head };
+
+// per_head when there are at least as many heads (B*H of this call) as threads; the
+// thread count is read on the calling thread.
+Schedule schedule_of(const ChunkedParams& p) {
+  return p.BH >= get_num_threads() ? Schedule::per_head : Schedule::per_phase;
+}
+
+// Phase A and the forward state pass in the per_phase schedule, shared by the forward and
+// the backward.
 void forward_states(const ChunkedParams& p, Arrays& a, Pass pass, float* ht) {
   parallel_for(p, p.BH * p.NT, [&](int64_t n, Scratch& s) { phase_a_chunk(p, a, pass, n, s); });
-  parallel_for(p, p.BH, [&](int64_t bh, Scratch&) { state_pass_head(p, a, bh, ht); });
+  parallel_for(p, p.BH, [&](int64_t bh, Scratch&) {
+    for (int64_t c = 0; c < p.NT; ++c) state_step(p, a, bh, c, ht);
+  });
 }
 
 // Forward: o [BH, NT*C, V] and, when ht is not null, the final state [BH, K, V].
 void forward_chunked(const ChunkedParams& p, float* o, float* ht) {
   Arrays a(p, Pass::forward);
+  if (schedule_of(p) == Schedule::per_head) {
+    parallel_for(p, p.BH, [&](int64_t bh, Scratch& s) {
+      for (int64_t c = 0; c < p.NT; ++c) {
+        phase_a_chunk(p, a, Pass::forward, bh * p.NT + c, s);
+        state_step(p, a, bh, c, ht);
+        phase_b_chunk(p, a, o, bh * p.NT + c, s);
+      }
+    });
+    return;
+  }
   forward_states(p, a, Pass::forward, ht);
   parallel_for(p, p.BH * p.NT, [&](int64_t n, Scratch& s) { phase_b_chunk(p, a, o, n, s); });
 }
@@ -460,14 +488,29 @@ void forward_chunked(const ChunkedParams& p, float* o, float* ht) {
 // state). Recomputes the forward intermediates (nothing is kept between the passes).
 void backward_chunked(const ChunkedParams& p, const float* d_o, const float* dht, const ChunkedGrads& grads) {
   Arrays a(p, Pass::backward);
-  forward_states(p, a, Pass::backward, nullptr);
-  parallel_for(p, p.BH * p.NT, [&](int64_t n, Scratch& s) { phase_b1_chunk(p, a, d_o, grads, n, s); });
   AlignedBuffer dh0_scratch(grads.dh0 ? 0 : p.BH * p.K * p.V);
   float* dh0 = grads.dh0 ? grads.dh0 : dh0_scratch.data();
-  parallel_for(p, p.BH, [&](int64_t bh, Scratch&) { reverse_state_pass_head(p, a, bh, d_o, dht, dh0); });
+  if (schedule_of(p) == Schedule::per_head) {
+    parallel_for(p, p.BH, [&](int64_t bh, Scratch& s) {
+      for (int64_t c = 0; c < p.NT; ++c) {
+        phase_a_chunk(p, a, Pass::backward, bh * p.NT + c, s);
+        state_step(p, a, bh, c, nullptr);
+        phase_b1_chunk(p, a, d_o, grads, bh * p.NT + c, s);
+      }
+      for (int64_t c = p.NT - 1; c >= 0; --c) {
+        reverse_state_step(p, a, bh, c, d_o, dht, dh0);
+        phase_b2_chunk(p, a, grads, bh * p.NT + c, s);
+      }
+    });
+    return;
+  }
+  forward_states(p, a, Pass::backward, nullptr);
+  parallel_for(p, p.BH * p.NT, [&](int64_t n, Scratch& s) { phase_b1_chunk(p, a, d_o, grads, n, s); });
+  parallel_for(p, p.BH, [&](int64_t bh, Scratch&) {
+    for (int64_t c = p.NT - 1; c >= 0; --c) reverse_state_step(p, a, bh, c, d_o, dht, dh0);
+  });
   parallel_for(p, p.BH * p.NT, [&](int64_t n, Scratch& s) { phase_b2_chunk(p, a, grads, n, s); });
 }
-
 
 // What forward keeps for backward: the inputs in the chunked layout (workspace buffers,
 // so repeated calls do not fault in fresh pages), q and k normalized when asked for, with
