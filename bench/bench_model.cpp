@@ -54,7 +54,8 @@
 // --clock wall|cpu (training steps timed in wall time, or in the process's CPU time: at one
 // thread the time the step ran, leaving out the time other processes held the core; with
 // more threads it also counts OpenMP's spinning), --competing N (default 0: no loaded case;
-// see 3. above), --skip-train, --skip-generate.
+// see 3. above), --rows NAME,.. (the training rows to run, named as printed with '-' for
+// spaces, e.g. hybrid,hybrid-nanoGPT-size; default all), --skip-train, --skip-generate.
 #include <omp.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -120,6 +121,7 @@ struct Options {
   std::vector<lat::Precision> precisions = {lat::Precision::fp32, lat::Precision::bf16};
   bool cpu_time = false;  // time training steps in process CPU time instead of wall time
   int competing = 0;      // spinning child processes for the loaded case (0: none)
+  std::vector<std::string> rows;  // training rows to run, '-' for spaces (empty: all)
   bool skip_train = false;
   bool skip_generate = false;
 };
@@ -256,6 +258,7 @@ Options parse_options(int argc, char** argv) {
     else if (arg == "--warmup-steps") o.warmup_steps = parse_count(value(), "--warmup-steps");
     else if (arg == "--threads") o.threads = static_cast<int>(parse_count(value(), "--threads"));
     else if (arg == "--competing") o.competing = static_cast<int>(parse_count(value(), "--competing"));
+    else if (arg == "--rows") o.rows = parse_name_list(value());
     else if (arg == "--precision") {
       o.precisions.clear();
       for (const std::string& name : parse_name_list(value())) o.precisions.push_back(lat::parse_precision(name));
@@ -269,7 +272,8 @@ Options parse_options(int argc, char** argv) {
       std::printf("usage: bench_model [--config-dir DIR] [--contexts 1024,8192,32768] [--decode-steps 64]\n"
                   "                   [--prefill-chunk 1024] [--models hybrid,hybrid-full,attention]\n"
                   "                   [--steps 20] [--warmup-steps 3] [--threads N] [--precision fp32,bf16]\n"
-                  "                   [--clock wall|cpu] [--competing N] [--skip-train] [--skip-generate]\n");
+                  "                   [--clock wall|cpu] [--competing N] [--rows hybrid,...] [--skip-train]\n"
+                  "                   [--skip-generate]\n");
       std::exit(0);
     } else {
       throw std::runtime_error("unknown argument '" + arg + "' (see --help)");
@@ -651,13 +655,29 @@ void run_training(const fs::path& config_dir, const Options& options) {
     std::string name, file;
     std::vector<std::string> overrides;
   };
-  const std::vector<Row> rows = {
+  const std::vector<Row> all_rows = {
       {"hybrid", "shakespeare_hybrid.yaml", {}},
       {kPackedRow, "shakespeare_hybrid.yaml", {"data.doc_separator=\"\\n\\n\"", "data.packing=true"}},
       {"hybrid nanoGPT-size", "shakespeare_hybrid.yaml", nanogpt},
       {"transformer", "shakespeare_transformer.yaml", {}},
       {"transformer nanoGPT-size", "shakespeare_transformer.yaml", nanogpt},
   };
+  // --rows names a row as printed, with '-' for each space.
+  auto flag_name = [](std::string name) {
+    std::replace(name.begin(), name.end(), ' ', '-');
+    return name;
+  };
+  std::vector<Row> rows;
+  for (const Row& row : all_rows)
+    if (options.rows.empty() ||
+        std::find(options.rows.begin(), options.rows.end(), flag_name(row.name)) != options.rows.end())
+      rows.push_back(row);
+  for (const std::string& name : options.rows)
+    if (std::none_of(all_rows.begin(), all_rows.end(), [&](const Row& row) { return flag_name(row.name) == name; })) {
+      std::string known;
+      for (const Row& row : all_rows) known += (known.empty() ? "" : ", ") + flag_name(row.name);
+      throw std::runtime_error("--rows: unknown row '" + name + "' (" + known + ")");
+    }
   std::vector<lat::Precision> precisions;
   for (lat::Precision p : options.precisions) {
     if (lat::bf16_supported(lat::Device::cpu()) || p == lat::Precision::fp32)
@@ -702,11 +722,16 @@ void run_training(const fs::path& config_dir, const Options& options) {
       sources.push_back(results.front().data);
   }
   for (const std::string& s : sources) std::printf("batches: %s\n", s.c_str());
-  std::printf("packing (documents split at blank lines, cu_seqlens in every mixer): %s at %.2fx the tokens/s of "
-              "hybrid\n",
-              kPackedRow, first_step_ms["hybrid"] / first_step_ms[kPackedRow]);
-  std::printf("(ratio: tokens/s over those of the row's first precision, %s, measured in the same steps)\n\n",
+  if (first_step_ms.count("hybrid") && first_step_ms.count(kPackedRow))
+    std::printf("packing (documents split at blank lines, cu_seqlens in every mixer): %s at %.2fx the tokens/s of "
+                "hybrid\n",
+                kPackedRow, first_step_ms["hybrid"] / first_step_ms[kPackedRow]);
+  std::printf("(ratio: tokens/s over those of the row's first precision, %s, measured in the same steps)\n",
               lat::precision_name(precisions.front()));
+  if (competitors.count() > 0)
+    std::printf("(loaded/idle: tokens/s with the competitors running over those with them stopped, in alternate "
+                "steps)\n");
+  std::printf("\n");
 }
 
 }  // namespace
