@@ -216,6 +216,44 @@ TEST(FusedStep, AdamWWithClippingMatchesFloat64Reference) {
   }
 }
 
+// On CUDA the scale is a pass over the gradient before the fused kernel: the same update
+// as the CPU's folded one, to float rounding (the kernels' operations are the same, their
+// fused multiply-adds may differ).
+TEST(FusedStep, CudaScaledStepMatchesCpu) {
+  if (!cuda_built() || cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device (or built without CUDA)";
+  const Device gpu = Device::cuda(0);
+  Generator gen(5);
+  std::vector<NamedParameter> cpu, cuda;
+  for (const auto& [name, shape] : std::vector<std::pair<std::string, Shape>>{{"layers.0.mlp.up_proj.weight", {64, 33}},
+                                                                              {"norm.weight", {33}}}) {
+    Tensor t = Tensor::randn(shape, gen);
+    t.set_requires_grad(true);
+    Tensor d = t.to(gpu).detach();
+    d.set_requires_grad(true);
+    cpu.push_back({name, t});
+    cuda.push_back({name, d});
+  }
+  AdamW cpu_opt(cpu, {}), cuda_opt(cuda, {});
+  for (int k = 0; k < 3; ++k) {
+    set_grads(cpu, k);
+    for (size_t i = 0; i < cpu.size(); ++i) cuda[i].tensor.set_grad(cpu[i].tensor.grad().to(gpu));
+    const ClipResult a = clip_factor(cpu, 1.0), b = clip_factor(cuda, 1.0);
+    ASSERT_TRUE(a.clipped && b.clipped);
+    EXPECT_NEAR(b.norm, a.norm, 1e-6 * a.norm);
+    cpu_opt.step(1e-2, a.factor);
+    cuda_opt.step(1e-2, b.factor);
+  }
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    const std::vector<float> x = cuda[i].tensor.to(Device::cpu()).to_vector(), y = cpu[i].tensor.to_vector();
+    double err = 0.0, norm = 0.0;
+    for (size_t j = 0; j < x.size(); ++j) {
+      err += (static_cast<double>(x[j]) - y[j]) * (static_cast<double>(x[j]) - y[j]);
+      norm += static_cast<double>(y[j]) * y[j];
+    }
+    EXPECT_LT(std::sqrt(err / norm), 1e-6) << cpu[i].name;
+  }
+}
+
 TEST(FusedStep, RejectsABadGradScale) {
   AdamW adamw(make_params(DType::f32), {});
   set_grads(adamw.parameters(), 0);
