@@ -28,8 +28,8 @@ const char* kStat =
 
 TEST(WaitPolicy, ParsesTheAggregateCpuLine) {
   const CpuTimes t = parse_proc_stat(kStat, "/proc/stat");
-  EXPECT_EQ(t.busy, 100u + 5 + 20 + 3 + 2);  // user nice system irq softirq
-  EXPECT_EQ(t.total, t.busy + 800 + 7);      // + idle iowait; steal left out
+  EXPECT_EQ(t.busy, 100u + 20 + 3 + 2);  // user system irq softirq
+  EXPECT_EQ(t.total, t.busy + 5 + 800 + 7);  // + nice idle iowait; steal left out
   EXPECT_EQ(t.cpus, 2);
 }
 

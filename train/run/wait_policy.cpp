@@ -78,8 +78,8 @@ CpuTimes parse_proc_stat(const std::string& text, const std::string& source) {
     for (uint64_t x = 0; v.size() < 7 && fields >> x;) v.push_back(x);
     LAT_CHECK(v.size() == 7, source << ": the \"cpu\" line: expected at least 7 numbers, found " << v.size()
                                     << " in '" << line.substr(0, 80) << "'");
-    times.busy = v[0] + v[1] + v[2] + v[5] + v[6];
-    times.total = times.busy + v[3] + v[4];
+    times.busy = v[0] + v[2] + v[5] + v[6];
+    times.total = times.busy + v[1] + v[3] + v[4];
     aggregate = true;
   }
   LAT_CHECK(aggregate, source << ": expected a \"cpu\" line, found none");

@@ -25,9 +25,10 @@ constexpr const char* kWaitPolicyMarker = "LAT_WAIT_POLICY_CHOSEN";
 /// Cores that other processes keep busy, at or above which passive is chosen.
 constexpr double kBusyCoresForPassive = 0.5;
 
-/// The aggregate "cpu" line of /proc/stat: jiffies spent busy (user, nice, system, irq,
-/// softirq), in all (busy plus idle and iowait; steal and guest left out), and the number
-/// of "cpuN" lines.
+/// The aggregate "cpu" line of /proc/stat: jiffies spent busy (user, system, irq, softirq),
+/// in all (busy plus nice, idle and iowait; steal and guest left out), and the number of
+/// "cpuN" lines. Niced processes do not count as busy: the scheduler gives them a small
+/// share beside a thread of normal priority, so they rarely delay a barrier.
 struct CpuTimes {
   uint64_t busy = 0, total = 0;
   int cpus = 0;
