@@ -34,7 +34,15 @@
 //
 // Threads: OpenMP's default (OMP_NUM_THREADS, else all cores), or --threads N. Run it on
 // idle cores: when another process competes for them, OpenMP's barriers can make a step
-// 100x slower (seen on a 2-core machine); the load average is printed at the start and end.
+// 100x slower (seen on a 2-core machine); the load average is printed at the start and end,
+// and the OpenMP wait policy, chosen at start as `lat train` chooses it.
+//  3. The loaded case, with --competing N: N child processes that each spin on a core (the
+//     other jobs of a shared machine, like `yes > /dev/null`) are forked before the training
+//     rows and killed after them. Each training step then runs twice in turn, once with the
+//     children stopped (SIGSTOP: idle) and once with them running (SIGCONT: loaded), so that
+//     both medians come from the same minutes; each row adds its loaded tokens/s and the
+//     loaded/idle ratio. The process's OpenMP wait policy (printed at the start, chosen as
+//     `lat train` chooses it: train/run/wait_policy.h) is the one of both columns.
 //
 //   build/bench/bench_model                  # the full run (minutes: 32k prefills)
 //   build/bench/bench_model --contexts 1024 --steps 3 --decode-steps 8   # a quick check
@@ -45,17 +53,24 @@
 // --precision fp32,bf16 (the training precisions, the first being the ratios' base),
 // --clock wall|cpu (training steps timed in wall time, or in the process's CPU time: at one
 // thread the time the step ran, leaving out the time other processes held the core; with
-// more threads it also counts OpenMP's spinning), --skip-train, --skip-generate.
+// more threads it also counts OpenMP's spinning), --competing N (default 0: no loaded case;
+// see 3. above), --rows NAME,.. (the training rows to run, named as printed with '-' for
+// spaces, e.g. hybrid,hybrid-nanoGPT-size; default all), --skip-train, --skip-generate.
 #include <omp.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -82,6 +97,7 @@
 #include "train/run/heap.h"
 #include "train/run/train_optimizer.h"
 #include "train/run/train_step.h"
+#include "train/run/wait_policy.h"
 
 namespace fs = std::filesystem;
 
@@ -104,6 +120,8 @@ struct Options {
   int threads = 0;  // 0 = OpenMP's default
   std::vector<lat::Precision> precisions = {lat::Precision::fp32, lat::Precision::bf16};
   bool cpu_time = false;  // time training steps in process CPU time instead of wall time
+  int competing = 0;      // spinning child processes for the loaded case (0: none)
+  std::vector<std::string> rows;  // training rows to run, '-' for spaces (empty: all)
   bool skip_train = false;
   bool skip_generate = false;
 };
@@ -239,6 +257,8 @@ Options parse_options(int argc, char** argv) {
     else if (arg == "--steps") o.steps = parse_count(value(), "--steps");
     else if (arg == "--warmup-steps") o.warmup_steps = parse_count(value(), "--warmup-steps");
     else if (arg == "--threads") o.threads = static_cast<int>(parse_count(value(), "--threads"));
+    else if (arg == "--competing") o.competing = static_cast<int>(parse_count(value(), "--competing"));
+    else if (arg == "--rows") o.rows = parse_name_list(value());
     else if (arg == "--precision") {
       o.precisions.clear();
       for (const std::string& name : parse_name_list(value())) o.precisions.push_back(lat::parse_precision(name));
@@ -252,7 +272,8 @@ Options parse_options(int argc, char** argv) {
       std::printf("usage: bench_model [--config-dir DIR] [--contexts 1024,8192,32768] [--decode-steps 64]\n"
                   "                   [--prefill-chunk 1024] [--models hybrid,hybrid-full,attention]\n"
                   "                   [--steps 20] [--warmup-steps 3] [--threads N] [--precision fp32,bf16]\n"
-                  "                   [--clock wall|cpu] [--skip-train] [--skip-generate]\n");
+                  "                   [--clock wall|cpu] [--competing N] [--rows hybrid,...] [--skip-train]\n"
+                  "                   [--skip-generate]\n");
       std::exit(0);
     } else {
       throw std::runtime_error("unknown argument '" + arg + "' (see --help)");
@@ -451,16 +472,65 @@ std::optional<std::string> find_data(const lat::Config& config, const fs::path& 
   return std::nullopt;
 }
 
+/// `n` child processes that spin on the CPU: the other jobs of a shared machine. They start
+/// stopped; resume() lets them run and pause() stops them again, each returning once every
+/// child has changed state; the destructor kills them. A child also dies with this process
+/// (PR_SET_PDEATHSIG), should it end without unwinding. Throws std::runtime_error when fork fails.
+class Competitors {
+ public:
+  explicit Competitors(int n) {
+    const pid_t parent = getpid();
+    for (int i = 0; i < n; ++i) {
+      const pid_t pid = fork();
+      if (pid < 0) throw std::runtime_error(std::string("--competing: fork: ") + std::strerror(errno));
+      if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent) _exit(0);
+        volatile uint64_t spins = 0;
+        for (;;) spins = spins + 1;
+      }
+      pids_.push_back(pid);
+    }
+    pause();
+  }
+  ~Competitors() {
+    for (pid_t pid : pids_) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+  }
+  Competitors(const Competitors&) = delete;
+  Competitors& operator=(const Competitors&) = delete;
+
+  int count() const { return static_cast<int>(pids_.size()); }
+  void resume() { signal_and_wait(SIGCONT, WCONTINUED); }
+  void pause() { signal_and_wait(SIGSTOP, WUNTRACED); }
+
+ private:
+  void signal_and_wait(int sig, int wait_flag) {
+    for (pid_t pid : pids_) {
+      kill(pid, sig);
+      int status = 0;
+      waitpid(pid, &status, wait_flag);
+    }
+  }
+  std::vector<pid_t> pids_;
+};
+
 /// One training row: the config's name, the variant, its precision and step time.
 struct TrainResult {
   std::string name;
   lat::Precision precision = lat::Precision::fp32;
   int64_t batch = 0, block = 0, accum = 0;
-  double step_ms = 0.0;  // median
+  double step_ms = 0.0;         // median
+  double loaded_step_ms = 0.0;  // median with the competitors running (0: no loaded case)
   std::string data;      // where the batches came from
   double params_m = 0.0;
   std::string optimizer;  // TrainOptimizer::type()
 };
+
+/// Whether a timed step runs with the competitors stopped or running.
+enum class Load { idle, loaded };
 
 /// One model in training at one precision: its own weights (the same initial values for
 /// every precision: one seed), optimizer and step times.
@@ -468,16 +538,17 @@ struct Trainee {
   lat::Precision precision;
   std::unique_ptr<lat::HybridLM> model;
   std::unique_ptr<lat::TrainOptimizer> optimizer;
-  std::vector<double> times;
+  std::vector<double> times, loaded_times;
 };
 
 /// Times `warmup + steps` trainer steps of `config` at each of `precisions` and returns, per
 /// precision, the median of the last `steps`. The precisions take turns step by step on the
 /// same batches, so that a change in the machine's load falls on all of them alike and their
-/// ratio holds even where absolute figures drift.
+/// ratio holds even where absolute figures drift. With competitors, each step runs once
+/// with them stopped and once with them running (the loaded median).
 std::vector<TrainResult> bench_training(const std::string& name, const lat::Config& config,
                                         const fs::path& repo_root, const std::vector<lat::Precision>& precisions,
-                                        const Options& options) {
+                                        const Options& options, Competitors& competitors) {
   const lat::TrainConfig& train = config.train;
   TrainResult r;
   r.name = name;
@@ -521,7 +592,7 @@ std::vector<TrainResult> bench_training(const std::string& name, const lat::Conf
   for (lat::Precision precision : precisions) {
     lat::Generator gen(static_cast<uint64_t>(train.seed));
     Trainee t{precision, std::make_unique<lat::HybridLM>(lat::hybrid_lm_config(config.model, vocab), gen), nullptr,
-              {}};
+              {}, {}};
     t.optimizer = std::make_unique<lat::TrainOptimizer>(train, t.model->named_parameters());
     r.params_m = static_cast<double>(t.model->num_parameters()) / 1e6;
     r.optimizer = t.optimizer->type();
@@ -538,28 +609,34 @@ std::vector<TrainResult> bench_training(const std::string& name, const lat::Conf
       micro.push_back(batch(step, m));
       tokens += micro.back().tokens;
     }
-    for (Trainee& t : trainees) {
-      const lat::PrecisionGuard precision(t.precision);
-      const auto start = Clock::now();
-      const double start_cpu = cpu_ms();
-      // Run::train_step of train/run/run_loop.cpp, one rank.
-      const double loss = lat::accumulate_gradients(*t.model, micro, tokens, lat::Device::cpu());
-      const lat::GradNorm norm = t.optimizer->clip_grad_norm(train.grad_clip);
-      if (norm.finite)
-        t.optimizer->step(schedule.at(step));
-      else
-        t.optimizer->zero_grad();
-      const double ms = options.cpu_time ? cpu_ms() - start_cpu : ms_since(start);
-      if (!std::isfinite(loss))
-        throw std::runtime_error(name + ": non-finite training loss at step " + std::to_string(step) + " in " +
-                                 lat::precision_name(t.precision));
-      if (step > options.warmup_steps) t.times.push_back(ms);
+    for (const Load load : competitors.count() > 0 ? std::vector<Load>{Load::idle, Load::loaded}
+                                                   : std::vector<Load>{Load::idle}) {
+      if (load == Load::loaded) competitors.resume();
+      for (Trainee& t : trainees) {
+        const lat::PrecisionGuard precision(t.precision);
+        const auto start = Clock::now();
+        const double start_cpu = cpu_ms();
+        // Run::train_step of train/run/run_loop.cpp, one rank.
+        const double loss = lat::accumulate_gradients(*t.model, micro, tokens, lat::Device::cpu());
+        const lat::GradNorm norm = t.optimizer->clip_grad_norm(train.grad_clip);
+        if (norm.finite)
+          t.optimizer->step(schedule.at(step));
+        else
+          t.optimizer->zero_grad();
+        const double ms = options.cpu_time ? cpu_ms() - start_cpu : ms_since(start);
+        if (!std::isfinite(loss))
+          throw std::runtime_error(name + ": non-finite training loss at step " + std::to_string(step) + " in " +
+                                   lat::precision_name(t.precision));
+        if (step > options.warmup_steps) (load == Load::idle ? t.times : t.loaded_times).push_back(ms);
+      }
+      if (load == Load::loaded) competitors.pause();
     }
   }
   std::vector<TrainResult> results;
   for (const Trainee& t : trainees) {
     r.precision = t.precision;
     r.step_ms = median(t.times);
+    r.loaded_step_ms = t.loaded_times.empty() ? 0.0 : median(t.loaded_times);
     results.push_back(r);
   }
   return results;
@@ -578,13 +655,29 @@ void run_training(const fs::path& config_dir, const Options& options) {
     std::string name, file;
     std::vector<std::string> overrides;
   };
-  const std::vector<Row> rows = {
+  const std::vector<Row> all_rows = {
       {"hybrid", "shakespeare_hybrid.yaml", {}},
       {kPackedRow, "shakespeare_hybrid.yaml", {"data.doc_separator=\"\\n\\n\"", "data.packing=true"}},
       {"hybrid nanoGPT-size", "shakespeare_hybrid.yaml", nanogpt},
       {"transformer", "shakespeare_transformer.yaml", {}},
       {"transformer nanoGPT-size", "shakespeare_transformer.yaml", nanogpt},
   };
+  // --rows names a row as printed, with '-' for each space.
+  auto flag_name = [](std::string name) {
+    std::replace(name.begin(), name.end(), ' ', '-');
+    return name;
+  };
+  std::vector<Row> rows;
+  for (const Row& row : all_rows)
+    if (options.rows.empty() ||
+        std::find(options.rows.begin(), options.rows.end(), flag_name(row.name)) != options.rows.end())
+      rows.push_back(row);
+  for (const std::string& name : options.rows)
+    if (std::none_of(all_rows.begin(), all_rows.end(), [&](const Row& row) { return flag_name(row.name) == name; })) {
+      std::string known;
+      for (const Row& row : all_rows) known += (known.empty() ? "" : ", ") + flag_name(row.name);
+      throw std::runtime_error("--rows: unknown row '" + name + "' (" + known + ")");
+    }
   std::vector<lat::Precision> precisions;
   for (lat::Precision p : options.precisions) {
     if (lat::bf16_supported(lat::Device::cpu()) || p == lat::Precision::fp32)
@@ -594,36 +687,51 @@ void run_training(const fs::path& config_dir, const Options& options) {
                   lat::precision_name(p));
   }
   if (precisions.empty()) return;
+  Competitors competitors(options.competing);
   std::printf("== Training (trainer steps: forward + cross-entropy + backward + clip + optimizer update; "
               "median of %lld steps after %lld warm-up; precisions take turns step by step; %s time) ==\n",
               static_cast<long long>(options.steps), static_cast<long long>(options.warmup_steps),
               options.cpu_time ? "CPU" : "wall");
-  std::printf("%-26s %5s %8s %6s %6s %7s %6s %11s %10s %7s\n", "config", "prec", "params M", "batch", "block",
+  if (competitors.count() > 0)
+    std::printf("loaded: each step also runs while %d spinning child process%s compete%s for the cores\n",
+                competitors.count(), competitors.count() == 1 ? "" : "es", competitors.count() == 1 ? "s" : "");
+  std::printf("%-26s %5s %8s %6s %6s %7s %6s %11s %10s %7s", "config", "prec", "params M", "batch", "block",
               "accum", "opt", "ms/step", "tokens/s", "ratio");
+  if (competitors.count() > 0) std::printf(" %11s %12s", "loaded t/s", "loaded/idle");
+  std::printf("\n");
   std::fflush(stdout);
   std::vector<std::string> sources;
   std::map<std::string, double> first_step_ms;  // row name -> ms/step at the first precision
   for (const Row& row : rows) {
     const lat::Config config = lat::load_config((config_dir / row.file).string(), row.overrides);
-    const std::vector<TrainResult> results = bench_training(row.name, config, repo_root, precisions, options);
+    const std::vector<TrainResult> results =
+        bench_training(row.name, config, repo_root, precisions, options, competitors);
     first_step_ms[row.name] = results.front().step_ms;
     for (const TrainResult& r : results) {
       const double tokens = static_cast<double>(r.batch * r.block * r.accum);
-      std::printf("%-26s %5s %8.3f %6lld %6lld %7lld %6s %11.2f %10.0f %6.2fx\n", r.name.c_str(),
+      std::printf("%-26s %5s %8.3f %6lld %6lld %7lld %6s %11.2f %10.0f %6.2fx", r.name.c_str(),
                   lat::precision_name(r.precision), r.params_m, static_cast<long long>(r.batch),
                   static_cast<long long>(r.block), static_cast<long long>(r.accum), r.optimizer.c_str(), r.step_ms,
                   tokens / (r.step_ms / 1e3), results.front().step_ms / r.step_ms);
+      if (r.loaded_step_ms > 0.0)
+        std::printf(" %11.0f %11.0f%%", tokens / (r.loaded_step_ms / 1e3), 100.0 * r.step_ms / r.loaded_step_ms);
+      std::printf("\n");
       std::fflush(stdout);
     }
     if (std::find(sources.begin(), sources.end(), results.front().data) == sources.end())
       sources.push_back(results.front().data);
   }
   for (const std::string& s : sources) std::printf("batches: %s\n", s.c_str());
-  std::printf("packing (documents split at blank lines, cu_seqlens in every mixer): %s at %.2fx the tokens/s of "
-              "hybrid\n",
-              kPackedRow, first_step_ms["hybrid"] / first_step_ms[kPackedRow]);
-  std::printf("(ratio: tokens/s over those of the row's first precision, %s, measured in the same steps)\n\n",
+  if (first_step_ms.count("hybrid") && first_step_ms.count(kPackedRow))
+    std::printf("packing (documents split at blank lines, cu_seqlens in every mixer): %s at %.2fx the tokens/s of "
+                "hybrid\n",
+                kPackedRow, first_step_ms["hybrid"] / first_step_ms[kPackedRow]);
+  std::printf("(ratio: tokens/s over those of the row's first precision, %s, measured in the same steps)\n",
               lat::precision_name(precisions.front()));
+  if (competitors.count() > 0)
+    std::printf("(loaded/idle: tokens/s with the competitors running over those with them stopped, in alternate "
+                "steps)\n");
+  std::printf("\n");
 }
 
 }  // namespace
@@ -632,9 +740,11 @@ int main(int argc, char** argv) {
   try {
     const Options options = parse_options(argc, argv);
     const fs::path config_dir = find_config_dir(options.config_dir);
+    // As `lat train` does, before any OpenMP work (this may restart the benchmark).
+    const std::string wait_policy = lat::choose_wait_policy(argv);
     if (options.threads > 0) lat::set_num_threads(options.threads);
-    std::printf("bench_model: configs from %s; OpenMP threads %d (omp_get_max_threads); load average %s\n\n",
-                config_dir.c_str(), omp_get_max_threads(), load_average().c_str());
+    std::printf("bench_model: configs from %s; OpenMP threads %d (omp_get_max_threads); load average %s\n%s\n\n",
+                config_dir.c_str(), omp_get_max_threads(), load_average().c_str(), wait_policy.c_str());
     if (!options.skip_generate) run_generation(config_dir, options);
     if (!options.skip_train) run_training(config_dir, options);
     std::printf("load average at the end: %s\n", load_average().c_str());

@@ -32,7 +32,7 @@ class AdamW : public Optimizer {
   const AdamWOptions& options() const { return options_; }
 
  protected:
-  void update(size_t index, double lr) override;
+  void update(const std::vector<ParamUpdate>& updates, double grad_scale) override;
   bool supports(const Device& device) const override;
 
  private:

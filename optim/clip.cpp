@@ -1,4 +1,5 @@
-// Global-norm clipping: a deterministic chunked sum of squares, then one scaling pass.
+// Global-norm clipping: a deterministic chunked sum of squares over all gradients in one
+// parallel region, then (clip_grad_norm only) one scaling pass, also in one region.
 #include "optim/clip.h"
 
 #ifdef LAT_WITH_CUDA
@@ -6,42 +7,70 @@
 #include "autograd/cuda/reduce.h"
 #endif
 
-#include <algorithm>
 #include <cmath>
+
+#include "optim/param_chunks.h"
 
 namespace lat {
 namespace {
 
-// Fixed chunk length of the partial sums: the reduction order depends on it, never on
-// the number of threads, so the norm is bit-identical across thread counts and runs.
-constexpr int64_t kChunk = 1 << 14;
+using optim_detail::ParamChunk;
 
 template <class T>
-double sum_of_squares(const T* g, int64_t n) {
-  int64_t chunks = (n + kChunk - 1) / kChunk;
-  std::vector<double> partial(static_cast<size_t>(chunks), 0.0);
-#pragma omp parallel for if (chunks > 1)
-  for (int64_t c = 0; c < chunks; ++c) {
-    double s = 0.0;
-    int64_t end = std::min(n, (c + 1) * kChunk);
-    for (int64_t i = c * kChunk; i < end; ++i) s += static_cast<double>(g[i]) * static_cast<double>(g[i]);
-    partial[c] = s;
-  }
-  double total = 0.0;
-  for (double s : partial) total += s;
-  return total;
+double sum_of_squares(const T* g, int64_t begin, int64_t end) {
+  double s = 0.0;
+  for (int64_t i = begin; i < end; ++i) s += static_cast<double>(g[i]) * static_cast<double>(g[i]);
+  return s;
 }
 
 template <class T>
-void scale_in_place(T* g, int64_t n, T factor) {
-#pragma omp parallel for simd if (n > (1 << 15))
-  for (int64_t i = 0; i < n; ++i) g[i] *= factor;
+void scale_in_place(T* g, int64_t begin, int64_t end, T factor) {
+#pragma omp simd
+  for (int64_t i = begin; i < end; ++i) g[i] *= factor;
+}
+
+// The defined CPU gradients of `params` in order (f32 or f64), with their chunks
+// (param_chunks.h). Throws lat::Error naming `fn` and the parameter on another device.
+struct CpuGrads {
+  std::vector<void*> data;
+  std::vector<DType> dtype;
+  std::vector<ParamChunk> chunks;
+  int64_t total = 0;
+};
+
+CpuGrads cpu_grads(const std::vector<NamedParameter>& params, const char* fn) {
+  CpuGrads out;
+  std::vector<int64_t> sizes;
+  for (const NamedParameter& p : params) {
+    Tensor g = p.tensor.grad();
+    if (!g.defined()) continue;
+#ifdef LAT_WITH_CUDA
+    if (g.device().is_cuda()) continue;
+#endif
+    LAT_CHECK(g.device().is_cpu(), fn << ": parameter '" << p.name << "': not implemented on " << g.device().str());
+    out.data.push_back(g.raw_data());
+    out.dtype.push_back(g.dtype());
+    sizes.push_back(g.numel());
+    out.total += g.numel();
+  }
+  out.chunks = optim_detail::param_chunks(sizes);
+  return out;
 }
 
 }  // namespace
 
 double grad_norm(const std::vector<NamedParameter>& params) {
+  // Each chunk's sum of squares in its own slot, then a tensor's chunks in order, then the
+  // tensors in order: the thread count decides only who computes which slot.
+  const CpuGrads cpu = cpu_grads(params, "grad_norm");
+  std::vector<double> partial(cpu.chunks.size(), 0.0);
+  optim_detail::for_each_param_chunk(cpu.chunks, cpu.total, [&](const ParamChunk& c, size_t slot) {
+    const void* g = cpu.data[c.item];
+    partial[slot] = cpu.dtype[c.item] == DType::f32 ? sum_of_squares(static_cast<const float*>(g), c.begin, c.end)
+                                                    : sum_of_squares(static_cast<const double*>(g), c.begin, c.end);
+  });
   double total = 0.0;
+  size_t item = 0, slot = 0;
   for (const NamedParameter& p : params) {
     Tensor g = p.tensor.grad();
     if (!g.defined()) continue;
@@ -51,40 +80,44 @@ double grad_norm(const std::vector<NamedParameter>& params) {
       continue;
     }
 #endif
-    LAT_CHECK(g.device().is_cpu(), "grad_norm: parameter '" << p.name << "': not implemented on " << g.device().str());
-    if (g.dtype() == DType::f32) {
-      total += sum_of_squares(g.data<float>(), g.numel());
-    } else {
-      total += sum_of_squares(g.data<double>(), g.numel());
-    }
+    double tensor_sum = 0.0;
+    for (; slot < cpu.chunks.size() && cpu.chunks[slot].item == item; ++slot) tensor_sum += partial[slot];
+    total += tensor_sum;
+    ++item;
   }
   return std::sqrt(total);
 }
 
-ClipResult clip_grad_norm(const std::vector<NamedParameter>& params, double max_norm) {
+ClipResult clip_factor(const std::vector<NamedParameter>& params, double max_norm) {
   LAT_CHECK(max_norm >= 0.0, "clip_grad_norm: max_norm (train.grad_clip): expected >= 0, got " << max_norm);
   ClipResult result;
   result.norm = grad_norm(params);
   result.finite = std::isfinite(result.norm);
   if (!result.finite || max_norm == 0.0 || result.norm <= max_norm) return result;
-  double factor = max_norm / (result.norm + 1e-6);
+  result.factor = max_norm / (result.norm + 1e-6);
+  result.clipped = true;
+  return result;
+}
+
+ClipResult clip_grad_norm(const std::vector<NamedParameter>& params, double max_norm) {
+  const ClipResult result = clip_factor(params, max_norm);
+  if (!result.clipped) return result;
+#ifdef LAT_WITH_CUDA
   for (const NamedParameter& p : params) {
     Tensor g = p.tensor.grad();
-    if (!g.defined()) continue;
-#ifdef LAT_WITH_CUDA
-    if (g.device().is_cuda()) {
-      cuda::unary({cuda::UnaryOp::mul_scalar, factor, g.dtype(), g.raw_data(), g.raw_data(), g.numel(),
+    if (g.defined() && g.device().is_cuda())
+      cuda::unary({cuda::UnaryOp::mul_scalar, result.factor, g.dtype(), g.raw_data(), g.raw_data(), g.numel(),
                    g.device().index});
-      continue;
-    }
-#endif
-    if (g.dtype() == DType::f32) {
-      scale_in_place(g.data<float>(), g.numel(), static_cast<float>(factor));
-    } else {
-      scale_in_place(g.data<double>(), g.numel(), factor);
-    }
   }
-  result.clipped = true;
+#endif
+  const CpuGrads cpu = cpu_grads(params, "clip_grad_norm");
+  optim_detail::for_each_param_chunk(cpu.chunks, cpu.total, [&](const ParamChunk& c, size_t) {
+    void* g = cpu.data[c.item];
+    if (cpu.dtype[c.item] == DType::f32)
+      scale_in_place(static_cast<float*>(g), c.begin, c.end, static_cast<float>(result.factor));
+    else
+      scale_in_place(static_cast<double*>(g), c.begin, c.end, result.factor);
+  });
   return result;
 }
 

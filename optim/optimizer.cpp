@@ -2,6 +2,7 @@
 #include "optim/optimizer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 
 namespace lat {
@@ -18,8 +19,11 @@ Optimizer::Optimizer(std::vector<NamedParameter> params)
   }
 }
 
-void Optimizer::step(double lr) {
+void Optimizer::step(double lr, double grad_scale) {
+  LAT_CHECK(std::isfinite(grad_scale) && grad_scale >= 0.0,
+            type() << ".step: grad_scale: expected a finite value >= 0, got " << grad_scale);
   ++step_count_;
+  std::vector<ParamUpdate> updates;
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor& p = params_[i].tensor;
     Tensor g = p.grad();
@@ -30,8 +34,9 @@ void Optimizer::step(double lr) {
                      << shape_str(p.shape()) << " " << dtype_name(p.dtype()) << " on " << p.device().str());
     LAT_CHECK(supports(p.device()), type() << ".step: parameter '" << params_[i].name
                                            << "': not implemented on " << p.device().str());
-    update(i, lr * lr_mult_[i]);
+    updates.push_back({i, lr * lr_mult_[i]});
   }
+  update(updates, grad_scale);
 }
 
 void Optimizer::zero_grad() {

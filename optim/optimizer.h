@@ -24,7 +24,8 @@ using OptimizerState = std::map<std::string, std::map<std::string, Tensor>>;
 /// Base of SGD and AdamW. `step(lr)` counts one optimizer step (the first is step 1) and
 /// updates every parameter that has a gradient; parameters without one (frozen, unused)
 /// are skipped and keep their state. Parameters and gradients are f32 or f64, on the CPU
-/// (AdamW: also on CUDA).
+/// (AdamW: also on CUDA). On the CPU one step updates all parameters in one OpenMP
+/// parallel region (optim/param_chunks.h).
 class Optimizer {
  public:
   /// Throws lat::Error on an undefined tensor, an integer dtype or a duplicate name.
@@ -33,8 +34,13 @@ class Optimizer {
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
 
-  /// One update with learning rate `lr` (times the parameter's lr multiplier).
-  void step(double lr);
+  /// One update with learning rate `lr` (times the parameter's lr multiplier), each gradient
+  /// multiplied by `grad_scale` (rounded to its dtype) where it is read: the same bits as
+  /// scaling the gradients in place first (clip_grad_norm) and stepping with grad_scale 1,
+  /// without the extra pass. The gradients themselves are left as they are. Throws
+  /// lat::Error when grad_scale is negative or not finite, or on a gradient of another
+  /// shape, dtype or device than its parameter.
+  void step(double lr, double grad_scale = 1.0);
   /// Drops every parameter's gradient.
   void zero_grad();
   /// Completed optimizer steps (0 before the first).
@@ -60,8 +66,15 @@ class Optimizer {
   void import_state(const OptimizerState& state, int64_t step_count);
 
  protected:
-  /// Updates parameter `index` (its gradient is defined) at step `step_count()`.
-  virtual void update(size_t index, double lr) = 0;
+  /// A parameter that this step updates: its index in params_ and its learning rate (the
+  /// step's times its multiplier).
+  struct ParamUpdate {
+    size_t index = 0;
+    double lr = 0.0;
+  };
+  /// Updates the parameters of `updates` (each has a gradient of its shape, dtype and
+  /// device) at step `step_count()`, reading every gradient times `grad_scale`.
+  virtual void update(const std::vector<ParamUpdate>& updates, double grad_scale) = 0;
   /// Whether update() has a kernel for parameters on `device` (the CPU; AdamW also CUDA).
   virtual bool supports(const Device& device) const { return device.is_cpu(); }
   /// The buffer `buffer` of parameter `index`, created as zeros on first use when `create`.

@@ -24,7 +24,7 @@ class Sgd : public Optimizer {
   const SgdOptions& options() const { return options_; }
 
  protected:
-  void update(size_t index, double lr) override;
+  void update(const std::vector<ParamUpdate>& updates, double grad_scale) override;
 
  private:
   SgdOptions options_;

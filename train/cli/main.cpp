@@ -16,6 +16,7 @@
 #include "train/cli/command.h"
 #include "train/config/config.h"
 #include "train/distributed/distributed.h"
+#include "train/run/wait_policy.h"
 
 namespace {
 
@@ -63,6 +64,10 @@ int main(int argc, char** argv) {
   try {
     for (const lat::cli::Command& command : commands) {
       if (!command.app->parsed()) continue;
+      // Training meets at OpenMP barriers hundreds of times a step: the wait policy must
+      // suit the machine's load, and is chosen before any OpenMP work (this may restart lat;
+      // the run's banner says what was chosen).
+      if (command.app->get_name() == "train") lat::choose_wait_policy(argv);
       const int code = command.run();
       // A generated text or an eval result that could not be written (a full disk, a closed
       // pipe with SIGPIPE ignored) is a failure, not a success with nothing to show.

@@ -14,6 +14,7 @@
 #include "train/files/trained_model.h"
 #include "train/run/device.h"
 #include "train/run/resume_checks.h"
+#include "train/run/wait_policy.h"
 #include "train/text/format.h"
 
 namespace fs = std::filesystem;
@@ -238,6 +239,7 @@ void Run::log_start(const std::optional<std::string>& resume_path, int64_t vocab
       (dist_.world_size() > 1 ? " (per rank; " + std::to_string(dist_.world_size()) + " ranks, " +
                                     std::to_string(rows_.end - rows_.begin) + " sequences each per micro-batch)"
                               : std::string()));
+  if (!chosen_wait_policy_note().empty()) log(chosen_wait_policy_note());
   std::istringstream groups(optimizer_->describe_groups());
   for (std::string line; std::getline(groups, line);) log("  " + line);
   if (setup.init_report) log(setup.init_report->describe());

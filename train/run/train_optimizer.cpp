@@ -41,16 +41,20 @@ TrainOptimizer::TrainOptimizer(const TrainConfig& train, const std::vector<Named
 TrainOptimizer::~TrainOptimizer() = default;
 
 GradNorm TrainOptimizer::clip_grad_norm(double max_norm) {
-  ClipResult r = lat::clip_grad_norm(optimizer_->parameters(), max_norm);
+  const ClipResult r = clip_factor(optimizer_->parameters(), max_norm);
+  grad_scale_ = r.factor;
   return {r.norm, r.finite};
 }
 
 void TrainOptimizer::step(double lr) {
-  optimizer_->step(lr);
-  optimizer_->zero_grad();
+  optimizer_->step(lr, grad_scale_);
+  zero_grad();
 }
 
-void TrainOptimizer::zero_grad() { optimizer_->zero_grad(); }
+void TrainOptimizer::zero_grad() {
+  optimizer_->zero_grad();
+  grad_scale_ = 1.0;
+}
 
 int64_t TrainOptimizer::step_count() const { return optimizer_->step_count(); }
 

@@ -34,12 +34,14 @@ class TrainOptimizer {
   TrainOptimizer(const TrainOptimizer&) = delete;
   TrainOptimizer& operator=(const TrainOptimizer&) = delete;
 
-  /// Global-norm clipping to max_norm (0 = off, the norm is still measured); gradients
-  /// are left untouched when the norm is not finite.
+  /// Global-norm clipping to max_norm (0 = off, the norm is still measured). The scale is
+  /// applied by the next step() as it reads the gradients (the same bits as scaling them in
+  /// place, one pass fewer); the gradients themselves are never changed.
   GradNorm clip_grad_norm(double max_norm);
-  /// One update with learning rate `lr`, then the gradients are dropped.
+  /// One update with learning rate `lr` (with the scale of the last clip_grad_norm), then
+  /// the gradients are dropped.
   void step(double lr);
-  /// Drops the gradients (a skipped step).
+  /// Drops the gradients and the pending clip scale (a skipped step).
   void zero_grad();
   /// Completed updates.
   int64_t step_count() const;
@@ -74,6 +76,7 @@ class TrainOptimizer {
 
  private:
   std::unique_ptr<Optimizer> optimizer_;
+  double grad_scale_ = 1.0;  // from clip_grad_norm, for the next step
 };
 
 }  // namespace lat
