@@ -139,6 +139,10 @@ int main(int argc, char** argv) {
         repeats = value;
     } else if (arg == "--shape" && i + 1 < argc) {
       only = argv[++i];
+      if (only != "main" && only != "large") {
+        std::fprintf(stderr, "error: --shape: expected main or large, got '%s'\n", only.c_str());
+        return 2;
+      }
     } else {
       std::fprintf(stderr, "usage: bench_attention [--threads N] [--repeats N] [--shape main|large]\n");
       return arg == "--help" || arg == "-h" ? 0 : 2;
@@ -148,7 +152,7 @@ int main(int argc, char** argv) {
   const bool bf16 = lat::bf16_supported(lat::Device::cpu());
   const double peak32 = matmul_peak(lat::Precision::fp32, repeats);
   const double peak16 = bf16 ? matmul_peak(lat::Precision::bf16, repeats) : peak32;
-  std::printf("causal_attention on the CPU, %d threads, medians of %d interleaved repeats, %s time\n",
+  std::printf("causal_attention on the CPU, %d thread(s), medians of %d interleaved repeats, %s time\n",
               lat::get_num_threads(), repeats, lat::get_num_threads() == 1 ? "CPU" : "wall");
   std::printf("matmul 1024^3 peak: fp32 %.1f GFLOP/s, bf16 %.1f GFLOP/s%s\n", peak32, peak16,
               bf16 ? "" : " (no AVX512-BF16 here: bf16 runs in fp32)");

@@ -22,12 +22,14 @@
 #include <malloc.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,6 +56,15 @@ double now_ms() {
 double median(std::vector<double> times) {
   std::sort(times.begin(), times.end());
   return times[times.size() / 2];
+}
+
+// The decimal integer `text` when it is whole and positive (at most 2^31), else nullopt.
+std::optional<int64_t> positive_integer(const char* text) {
+  char* end = nullptr;
+  errno = 0;
+  const long long n = std::strtoll(text, &end, 10);
+  if (end == text || *end != '\0' || errno != 0 || n < 1 || n > (1LL << 31)) return std::nullopt;
+  return n;
 }
 
 // Median time of `reps` runs after one warm-up run.
@@ -185,17 +196,19 @@ int main(int argc, char** argv) {
     std::string arg = argv[i];
     if (arg == "--op" && i + 1 < argc) {
       ops.push_back(argv[++i]);
-    } else if (arg == "--T" && i + 1 < argc) {
-      lengths.push_back(std::stoll(argv[++i]));
-    } else if ((arg == "--B" || arg == "--H" || arg == "--K" || arg == "--V") && i + 1 < argc) {
-      const int64_t n = std::stoll(argv[++i]);
-      if (n < 1) {
-        std::fprintf(stderr, "error: %s must be >= 1, got %lld\n", arg.c_str(), static_cast<long long>(n));
+    } else if ((arg == "--T" || arg == "--B" || arg == "--H" || arg == "--K" || arg == "--V" || arg == "--reps") &&
+               i + 1 < argc) {
+      const std::optional<int64_t> n = positive_integer(argv[++i]);
+      if (!n) {
+        std::fprintf(stderr, "error: %s: expected a positive integer, got '%s'\n", arg.c_str(), argv[i]);
         return 2;
       }
-      (arg == "--B" ? kB : arg == "--H" ? kH : arg == "--K" ? kK : kV) = n;
-    } else if (arg == "--reps" && i + 1 < argc) {
-      reps = std::max(1, std::stoi(argv[++i]));
+      if (arg == "--T")
+        lengths.push_back(*n);
+      else if (arg == "--reps")
+        reps = static_cast<int>(std::min<int64_t>(*n, 1 << 20));
+      else
+        (arg == "--B" ? kB : arg == "--H" ? kH : arg == "--K" ? kK : kV) = *n;
     } else if (arg == "--no-recurrent") {
       recurrent = false;
     } else if (arg == "--default-malloc") {
@@ -214,7 +227,8 @@ int main(int argc, char** argv) {
   if (lengths.empty()) lengths = {256, 512, 2048, 8192};
   for (const std::string& op : ops)
     if (op != "linear_attn" && op != "simple_gla" && op != "delta_rule" && op != "gated_delta_rule") {
-      std::fprintf(stderr, "error: unknown --op %s\n", op.c_str());
+      std::fprintf(stderr, "error: --op: unknown op '%s' (linear_attn, simple_gla, delta_rule, gated_delta_rule)\n",
+                   op.c_str());
       return 2;
     }
 

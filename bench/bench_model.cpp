@@ -261,7 +261,13 @@ Options parse_options(int argc, char** argv) {
     else if (arg == "--rows") o.rows = parse_name_list(value());
     else if (arg == "--precision") {
       o.precisions.clear();
-      for (const std::string& name : parse_name_list(value())) o.precisions.push_back(lat::parse_precision(name));
+      for (const std::string& name : parse_name_list(value())) {
+        try {
+          o.precisions.push_back(lat::parse_precision(name));
+        } catch (const lat::Error&) {
+          throw std::runtime_error("--precision: expected fp32 or bf16 separated by commas, got '" + name + "'");
+        }
+      }
     } else if (arg == "--clock") {
       const std::string clock = value();
       if (clock != "wall" && clock != "cpu") throw std::runtime_error("--clock: expected wall or cpu, got '" + clock + "'");
@@ -645,39 +651,53 @@ std::vector<TrainResult> bench_training(const std::string& name, const lat::Conf
 /// The main job with its text packed as documents (data.packing), against "hybrid".
 constexpr const char* kPackedRow = "hybrid packed";
 
-/// The training part: both configs as they are and at nanoGPT size, at each precision of
-/// --precision that this CPU runs (bf16 needs AVX512-BF16), with the ratio of each to the first.
-void run_training(const fs::path& config_dir, const Options& options) {
-  lat::keep_freed_memory();
-  const fs::path repo_root = config_dir.parent_path();
+/// One training row: its printed name, its config file and the --set overrides on it.
+struct TrainingRow {
+  std::string name, file;
+  std::vector<std::string> overrides;
+};
+
+/// Every training row, in the printed order.
+std::vector<TrainingRow> all_training_rows() {
   const std::vector<std::string> nanogpt = {"data.block_size=64", "train.batch_size=12", "train.grad_accum=1"};
-  struct Row {
-    std::string name, file;
-    std::vector<std::string> overrides;
-  };
-  const std::vector<Row> all_rows = {
+  return {
       {"hybrid", "shakespeare_hybrid.yaml", {}},
       {kPackedRow, "shakespeare_hybrid.yaml", {"data.doc_separator=\"\\n\\n\"", "data.packing=true"}},
       {"hybrid nanoGPT-size", "shakespeare_hybrid.yaml", nanogpt},
       {"transformer", "shakespeare_transformer.yaml", {}},
       {"transformer nanoGPT-size", "shakespeare_transformer.yaml", nanogpt},
   };
-  // --rows names a row as printed, with '-' for each space.
-  auto flag_name = [](std::string name) {
-    std::replace(name.begin(), name.end(), ' ', '-');
-    return name;
-  };
-  std::vector<Row> rows;
-  for (const Row& row : all_rows)
-    if (options.rows.empty() ||
-        std::find(options.rows.begin(), options.rows.end(), flag_name(row.name)) != options.rows.end())
-      rows.push_back(row);
-  for (const std::string& name : options.rows)
-    if (std::none_of(all_rows.begin(), all_rows.end(), [&](const Row& row) { return flag_name(row.name) == name; })) {
+}
+
+/// A row's name as --rows spells it: '-' for each space.
+std::string row_flag_name(std::string name) {
+  std::replace(name.begin(), name.end(), ' ', '-');
+  return name;
+}
+
+/// The rows --rows picks (all when it is empty), in the printed order. Throws
+/// std::runtime_error naming an unknown row and listing the known ones.
+std::vector<TrainingRow> selected_training_rows(const std::vector<std::string>& names) {
+  const std::vector<TrainingRow> all = all_training_rows();
+  for (const std::string& name : names)
+    if (std::none_of(all.begin(), all.end(), [&](const TrainingRow& row) { return row_flag_name(row.name) == name; })) {
       std::string known;
-      for (const Row& row : all_rows) known += (known.empty() ? "" : ", ") + flag_name(row.name);
+      for (const TrainingRow& row : all) known += (known.empty() ? "" : ", ") + row_flag_name(row.name);
       throw std::runtime_error("--rows: unknown row '" + name + "' (" + known + ")");
     }
+  std::vector<TrainingRow> rows;
+  for (const TrainingRow& row : all)
+    if (names.empty() || std::find(names.begin(), names.end(), row_flag_name(row.name)) != names.end())
+      rows.push_back(row);
+  return rows;
+}
+
+/// The training part: both configs as they are and at nanoGPT size, at each precision of
+/// --precision that this CPU runs (bf16 needs AVX512-BF16), with the ratio of each to the first.
+void run_training(const fs::path& config_dir, const Options& options) {
+  lat::keep_freed_memory();
+  const fs::path repo_root = config_dir.parent_path();
+  const std::vector<TrainingRow> rows = selected_training_rows(options.rows);
   std::vector<lat::Precision> precisions;
   for (lat::Precision p : options.precisions) {
     if (lat::bf16_supported(lat::Device::cpu()) || p == lat::Precision::fp32)
@@ -702,7 +722,7 @@ void run_training(const fs::path& config_dir, const Options& options) {
   std::fflush(stdout);
   std::vector<std::string> sources;
   std::map<std::string, double> first_step_ms;  // row name -> ms/step at the first precision
-  for (const Row& row : rows) {
+  for (const TrainingRow& row : rows) {
     const lat::Config config = lat::load_config((config_dir / row.file).string(), row.overrides);
     const std::vector<TrainResult> results =
         bench_training(row.name, config, repo_root, precisions, options, competitors);
@@ -739,6 +759,7 @@ void run_training(const fs::path& config_dir, const Options& options) {
 int main(int argc, char** argv) {
   try {
     const Options options = parse_options(argc, argv);
+    selected_training_rows(options.rows);  // an unknown --rows name fails before any work
     const fs::path config_dir = find_config_dir(options.config_dir);
     // As `lat train` does, before any OpenMP work (this may restart the benchmark).
     const std::string wait_policy = lat::choose_wait_policy(argv);

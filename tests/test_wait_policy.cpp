@@ -83,6 +83,16 @@ TEST(WaitPolicy, ThePolicyTheUserSetIsNeverOverridden) {
   EXPECT_EQ(busy.calls, 0);
 }
 
+TEST(WaitPolicy, AnInvalidPolicyIsNamedAsOpenMPsDefaultNotAsInEffect) {
+  Sampler busy{MachineLoad{2.0, 2}};
+  WaitPolicyEnv env;
+  env.omp_wait_policy = "garbage";
+  const WaitPolicyDecision d = decide_wait_policy(env, busy.fn());
+  EXPECT_EQ(d.action, WaitPolicyAction::keep);
+  EXPECT_EQ(d.note, "OpenMP wait policy: OpenMP's default, as OMP_WAIT_POLICY='garbage' is neither active nor passive");
+  EXPECT_EQ(busy.calls, 0) << "the user's variable is still theirs";
+}
+
 TEST(WaitPolicy, ARestartedProcessKeepsPassiveAndSaysWhy) {
   Sampler busy{MachineLoad{2.0, 2}};
   WaitPolicyEnv restarted;

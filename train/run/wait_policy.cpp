@@ -100,7 +100,15 @@ WaitPolicyDecision decide_wait_policy(const WaitPolicyEnv& env,
                                       const std::function<std::optional<MachineLoad>()>& sample) {
   if (env.marker && env.omp_wait_policy == "passive")
     return {WaitPolicyAction::keep, std::string(kPrefix) + "passive, as " + *env.marker};
-  if (env.omp_wait_policy) return {WaitPolicyAction::keep, kPrefix + *env.omp_wait_policy + " (OMP_WAIT_POLICY)"};
+  if (env.omp_wait_policy) {
+    // libgomp takes active or passive in any case, and ignores anything else with a warning.
+    std::string policy = *env.omp_wait_policy;
+    std::transform(policy.begin(), policy.end(), policy.begin(), [](unsigned char c) { return std::tolower(c); });
+    if (policy != "active" && policy != "passive")
+      return {WaitPolicyAction::keep, std::string(kPrefix) + "OpenMP's default, as OMP_WAIT_POLICY='" +
+                                          *env.omp_wait_policy + "' is neither active nor passive"};
+    return {WaitPolicyAction::keep, kPrefix + *env.omp_wait_policy + " (OMP_WAIT_POLICY)"};
+  }
   if (env.gomp_spincount)
     return {WaitPolicyAction::keep,
             std::string(kPrefix) + "libgomp's default with GOMP_SPINCOUNT=" + *env.gomp_spincount + " (set by the user)"};
