@@ -22,31 +22,16 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_timing.h"
 #include "lat/lat.h"
 #include "layers/fused/attention_op.h"
 #include "train/run/heap.h"
 
 namespace {
 
-/// Seconds on the clock the calls are timed with (see the file header).
-double now_seconds() {
-  timespec t{};
-  clock_gettime(lat::get_num_threads() == 1 ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC, &t);
-  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-/// Seconds per call of `f`, over `calls` calls.
-template <class F>
-double seconds_per_call(F&& f, int calls) {
-  const double start = now_seconds();
-  for (int i = 0; i < calls; ++i) f();
-  return (now_seconds() - start) / calls;
-}
+using lat::bench::median;
+using lat::bench::now_seconds;
+using lat::bench::seconds_per_call;
 
 /// Calls per sample for about 50 ms of work at `gflops`.
 int calls_for(double flop, double gflops) {

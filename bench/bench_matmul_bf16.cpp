@@ -19,21 +19,14 @@
 #include <vector>
 
 #include "autograd/cpu/bf16.h"
+#include "bench/bench_timing.h"
 #include "lat/lat.h"
 
 namespace {
 
-/// Seconds on the clock the products are timed with (see the file header).
-double now_seconds() {
-  timespec t{};
-  clock_gettime(lat::get_num_threads() == 1 ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC, &t);
-  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using lat::bench::median;
+using lat::bench::now_seconds;
+using lat::bench::seconds_per_call;
 
 /// One product of the table: op(a) op(b) with a [M, K] (or [K, M] when ta), b [K, N] (or
 /// [N, K] when tb).
@@ -42,14 +35,6 @@ struct Shape3 {
   int64_t M, N, K;
   bool ta, tb;
 };
-
-/// Seconds per call of `f`, over `calls` calls.
-template <class F>
-double seconds_per_call(F&& f, int calls) {
-  const double start = now_seconds();
-  for (int i = 0; i < calls; ++i) f();
-  return (now_seconds() - start) / calls;
-}
 
 void bench_shape(const Shape3& s, int repeats) {
   lat::Generator gen(1);

@@ -12,6 +12,7 @@
 #include "lat/lat.h"
 #include "layers/fused/add_rms_norm.h"
 #include "layers/rms_norm.h"
+#include "tests/bitwise.h"
 #include "tests/expect_error.h"
 
 namespace lat {
@@ -19,17 +20,7 @@ namespace {
 
 using testing::expect_error;
 
-/// Elements of a and b (same dtype and size) whose bits differ.
-int64_t differing_bits(const Tensor& a, const Tensor& b) {
-  EXPECT_EQ(a.dtype(), b.dtype());
-  EXPECT_EQ(a.numel(), b.numel());
-  const size_t esize = dtype_size(a.dtype());
-  const auto* pa = static_cast<const char*>(a.raw_data());
-  const auto* pb = static_cast<const char*>(b.raw_data());
-  int64_t n = 0;
-  for (int64_t i = 0; i < a.numel(); ++i) n += std::memcmp(pa + i * esize, pb + i * esize, esize) != 0;
-  return n;
-}
+using testing::differing_bits;
 
 /// What a block does with the two outputs: the sum goes on along the residual stream (times
 /// w_sum) and the normed sum into a layer (times w_normed).

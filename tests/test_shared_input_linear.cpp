@@ -18,6 +18,7 @@
 #include "layers/fused/shared_input_linear.h"
 #include "layers/fused/short_conv.h"
 #include "layers/hybrid_lm.h"
+#include "tests/bitwise.h"
 #include "tests/expect_error.h"
 
 namespace lat {
@@ -25,17 +26,7 @@ namespace {
 
 using testing::expect_error;
 
-/// Elements of a and b (same dtype and size) whose bits differ.
-int64_t differing_bits(const Tensor& a, const Tensor& b) {
-  EXPECT_EQ(a.dtype(), b.dtype());
-  EXPECT_EQ(a.numel(), b.numel());
-  const size_t esize = dtype_size(a.dtype());
-  const auto* pa = static_cast<const char*>(a.raw_data());
-  const auto* pb = static_cast<const char*>(b.raw_data());
-  int64_t n = 0;
-  for (int64_t i = 0; i < a.numel(); ++i) n += std::memcmp(pa + i * esize, pb + i * esize, esize) != 0;
-  return n;
-}
+using testing::differing_bits;
 
 struct Sizes {
   int64_t M, K;
