@@ -133,14 +133,16 @@ void LinearMixer::add_o_proj(Generator& gen) {
 }
 
 LinearMixer::Projections LinearMixer::project(const Tensor& x) const {
+  // b before a: the order in which the layers ran these as separate Linears (beta, then the
+  // decay); dx adds the products in the reverse of the list, so this order keeps its bits.
   std::vector<const Linear*> layers{q_proj_, k_proj_, v_proj_};
-  for (const Linear* l : {a_proj_, b_proj_, g_proj_})
+  for (const Linear* l : {b_proj_, a_proj_, g_proj_})
     if (l != nullptr) layers.push_back(l);
   const std::vector<Tensor> outs = fused_linear_forward(x, layers);
   Projections p{outs[0], outs[1], outs[2], {}, {}, {}};
   size_t next = 3;
-  if (a_proj_ != nullptr) p.a = outs[next++];
   if (b_proj_ != nullptr) p.b = outs[next++];
+  if (a_proj_ != nullptr) p.a = outs[next++];
   if (g_proj_ != nullptr) p.g = outs[next++];
   return p;
 }

@@ -176,12 +176,14 @@ Tensor linear(const Tensor& x, const Tensor& w) {
 }
 
 /// The gdn mixer (layers/delta_net_layer.cpp) from core ops, one matmul per projection, in
-/// the order the layer lists them (q, k, v, a, b, g).
+/// the order the layer made them as separate Linears: q, k, v, then beta's b, then the
+/// decay's a, then the output gate's g. The tape adds x's gradients in the reverse of that
+/// order, so this is the order whose dx bits the fused projections must keep.
 Tensor gdn(ParamMap& P, const std::string& p, const Tensor& x, const MixerConfig& c) {
   const int64_t B = x.size(0), T = x.size(1), H = c.n_heads, K = c.d_model / c.n_heads;
   Tensor q = linear(x, P[p + "q_proj.weight"]), k = linear(x, P[p + "k_proj.weight"]);
-  Tensor v = linear(x, P[p + "v_proj.weight"]), a = linear(x, P[p + "a_proj.weight"]);
-  Tensor b = linear(x, P[p + "b_proj.weight"]), g = linear(x, P[p + "g_proj.weight"]);
+  Tensor v = linear(x, P[p + "v_proj.weight"]), b = linear(x, P[p + "b_proj.weight"]);
+  Tensor a = linear(x, P[p + "a_proj.weight"]), g = linear(x, P[p + "g_proj.weight"]);
   q = short_conv(q, P[p + "q_conv1d.weight"]).reshape({B, T, H, K});
   k = short_conv(k, P[p + "k_conv1d.weight"]).reshape({B, T, H, K});
   v = short_conv(v, P[p + "v_conv1d.weight"]).reshape({B, T, H, K});
