@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "autograd/host_allocation_limit.h"
 #include "lat/error.h"
 
 #ifdef LAT_WITH_CUDA
@@ -33,6 +34,7 @@ namespace detail {
 void* device_alloc(size_t nbytes, Device device) {
   switch (device.type) {
     case DeviceType::cpu: {
+      check_host_allocation(nbytes);
       size_t rounded = (nbytes + 63) / 64 * 64;
       void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
       LAT_CHECK(p != nullptr, "Storage: out of host memory allocating " << nbytes << " bytes");

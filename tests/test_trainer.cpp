@@ -460,6 +460,14 @@ TEST_F(TrainerTest, OutDirThatIsAFileIsAConfigErrorAndTheFileIsKept) {
   EXPECT_EQ(read_bytes(run_dir().string()), "not a directory");
 }
 
+TEST_F(TrainerTest, ModelTooLargeForMemoryIsAConfigErrorBeforeItsPagesAreTouched) {
+  // Within the schema's bounds, but one 65536 x 65536 projection alone is 16 GiB: refused while
+  // the model is built, before its random initialization writes any of it, with nothing written.
+  expect_error<ConfigError>([&] { run({"model.d_model=65536", "model.n_heads=1024"}); },
+                            {"model: the parameters need more than", "model.d_model"});
+  EXPECT_FALSE(fs::exists(run_dir() / "metrics.jsonl"));
+}
+
 TEST_F(TrainerTest, UnavailableCudaDeviceIsAConfigErrorNamingTrainDevice) {
   if (cuda_device_count() > 7) GTEST_SKIP() << "this machine has a cuda:7";
   const std::string message = expect_error<ConfigError>([&] { run({"train.device=cuda:7"}); }, {"train.device"});

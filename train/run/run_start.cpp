@@ -4,6 +4,7 @@
 
 #include <sstream>
 
+#include "autograd/host_allocation_limit.h"
 #include "lat/ops.h"
 #include "train/config/data_options.h"
 #include "train/config/model_config.h"
@@ -143,7 +144,18 @@ int64_t Run::load_training_data(const std::optional<Tokenizer>& tokenizer) {
 
 Run::ModelSetup Run::build_model(int64_t vocab_size, const std::optional<ModelWeights>& init) {
   ModelSetup setup;
-  model_ = std::make_unique<HybridLM>(hybrid_lm_config(config_.model, vocab_size), gen_);
+  {
+    // Training holds the parameters, their gradients and two optimizer moments: parameters
+    // beyond a quarter of the memory cannot train, and are refused before pages are touched.
+    const HostAllocationLimit limit(host_physical_memory() / 4, "model: the parameters");
+    try {
+      model_ = std::make_unique<HybridLM>(hybrid_lm_config(config_.model, vocab_size), gen_);
+    } catch (const AllocationLimitError& e) {
+      throw ConfigError(std::string(e.what()) + "; training keeps them, their gradients and two optimizer moments, " +
+                        "so they must fit in a quarter of this machine's memory: make model.d_model, " +
+                        "model.n_layers or model.mlp_ratio smaller");
+    }
+  }
   if (init) {
     try {
       setup.init_report = init_from_weights(*model_, *init, config_.init_from_strict);
