@@ -37,7 +37,8 @@ void Run::check_supported() {
   precision_ = effective_precision(requested, device_);
   if (precision_ != requested)
     log("warning: train.precision: " + device_.str() + " has no bf16 matrix products (" +
-        (device_.is_cpu() ? "AVX512-BF16" : "compute capability 8.0") + "): training in fp32");
+        (device_.is_cpu() ? "AVX512-BF16, or DNNL_MAX_CPU_ISA caps oneDNN below it" : "compute capability 8.0") +
+        "): training in fp32");
   const int ranks = dist_.world_size();
   if (train_.batch_size % ranks != 0)
     throw ConfigError("train.batch_size: " + std::to_string(train_.batch_size) + " sequences cannot be split evenly over " +
