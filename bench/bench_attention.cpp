@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_flags.h"
 #include "bench/bench_timing.h"
 #include "lat/lat.h"
 #include "layers/fused/attention_op.h"
@@ -113,9 +114,12 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if ((arg == "--threads" || arg == "--repeats") && i + 1 < argc) {
-      const int value = std::atoi(argv[++i]);
-      if (value < 1) {
-        std::fprintf(stderr, "error: %s: expected a positive integer\n", arg.c_str());
+      int value = 0;
+      try {
+        value = static_cast<int>(lat::bench::parse_int_flag(
+            argv[++i], arg.c_str(), 1, arg == "--threads" ? lat::bench::kMaxThreads : 1000));
+      } catch (const std::invalid_argument& e) {
+        std::fprintf(stderr, "error: %s\n", e.what());
         return 2;
       }
       if (arg == "--threads")
@@ -128,9 +132,13 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "error: --shape: expected main or large, got '%s'\n", only.c_str());
         return 2;
       }
+    } else if (arg == "--help" || arg == "-h") {
+      std::printf("usage: bench_attention [--threads N] [--repeats N] [--shape main|large]\n");
+      return 0;
     } else {
-      std::fprintf(stderr, "usage: bench_attention [--threads N] [--repeats N] [--shape main|large]\n");
-      return arg == "--help" || arg == "-h" ? 0 : 2;
+      std::fprintf(stderr, "error: %s: %s (usage: bench_attention [--threads N] [--repeats N] [--shape main|large])\n",
+                   arg.c_str(), arg.rfind("--", 0) == 0 ? "unknown flag or missing value" : "unexpected argument");
+      return 2;
     }
   }
   lat::keep_freed_memory();  // the trainer's malloc settings: no fresh pages per call

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include <oneapi/dnnl/dnnl.hpp>
@@ -144,7 +145,16 @@ void bench_tiny_op(int repeats) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  if (argc > 1) {
+    const std::string arg = argv[1];
+    if (arg == "--help" || arg == "-h") {
+      std::printf("usage: bench_core (no flags): sgemm against oneDNN, and the cost of one op on the tape\n");
+      return 0;
+    }
+    std::fprintf(stderr, "error: %s: bench_core takes no arguments (see --help)\n", arg.c_str());
+    return 2;
+  }
   const int repeats = 7;
   bench_sgemm(repeats);
   bench_tiny_op(repeats);

@@ -80,6 +80,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_flags.h"
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "lat/dtype.h"
@@ -201,18 +202,13 @@ Tensor random_ids(int64_t n, int64_t vocab, lat::Generator& gen) {
   return Tensor::from_vector(ids, {1, n});
 }
 
-/// Comma-separated integers, each > 0. Throws std::runtime_error naming `flag` otherwise.
-std::vector<int64_t> parse_int_list(const std::string& text, const char* flag) {
+/// Comma-separated integers, each in [1, max]. Throws std::invalid_argument naming `flag`.
+std::vector<int64_t> parse_int_list(const std::string& text, const char* flag, int64_t max) {
   std::vector<int64_t> out;
   size_t start = 0;
   while (start <= text.size()) {
     const size_t end = std::min(text.find(',', start), text.size());
-    const std::string item = text.substr(start, end - start);
-    char* rest = nullptr;
-    const long long value = std::strtoll(item.c_str(), &rest, 10);
-    if (item.empty() || *rest != '\0' || value <= 0)
-      throw std::runtime_error(std::string(flag) + ": expected positive integers separated by commas, got '" + text + "'");
-    out.push_back(value);
+    out.push_back(lat::bench::parse_int_flag(text.substr(start, end - start), flag, 1, max));
     start = end + 1;
   }
   return out;
@@ -230,34 +226,28 @@ std::vector<std::string> parse_name_list(const std::string& text) {
   return out;
 }
 
-/// A non-negative integer flag value. Throws std::runtime_error naming `flag` otherwise.
-int64_t parse_count(const std::string& text, const char* flag) {
-  char* rest = nullptr;
-  const long long value = std::strtoll(text.c_str(), &rest, 10);
-  if (text.empty() || *rest != '\0' || value < 0)
-    throw std::runtime_error(std::string(flag) + ": expected a non-negative integer, got '" + text + "'");
-  return value;
-}
-
-/// The command-line flags (see the file header). Throws std::runtime_error naming a bad
+/// The command-line flags (see the file header). Throws std::invalid_argument naming a bad
 /// flag or value; --help prints the usage and exits.
 Options parse_options(int argc, char** argv) {
+  using lat::bench::kMaxThreads;
+  using lat::bench::parse_int_flag;
+  constexpr int64_t kMaxSteps = 100000, kMaxContext = int64_t{1} << 20, kMaxCompeting = 64;
   Options o;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw std::runtime_error(arg + ": expected a value");
+      if (i + 1 >= argc) throw std::invalid_argument(arg + ": expected a value");
       return argv[++i];
     };
     if (arg == "--config-dir") o.config_dir = value();
-    else if (arg == "--contexts") o.contexts = parse_int_list(value(), "--contexts");
-    else if (arg == "--decode-steps") o.decode_steps = parse_count(value(), "--decode-steps");
-    else if (arg == "--prefill-chunk") o.prefill_chunk = parse_count(value(), "--prefill-chunk");
+    else if (arg == "--contexts") o.contexts = parse_int_list(value(), "--contexts", kMaxContext);
+    else if (arg == "--decode-steps") o.decode_steps = parse_int_flag(value(), "--decode-steps", 1, kMaxSteps);
+    else if (arg == "--prefill-chunk") o.prefill_chunk = parse_int_flag(value(), "--prefill-chunk", 0, kMaxContext);
     else if (arg == "--models") o.models = parse_name_list(value());
-    else if (arg == "--steps") o.steps = parse_count(value(), "--steps");
-    else if (arg == "--warmup-steps") o.warmup_steps = parse_count(value(), "--warmup-steps");
-    else if (arg == "--threads") o.threads = static_cast<int>(parse_count(value(), "--threads"));
-    else if (arg == "--competing") o.competing = static_cast<int>(parse_count(value(), "--competing"));
+    else if (arg == "--steps") o.steps = parse_int_flag(value(), "--steps", 1, kMaxSteps);
+    else if (arg == "--warmup-steps") o.warmup_steps = parse_int_flag(value(), "--warmup-steps", 0, kMaxSteps);
+    else if (arg == "--threads") o.threads = static_cast<int>(parse_int_flag(value(), "--threads", 1, kMaxThreads));
+    else if (arg == "--competing") o.competing = static_cast<int>(parse_int_flag(value(), "--competing", 0, kMaxCompeting));
     else if (arg == "--rows") o.rows = parse_name_list(value());
     else if (arg == "--precision") {
       o.precisions.clear();
@@ -265,12 +255,12 @@ Options parse_options(int argc, char** argv) {
         try {
           o.precisions.push_back(lat::parse_precision(name));
         } catch (const lat::Error&) {
-          throw std::runtime_error("--precision: expected fp32 or bf16 separated by commas, got '" + name + "'");
+          throw std::invalid_argument("--precision: expected fp32 or bf16 separated by commas, got '" + name + "'");
         }
       }
     } else if (arg == "--clock") {
       const std::string clock = value();
-      if (clock != "wall" && clock != "cpu") throw std::runtime_error("--clock: expected wall or cpu, got '" + clock + "'");
+      if (clock != "wall" && clock != "cpu") throw std::invalid_argument("--clock: expected wall or cpu, got '" + clock + "'");
       o.cpu_time = clock == "cpu";
     } else if (arg == "--skip-train") o.skip_train = true;
     else if (arg == "--skip-generate") o.skip_generate = true;
@@ -282,14 +272,12 @@ Options parse_options(int argc, char** argv) {
                   "                   [--skip-generate]\n");
       std::exit(0);
     } else {
-      throw std::runtime_error("unknown argument '" + arg + "' (see --help)");
+      throw std::invalid_argument("unknown argument '" + arg + "' (see --help)");
     }
   }
-  if (o.decode_steps < 1) throw std::runtime_error("--decode-steps: expected at least 1");
-  if (o.steps < 1) throw std::runtime_error("--steps: expected at least 1");
   for (const std::string& m : o.models)
     if (m != "hybrid" && m != "hybrid-full" && m != "attention")
-      throw std::runtime_error("--models: unknown model '" + m + "' (hybrid, hybrid-full, attention)");
+      throw std::invalid_argument("--models: unknown model '" + m + "' (hybrid, hybrid-full, attention)");
   return o;
 }
 
@@ -687,7 +675,7 @@ std::vector<TrainingRow> selected_training_rows(const std::vector<std::string>& 
     if (std::none_of(all.begin(), all.end(), [&](const TrainingRow& row) { return row_flag_name(row.name) == name; })) {
       std::string known;
       for (const TrainingRow& row : all) known += (known.empty() ? "" : ", ") + row_flag_name(row.name);
-      throw std::runtime_error("--rows: unknown row '" + name + "' (" + known + ")");
+      throw std::invalid_argument("--rows: unknown row '" + name + "' (" + known + ")");
     }
   std::vector<TrainingRow> rows;
   for (const TrainingRow& row : all)
@@ -773,6 +761,9 @@ int main(int argc, char** argv) {
     if (!options.skip_generate) run_generation(config_dir, options);
     if (!options.skip_train) run_training(config_dir, options);
     std::printf("load average at the end: %s\n", load_average().c_str());
+  } catch (const std::invalid_argument& e) {  // bad usage, as lat's own exit code 2
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;
