@@ -12,6 +12,7 @@
 #include "layers/fused/short_conv.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -109,8 +110,9 @@ void gather_inputs(const ConvArgs<S>& a, int64_t b, int64_t t, const S** rows) {
   for (int64_t k = 0; k < a.W; ++k) rows[k] = a.input(b, t, k);
 }
 
+// y [B, T, D]; sig [B, T, D], sigmoid(pre) for the backward, or nullptr when not wanted.
 template <class S>
-void conv_forward(const ConvArgs<S>& a, S* y) {
+void conv_forward(const ConvArgs<S>& a, S* y, S* sig) {
 #pragma omp parallel if (a.B * a.T * a.D > 32768)
   {
     std::vector<const S*> rows(static_cast<size_t>(a.W));
@@ -119,7 +121,15 @@ void conv_forward(const ConvArgs<S>& a, S* y) {
       gather_inputs(a, bt / a.T, bt % a.T, rows.data());
       S* out = y + bt * a.D;
       tap_sum(rows.data(), a.wt.data(), a.D, a.W, 0, a.D, out);
-      for (int64_t c = 0; c < a.D; ++c) out[c] *= cpu::fast_sigmoid(out[c]);
+      if (sig == nullptr) {
+        for (int64_t c = 0; c < a.D; ++c) out[c] *= cpu::fast_sigmoid(out[c]);
+      } else {
+        S* s = sig + bt * a.D;
+        for (int64_t c = 0; c < a.D; ++c) {
+          s[c] = cpu::fast_sigmoid(out[c]);
+          out[c] *= s[c];
+        }
+      }
     }
   }
 }
@@ -144,9 +154,10 @@ void dweight_blocks(const ConvArgs<S>& a, const S* dpre, int64_t r0, int64_t r1,
   }
 }
 
-// dx [B, T, D], dweight [D, 1, W], dstate [B, W-1, D] (nullptr when not wanted).
+// From sig (the forward's sigmoid(pre), [B, T, D]) and dy [B, T, D]: dx [B, T, D], dweight
+// [D, 1, W], dstate [B, W-1, D] (nullptr when not wanted).
 template <class S>
-void conv_backward(const ConvArgs<S>& a, const S* dy, S* dx, S* dweight, S* dstate) {
+void conv_backward(const ConvArgs<S>& a, const S* sig, const S* dy, S* dx, S* dweight, S* dstate) {
   const int64_t B = a.B, T = a.T, D = a.D, W = a.W;
   // Each element of dpre is written before it is read, so the buffer starts uninitialized
   // (a std::vector would zero it in a pass of its own).
@@ -157,8 +168,9 @@ void conv_backward(const ConvArgs<S>& a, const S* dy, S* dx, S* dweight, S* dsta
   // order. That is the order two threads have always used; it is now the order for every
   // thread count, so 2-thread runs keep their bits and 1 or N threads give the same ones.
   // Threads split (half, block of channels); each first writes the block's dpre over its
-  // rows, dpre = dy * silu'(pre), silu'(p) = s (1 + p (1 - s)) with s = sigmoid(p), then
-  // sums it while it is in cache.
+  // rows, dpre = dy * silu'(pre), silu'(p) = s (1 + p (1 - s)) with s = sigmoid(p) as the
+  // forward computed it (the sigmoid, not the taps, is what a recomputation would cost),
+  // then sums it while it is in cache.
   const int64_t rows = B * T, parts = B * T * D * W > 65536 ? 2 : 1, part_rows = (rows + parts - 1) / parts;
   using V = typename Simd<S>::V;
   constexpr int64_t kChannels = 8 * Simd<S>::L;
@@ -175,12 +187,9 @@ void conv_backward(const ConvArgs<S>& a, const S* dy, S* dx, S* dweight, S* dsta
         for (int64_t bt = r0; bt < r1; ++bt) {
           gather_inputs(a, bt / T, bt % T, in.data());
           S* d = dpre.get() + bt * D;
-          const S* g = dy + bt * D;
+          const S *g = dy + bt * D, *s = sig + bt * D;
           tap_sum(in.data(), a.wt.data(), D, W, c0, c1, d);
-          for (int64_t c = c0; c < c1; ++c) {
-            const S s = cpu::fast_sigmoid(d[c]);
-            d[c] = g[c] * s * (S(1) + d[c] * (S(1) - s));
-          }
+          for (int64_t c = c0; c < c1; ++c) d[c] = g[c] * s[c] * (S(1) + d[c] * (S(1) - s[c]));
         }
         S* dw = partial.data() + p * W * D;
         int64_t c = c0;
@@ -228,23 +237,34 @@ short_conv_cuda::Args cuda_args(const Tensor& x, const Tensor& weight, const Ten
 }
 #endif
 
+// What the forward keeps for the backward besides its inputs.
+enum class Keep { nothing, sigmoid };
+
+struct ForwardResult {
+  Tensor y;
+  Tensor sig;  // sigmoid(pre) [B, T, D] on the CPU with Keep::sigmoid, else undefined
+};
+
 // starts: i64 [T] on x's device, the first token of each token's sequence, or undefined.
 template <class S>
-Tensor forward_typed(const Tensor& x, const Tensor& weight, const Tensor& state, const Tensor& starts) {
-  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+ForwardResult forward_typed(const Tensor& x, const Tensor& weight, const Tensor& state, const Tensor& starts,
+                            Keep keep) {
+  ForwardResult r{Tensor::empty(x.shape(), x.dtype(), x.device()), {}};
 #ifdef LAT_WITH_CUDA
   if (x.device().is_cuda()) {
-    short_conv_cuda::forward(cuda_args(x, weight, state, starts), y.data<float>());
-    return y;
+    short_conv_cuda::forward(cuda_args(x, weight, state, starts), r.y.data<float>());
+    return r;
   }
 #endif
-  conv_forward(make_args<S>(x, weight, state, starts), y.data<S>());
-  return y;
+  if (keep == Keep::sigmoid) r.sig = Tensor::empty(x.shape(), x.dtype(), x.device());
+  conv_forward(make_args<S>(x, weight, state, starts), r.y.data<S>(), r.sig.defined() ? r.sig.data<S>() : nullptr);
+  return r;
 }
 
+// sig: forward_typed's (undefined on CUDA, whose kernel recomputes it).
 template <class S>
 std::vector<Tensor> backward_typed(const Tensor& x, const Tensor& weight, const Tensor& state, const Tensor& starts,
-                                   const Tensor& dy) {
+                                   const Tensor& sig, const Tensor& dy) {
   Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
   Tensor dweight = Tensor::empty(weight.shape(), weight.dtype(), weight.device());
   Tensor dstate = state.defined() ? Tensor::empty(state.shape(), state.dtype(), state.device()) : Tensor();
@@ -255,7 +275,8 @@ std::vector<Tensor> backward_typed(const Tensor& x, const Tensor& weight, const 
     return {dx, dweight, dstate};
   }
 #endif
-  conv_backward(make_args<S>(x, weight, state, starts), dy.data<S>(), dx.data<S>(), dweight.data<S>(),
+  assert(sig.defined());  // recorded forwards keep it on the CPU
+  conv_backward(make_args<S>(x, weight, state, starts), sig.data<S>(), dy.data<S>(), dx.data<S>(), dweight.data<S>(),
                 dstate.defined() ? dstate.data<S>() : nullptr);
   return {dx, dweight, dstate};
 }
@@ -300,15 +321,18 @@ Tensor short_conv(const Tensor& x, const Tensor& weight, const Tensor& initial_s
     const std::vector<int64_t> first = sequence_starts(offsets);
     starts = Tensor::from_vector(first, {x.size(1)}).to(x.device());
   }
-  Tensor y = x.dtype() == DType::f32 ? forward_typed<float>(x, weight, initial_state, starts)
-                                     : forward_typed<double>(x, weight, initial_state, starts);
-  if (needs_grad({&x, &weight, &initial_state})) {
-    record(op, {x, weight, initial_state}, {y}, [x, weight, initial_state, starts](const std::vector<Tensor>& g) {
-      return x.dtype() == DType::f32 ? backward_typed<float>(x, weight, initial_state, starts, g[0])
-                                     : backward_typed<double>(x, weight, initial_state, starts, g[0]);
-    });
+  const bool grad = needs_grad({&x, &weight, &initial_state});
+  const Keep keep = grad ? Keep::sigmoid : Keep::nothing;
+  const ForwardResult f = x.dtype() == DType::f32 ? forward_typed<float>(x, weight, initial_state, starts, keep)
+                                                  : forward_typed<double>(x, weight, initial_state, starts, keep);
+  if (grad) {
+    record(op, {x, weight, initial_state}, {f.y},
+           [x, weight, initial_state, starts, sig = f.sig](const std::vector<Tensor>& g) {
+             return x.dtype() == DType::f32 ? backward_typed<float>(x, weight, initial_state, starts, sig, g[0])
+                                            : backward_typed<double>(x, weight, initial_state, starts, sig, g[0]);
+           });
   }
-  return y;
+  return f.y;
 }
 
 Tensor short_conv_step(const Tensor& x_t, const Tensor& weight, Tensor& conv_state) {
