@@ -55,10 +55,11 @@ struct Reference {
 // error bounds of the float32 kernel, u the unit roundoff:
 //   pre = sum_k w_k xe_k:       |dpre|  <= gamma_W P,  P = sum_k |w_k xe_k|
 //   s = 1 / (1 + fast_exp(-p)):  |ds|    <= |dpre| / 4 + s (e_exp + 3u)   (sigmoid' <= 1/4)
-//   y = pre s:                   |dy|    <= s |dpre| + |pre| |ds| + u |y|
-//   g = dy s (1 + pre (1 - s)) with a = 1 - s, q = 1 + pre a (fused or not):
-//     |da| <= |ds| + u a,  |dq| <= a |dpre| + |pre| |da| + u (|pre a| + |q|),
-//     |dg| <= |dy| (|q| |ds| + s |dq|) + 2u |dy s q|
+//   y = pre s:                   |e_y|   <= s |dpre| + |pre| |ds| + u |y|
+//   g = dy silu'(pre) = dy h, h = s + y a, a = 1 - s (the backward reuses the forward's y
+//   and s; h fused or not):
+//     |da| <= |ds| + u a,  |dh| <= |ds| + a |e_y| + |y| |da| + u (|y a| + |h|),
+//     |dg| <= |dy| |dh| + u |g|
 //   dx, dstate: sums of <= W terms w g;  dweight: sums of B T terms g xe (in any order or
 //   split), each bound by the propagated |dg| plus gamma_n of the terms' magnitudes.
 // Second-order terms (products of two error terms, below u^2 relative) are left out.
@@ -92,14 +93,14 @@ Reference reference(const Case& c, const std::vector<double>& x, const std::vect
           P += std::abs(w[ch * W + k] * input(b, t, k, ch));
         }
         const size_t i = static_cast<size_t>((b * T + t) * D + ch);
-        const double s = 1.0 / (1.0 + std::exp(-pre)), a = 1.0 - s, q = 1.0 + pre * a, up = dy[i];
+        const double s = 1.0 / (1.0 + std::exp(-pre)), a = 1.0 - s, y = pre * s, h = s + y * a;
         const double e_pre = gamma(W) * P, e_s = e_pre / 4 + s * es;
-        r.y[i] = pre * s;
-        r.y_bound[i] = s * e_pre + std::abs(pre) * e_s + kUnit * std::abs(r.y[i]);
+        r.y[i] = y;
+        r.y_bound[i] = s * e_pre + std::abs(pre) * e_s + kUnit * std::abs(y);
         const double e_a = e_s + kUnit * a;
-        const double e_q = a * e_pre + std::abs(pre) * e_a + kUnit * (std::abs(pre * a) + std::abs(q));
-        const double g = up * s * q;
-        const double e_g = std::abs(up) * (std::abs(q) * e_s + s * e_q) + 2 * kUnit * std::abs(g);
+        const double e_h = e_s + a * r.y_bound[i] + std::abs(y) * e_a + kUnit * (std::abs(y * a) + std::abs(h));
+        const double g = dy[i] * h;
+        const double e_g = std::abs(dy[i]) * e_h + kUnit * std::abs(g);
         for (int64_t k = 0; k < W; ++k) {
           const int64_t s_x = t + k - (W - 1);
           if (!c.pieces.empty() && s_x < start[t]) continue;  // tap reads a zero: no gradient

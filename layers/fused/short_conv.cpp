@@ -154,10 +154,10 @@ void dweight_blocks(const ConvArgs<S>& a, const S* dpre, int64_t r0, int64_t r1,
   }
 }
 
-// From sig (the forward's sigmoid(pre), [B, T, D]) and dy [B, T, D]: dx [B, T, D], dweight
-// [D, 1, W], dstate [B, W-1, D] (nullptr when not wanted).
+// From the forward's y and sig = sigmoid(pre) and from dy, all [B, T, D]: dx [B, T, D],
+// dweight [D, 1, W], dstate [B, W-1, D] (nullptr when not wanted).
 template <class S>
-void conv_backward(const ConvArgs<S>& a, const S* sig, const S* dy, S* dx, S* dweight, S* dstate) {
+void conv_backward(const ConvArgs<S>& a, const S* y, const S* sig, const S* dy, S* dx, S* dweight, S* dstate) {
   const int64_t B = a.B, T = a.T, D = a.D, W = a.W;
   // Each element of dpre is written before it is read, so the buffer starts uninitialized
   // (a std::vector would zero it in a pass of its own).
@@ -168,36 +168,30 @@ void conv_backward(const ConvArgs<S>& a, const S* sig, const S* dy, S* dx, S* dw
   // order. That is the order two threads have always used; it is now the order for every
   // thread count, so 2-thread runs keep their bits and 1 or N threads give the same ones.
   // Threads split (half, block of channels); each first writes the block's dpre over its
-  // rows, dpre = dy * silu'(pre), silu'(p) = s (1 + p (1 - s)) with s = sigmoid(p) as the
-  // forward computed it (the sigmoid, not the taps, is what a recomputation would cost),
-  // then sums it while it is in cache.
+  // rows, dpre = dy * silu'(pre), silu'(p) = s (1 + p (1 - s)) = s + y (1 - s) with the
+  // forward's s = sigmoid(pre) and y = pre s (no recomputation of the taps or of the
+  // sigmoid, the costliest part), then sums it while it is in cache.
   const int64_t rows = B * T, parts = B * T * D * W > 65536 ? 2 : 1, part_rows = (rows + parts - 1) / parts;
   using V = typename Simd<S>::V;
   constexpr int64_t kChannels = 8 * Simd<S>::L;
   const int64_t channel_blocks = (D + kChannels - 1) / kChannels;
   std::vector<S> partial(static_cast<size_t>(parts * W * D));
-#pragma omp parallel if (parts > 1)
-  {
-    std::vector<const S*> in(static_cast<size_t>(W));
-#pragma omp for collapse(2)
-    for (int64_t p = 0; p < parts; ++p)
-      for (int64_t cb = 0; cb < channel_blocks; ++cb) {
-        const int64_t c0 = cb * kChannels, c1 = std::min(D, c0 + kChannels);
-        const int64_t r0 = p * part_rows, r1 = std::min(rows, (p + 1) * part_rows);
-        for (int64_t bt = r0; bt < r1; ++bt) {
-          gather_inputs(a, bt / T, bt % T, in.data());
-          S* d = dpre.get() + bt * D;
-          const S *g = dy + bt * D, *s = sig + bt * D;
-          tap_sum(in.data(), a.wt.data(), D, W, c0, c1, d);
-          for (int64_t c = c0; c < c1; ++c) d[c] = g[c] * s[c] * (S(1) + d[c] * (S(1) - s[c]));
-        }
-        S* dw = partial.data() + p * W * D;
-        int64_t c = c0;
-        for (; c + kChannels <= c1; c += kChannels) dweight_blocks<V, 8>(a, dpre.get(), r0, r1, c, dw);
-        for (; c + Simd<S>::L <= c1; c += Simd<S>::L) dweight_blocks<V, 1>(a, dpre.get(), r0, r1, c, dw);
-        for (; c < c1; ++c) dweight_blocks<S, 1>(a, dpre.get(), r0, r1, c, dw);
+#pragma omp parallel for collapse(2) if (parts > 1)
+  for (int64_t p = 0; p < parts; ++p)
+    for (int64_t cb = 0; cb < channel_blocks; ++cb) {
+      const int64_t c0 = cb * kChannels, c1 = std::min(D, c0 + kChannels);
+      const int64_t r0 = p * part_rows, r1 = std::min(rows, (p + 1) * part_rows);
+      for (int64_t bt = r0; bt < r1; ++bt) {
+        S* d = dpre.get() + bt * D;
+        const S *g = dy + bt * D, *s = sig + bt * D, *o = y + bt * D;
+        for (int64_t c = c0; c < c1; ++c) d[c] = g[c] * (s[c] + o[c] * (S(1) - s[c]));
       }
-  }
+      S* dw = partial.data() + p * W * D;
+      int64_t c = c0;
+      for (; c + kChannels <= c1; c += kChannels) dweight_blocks<V, 8>(a, dpre.get(), r0, r1, c, dw);
+      for (; c + Simd<S>::L <= c1; c += Simd<S>::L) dweight_blocks<V, 1>(a, dpre.get(), r0, r1, c, dw);
+      for (; c < c1; ++c) dweight_blocks<S, 1>(a, dpre.get(), r0, r1, c, dw);
+    }
   std::vector<S> dwt(static_cast<size_t>(W * D), S(0));
   for (int64_t p = 0; p < parts; ++p)
     for (int64_t i = 0; i < W * D; ++i) dwt[i] += partial[p * W * D + i];
@@ -261,10 +255,10 @@ ForwardResult forward_typed(const Tensor& x, const Tensor& weight, const Tensor&
   return r;
 }
 
-// sig: forward_typed's (undefined on CUDA, whose kernel recomputes it).
+// f: the recorded forward's result (f.sig undefined on CUDA, whose kernel recomputes it).
 template <class S>
 std::vector<Tensor> backward_typed(const Tensor& x, const Tensor& weight, const Tensor& state, const Tensor& starts,
-                                   const Tensor& sig, const Tensor& dy) {
+                                   const ForwardResult& f, const Tensor& dy) {
   Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
   Tensor dweight = Tensor::empty(weight.shape(), weight.dtype(), weight.device());
   Tensor dstate = state.defined() ? Tensor::empty(state.shape(), state.dtype(), state.device()) : Tensor();
@@ -275,8 +269,8 @@ std::vector<Tensor> backward_typed(const Tensor& x, const Tensor& weight, const 
     return {dx, dweight, dstate};
   }
 #endif
-  assert(sig.defined());  // recorded forwards keep it on the CPU
-  conv_backward(make_args<S>(x, weight, state, starts), sig.data<S>(), dy.data<S>(), dx.data<S>(), dweight.data<S>(),
+  assert(f.sig.defined());  // recorded forwards keep it on the CPU
+  conv_backward(make_args<S>(x, weight, state, starts), f.y.data<S>(), f.sig.data<S>(), dy.data<S>(), dx.data<S>(), dweight.data<S>(),
                 dstate.defined() ? dstate.data<S>() : nullptr);
   return {dx, dweight, dstate};
 }
@@ -327,9 +321,9 @@ Tensor short_conv(const Tensor& x, const Tensor& weight, const Tensor& initial_s
                                                   : forward_typed<double>(x, weight, initial_state, starts, keep);
   if (grad) {
     record(op, {x, weight, initial_state}, {f.y},
-           [x, weight, initial_state, starts, sig = f.sig](const std::vector<Tensor>& g) {
-             return x.dtype() == DType::f32 ? backward_typed<float>(x, weight, initial_state, starts, sig, g[0])
-                                            : backward_typed<double>(x, weight, initial_state, starts, sig, g[0]);
+           [x, weight, initial_state, starts, f](const std::vector<Tensor>& g) {
+             return x.dtype() == DType::f32 ? backward_typed<float>(x, weight, initial_state, starts, f, g[0])
+                                            : backward_typed<double>(x, weight, initial_state, starts, f, g[0]);
            });
   }
   return f.y;
