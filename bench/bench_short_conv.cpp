@@ -94,12 +94,13 @@ int main(int argc, char** argv) {
     }
   }
   lat::keep_freed_memory();  // the trainer's malloc settings: no fresh pages per call
-  std::printf("short_conv (causal depthwise conv + SiLU) on the CPU, %d thread(s), medians of %d repeats of 50 "
-              "calls, %s time\n",
-              lat::get_num_threads(), repeats, lat::get_num_threads() == 1 ? "CPU" : "wall");
+  std::printf(
+      "short_conv (causal depthwise conv + SiLU) on the CPU, %d thread(s), medians of %d repeats of 50 "
+      "calls, %s time\n",
+      lat::get_num_threads(), repeats, lat::get_num_threads() == 1 ? "CPU" : "wall");
   std::printf("%-8s %-20s %-8s %9s %9s\n", "shape", "size", "pass", "us", "ns/elem");
   const ConvShape shapes[] = {
-      {"main", 4, 256, 128, 4, false},   // batch 4 x block 256, q/k/v channels, conv_size 4
+      {"main", 4, 256, 128, 4, false},    // batch 4 x block 256, q/k/v channels, conv_size 4
       {"packed", 1, 1024, 128, 4, true},  // the same tokens as packed documents
   };
   for (const ConvShape& s : shapes) bench_shape(s, repeats);

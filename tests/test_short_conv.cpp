@@ -46,7 +46,7 @@ Tensor offsets_of(const std::vector<int64_t>& pieces) {
 
 // Each output with its float64 value and the bound on the float32 kernel's error there.
 struct Reference {
-  std::vector<double> y, dx, dweight, dstate;          // dweight [D, W] as the weight's layout
+  std::vector<double> y, dx, dweight, dstate;  // dweight [D, W] as the weight's layout
   std::vector<double> y_bound, dx_bound, dweight_bound, dstate_bound;
 };
 
@@ -138,8 +138,8 @@ void expect_within(const std::string& what, const Tensor& got, const std::vector
     if (!(ratio <= 1.0)) ++failures;
     if (!(ratio <= worst_ratio)) worst_ratio = ratio, worst = i;
   }
-  EXPECT_EQ(failures, 0u) << what << ": worst element " << worst << " got " << g[worst] << ", want "
-                          << want[worst] << " +- " << bound[worst];
+  EXPECT_EQ(failures, 0u) << what << ": worst element " << worst << " got " << g[worst] << ", want " << want[worst]
+                          << " +- " << bound[worst];
 }
 
 struct Outputs {
@@ -184,9 +184,8 @@ TEST(ShortConvKernels, Float32WithinRoundingBoundsOfFloat64) {
     SCOPED_TRACE(c.name);
     const Inputs in = make_inputs(c, 7);
     const Outputs got = run_f32(c, in.x, in.weight, in.state, in.dy);
-    const Reference want =
-        reference(c, as_f64(in.x), as_f64(in.weight), c.with_state ? as_f64(in.state) : std::vector<double>(),
-                  as_f64(in.dy));
+    const Reference want = reference(c, as_f64(in.x), as_f64(in.weight),
+                                     c.with_state ? as_f64(in.state) : std::vector<double>(), as_f64(in.dy));
     expect_within("y", got.y, want.y, want.y_bound);
     expect_within("dx", got.dx, want.dx, want.dx_bound);
     expect_within("dweight", got.dweight, want.dweight, want.dweight_bound);
@@ -224,12 +223,15 @@ TEST(ShortConvKernels, Float64GradCheckOverVectorBlocks) {
     std::vector<Tensor> inputs = {Tensor::randn({2, 6, 19}, gen, DType::f64).set_requires_grad(true),
                                   Tensor::randn({19, 1, W}, gen, DType::f64).set_requires_grad(true),
                                   Tensor::randn({2, W - 1, 19}, gen, DType::f64).set_requires_grad(true)};
-    GradCheckResult r = grad_check(
-        [](const std::vector<Tensor>& in) { return short_conv(in[0], in[1], in[2]); }, inputs);
+    GradCheckResult r = grad_check([](const std::vector<Tensor>& in) { return short_conv(in[0], in[1], in[2]); },
+                                   inputs);
     EXPECT_LT(r.max_rel_error, 1e-7) << "W " << W;
     std::vector<Tensor> packed = {Tensor::randn({1, 12, 19}, gen, DType::f64).set_requires_grad(true), inputs[1]};
     GradCheckResult rp = grad_check(
-        [](const std::vector<Tensor>& in) { return short_conv(in[0], in[1], {}, offsets_of({1, 2, 5, 4})); }, packed);
+        [](const std::vector<Tensor>& in) {
+          return short_conv(in[0], in[1], {}, offsets_of({1, 2, 5, 4}));
+        },
+        packed);
     EXPECT_LT(rp.max_rel_error, 1e-7) << "W " << W << " packed";
   }
 }

@@ -231,7 +231,8 @@ short_conv_cuda::Args cuda_args(const Tensor& x, const Tensor& weight, const Ten
 }
 #endif
 
-// What the forward keeps for the backward besides its inputs.
+// Whether the forward also writes sigmoid(pre), which a recorded call keeps for the backward
+// together with y.
 enum class Keep { nothing, sigmoid };
 
 struct ForwardResult {
@@ -270,8 +271,8 @@ std::vector<Tensor> backward_typed(const Tensor& x, const Tensor& weight, const 
   }
 #endif
   assert(f.sig.defined());  // recorded forwards keep it on the CPU
-  conv_backward(make_args<S>(x, weight, state, starts), f.y.data<S>(), f.sig.data<S>(), dy.data<S>(), dx.data<S>(), dweight.data<S>(),
-                dstate.defined() ? dstate.data<S>() : nullptr);
+  conv_backward(make_args<S>(x, weight, state, starts), f.y.data<S>(), f.sig.data<S>(), dy.data<S>(), dx.data<S>(),
+                dweight.data<S>(), dstate.defined() ? dstate.data<S>() : nullptr);
   return {dx, dweight, dstate};
 }
 
@@ -320,11 +321,10 @@ Tensor short_conv(const Tensor& x, const Tensor& weight, const Tensor& initial_s
   const ForwardResult f = x.dtype() == DType::f32 ? forward_typed<float>(x, weight, initial_state, starts, keep)
                                                   : forward_typed<double>(x, weight, initial_state, starts, keep);
   if (grad) {
-    record(op, {x, weight, initial_state}, {f.y},
-           [x, weight, initial_state, starts, f](const std::vector<Tensor>& g) {
-             return x.dtype() == DType::f32 ? backward_typed<float>(x, weight, initial_state, starts, f, g[0])
-                                            : backward_typed<double>(x, weight, initial_state, starts, f, g[0]);
-           });
+    record(op, {x, weight, initial_state}, {f.y}, [x, weight, initial_state, starts, f](const std::vector<Tensor>& g) {
+      return x.dtype() == DType::f32 ? backward_typed<float>(x, weight, initial_state, starts, f, g[0])
+                                     : backward_typed<double>(x, weight, initial_state, starts, f, g[0]);
+    });
   }
   return f.y;
 }
