@@ -52,16 +52,15 @@ struct Reference {
 
 // The float64 reference over x [B, T, D], weight [D, 1, W], state [B, W-1, D] (empty: zeros)
 // and dy [B, T, D], by loops over the extended input xe = concat(state, x), with first-order
-// error bounds of the float32 kernel, u the unit roundoff:
-//   pre = sum_k w_k xe_k:       |dpre|  <= gamma_W P,  P = sum_k |w_k xe_k|
-//   s = 1 / (1 + fast_exp(-p)):  |ds|    <= |dpre| / 4 + s (e_exp + 3u)   (sigmoid' <= 1/4)
-//   y = pre s:                   |e_y|   <= s |dpre| + |pre| |ds| + u |y|
+// bounds e_q on the float32 kernel's error in each quantity q, u the unit roundoff:
+//   pre = sum_k w_k xe_k:        e_pre <= gamma_W P,  P = sum_k |w_k xe_k|
+//   s = 1 / (1 + fast_exp(-pre)): e_s  <= e_pre / 4 + s (e_exp + 3u)   (sigmoid' <= 1/4)
+//   y = pre s:                    e_y  <= s e_pre + |pre| e_s + u |y|
 //   g = dy silu'(pre) = dy h, h = s + y a, a = 1 - s (the backward reuses the forward's y
 //   and s; h fused or not):
-//     |da| <= |ds| + u a,  |dh| <= |ds| + a |e_y| + |y| |da| + u (|y a| + |h|),
-//     |dg| <= |dy| |dh| + u |g|
+//     e_a <= e_s + u a,  e_h <= e_s + a e_y + |y| e_a + u (|y a| + |h|),  e_g <= |dy| e_h + u |g|
 //   dx, dstate: sums of <= W terms w g;  dweight: sums of B T terms g xe (in any order or
-//   split), each bound by the propagated |dg| plus gamma_n of the terms' magnitudes.
+//   split), each bound by the propagated e_g plus gamma_n of the terms' magnitudes.
 // Second-order terms (products of two error terms, below u^2 relative) are left out.
 Reference reference(const Case& c, const std::vector<double>& x, const std::vector<double>& w,
                     const std::vector<double>& state, const std::vector<double>& dy) {
