@@ -77,21 +77,25 @@ struct Simd {
   static constexpr int64_t L = 64 / static_cast<int64_t>(sizeof(S));
 };
 
-// Loads N consecutive values of S as one block value A (S itself or Simd<S>::V).
+// Loads a block value A (S itself or Simd<S>::V) from consecutive values of S. Through an
+// output argument: a 64-byte vector returned by value would change the ABI (and warn) in a
+// build without AVX-512.
 template <class A, class S>
-inline A load(const S* p) {
-  A v;
+inline void load(A& v, const S* p) {
   std::memcpy(&v, p, sizeof(A));
-  return v;
 }
 
 // For the channels of one block A at c: out[c..] = sum over k of wt[k, c..] * rows[k][c..],
 // k in order from 0, skipping null rows (zeros).
 template <class A, class S>
 inline void tap_sum_block(const S* const* rows, const S* wt, int64_t D, int64_t W, int64_t c, S* out) {
-  A acc{};
-  for (int64_t k = 0; k < W; ++k)
-    if (rows[k] != nullptr) acc += load<A>(wt + k * D + c) * load<A>(rows[k] + c);
+  A acc{}, w, x;
+  for (int64_t k = 0; k < W; ++k) {
+    if (rows[k] == nullptr) continue;
+    load(w, wt + k * D + c);
+    load(x, rows[k] + c);
+    acc += w * x;
+  }
   std::memcpy(out + c, &acc, sizeof(A));
 }
 
@@ -146,7 +150,12 @@ void dweight_blocks(const ConvArgs<S>& a, const S* dpre, int64_t r0, int64_t r1,
       const S* r = a.input(b, t, k);
       if (r != nullptr) {
         const S* d = dpre + bt * a.D;
-        for (int i = 0; i < NA; ++i) acc[i] += load<A>(d + c + i * n) * load<A>(r + c + i * n);
+        for (int i = 0; i < NA; ++i) {
+          A dv, xv;
+          load(dv, d + c + i * n);
+          load(xv, r + c + i * n);
+          acc[i] += dv * xv;
+        }
       }
       if (++t == a.T) t = 0, ++b;
     }
