@@ -12,6 +12,7 @@
 #include "layers/fused/short_conv.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -65,90 +66,164 @@ ConvArgs<S> make_args(const Tensor& x, const Tensor& weight, const Tensor& state
   return a;
 }
 
-// pre[b, t, :] = sum_w wt[w, :] * xe[b, t + w, :] into `pre` (length D).
+// Blocks of channels for the inner loops: one 64-byte vector (16 floats, 8 doubles; an
+// AVX-512 register with -march=native, split into narrower ones elsewhere, through the
+// compiler's vector extension) whose sums stay in a register across the taps or rows they
+// run over, or a single channel for the tail; both kinds run the same multiply-adds in the
+// same order.
 template <class S>
-void conv_row(const ConvArgs<S>& a, int64_t b, int64_t t, S* pre) {
-  for (int64_t c = 0; c < a.D; ++c) pre[c] = 0;
+struct Simd {
+  typedef S V __attribute__((vector_size(64)));
+  static constexpr int64_t L = 64 / static_cast<int64_t>(sizeof(S));
+};
+
+// Loads a block value A (S itself or Simd<S>::V) from consecutive values of S. Through an
+// output argument: a 64-byte vector returned by value would change the ABI (and warn) in a
+// build without AVX-512.
+template <class A, class S>
+inline void load(A& v, const S* p) {
+  std::memcpy(&v, p, sizeof(A));
+}
+
+// For the channels of one block A at c: out[c..] = sum over k of wt[k, c..] * rows[k][c..],
+// k in order from 0, skipping null rows (zeros).
+template <class A, class S>
+inline void tap_sum_block(const S* const* rows, const S* wt, int64_t D, int64_t W, int64_t c, S* out) {
+  A acc{}, w, x;
+  for (int64_t k = 0; k < W; ++k) {
+    if (rows[k] == nullptr) continue;
+    load(w, wt + k * D + c);
+    load(x, rows[k] + c);
+    acc += w * x;
+  }
+  std::memcpy(out + c, &acc, sizeof(A));
+}
+
+// tap_sum_block over the channels [c0, c1) of the row `out`: whole vectors, then one channel
+// at a time.
+template <class S>
+inline void tap_sum(const S* const* rows, const S* wt, int64_t D, int64_t W, int64_t c0, int64_t c1, S* out) {
+  int64_t c = c0;
+  for (; c + Simd<S>::L <= c1; c += Simd<S>::L) tap_sum_block<typename Simd<S>::V>(rows, wt, D, W, c, out);
+  for (; c < c1; ++c) tap_sum_block<S>(rows, wt, D, W, c, out);
+}
+
+// The W rows output t of batch item b reads (null for zeros), tap k at rows[k].
+template <class S>
+void gather_inputs(const ConvArgs<S>& a, int64_t b, int64_t t, const S** rows) {
+  for (int64_t k = 0; k < a.W; ++k) rows[k] = a.input(b, t, k);
+}
+
+// y [B, T, D]; sig [B, T, D], sigmoid(pre) for the backward, or nullptr when not wanted.
+template <class S>
+void conv_forward(const ConvArgs<S>& a, S* y, S* sig) {
+#pragma omp parallel if (a.B * a.T * a.D > 32768)
+  {
+    std::vector<const S*> rows(static_cast<size_t>(a.W));
+#pragma omp for
+    for (int64_t bt = 0; bt < a.B * a.T; ++bt) {
+      gather_inputs(a, bt / a.T, bt % a.T, rows.data());
+      S* out = y + bt * a.D;
+      tap_sum(rows.data(), a.wt.data(), a.D, a.W, 0, a.D, out);
+      if (sig == nullptr) {
+        for (int64_t c = 0; c < a.D; ++c) out[c] *= cpu::fast_sigmoid(out[c]);
+      } else {
+        S* s = sig + bt * a.D;
+        for (int64_t c = 0; c < a.D; ++c) {
+          s[c] = cpu::fast_sigmoid(out[c]);
+          out[c] *= s[c];
+        }
+      }
+    }
+  }
+}
+
+// For the channels of NA blocks A at c, over the rows [r0, r1) in order from 0: dw[k, c..]
+// = sum of dpre[row, c..] * (the row's input at tap k); k outermost so that the sums stay
+// in registers across the rows.
+template <class A, int NA, class S>
+void dweight_blocks(const ConvArgs<S>& a, const S* dpre, int64_t r0, int64_t r1, int64_t c, S* dw) {
+  constexpr int64_t n = static_cast<int64_t>(sizeof(A) / sizeof(S));  // channels per block
   for (int64_t k = 0; k < a.W; ++k) {
-    const S* r = a.input(b, t, k);
-    if (r == nullptr) continue;
-    const S* wk = a.wt.data() + k * a.D;
-    for (int64_t c = 0; c < a.D; ++c) pre[c] += wk[c] * r[c];
+    A acc[NA] = {};
+    for (int64_t bt = r0, b = r0 / a.T, t = r0 % a.T; bt < r1; ++bt) {
+      const S* r = a.input(b, t, k);
+      if (r != nullptr) {
+        const S* d = dpre + bt * a.D;
+        for (int i = 0; i < NA; ++i) {
+          A dv, xv;
+          load(dv, d + c + i * n);
+          load(xv, r + c + i * n);
+          acc[i] += dv * xv;
+        }
+      }
+      if (++t == a.T) t = 0, ++b;
+    }
+    std::memcpy(dw + k * a.D + c, acc, sizeof(acc));
   }
 }
 
+// From the forward's y and sig = sigmoid(pre) and from dy, all [B, T, D]: dx [B, T, D],
+// dweight [D, 1, W], dstate [B, W-1, D] (nullptr when not wanted).
 template <class S>
-void conv_forward(const ConvArgs<S>& a, S* y) {
-#pragma omp parallel for if (a.B * a.T * a.D > 32768)
-  for (int64_t bt = 0; bt < a.B * a.T; ++bt) {
-    S* out = y + bt * a.D;
-    conv_row(a, bt / a.T, bt % a.T, out);
-    for (int64_t c = 0; c < a.D; ++c) out[c] *= cpu::fast_sigmoid(out[c]);
-  }
-}
-
-// dx [B, T, D], dweight [D, 1, W], dstate [B, W-1, D] (nullptr when not wanted).
-template <class S>
-void conv_backward(const ConvArgs<S>& a, const S* dy, S* dx, S* dweight, S* dstate) {
+void conv_backward(const ConvArgs<S>& a, const S* y, const S* sig, const S* dy, S* dx, S* dweight, S* dstate) {
   const int64_t B = a.B, T = a.T, D = a.D, W = a.W;
-  // dpre = dy * silu'(pre), silu'(p) = s (1 + p (1 - s)) with s = sigmoid(p).
-  // Every element is written by the first loop, so the buffer starts uninitialized (a
-  // std::vector would zero it in a pass of its own).
+  // Each element of dpre is written before it is read, so the buffer starts uninitialized
+  // (a std::vector would zero it in a pass of its own).
   const std::unique_ptr<S[]> dpre(new S[static_cast<size_t>(B * T * D)]);
-#pragma omp parallel for if (B * T * D > 32768)
-  for (int64_t bt = 0; bt < B * T; ++bt) {
-    S* d = dpre.get() + bt * D;
-    conv_row(a, bt / T, bt % T, d);
-    for (int64_t c = 0; c < D; ++c) {
-      S s = cpu::fast_sigmoid(d[c]);
-      d[c] = dy[bt * D + c] * s * (S(1) + d[c] * (S(1) - s));
-    }
-  }
-  // dxe[b, s] = sum_w wt[w] * dpre[b, s - w].
-  const int64_t TE = T + W - 1;
-#pragma omp parallel for if (B * TE * D * W > 65536)
-  for (int64_t bs = 0; bs < B * TE; ++bs) {
-    int64_t b = bs / TE, s = bs % TE;
-    S* out = s >= W - 1 ? dx + (b * T + s - (W - 1)) * D : (dstate ? dstate + (b * (W - 1) + s) * D : nullptr);
-    if (out == nullptr) continue;
-    for (int64_t c = 0; c < D; ++c) out[c] = 0;
-    for (int64_t k = 0; k < W; ++k) {
-      int64_t t = s - k;
-      if (t < 0 || t >= T || !a.reads(t, k)) continue;
-      const S* wk = a.wt.data() + k * D;
-      const S* d = dpre.get() + (b * T + t) * D;
-      for (int64_t c = 0; c < D; ++c) out[c] += wk[c] * d[c];
-    }
-  }
   // dweight[w] = sum over the B * T rows of dpre * xe, in S. The rows are cut into two
   // halves (the first one row longer when B * T is odd; one part below the size where a
   // parallel loop pays), each half is summed in row order, and the halves are added in
   // order. That is the order two threads have always used; it is now the order for every
   // thread count, so 2-thread runs keep their bits and 1 or N threads give the same ones.
-  // Threads split (half, block of channels).
+  // Threads split (half, block of channels); each first writes the block's dpre over its
+  // rows, dpre = dy * silu'(pre), silu'(p) = s (1 + p (1 - s)) = s + y (1 - s) with the
+  // forward's s = sigmoid(pre) and y = pre s (no recomputation of the taps or of the
+  // sigmoid, the costliest part), then sums it while it is in cache.
   const int64_t rows = B * T, parts = B * T * D * W > 65536 ? 2 : 1, part_rows = (rows + parts - 1) / parts;
-  constexpr int64_t kChannels = 64;
+  using V = typename Simd<S>::V;
+  constexpr int64_t kChannels = 8 * Simd<S>::L;
   const int64_t channel_blocks = (D + kChannels - 1) / kChannels;
-  std::vector<S> partial(static_cast<size_t>(parts * W * D), S(0));
+  std::vector<S> partial(static_cast<size_t>(parts * W * D));
 #pragma omp parallel for collapse(2) if (parts > 1)
   for (int64_t p = 0; p < parts; ++p)
     for (int64_t cb = 0; cb < channel_blocks; ++cb) {
       const int64_t c0 = cb * kChannels, c1 = std::min(D, c0 + kChannels);
-      S* acc = partial.data() + p * W * D;
-      for (int64_t bt = p * part_rows; bt < std::min(rows, (p + 1) * part_rows); ++bt) {
-        const S* d = dpre.get() + bt * D;
-        for (int64_t k = 0; k < W; ++k) {
-          const S* r = a.input(bt / T, bt % T, k);
-          if (r == nullptr) continue;
-          for (int64_t c = c0; c < c1; ++c) acc[k * D + c] += d[c] * r[c];
-        }
+      const int64_t r0 = p * part_rows, r1 = std::min(rows, (p + 1) * part_rows);
+      for (int64_t bt = r0; bt < r1; ++bt) {
+        S* d = dpre.get() + bt * D;
+        const S *g = dy + bt * D, *s = sig + bt * D, *o = y + bt * D;
+        for (int64_t c = c0; c < c1; ++c) d[c] = g[c] * (s[c] + o[c] * (S(1) - s[c]));
       }
+      S* dw = partial.data() + p * W * D;
+      int64_t c = c0;
+      for (; c + kChannels <= c1; c += kChannels) dweight_blocks<V, 8>(a, dpre.get(), r0, r1, c, dw);
+      for (; c + Simd<S>::L <= c1; c += Simd<S>::L) dweight_blocks<V, 1>(a, dpre.get(), r0, r1, c, dw);
+      for (; c < c1; ++c) dweight_blocks<S, 1>(a, dpre.get(), r0, r1, c, dw);
     }
   std::vector<S> dwt(static_cast<size_t>(W * D), S(0));
   for (int64_t p = 0; p < parts; ++p)
     for (int64_t i = 0; i < W * D; ++i) dwt[i] += partial[p * W * D + i];
   for (int64_t c = 0; c < D; ++c)
     for (int64_t k = 0; k < W; ++k) dweight[c * W + k] = dwt[k * D + c];
+  // dxe[b, s] = sum_w wt[w] * dpre[b, s - w]: the same tap sum with the rows of dpre, tap
+  // k reading row s - k.
+  const int64_t TE = T + W - 1;
+#pragma omp parallel if (B * TE * D * W > 65536)
+  {
+    std::vector<const S*> in(static_cast<size_t>(W));
+#pragma omp for
+    for (int64_t bs = 0; bs < B * TE; ++bs) {
+      const int64_t b = bs / TE, s = bs % TE;
+      S* out = s >= W - 1 ? dx + (b * T + s - (W - 1)) * D : (dstate ? dstate + (b * (W - 1) + s) * D : nullptr);
+      if (out == nullptr) continue;
+      for (int64_t k = 0; k < W; ++k) {
+        const int64_t t = s - k;
+        in[k] = t >= 0 && t < T && a.reads(t, k) ? dpre.get() + (b * T + t) * D : nullptr;
+      }
+      tap_sum(in.data(), a.wt.data(), D, W, 0, D, out);
+    }
+  }
 }
 
 #ifdef LAT_WITH_CUDA
@@ -165,23 +240,35 @@ short_conv_cuda::Args cuda_args(const Tensor& x, const Tensor& weight, const Ten
 }
 #endif
 
+// Whether the forward also writes sigmoid(pre), which a recorded call keeps for the backward
+// together with y.
+enum class Keep { nothing, sigmoid };
+
+struct ForwardResult {
+  Tensor y;
+  Tensor sig;  // sigmoid(pre) [B, T, D] on the CPU with Keep::sigmoid, else undefined
+};
+
 // starts: i64 [T] on x's device, the first token of each token's sequence, or undefined.
 template <class S>
-Tensor forward_typed(const Tensor& x, const Tensor& weight, const Tensor& state, const Tensor& starts) {
-  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+ForwardResult forward_typed(const Tensor& x, const Tensor& weight, const Tensor& state, const Tensor& starts,
+                            Keep keep) {
+  ForwardResult r{Tensor::empty(x.shape(), x.dtype(), x.device()), {}};
 #ifdef LAT_WITH_CUDA
   if (x.device().is_cuda()) {
-    short_conv_cuda::forward(cuda_args(x, weight, state, starts), y.data<float>());
-    return y;
+    short_conv_cuda::forward(cuda_args(x, weight, state, starts), r.y.data<float>());
+    return r;
   }
 #endif
-  conv_forward(make_args<S>(x, weight, state, starts), y.data<S>());
-  return y;
+  if (keep == Keep::sigmoid) r.sig = Tensor::empty(x.shape(), x.dtype(), x.device());
+  conv_forward(make_args<S>(x, weight, state, starts), r.y.data<S>(), r.sig.defined() ? r.sig.data<S>() : nullptr);
+  return r;
 }
 
+// f: the recorded forward's result (f.sig undefined on CUDA, whose kernel recomputes it).
 template <class S>
 std::vector<Tensor> backward_typed(const Tensor& x, const Tensor& weight, const Tensor& state, const Tensor& starts,
-                                   const Tensor& dy) {
+                                   const ForwardResult& f, const Tensor& dy) {
   Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
   Tensor dweight = Tensor::empty(weight.shape(), weight.dtype(), weight.device());
   Tensor dstate = state.defined() ? Tensor::empty(state.shape(), state.dtype(), state.device()) : Tensor();
@@ -192,8 +279,9 @@ std::vector<Tensor> backward_typed(const Tensor& x, const Tensor& weight, const 
     return {dx, dweight, dstate};
   }
 #endif
-  conv_backward(make_args<S>(x, weight, state, starts), dy.data<S>(), dx.data<S>(), dweight.data<S>(),
-                dstate.defined() ? dstate.data<S>() : nullptr);
+  assert(f.sig.defined());  // recorded forwards keep it on the CPU
+  conv_backward(make_args<S>(x, weight, state, starts), f.y.data<S>(), f.sig.data<S>(), dy.data<S>(), dx.data<S>(),
+                dweight.data<S>(), dstate.defined() ? dstate.data<S>() : nullptr);
   return {dx, dweight, dstate};
 }
 
@@ -237,15 +325,17 @@ Tensor short_conv(const Tensor& x, const Tensor& weight, const Tensor& initial_s
     const std::vector<int64_t> first = sequence_starts(offsets);
     starts = Tensor::from_vector(first, {x.size(1)}).to(x.device());
   }
-  Tensor y = x.dtype() == DType::f32 ? forward_typed<float>(x, weight, initial_state, starts)
-                                     : forward_typed<double>(x, weight, initial_state, starts);
-  if (needs_grad({&x, &weight, &initial_state})) {
-    record(op, {x, weight, initial_state}, {y}, [x, weight, initial_state, starts](const std::vector<Tensor>& g) {
-      return x.dtype() == DType::f32 ? backward_typed<float>(x, weight, initial_state, starts, g[0])
-                                     : backward_typed<double>(x, weight, initial_state, starts, g[0]);
+  const bool grad = needs_grad({&x, &weight, &initial_state});
+  const Keep keep = grad ? Keep::sigmoid : Keep::nothing;
+  const ForwardResult f = x.dtype() == DType::f32 ? forward_typed<float>(x, weight, initial_state, starts, keep)
+                                                  : forward_typed<double>(x, weight, initial_state, starts, keep);
+  if (grad) {
+    record(op, {x, weight, initial_state}, {f.y}, [x, weight, initial_state, starts, f](const std::vector<Tensor>& g) {
+      return x.dtype() == DType::f32 ? backward_typed<float>(x, weight, initial_state, starts, f, g[0])
+                                     : backward_typed<double>(x, weight, initial_state, starts, f, g[0]);
     });
   }
-  return y;
+  return f.y;
 }
 
 Tensor short_conv_step(const Tensor& x_t, const Tensor& weight, Tensor& conv_state) {

@@ -20,8 +20,10 @@ namespace lat {
 /// B == 1 batch, layers/cu_seqlens.h) no output reads a token of another sequence: each
 /// sequence starts from zeros, however short (1 token included), and no initial_state is
 /// taken. One tape node with a hand-written backward giving dx, dweight and
-/// d(initial_state). Throws lat::Error on mismatched shapes, dtypes or devices, invalid
-/// cu_seqlens (read_cu_seqlens) or an initial_state given with cu_seqlens.
+/// d(initial_state); on the CPU a recorded call keeps y and sigmoid(pre) (both [B, T, D])
+/// for it, which spares the backward the sigmoid, its costliest part. Throws lat::Error on
+/// mismatched shapes, dtypes or devices, invalid cu_seqlens (read_cu_seqlens) or an
+/// initial_state given with cu_seqlens.
 Tensor short_conv(const Tensor& x, const Tensor& weight, const Tensor& initial_state = {},
                   const Tensor& cu_seqlens = {});
 
