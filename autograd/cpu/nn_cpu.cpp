@@ -21,12 +21,12 @@ T row_max(const T* x, int64_t dim) {
   return m;
 }
 
-/// log(sum(exp(x - m))) + m for one row. std::exp per element through libm, each add chained
-/// after the previous one, was most of the cross-entropy's time: the exps are now fast_exp's
-/// in chunks through a buffer, where they vectorize, and each chunk is summed by lane_sum. In
-/// f32 each exp(x - m) <= 1 is within 2.5e-7 of exp relatively (test_fast_exp), or flushed to
-/// 0 below 2^-125; the sum, whose largest term is 1, is then within 2.5e-7 relatively (plus
-/// its rounding in double), and the log-sum-exp within 2.5e-7 absolutely.
+/// log(sum(exp(x - m))) + m for one row. The exps are fast_exp's, written in chunks to a
+/// buffer where they vectorize (std::exp is a libm call per element), and each chunk is summed
+/// by lane_sum rather than through one chained add. In f32 each exp(x - m) <= 1 is within
+/// 2.5e-7 of exp relatively (test_fast_exp), or flushed to 0 below 2^-125; the sum, whose
+/// largest term is 1, is then within 2.5e-7 relatively (plus its rounding in double), and the
+/// log-sum-exp within 2.5e-7 absolutely.
 template <class T>
 double row_log_sum_exp(const T* x, int64_t dim) {
   const T m = row_max(x, dim);
@@ -85,8 +85,9 @@ void rms_norm_backward_rows(const T* x, const T* weight, const double* rstd, con
   }
   if (dweight) {
     // Threads split the columns, and each column sums its rows in row order: the order,
-    // and so the bits, do not depend on the thread count. Each block passes over all rows;
-    // 32 columns (four vectors of double accumulators) took half the time of 16.
+    // and so the bits, do not depend on the thread count. Each block passes over all rows:
+    // 32 columns (four vectors of double accumulators) need half the passes of 16, and ran
+    // in half the time.
     constexpr int64_t kColumns = 32;
     const int64_t column_blocks = (dim + kColumns - 1) / kColumns;
 #pragma omp parallel for if (parallel)
