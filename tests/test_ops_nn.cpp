@@ -249,6 +249,45 @@ TEST(CrossEntropy, Float32MatchesFloat64OnLargeBatch) {
   EXPECT_LT(lat::relative_error(l32.grad(), l64.grad()), 1e-6);
 }
 
+// The f32 kernels take exp from fast_exp, within 2.5e-7 relatively (test_fast_exp). Logits in
+// [-4, 4] (f32 values; the f64 op on the same values is the reference): each x - max, at most
+// 8, is rounded to f32 (8 * 2^-24 relatively of exp), so the log-sum-exp and the mean loss are
+// within 8 * 2^-24 + 2.5e-7 absolutely, and the f32 loss within 2^-24 of itself more. Each
+// gradient element is p / count, minus 1 / count at the target, with p = exp(x - lse) and
+// x - lse at most 8 + log(vocab) in size before its f32 rounding: p within
+// (8 + log vocab) * 2^-24 + 2.5e-7 relatively, and one more 2^-24 for each f32 rounding: of
+// 1 / count, of the product and of the subtraction.
+TEST(CrossEntropy, Float32IsWithinTheBoundOfItsExpOnLargeVocab) {
+  const int64_t rows = 300, vocab = 1000;  // vocab past the 256-entry chunks of the row sums
+  lat::Generator gen(31);
+  const std::vector<float> u = Tensor::uniform({rows * vocab}, gen, -4.0, 4.0).to_vector();
+  std::vector<int64_t> t(rows);
+  for (int64_t i = 0; i < rows; ++i) t[i] = (i * 389) % vocab;
+  const Tensor targets = Tensor::from_vector(t, {rows});
+  Tensor l64 = Tensor::from_vector(std::vector<double>(u.begin(), u.end()), {rows, vocab}, true);
+  Tensor l32 = l64.detach().to(DType::f32).set_requires_grad(true);
+  const Tensor loss64 = lat::cross_entropy(l64, targets);
+  lat::backward(loss64);
+  const Tensor loss32 = lat::cross_entropy(l32, targets);
+  lat::backward(loss32);
+  const double ulp = std::ldexp(1.0, -24);
+  EXPECT_NEAR(loss32.item(), loss64.item(), 8 * ulp + 2.5e-7 + ulp * loss64.item());
+  const std::vector<double> g64 = l64.grad().to_vector<double>();
+  const std::vector<float> g32 = l32.grad().to_vector();
+  const double p_error = (8 + std::log(static_cast<double>(vocab))) * ulp + 2.5e-7 + 2 * ulp;
+  double worst = 0.0;  // the largest error over its bound
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < vocab; ++j) {
+      const size_t i = static_cast<size_t>(r * vocab + j);
+      const bool target = j == t[r];
+      const double p = g64[i] * rows + (target ? 1.0 : 0.0);
+      const double bound = (p_error * p + (target ? ulp : 0.0)) / rows;
+      worst = std::max(worst, std::abs(g32[i] - g64[i]) / bound);
+    }
+  }
+  EXPECT_LE(worst, 1.0);
+}
+
 // ---- thread counts -----------------------------------------------------------------------------
 // The sums across rows (rms_norm's dweight, the cross-entropy total) in f64, where any change
 // of the summation order shows in the last bits: the same bits at every thread count.
