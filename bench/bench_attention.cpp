@@ -111,35 +111,21 @@ void bench_shape(const Shape& s, int repeats, double peak32, double peak16) {
 int main(int argc, char** argv) {
   int repeats = 9;
   std::string only;  // one shape's name, or all
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if ((arg == "--threads" || arg == "--repeats") && i + 1 < argc) {
-      int value = 0;
-      try {
-        value = static_cast<int>(lat::bench::parse_int_flag(
-            argv[++i], arg.c_str(), 1, arg == "--threads" ? lat::bench::kMaxThreads : 1000));
-      } catch (const std::invalid_argument& e) {
-        std::fprintf(stderr, "error: %s\n", e.what());
-        return 2;
+  const char* usage = "usage: bench_attention [--threads N] [--repeats N] [--shape main|large]";
+  try {
+    for (int i = 1; i < argc; ++i) {
+      if (lat::bench::take_threads_or_repeats(argc, argv, i, repeats)) continue;
+      const std::string arg = argv[i];
+      if (arg == "--shape" && i + 1 < argc) {
+        only = argv[++i];
+        if (only != "main" && only != "large") throw std::invalid_argument("--shape: expected main or large, got '" + only + "'");
+      } else {
+        return lat::bench::help_or_usage_error(arg, usage);
       }
-      if (arg == "--threads")
-        lat::set_num_threads(value);
-      else
-        repeats = value;
-    } else if (arg == "--shape" && i + 1 < argc) {
-      only = argv[++i];
-      if (only != "main" && only != "large") {
-        std::fprintf(stderr, "error: --shape: expected main or large, got '%s'\n", only.c_str());
-        return 2;
-      }
-    } else if (arg == "--help" || arg == "-h") {
-      std::printf("usage: bench_attention [--threads N] [--repeats N] [--shape main|large]\n");
-      return 0;
-    } else {
-      std::fprintf(stderr, "error: %s: %s (usage: bench_attention [--threads N] [--repeats N] [--shape main|large])\n",
-                   arg.c_str(), arg.rfind("--", 0) == 0 ? "unknown flag or missing value" : "unexpected argument");
-      return 2;
     }
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
   }
   lat::keep_freed_memory();  // the trainer's malloc settings: no fresh pages per call
   const bool bf16 = lat::bf16_supported(lat::Device::cpu());

@@ -5,7 +5,10 @@
 #include <cstdint>
 #include <cstdlib>
 #include <stdexcept>
+#include <cstdio>
 #include <string>
+
+#include "lat/lat.h"
 
 namespace lat::bench {
 
@@ -22,6 +25,32 @@ inline int64_t parse_int_flag(const std::string& text, const char* flag, int64_t
     throw std::invalid_argument(std::string(flag) + ": expected an integer in " + std::to_string(min) + ".." +
                                 std::to_string(max) + ", got '" + text + "'");
   return value;
+}
+
+/// Takes the flags of every benchmark that times single calls: when argv[i] is --threads N
+/// (sets lat's OpenMP thread count) or --repeats N (into `repeats`, 1..1000), consumes it and
+/// its value and returns true. Throws std::invalid_argument for a missing or bad value.
+inline bool take_threads_or_repeats(int argc, char** argv, int& i, int& repeats) {
+  const std::string arg = argv[i];
+  if (arg != "--threads" && arg != "--repeats") return false;
+  if (i + 1 >= argc) throw std::invalid_argument(arg + ": expected a value");
+  const int64_t value = parse_int_flag(argv[++i], arg.c_str(), 1, arg == "--threads" ? kMaxThreads : 1000);
+  if (arg == "--threads")
+    lat::set_num_threads(static_cast<int>(value));
+  else
+    repeats = static_cast<int>(value);
+  return true;
+}
+
+/// For a flag the benchmark does not know: prints `usage` to stdout and returns exit code 0
+/// for --help or -h, else one error line naming `arg` with the usage, returning 2.
+inline int help_or_usage_error(const std::string& arg, const char* usage) {
+  if (arg == "--help" || arg == "-h") {
+    std::printf("%s\n", usage);
+    return 0;
+  }
+  std::fprintf(stderr, "error: %s: unknown flag or missing value (%s)\n", arg.c_str(), usage);
+  return 2;
 }
 
 }  // namespace lat::bench

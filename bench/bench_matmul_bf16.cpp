@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "autograd/cpu/bf16.h"
+#include "bench/bench_flags.h"
 #include "bench/bench_timing.h"
 #include "lat/lat.h"
 
@@ -72,20 +73,16 @@ void bench_shape(const Shape3& s, int repeats) {
 
 int main(int argc, char** argv) {
   int repeats = 9;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if ((arg == "--threads" || arg == "--repeats") && i + 1 < argc) {
-      const int value = std::atoi(argv[++i]);
-      if (value < 1) {
-        std::fprintf(stderr, "error: %s: expected a positive integer\n", arg.c_str());
-        return 2;
-      }
-      if (arg == "--threads") lat::set_num_threads(value);
-      else repeats = value;
-    } else {
-      std::fprintf(stderr, "usage: bench_matmul_bf16 [--threads N] [--repeats N]\n");
-      return arg == "--help" || arg == "-h" ? 0 : 2;
+  const char* usage = "usage: bench_matmul_bf16 [--threads N] [--repeats N]";
+  try {
+    for (int i = 1; i < argc; ++i) {
+      if (lat::bench::take_threads_or_repeats(argc, argv, i, repeats)) continue;
+      const std::string arg = argv[i];
+      return lat::bench::help_or_usage_error(arg, usage);
     }
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
   }
   if (!lat::bf16_supported(lat::Device::cpu())) {
     std::printf("bench_matmul_bf16: this CPU has no AVX512-BF16 (or DNNL_MAX_CPU_ISA caps it): nothing to compare\n");

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_flags.h"
 #include "bench/bench_timing.h"
 #include "lat/lat.h"
 #include "layers/fused/short_conv.h"
@@ -76,22 +77,16 @@ void bench_shape(const ConvShape& s, int repeats) {
 
 int main(int argc, char** argv) {
   int repeats = 15;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if ((arg == "--threads" || arg == "--repeats") && i + 1 < argc) {
-      const int value = std::atoi(argv[++i]);
-      if (value < 1) {
-        std::fprintf(stderr, "error: %s: expected a positive integer\n", arg.c_str());
-        return 2;
-      }
-      if (arg == "--threads")
-        lat::set_num_threads(value);
-      else
-        repeats = value;
-    } else {
-      std::fprintf(stderr, "usage: bench_short_conv [--threads N] [--repeats N]\n");
-      return arg == "--help" || arg == "-h" ? 0 : 2;
+  const char* usage = "usage: bench_short_conv [--threads N] [--repeats N]";
+  try {
+    for (int i = 1; i < argc; ++i) {
+      if (lat::bench::take_threads_or_repeats(argc, argv, i, repeats)) continue;
+      const std::string arg = argv[i];
+      return lat::bench::help_or_usage_error(arg, usage);
     }
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
   }
   lat::keep_freed_memory();  // the trainer's malloc settings: no fresh pages per call
   std::printf(

@@ -37,6 +37,7 @@
 
 #include "autograd/cpu/bf16.h"
 #include "autograd/cpu/fast_exp.h"
+#include "autograd/cpu/simd.h"
 
 namespace lat::attention_cpu {
 namespace {
@@ -60,20 +61,7 @@ constexpr S neg_inf() {
   return -std::numeric_limits<S>::infinity();
 }
 
-// 64-byte SIMD vectors through the compiler's vector extension: AVX-512 registers with
-// -march=native on this machine, split into narrower ones elsewhere.
-template <class S>
-struct Simd;
-template <>
-struct Simd<float> {
-  typedef float V __attribute__((vector_size(64)));
-  static constexpr int64_t L = 16;
-};
-template <>
-struct Simd<double> {
-  typedef double V __attribute__((vector_size(64)));
-  static constexpr int64_t L = 8;
-};
+using cpu::Simd;
 
 // n rounded up to whole vectors: the width of a product's right operand and output.
 template <class S>

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "autograd/cpu/fast_exp.h"
+#include "autograd/cpu/simd.h"
 #include "lat/ops.h"
 #include "lat/tape.h"
 #include "layers/cu_seqlens.h"
@@ -71,11 +72,7 @@ ConvArgs<S> make_args(const Tensor& x, const Tensor& weight, const Tensor& state
 // compiler's vector extension) whose sums stay in a register across the taps or rows they
 // run over, or a single channel for the tail; both kinds run the same multiply-adds in the
 // same order.
-template <class S>
-struct Simd {
-  typedef S V __attribute__((vector_size(64)));
-  static constexpr int64_t L = 64 / static_cast<int64_t>(sizeof(S));
-};
+using cpu::Simd;
 
 // Loads a block value A (S itself or Simd<S>::V) from consecutive values of S. Through an
 // output argument: a 64-byte vector returned by value would change the ABI (and warn) in a
