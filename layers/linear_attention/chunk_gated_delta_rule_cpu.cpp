@@ -93,9 +93,47 @@ struct ChunkedGrads {
 // 0 either way, while -inf (a full reset) would make G_i - G_j = -inf - (-inf) = NaN.
 constexpr float kMinLogDecay = -100.0f;
 
-inline float dot(const float* a, const float* b, int64_t n) {
+// 16 floats: one AVX-512 register with -march=native (GCC vector extension; split into
+// narrower registers elsewhere), and its mask type.
+typedef float Vec16 __attribute__((vector_size(64)));
+typedef int32_t Mask16 __attribute__((vector_size(64)));
+constexpr int64_t kLanes = 16;
+
+inline Vec16 load16(const float* p) {
+  Vec16 v;
+  std::memcpy(&v, p, sizeof(Vec16));
+  return v;
+}
+
+inline void store16(float* p, Vec16 v) { std::memcpy(p, &v, sizeof(Vec16)); }
+
+inline float lane_sum(Vec16 v) {
   float s = 0.0f;
-  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
+  for (int l = 0; l < kLanes; ++l) s += v[l];
+  return s;
+}
+
+// Lanes l with j0 + l < i: the strictly lower part of row i in the block of columns from j0.
+inline Mask16 lanes_below(int64_t j0, int64_t i) {
+  const Mask16 iota = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  return iota < Mask16{} + static_cast<int32_t>(i - j0);
+}
+
+int64_t padded16(int64_t n) { return (n + kLanes - 1) / kLanes * kLanes; }
+
+// A C x C tile's floats: C * C plus one vector, so that the last row's last 16-column
+// block may be loaded and stored whole (lanes_below masks what lies past the row).
+int64_t tile_floats(int64_t C) { return C * C + kLanes; }
+
+// a . b in four vector accumulators (the order of the sum is not the sequential one).
+inline float dot(const float* a, const float* b, int64_t n) {
+  Vec16 acc[4] = {};
+  int64_t i = 0;
+  for (; i + 4 * kLanes <= n; i += 4 * kLanes)
+    for (int u = 0; u < 4; ++u) acc[u] += load16(a + i + u * kLanes) * load16(b + i + u * kLanes);
+  for (; i + kLanes <= n; i += kLanes) acc[0] += load16(a + i) * load16(b + i);
+  float s = lane_sum((acc[0] + acc[1]) + (acc[2] + acc[3]));
+  for (; i < n; ++i) s += a[i] * b[i];
   return s;
 }
 
@@ -120,10 +158,11 @@ struct Arrays {
 
   Arrays(const ChunkedParams& p, Pass pass) {
     const int64_t N = p.BH * p.NT, C = p.C, K = p.K, V = p.V;
-    G = AlignedBuffer(N * C), decay = AlignedBuffer(N * C * C), wu = AlignedBuffer(N * C * (K + V));
+    // The C x C arrays end in one vector of padding, like a tile (tile_floats).
+    G = AlignedBuffer(N * C), decay = AlignedBuffer(N * C * C + kLanes), wu = AlignedBuffer(N * C * (K + V));
     vnew = AlignedBuffer(N * C * V), kdecay = AlignedBuffer(N * C * K), h = AlignedBuffer(N * K * V);
     if (pass == Pass::forward) return;
-    kk = AlignedBuffer(N * C * C), qg = AlignedBuffer(N * C * K), tinv = AlignedBuffer(N * C * C);
+    kk = AlignedBuffer(N * C * C + kLanes), qg = AlignedBuffer(N * C * K), tinv = AlignedBuffer(N * C * C + kLanes);
     dwu = AlignedBuffer(N * C * (K + V)), dh = AlignedBuffer(N * K * V), dG = AlignedBuffer(N * C);
   }
 };
@@ -136,14 +175,16 @@ struct Scratch {
   AlignedBuffer kvb;    // [C, K+V]  [diag(beta gamma) K | diag(beta) V]; in B2 [dKbg | dVb]
   AlignedBuffer rows;   // [C, K]
   AlignedBuffer solve;  // the triangular inverse's rows, see invert_unit_lower
+  AlignedBuffer below;  // [padded16(C)]  per column j, a sum over the rows i > j
 
   explicit Scratch(const ChunkedParams& p)
-      : kk(p.C * p.C),
-        tile(p.C * p.C),
-        tile2(p.C * p.C),
+      : kk(tile_floats(p.C)),
+        tile(tile_floats(p.C)),
+        tile2(tile_floats(p.C)),
         kvb(p.C * (p.K + p.V)),
         rows(p.C * p.K),
-        solve(p.C * ((p.C + 15) / 16 * 16) + p.C) {}
+        solve(p.C * padded16(p.C) + p.C),
+        below(padded16(p.C)) {}
 };
 
 // Runs body(i, scratch) for i in [0, count), OpenMP over i, one Scratch per thread.
@@ -184,11 +225,9 @@ void scale_rows(const float* x, int64_t C, int64_t D, const Scale& s, float* out
 // scores *= scale Gamma in place on one C x C tile (select: the upper triangle and
 // underflowed decays give exact zeros, whatever the product held there).
 void mask_scores(const ChunkedParams& p, const float* D, float* scores) {
-  for (int64_t x = 0; x < p.C * p.C; ++x) scores[x] = D[x] != 0.0f ? p.scale * scores[x] * D[x] : 0.0f;
+  const float scale = p.scale;  // a local: a store through scores could alias p.scale
+  for (int64_t x = 0; x < p.C * p.C; ++x) scores[x] = D[x] != 0.0f ? scale * scores[x] * D[x] : 0.0f;
 }
-
-// 16 floats: one AVX-512 register with -march=native (GCC vector extension).
-typedef float Vec16 __attribute__((vector_size(64)));
 
 // T = (I + A)^-1 of chunk n by forward substitution, row by row: T_i = e_i -
 // sum_{j<i} A_ij T_j. I + A is unit lower triangular, so T exists. Row j of T is zero
@@ -198,7 +237,7 @@ typedef float Vec16 __attribute__((vector_size(64)));
 // [C * padded16(C) + C] whose row stride is padded to whole vectors.
 void invert_unit_lower(const ChunkedParams& p, int64_t n, const float* kk, const float* D, float* T,
                        float* scratch) {
-  const int64_t C = p.C, Cp = (C + 15) / 16 * 16;
+  const int64_t C = p.C, Cp = padded16(C);
   float* rows = scratch;
   float* a = rows + C * Cp;  // A_ij of the current row i
   const float* beta = p.beta + n * C;
@@ -209,18 +248,9 @@ void invert_unit_lower(const ChunkedParams& p, int64_t n, const float* kk, const
       Vec16 acc[4] = {};
       int64_t j = x;
       for (; j + 4 <= i; j += 4)
-        for (int64_t u = 0; u < 4; ++u) {
-          Vec16 w;
-          std::memcpy(&w, rows + (j + u) * Cp + x, sizeof(Vec16));
-          acc[u] += a[j + u] * w;
-        }
-      for (; j < i; ++j) {
-        Vec16 w;
-        std::memcpy(&w, rows + j * Cp + x, sizeof(Vec16));
-        acc[0] += a[j] * w;
-      }
-      const Vec16 row = -((acc[0] + acc[1]) + (acc[2] + acc[3]));
-      std::memcpy(ti + x, &row, sizeof(Vec16));
+        for (int64_t u = 0; u < 4; ++u) acc[u] += a[j + u] * load16(rows + (j + u) * Cp + x);
+      for (; j < i; ++j) acc[0] += a[j] * load16(rows + j * Cp + x);
+      store16(ti + x, -((acc[0] + acc[1]) + (acc[2] + acc[3])));
     }
     ti[i] = 1.0f;
     std::memcpy(T + i * C, ti, C * sizeof(float));
@@ -322,16 +352,18 @@ void phase_b1_chunk(const ChunkedParams& p, Arrays& a, const float* d_o,
   // subtracts from dG_j. Then P = scale (dO V_new^T) o Gamma o M in place.
   float* P = s.tile2.data();
   tile_product(p.precision, C, C, V, {dO, V}, {vnew, V, true}, P, C);
-  std::fill(dg, dg + C, 0.0f);
+  float* below = s.below.data();
+  std::fill(below, below + padded16(C), 0.0f);
   for (int64_t i = 0; i < C; ++i) {
-    float acc = 0.0f;
-    for (int64_t j = 0; j < i; ++j) {
-      const float term = scores[i * C + j] * P[i * C + j];
-      acc += term;
-      dg[j] -= term;
+    Vec16 row = {};
+    for (int64_t j0 = 0; j0 < i; j0 += kLanes) {
+      const Vec16 term = lanes_below(j0, i) ? load16(scores + i * C + j0) * load16(P + i * C + j0) : Vec16{};
+      row += term;
+      store16(below + j0, load16(below + j0) + term);
     }
-    dg[i] += acc;
+    dg[i] = lane_sum(row);
   }
+  for (int64_t j = 0; j < C; ++j) dg[j] -= below[j];
   mask_scores(p, D, P);
   // dQ = scale diag(gamma) dO S_c^T + P K; the first term gives dG_i += q_i . dq_i^inter.
   tile_product(p.precision, C, K, V, {dO, V}, {a.h.data() + n * KV, V, true}, dq, K);
@@ -401,22 +433,30 @@ void phase_b2_chunk(const ChunkedParams& p, Arrays& a, const ChunkedGrads& grads
     dbeta[i] = gamma * sk + dot(dkbg + K, p.v + r * V, V);
     dg[i] += b * gamma * sk;
   }
-  // Through A_ij = beta_i (k_i . k_j) Gamma_ij, i > j.
+  // Through A_ij = beta_i (k_i . k_j) Gamma_ij, i > j: E's strictly lower part row by row
+  // (every 16-column block of each row, zeros from column i on; a block that runs past
+  // its row spills zeros into the next row, which is written after it), then E += E^T.
+  float* below = s.below.data();
+  std::fill(below, below + padded16(C), 0.0f);
   for (int64_t i = 0; i < C; ++i) {
-    float db = 0.0f, dgi = 0.0f;
-    for (int64_t j = 0; j < i; ++j) {
-      const float e = dA[i * C + j] * D[i * C + j];
-      const float ekk = e * kk[i * C + j];
+    const float b = beta[i];
+    Vec16 db = {};
+    for (int64_t j0 = 0; j0 < C; j0 += kLanes) {
+      const Mask16 m = lanes_below(j0, i);
+      const Vec16 e = m ? load16(dA + i * C + j0) * load16(D + i * C + j0) : Vec16{};
+      const Vec16 ekk = m ? e * load16(kk + i * C + j0) : Vec16{};
       db += ekk;
-      dgi += beta[i] * ekk;
-      dg[j] -= beta[i] * ekk;
-      E[i * C + j] = beta[i] * e;
-      E[j * C + i] = beta[i] * e;
+      store16(below + j0, load16(below + j0) + b * ekk);
+      store16(E + i * C + j0, b * e);
     }
-    E[i * C + i] = 0.0f;
-    dbeta[i] += db;
-    dg[i] += dgi;
+    const float sum = lane_sum(db);
+    dbeta[i] += sum;
+    dg[i] += b * sum;
   }
+  for (int64_t j = 0; j < C; ++j) dg[j] -= below[j];
+  float* Et = s.tile.data();  // dA is spent
+  pack_transposed(E, C, C, C, Et, C);
+  for (int64_t x = 0; x < C * C; ++x) E[x] += Et[x];
   tile_product(p.precision, C, K, C, {E, C}, {k, K}, dk, K, 1.0f, 1.0f);
   if (grads.dg) {
     float sum = 0.0f;
