@@ -107,10 +107,14 @@ inline Vec16 load16(const float* p) {
 
 inline void store16(float* p, Vec16 v) { std::memcpy(p, &v, sizeof(Vec16)); }
 
+// The sum of v's lanes, halving the vector three times (no chain of 15 dependent adds).
 inline float lane_sum(Vec16 v) {
-  float s = 0.0f;
-  for (int l = 0; l < kLanes; ++l) s += v[l];
-  return s;
+  typedef float Vec8 __attribute__((vector_size(32)));
+  typedef float Vec4 __attribute__((vector_size(16)));
+  const Vec8 h = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +
+                 __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
+  const Vec4 q = __builtin_shufflevector(h, h, 0, 1, 2, 3) + __builtin_shufflevector(h, h, 4, 5, 6, 7);
+  return (q[0] + q[2]) + (q[1] + q[3]);
 }
 
 // Lanes l with j0 + l < i: the strictly lower part of row i in the block of columns from j0.
@@ -137,6 +141,21 @@ inline float dot(const float* a, const float* b, int64_t n) {
   return s;
 }
 
+// bf16 packings (tile_gemm_bf16.h) of one product operand for every chunk, made by the
+// first product that reads a chunk's operand and reused by the later ones; empty in fp32.
+template <class Packed>
+struct ChunkPackings {
+  AlignedBuffer words;  // uint32 words in float-sized slots, per_chunk of them per chunk
+  int64_t per_chunk = 0;
+  std::vector<Packed> of;  // of[n]: chunk n's packing, once made
+
+  ChunkPackings() = default;
+  ChunkPackings(int64_t N, int64_t words_per_chunk) : words(N * words_per_chunk), per_chunk(words_per_chunk), of(N) {}
+  uint32_t* words_of(int64_t n) { return reinterpret_cast<uint32_t*>(words.data()) + n * per_chunk; }
+  // Chunk n's packing for a product, or null in fp32.
+  const Packed* get(int64_t n) const { return of.empty() ? nullptr : &of[n]; }
+};
+
 // Which pass the arrays serve: the backward keeps more of phase A (K K^T, scale diag(gamma) Q, T).
 enum class Pass { forward, backward };
 
@@ -155,17 +174,51 @@ struct Arrays {
   AlignedBuffer dwu;   // [N, C, K+V]   [dW | dU = dV_new]
   AlignedBuffer dh;    // [N, K, V]     dL/dS_{c+1}
   AlignedBuffer dG;    // [N, C]        dL/dG
+  // bf16 only: operands read by more than one product
+  ChunkPackings<PackedB> kt;  // K^T as op(B)   (phase A's K K^T; Q K^T in phase B or B1)
+  ChunkPackings<PackedB> hb;  // S_c as op(B)   (the state pass; phase B)
+  ChunkPackings<PackedB> kb;  // K as op(B)     (backward: B1's P K; B2's E K)
+  ChunkPackings<PackedB> ht;  // S_c^T as op(B) (backward: B1's dO S_c^T; B2's dV_new S_c^T)
+  ChunkPackings<PackedB> dob; // dO as op(B)    (backward: B1; the reverse state pass)
 
   Arrays(const ChunkedParams& p, Pass pass) {
     const int64_t N = p.BH * p.NT, C = p.C, K = p.K, V = p.V;
+    const bool bf16 = p.precision == Precision::bf16;
     // The C x C arrays end in one vector of padding, like a tile (tile_floats).
     G = AlignedBuffer(N * C), decay = AlignedBuffer(N * C * C + kLanes), wu = AlignedBuffer(N * C * (K + V));
     vnew = AlignedBuffer(N * C * V), kdecay = AlignedBuffer(N * C * K), h = AlignedBuffer(N * K * V);
+    if (bf16) kt = {N, packed_b_words(K, C)}, hb = {N, packed_b_words(K, V)};
     if (pass == Pass::forward) return;
     kk = AlignedBuffer(N * C * C + kLanes), qg = AlignedBuffer(N * C * K), tinv = AlignedBuffer(N * C * C + kLanes);
     dwu = AlignedBuffer(N * C * (K + V)), dh = AlignedBuffer(N * K * V), dG = AlignedBuffer(N * C);
+    if (bf16) kb = {N, packed_b_words(C, K)}, ht = {N, packed_b_words(V, K)}, dob = {N, packed_b_words(C, V)};
   }
 };
+
+// A product operand: its floats and, for bf16, its packing when one is shared (else null:
+// the product packs the floats itself).
+struct OperandA {
+  TileOperand f;
+  const PackedA* packed = nullptr;
+};
+struct OperandB {
+  TileOperand f;
+  const PackedB* packed = nullptr;
+};
+
+// One of the kernel's products in p.precision: tile_product, with the shared packings used
+// in bf16 (the same words the product would pack, so the same results).
+void product(const ChunkedParams& p, int64_t M, int64_t N, int64_t K, const OperandA& a, const OperandB& b, float* c,
+             int64_t ldc, float alpha = 1.0f, float beta = 0.0f) {
+  if (p.precision == Precision::bf16 && a.packed && b.packed)
+    tile_gemm_bf16(M, N, K, *a.packed, *b.packed, c, ldc, alpha, beta);
+  else if (p.precision == Precision::bf16 && a.packed)
+    tile_gemm_bf16(M, N, K, *a.packed, b.f, c, ldc, alpha, beta);
+  else if (p.precision == Precision::bf16 && b.packed)
+    tile_gemm_bf16(M, N, K, a.f, *b.packed, c, ldc, alpha, beta);
+  else
+    tile_product(p.precision, M, N, K, a.f, b.f, c, ldc, alpha, beta);
+}
 
 // One thread's tiles for the chunk it is working on.
 struct Scratch {
@@ -176,6 +229,8 @@ struct Scratch {
   AlignedBuffer rows;   // [C, K]
   AlignedBuffer solve;  // the triangular inverse's rows, see invert_unit_lower
   AlignedBuffer below;  // [padded16(C)]  per column j, a sum over the rows i > j
+  AlignedBuffer words;  // bf16: a chunk's packing of K or dO as op(A), for two products
+  PackedA packed;       // bf16: that packing
 
   explicit Scratch(const ChunkedParams& p)
       : kk(tile_floats(p.C)),
@@ -184,7 +239,11 @@ struct Scratch {
         kvb(p.C * (p.K + p.V)),
         rows(p.C * p.K),
         solve(p.C * padded16(p.C) + p.C),
-        below(padded16(p.C)) {}
+        below(padded16(p.C)),
+        words(p.precision == Precision::bf16 ? packed_a_words(p.C, std::max(p.K, p.V)) : 0),
+        packed{} {}
+
+  uint32_t* packing_words() { return reinterpret_cast<uint32_t*>(words.data()); }
 };
 
 // Runs body(i, scratch) for i in [0, count), OpenMP over i, one Scratch per thread.
@@ -233,13 +292,14 @@ void mask_scores(const ChunkedParams& p, const float* D, float* scores) {
 // sum_{j<i} A_ij T_j. I + A is unit lower triangular, so T exists. Row j of T is zero
 // beyond column j, so 16-column slab v of T_i sums only over 16 v <= j < i; each slab's
 // sum runs in four independent accumulators (a single running row would chain every
-// update through a store and a reload). The rows are built in `scratch`
-// [C * padded16(C) + C] whose row stride is padded to whole vectors.
+// update through a store and a reload). The rows are built with a row stride padded to
+// whole vectors: in T itself when C is a whole number of vectors, else in `scratch`
+// [C * padded16(C) + C] and copied into T.
 void invert_unit_lower(const ChunkedParams& p, int64_t n, const float* kk, const float* D, float* T,
                        float* scratch) {
   const int64_t C = p.C, Cp = padded16(C);
-  float* rows = scratch;
-  float* a = rows + C * Cp;  // A_ij of the current row i
+  float* rows = Cp == C ? T : scratch;
+  float* a = scratch + C * Cp;  // A_ij of the current row i
   const float* beta = p.beta + n * C;
   for (int64_t i = 0; i < C; ++i) {
     for (int64_t j = 0; j < i; ++j) a[j] = beta[i] * kk[i * C + j] * D[i * C + j];
@@ -253,7 +313,7 @@ void invert_unit_lower(const ChunkedParams& p, int64_t n, const float* kk, const
       store16(ti + x, -((acc[0] + acc[1]) + (acc[2] + acc[3])));
     }
     ti[i] = 1.0f;
-    std::memcpy(T + i * C, ti, C * sizeof(float));
+    if (rows != T) std::memcpy(T + i * C, ti, C * sizeof(float));
   }
 }
 
@@ -279,7 +339,13 @@ void phase_a_chunk(const ChunkedParams& p, Arrays& a, Pass pass, int64_t n, Scra
     for (int64_t x = 0; x < V; ++x) row[K + x] = b * p.v[(n * C + i) * V + x];
   }
   float* kk = backward ? a.kk.data() + n * C * C : s.kk.data();
-  tile_product(p.precision, C, C, K, {k, K}, {k, K, true}, kk, C);
+  const PackedA* ka = nullptr;  // bf16: K as op(A), and from its words K^T as op(B)
+  if (p.precision == Precision::bf16) {
+    s.packed = pack_a_bf16(C, K, {k, K}, s.packing_words());
+    ka = &s.packed;
+    a.kt.of[n] = pack_b_from_a(C, K, s.packed, a.kt.words_of(n));
+  }
+  product(p, C, C, K, {{k, K}, ka}, {{k, K, true}, a.kt.get(n)}, kk, C);
   float* T = backward ? a.tinv.data() + n * C * C : s.tile.data();
   invert_unit_lower(p, n, kk, D, T, s.solve.data());
   float* wu = a.wu.data() + n * C * KV1;
@@ -297,7 +363,8 @@ void state_step(const ChunkedParams& p, Arrays& a, int64_t bh, int64_t c, float*
   const int64_t n = bh * NT + c;
   const float* S = h + c * KV;
   float* vn = a.vnew.data() + n * C * V;
-  tile_product(p.precision, C, V, K, {a.wu.data() + n * C * KV1, KV1}, {S, V}, vn, V, -1.0f, 1.0f);
+  if (p.precision == Precision::bf16) a.hb.of[n] = pack_b_bf16(K, V, {S, V}, a.hb.words_of(n));
+  product(p, C, V, K, {{a.wu.data() + n * C * KV1, KV1}}, {{S, V}, a.hb.get(n)}, vn, V, -1.0f, 1.0f);
   float* next = c + 1 < NT ? h + (c + 1) * KV : (ht ? ht + bh * KV : nullptr);
   if (!next) return;
   const float e = exp_nonpositive(a.G.data()[n * C + C - 1]);
@@ -321,7 +388,7 @@ void reverse_state_step(const ChunkedParams& p, Arrays& a, int64_t bh, int64_t c
   float* prev = c > 0 ? dh + (c - 1) * KV : dh0 + bh * KV;
   const float e = exp_nonpositive(a.G.data()[n * C + C - 1]);
   for (int64_t x = 0; x < KV; ++x) prev[x] = e * dS[x];
-  tile_product(p.precision, K, V, C, {a.qg.data() + n * C * K, K, true}, {d_o + n * C * V, V}, prev, V, 1.0f, 1.0f);
+  product(p, K, V, C, {{a.qg.data() + n * C * K, K, true}}, {{d_o + n * C * V, V}, a.dob.get(n)}, prev, V, 1.0f, 1.0f);
   tile_product(p.precision, K, V, C, {a.wu.data() + n * C * KV1, KV1, true}, {dvn, KV1}, prev, V, -1.0f, 1.0f);
 }
 
@@ -344,14 +411,23 @@ void phase_b1_chunk(const ChunkedParams& p, Arrays& a, const float* d_o,
   float* dq = grads.dq + n * C * K;
   float* dg = a.dG.data() + n * C;
   // dV_new, local part: (scale Q K^T o Gamma o M)^T dO.
+  const float* h = a.h.data() + n * KV;
+  const bool bf16 = p.precision == Precision::bf16;
+  if (bf16) {
+    a.dob.of[n] = pack_b_bf16(C, V, {dO, V}, a.dob.words_of(n));
+    a.ht.of[n] = pack_b_bf16(V, K, {h, V, true}, a.ht.words_of(n));
+    a.kb.of[n] = pack_b_bf16(C, K, {k, K}, a.kb.words_of(n));
+    s.packed = pack_a_bf16(C, V, {dO, V}, s.packing_words());
+  }
+  const PackedA* doa = bf16 ? &s.packed : nullptr;  // dO as op(A)
   float* scores = s.tile.data();
-  tile_product(p.precision, C, C, K, {q, K}, {k, K, true}, scores, C);
+  product(p, C, C, K, {{q, K}}, {{k, K, true}, a.kt.get(n)}, scores, C);
   mask_scores(p, D, scores);
-  tile_product(p.precision, C, V, C, {scores, C, true}, {dO, V}, a.dwu.data() + n * C * KV1 + K, KV1);
+  product(p, C, V, C, {{scores, C, true}}, {{dO, V}, a.dob.get(n)}, a.dwu.data() + n * C * KV1 + K, KV1);
   // Score pairs i > j: scale Gamma_ij (q_i . k_j)(dO_i . V_new_j) adds to dG_i and
   // subtracts from dG_j. Then P = scale (dO V_new^T) o Gamma o M in place.
   float* P = s.tile2.data();
-  tile_product(p.precision, C, C, V, {dO, V}, {vnew, V, true}, P, C);
+  product(p, C, C, V, {{dO, V}, doa}, {{vnew, V, true}}, P, C);
   float* below = s.below.data();
   std::fill(below, below + padded16(C), 0.0f);
   for (int64_t i = 0; i < C; ++i) {
@@ -366,13 +442,13 @@ void phase_b1_chunk(const ChunkedParams& p, Arrays& a, const float* d_o,
   for (int64_t j = 0; j < C; ++j) dg[j] -= below[j];
   mask_scores(p, D, P);
   // dQ = scale diag(gamma) dO S_c^T + P K; the first term gives dG_i += q_i . dq_i^inter.
-  tile_product(p.precision, C, K, V, {dO, V}, {a.h.data() + n * KV, V, true}, dq, K);
+  product(p, C, K, V, {{dO, V}, doa}, {{h, V, true}, a.ht.get(n)}, dq, K);
   for (int64_t i = 0; i < C; ++i) {
     const float f = p.scale * exp_nonpositive(G[i]);
     for (int64_t x = 0; x < K; ++x) dq[i * K + x] *= f;
     dg[i] += dot(q + i * K, dq + i * K, K);
   }
-  tile_product(p.precision, C, K, C, {P, C}, {k, K}, dq, K, 1.0f, 1.0f);
+  product(p, C, K, C, {{P, C}}, {{k, K}, a.kb.get(n)}, dq, K, 1.0f, 1.0f);
   // dK, score part: P^T Q.
   tile_product(p.precision, C, K, C, {P, C, true}, {q, K}, grads.dk + n * C * K, K);
 }
@@ -413,7 +489,7 @@ void phase_b2_chunk(const ChunkedParams& p, Arrays& a, const ChunkedGrads& grads
   }
   dg[last] += acc;
   // dW = -dV_new S_c^T, the left part of [dW | dU].
-  tile_product(p.precision, C, K, V, {dwu + K, KV1}, {h, V, true}, dwu, KV1, -1.0f);
+  product(p, C, K, V, {{dwu + K, KV1}}, {{h, V, true}, a.ht.get(n)}, dwu, KV1, -1.0f);
   // WY backward: [dKbg | dVb] = T^T [dW | dU], dA = -[dKbg | dVb] [W | U]^T.
   const float* T = a.tinv.data() + n * C * C;
   float* dkvb = s.kvb.data();
@@ -457,7 +533,7 @@ void phase_b2_chunk(const ChunkedParams& p, Arrays& a, const ChunkedGrads& grads
   float* Et = s.tile.data();  // dA is spent
   pack_transposed(E, C, C, C, Et, C);
   for (int64_t x = 0; x < C * C; ++x) E[x] += Et[x];
-  tile_product(p.precision, C, K, C, {E, C}, {k, K}, dk, K, 1.0f, 1.0f);
+  product(p, C, K, C, {{E, C}}, {{k, K}, a.kb.get(n)}, dk, K, 1.0f, 1.0f);
   if (grads.dg) {
     float sum = 0.0f;
     for (int64_t i = C - 1; i >= 0; --i) {
@@ -473,13 +549,13 @@ void phase_b_chunk(const ChunkedParams& p, Arrays& a, float* o, int64_t n, Scrat
   const float* q = p.q + n * C * K;
   const float* G = a.G.data() + n * C;
   float* scores = s.tile.data();
-  tile_product(p.precision, C, C, K, {q, K}, {p.k + n * C * K, K, true}, scores, C);
+  product(p, C, C, K, {{q, K}}, {{p.k + n * C * K, K, true}, a.kt.get(n)}, scores, C);
   mask_scores(p, a.decay.data() + n * C * C, scores);
   float* out = o + n * C * V;
   tile_product(p.precision, C, V, C, {scores, C}, {a.vnew.data() + n * C * V, V}, out, V);
   scale_rows(
       q, C, K, [&](int64_t i) { return p.scale * exp_nonpositive(G[i]); }, s.rows.data());
-  tile_product(p.precision, C, V, K, {s.rows.data(), K}, {a.h.data() + n * K * V, V}, out, V, 1.0f, 1.0f);
+  product(p, C, V, K, {{s.rows.data(), K}}, {{a.h.data() + n * K * V, V}, a.hb.get(n)}, out, V, 1.0f, 1.0f);
 }
 
 // How a call's phases are spread over the threads. per_phase: one thread team per phase,

@@ -188,12 +188,17 @@ PackedB pack_b_bf16(int64_t K, int64_t N, TileOperand b, uint32_t* w) {
     pair_rows(b.p, b.ld, K, N, w, ldw);
     return {w, ldw};
   }
-  // Stored N x K: each row's pairs are adjacent; pair them, then transpose the N x P words.
+  // Stored N x K, i.e. op(B) = X^T for the N x K matrix X: each row's pairs are adjacent;
+  // pair them as X's packing as op(A), then transpose the N x P words.
   thread_local std::vector<uint32_t> rows;
   if (static_cast<int64_t>(rows.size()) < N * P) rows.resize(N * P);
-  pair_columns(b.p, b.ld, N, K, rows.data(), P);
-  pack_transposed(reinterpret_cast<const float*>(rows.data()), P, N, P, reinterpret_cast<float*>(w), ldw);
-  for (int64_t p = 0; p < P; ++p) std::fill(w + p * ldw + N, w + (p + 1) * ldw, 0u);
+  return pack_b_from_a(N, K, pack_a_bf16(N, K, {b.p, b.ld}, rows.data()), w);
+}
+
+PackedB pack_b_from_a(int64_t M, int64_t K, PackedA a, uint32_t* w) {
+  const int64_t P = pairs(K), ldw = padded(M);
+  pack_transposed(reinterpret_cast<const float*>(a.w), a.row, M, P, reinterpret_cast<float*>(w), ldw);
+  for (int64_t p = 0; p < P; ++p) std::fill(w + p * ldw + M, w + (p + 1) * ldw, 0u);
   return {w, ldw};
 }
 
@@ -205,12 +210,32 @@ void tile_gemm_bf16(int64_t M, int64_t N, int64_t K, PackedA a, PackedB b, float
     gemm_portable(M, N, K, a, b, c, ldc, alpha, beta);
 }
 
+namespace {
+
+// Thread-local words for packing operands used once: slot 0 for A, 1 for B.
+uint32_t* packing_words(int slot, int64_t words) {
+  thread_local std::vector<uint32_t> buffers[2];
+  std::vector<uint32_t>& w = buffers[slot];
+  if (static_cast<int64_t>(w.size()) < words) w.resize(words);
+  return w.data();
+}
+
+}  // namespace
+
 void tile_gemm_bf16(int64_t M, int64_t N, int64_t K, TileOperand a, TileOperand b, float* c, int64_t ldc, float alpha,
                     float beta) {
-  thread_local std::vector<uint32_t> wa, wb;
-  if (static_cast<int64_t>(wa.size()) < packed_a_words(M, K)) wa.resize(packed_a_words(M, K));
-  if (static_cast<int64_t>(wb.size()) < packed_b_words(K, N)) wb.resize(packed_b_words(K, N));
-  tile_gemm_bf16(M, N, K, pack_a_bf16(M, K, a, wa.data()), pack_b_bf16(K, N, b, wb.data()), c, ldc, alpha, beta);
+  tile_gemm_bf16(M, N, K, pack_a_bf16(M, K, a, packing_words(0, packed_a_words(M, K))),
+                 pack_b_bf16(K, N, b, packing_words(1, packed_b_words(K, N))), c, ldc, alpha, beta);
+}
+
+void tile_gemm_bf16(int64_t M, int64_t N, int64_t K, PackedA a, TileOperand b, float* c, int64_t ldc, float alpha,
+                    float beta) {
+  tile_gemm_bf16(M, N, K, a, pack_b_bf16(K, N, b, packing_words(1, packed_b_words(K, N))), c, ldc, alpha, beta);
+}
+
+void tile_gemm_bf16(int64_t M, int64_t N, int64_t K, TileOperand a, PackedB b, float* c, int64_t ldc, float alpha,
+                    float beta) {
+  tile_gemm_bf16(M, N, K, pack_a_bf16(M, K, a, packing_words(0, packed_a_words(M, K))), b, c, ldc, alpha, beta);
 }
 
 }  // namespace lat::linear_attention
