@@ -32,7 +32,9 @@ inline void store_vector(Vec16 x, int64_t cols, float* row, float alpha, float b
     store(row, beta == 0.0f ? alpha * x : alpha * x + beta * load(row));
     return;
   }
-  for (int64_t j = 0; j < cols; ++j) row[j] = beta == 0.0f ? alpha * x[j] : alpha * x[j] + beta * row[j];
+  float t[kLanes];  // lanes by a run-time index: a copy, so that x stays in a register
+  std::memcpy(t, &x, sizeof(t));
+  for (int64_t j = 0; j < cols; ++j) row[j] = beta == 0.0f ? alpha * t[j] : alpha * t[j] + beta * row[j];
 }
 
 // C rows [r0, r0 + R) x columns [c0, c0 + cols), cols <= 16 NV, = alpha op(A) op(B) + beta C,
@@ -49,9 +51,14 @@ inline void register_tile(int64_t K, const TileOperand& a, int64_t r0, const flo
       for (int v = 0; v < NV; ++v) acc[i][v] += x * b[v];
     }
   }
+  // Unrolled, so that every accumulator is a named register (a loop would index them in memory).
+#pragma GCC unroll 8
   for (int i = 0; i < R; ++i)
-    for (int v = 0; v < NV && v * kLanes < cols; ++v)
-      store_vector(acc[i][v], std::min(kLanes, cols - v * kLanes), c + (r0 + i) * ldc + c0 + v * kLanes, alpha, beta);
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v)
+      if (cols > v * kLanes)
+        store_vector(acc[i][v], std::min(kLanes, cols - v * kLanes), c + (r0 + i) * ldc + c0 + v * kLanes, alpha,
+                     beta);
 }
 
 // Rows [r0, r0 + R) of C: two-vector column tiles, then one one-vector tile when the
