@@ -88,7 +88,10 @@ LAT_AVX512_BF16 inline void register_tile_avx512(int64_t P, const PackedA& a, in
     }
   }
   const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+  // Unrolled, so that every accumulator is a named register (a loop would index them in memory).
+#pragma GCC unroll 8
   for (int i = 0; i < R; ++i)
+#pragma GCC unroll 2
     for (int v = 0; v < NV; ++v) {
       const __mmask16 m = first_lanes(cols - v * kLanes);
       float* out = c + (r0 + i) * ldc + c0 + v * kLanes;
