@@ -162,6 +162,8 @@ enum class Pass { forward, backward };
 // The whole-problem arrays of one call, indexed by chunk n.
 struct Arrays {
   AlignedBuffer G;       // [N, C]        chunk-local inclusive cumsum of g (Lambda = G_{C-1})
+  AlignedBuffer gamma;   // [N, C]        e^G (gamma_{C-1} = e^Lambda)
+  AlignedBuffer wdecay;  // [N, C]        the write decays e^{Lambda - G}
   AlignedBuffer decay;   // [N, C, C]     Gamma_ij (i >= j), 0 above the diagonal
   AlignedBuffer wu;      // [N, C, K+V]   [W | U]
   AlignedBuffer vnew;    // [N, C, V]     V_new (U until the state pass)
@@ -185,7 +187,8 @@ struct Arrays {
     const int64_t N = p.BH * p.NT, C = p.C, K = p.K, V = p.V;
     const bool bf16 = p.precision == Precision::bf16;
     // The C x C arrays end in one vector of padding, like a tile (tile_floats).
-    G = AlignedBuffer(N * C), decay = AlignedBuffer(N * C * C + kLanes), wu = AlignedBuffer(N * C * (K + V));
+    G = AlignedBuffer(N * C), gamma = AlignedBuffer(N * C), wdecay = AlignedBuffer(N * C);
+    decay = AlignedBuffer(N * C * C + kLanes), wu = AlignedBuffer(N * C * (K + V));
     vnew = AlignedBuffer(N * C * V), kdecay = AlignedBuffer(N * C * K), h = AlignedBuffer(N * K * V);
     if (bf16) kt = {N, packed_b_words(K, C)}, hb = {N, packed_b_words(K, V)};
     if (pass == Pass::forward) return;
@@ -257,13 +260,23 @@ void parallel_for(const ChunkedParams& p, int64_t count, const Body& body) {
   }
 }
 
-// The chunk-local cumsum G [C] and the decay matrix Gamma [C, C] of chunk n.
-void chunk_decays(const ChunkedParams& p, int64_t n, float* G, float* D) {
+// The chunk-local cumsum G [C], its row decays gamma = e^G and e^{Lambda - G} [C] (in one
+// vector loop, for every later use), and the decay matrix Gamma [C, C] of chunk n, in a.
+void chunk_decays(const ChunkedParams& p, Arrays& a, int64_t n) {
   const int64_t C = p.C;
+  float* G = a.G.data() + n * C;
+  float* gamma = a.gamma.data() + n * C;
+  float* wdecay = a.wdecay.data() + n * C;
+  float* D = a.decay.data() + n * C * C;
   float acc = 0.0f;
   for (int64_t i = 0; i < C; ++i) {
     if (p.g) acc += std::max(p.g[n * C + i], kMinLogDecay);
     G[i] = acc;
+  }
+  const float lambda = G[C - 1];
+  for (int64_t i = 0; i < C; ++i) {
+    gamma[i] = exp_nonpositive(G[i]);
+    wdecay[i] = exp_nonpositive(lambda - G[i]);
   }
   for (int64_t i = 0; i < C; ++i) {
     float* row = D + i * C;
@@ -323,17 +336,17 @@ void phase_a_chunk(const ChunkedParams& p, Arrays& a, Pass pass, int64_t n, Scra
   const bool backward = pass == Pass::backward;
   const int64_t C = p.C, K = p.K, V = p.V, KV1 = K + V;
   const float* k = p.k + n * C * K;
-  float* G = a.G.data() + n * C;
-  float* D = a.decay.data() + n * C * C;
-  chunk_decays(p, n, G, D);
-  const float lambda = G[C - 1];
+  chunk_decays(p, a, n);
+  const float* D = a.decay.data() + n * C * C;
+  const float* gamma = a.gamma.data() + n * C;
+  const float* wdecay = a.wdecay.data() + n * C;
   scale_rows(
-      k, C, K, [&](int64_t i) { return exp_nonpositive(lambda - G[i]); }, a.kdecay.data() + n * C * K);
+      k, C, K, [&](int64_t i) { return wdecay[i]; }, a.kdecay.data() + n * C * K);
   if (backward)
     scale_rows(
-        p.q + n * C * K, C, K, [&](int64_t i) { return p.scale * exp_nonpositive(G[i]); }, a.qg.data() + n * C * K);
+        p.q + n * C * K, C, K, [&](int64_t i) { return p.scale * gamma[i]; }, a.qg.data() + n * C * K);
   for (int64_t i = 0; i < C; ++i) {
-    const float b = p.beta[n * C + i], bg = b * exp_nonpositive(G[i]);
+    const float b = p.beta[n * C + i], bg = b * gamma[i];
     float* row = s.kvb.data() + i * KV1;
     for (int64_t x = 0; x < K; ++x) row[x] = bg * k[i * K + x];
     for (int64_t x = 0; x < V; ++x) row[K + x] = b * p.v[(n * C + i) * V + x];
@@ -367,7 +380,7 @@ void state_step(const ChunkedParams& p, Arrays& a, int64_t bh, int64_t c, float*
   product(p, C, V, K, {{a.wu.data() + n * C * KV1, KV1}}, {{S, V}, a.hb.get(n)}, vn, V, -1.0f, 1.0f);
   float* next = c + 1 < NT ? h + (c + 1) * KV : (ht ? ht + bh * KV : nullptr);
   if (!next) return;
-  const float e = exp_nonpositive(a.G.data()[n * C + C - 1]);
+  const float e = a.gamma.data()[n * C + C - 1];
   for (int64_t x = 0; x < KV; ++x) next[x] = e * S[x];
   tile_product(p.precision, K, V, C, {a.kdecay.data() + n * C * K, K, true}, {vn, V}, next, V, 1.0f, 1.0f);
 }
@@ -386,7 +399,7 @@ void reverse_state_step(const ChunkedParams& p, Arrays& a, int64_t bh, int64_t c
   float* dvn = a.dwu.data() + n * C * KV1 + K;
   tile_product(p.precision, C, V, K, {a.kdecay.data() + n * C * K, K}, {dS, V}, dvn, KV1, 1.0f, 1.0f);
   float* prev = c > 0 ? dh + (c - 1) * KV : dh0 + bh * KV;
-  const float e = exp_nonpositive(a.G.data()[n * C + C - 1]);
+  const float e = a.gamma.data()[n * C + C - 1];
   for (int64_t x = 0; x < KV; ++x) prev[x] = e * dS[x];
   product(p, K, V, C, {{a.qg.data() + n * C * K, K, true}}, {{d_o + n * C * V, V}, a.dob.get(n)}, prev, V, 1.0f, 1.0f);
   tile_product(p.precision, K, V, C, {a.wu.data() + n * C * KV1, KV1, true}, {dvn, KV1}, prev, V, -1.0f, 1.0f);
@@ -402,7 +415,7 @@ void reverse_state_step(const ChunkedParams& p, Arrays& a, int64_t bh, int64_t c
 void phase_b1_chunk(const ChunkedParams& p, Arrays& a, const float* d_o,
                     const ChunkedGrads& grads, int64_t n, Scratch& s) {
   const int64_t C = p.C, K = p.K, V = p.V, KV1 = K + V, KV = K * V;
-  const float* G = a.G.data() + n * C;
+  const float* gamma = a.gamma.data() + n * C;
   const float* D = a.decay.data() + n * C * C;
   const float* q = p.q + n * C * K;
   const float* k = p.k + n * C * K;
@@ -444,7 +457,7 @@ void phase_b1_chunk(const ChunkedParams& p, Arrays& a, const float* d_o,
   // dQ = scale diag(gamma) dO S_c^T + P K; the first term gives dG_i += q_i . dq_i^inter.
   product(p, C, K, V, {{dO, V}, doa}, {{h, V, true}, a.ht.get(n)}, dq, K);
   for (int64_t i = 0; i < C; ++i) {
-    const float f = p.scale * exp_nonpositive(G[i]);
+    const float f = p.scale * gamma[i];
     for (int64_t x = 0; x < K; ++x) dq[i * K + x] *= f;
     dg[i] += dot(q + i * K, dq + i * K, K);
   }
@@ -459,7 +472,8 @@ void phase_b1_chunk(const ChunkedParams& p, Arrays& a, const float* d_o,
 void phase_b2_chunk(const ChunkedParams& p, Arrays& a, const ChunkedGrads& grads, int64_t n,
                     Scratch& s) {
   const int64_t NT = p.NT, C = p.C, K = p.K, V = p.V, KV1 = K + V, KV = K * V;
-  const float* G = a.G.data() + n * C;
+  const float* gamma = a.gamma.data() + n * C;
+  const float* wdecay = a.wdecay.data() + n * C;
   const float* D = a.decay.data() + n * C * C;
   const float* k = p.k + n * C * K;
   const float* beta = p.beta + n * C;
@@ -474,11 +488,10 @@ void phase_b2_chunk(const ChunkedParams& p, Arrays& a, const ChunkedGrads& grads
   // (last, last) has no decay and is left out).
   float* dk_inter = s.rows.data();
   tile_product(p.precision, C, K, V, {a.vnew.data() + n * C * V, V}, {dh, V, true}, dk_inter, K);
-  const float lambda = G[C - 1];
   const int64_t last = std::min(C, p.T - (n % NT) * C) - 1;
-  float acc = exp_nonpositive(lambda) * dot(h, dh, KV);
+  float acc = gamma[C - 1] * dot(h, dh, KV);
   for (int64_t i = 0; i < C; ++i) {
-    const float f = exp_nonpositive(lambda - G[i]);
+    const float f = wdecay[i];
     for (int64_t x = 0; x < K; ++x) dk_inter[i * K + x] *= f;
     if (i < last) {
       const float term = dot(k + i * K, dk_inter + i * K, K);
@@ -501,13 +514,13 @@ void phase_b2_chunk(const ChunkedParams& p, Arrays& a, const ChunkedGrads& grads
   float* dbeta = grads.dbeta + n * C;
   for (int64_t i = 0; i < C; ++i) {
     const int64_t r = n * C + i;
-    const float gamma = exp_nonpositive(G[i]), b = beta[i];
+    const float gi = gamma[i], b = beta[i];
     const float* dkbg = dkvb + i * KV1;
     const float sk = dot(dkbg, k + i * K, K);
-    for (int64_t x = 0; x < K; ++x) dk[i * K + x] += b * gamma * dkbg[x];
+    for (int64_t x = 0; x < K; ++x) dk[i * K + x] += b * gi * dkbg[x];
     for (int64_t x = 0; x < V; ++x) grads.dv[r * V + x] = b * dkbg[K + x];
-    dbeta[i] = gamma * sk + dot(dkbg + K, p.v + r * V, V);
-    dg[i] += b * gamma * sk;
+    dbeta[i] = gi * sk + dot(dkbg + K, p.v + r * V, V);
+    dg[i] += b * gi * sk;
   }
   // Through A_ij = beta_i (k_i . k_j) Gamma_ij, i > j: E's strictly lower part row by row
   // (every 16-column block of each row, zeros from column i on; a block that runs past
@@ -547,14 +560,14 @@ void phase_b2_chunk(const ChunkedParams& p, Arrays& a, const ChunkedGrads& grads
 void phase_b_chunk(const ChunkedParams& p, Arrays& a, float* o, int64_t n, Scratch& s) {
   const int64_t C = p.C, K = p.K, V = p.V;
   const float* q = p.q + n * C * K;
-  const float* G = a.G.data() + n * C;
+  const float* gamma = a.gamma.data() + n * C;
   float* scores = s.tile.data();
   product(p, C, C, K, {{q, K}}, {{p.k + n * C * K, K, true}, a.kt.get(n)}, scores, C);
   mask_scores(p, a.decay.data() + n * C * C, scores);
   float* out = o + n * C * V;
   tile_product(p.precision, C, V, C, {scores, C}, {a.vnew.data() + n * C * V, V}, out, V);
   scale_rows(
-      q, C, K, [&](int64_t i) { return p.scale * exp_nonpositive(G[i]); }, s.rows.data());
+      q, C, K, [&](int64_t i) { return p.scale * gamma[i]; }, s.rows.data());
   product(p, C, V, K, {{s.rows.data(), K}}, {{a.h.data() + n * K * V, V}, a.hb.get(n)}, out, V, 1.0f, 1.0f);
 }
 
