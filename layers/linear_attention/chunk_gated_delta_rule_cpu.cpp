@@ -58,6 +58,7 @@
 #include "layers/linear_attention/delta_kernels.h"
 #include "layers/linear_attention/qk_l2norm.h"
 #include "layers/linear_attention/tile_gemm_bf16.h"
+#include "layers/linear_attention/vec16.h"
 
 namespace lat::linear_attention {
 namespace {
@@ -93,29 +94,8 @@ struct ChunkedGrads {
 // 0 either way, while -inf (a full reset) would make G_i - G_j = -inf - (-inf) = NaN.
 constexpr float kMinLogDecay = -100.0f;
 
-// 16 floats: one AVX-512 register with -march=native (GCC vector extension; split into
-// narrower registers elsewhere), and its mask type.
-typedef float Vec16 __attribute__((vector_size(64)));
+// Vec16's mask type.
 typedef int32_t Mask16 __attribute__((vector_size(64)));
-constexpr int64_t kLanes = 16;
-
-inline Vec16 load16(const float* p) {
-  Vec16 v;
-  std::memcpy(&v, p, sizeof(Vec16));
-  return v;
-}
-
-inline void store16(float* p, Vec16 v) { std::memcpy(p, &v, sizeof(Vec16)); }
-
-// The sum of v's lanes, halving the vector three times (no chain of 15 dependent adds).
-inline float lane_sum(Vec16 v) {
-  typedef float Vec8 __attribute__((vector_size(32)));
-  typedef float Vec4 __attribute__((vector_size(16)));
-  const Vec8 h = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +
-                 __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
-  const Vec4 q = __builtin_shufflevector(h, h, 0, 1, 2, 3) + __builtin_shufflevector(h, h, 4, 5, 6, 7);
-  return (q[0] + q[2]) + (q[1] + q[3]);
-}
 
 // Lanes l with j0 + l < i: the strictly lower part of row i in the block of columns from j0.
 inline Mask16 lanes_below(int64_t j0, int64_t i) {
@@ -128,18 +108,6 @@ int64_t padded16(int64_t n) { return (n + kLanes - 1) / kLanes * kLanes; }
 // A C x C tile's floats: C * C plus one vector, so that the last row's last 16-column
 // block may be loaded and stored whole (lanes_below masks what lies past the row).
 int64_t tile_floats(int64_t C) { return C * C + kLanes; }
-
-// a . b in four vector accumulators (the order of the sum is not the sequential one).
-inline float dot(const float* a, const float* b, int64_t n) {
-  Vec16 acc[4] = {};
-  int64_t i = 0;
-  for (; i + 4 * kLanes <= n; i += 4 * kLanes)
-    for (int u = 0; u < 4; ++u) acc[u] += load16(a + i + u * kLanes) * load16(b + i + u * kLanes);
-  for (; i + kLanes <= n; i += kLanes) acc[0] += load16(a + i) * load16(b + i);
-  float s = lane_sum((acc[0] + acc[1]) + (acc[2] + acc[3]));
-  for (; i < n; ++i) s += a[i] * b[i];
-  return s;
-}
 
 // bf16 packings (tile_gemm_bf16.h) of one product operand for every chunk, made by the
 // first product that reads a chunk's operand and reused by the later ones; empty in fp32.

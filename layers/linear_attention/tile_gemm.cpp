@@ -7,29 +7,18 @@
 #include <cstring>
 #include <vector>
 
+#include "layers/linear_attention/vec16.h"
+
 namespace lat::linear_attention {
 namespace {
 
-// 16 floats: one AVX-512 register with -march=native (GCC vector extension; split into
-// narrower registers elsewhere).
-typedef float Vec16 __attribute__((vector_size(64)));
-
 constexpr int64_t kRows = 8;  // rows of C per register tile
-constexpr int64_t kLanes = 16;
-
-inline Vec16 load(const float* p) {
-  Vec16 v;
-  std::memcpy(&v, p, sizeof(Vec16));
-  return v;
-}
-
-inline void store(float* p, Vec16 v) { std::memcpy(p, &v, sizeof(Vec16)); }
 
 // C[r0 + i, c0 + j) for j < cols (<= 16) = alpha x_j + beta C (C only written when beta is
 // 0): whole vectors straight from the register, a ragged last one lane by lane.
 inline void store_vector(Vec16 x, int64_t cols, float* row, float alpha, float beta) {
   if (cols == kLanes) {
-    store(row, beta == 0.0f ? alpha * x : alpha * x + beta * load(row));
+    store16(row, beta == 0.0f ? alpha * x : alpha * x + beta * load16(row));
     return;
   }
   float t[kLanes];  // lanes by a run-time index: a copy, so that x stays in a register
@@ -45,7 +34,7 @@ inline void register_tile(int64_t K, const TileOperand& a, int64_t r0, const flo
   Vec16 acc[R][NV] = {};
   for (int64_t k = 0; k < K; ++k) {
     Vec16 b[NV];
-    for (int v = 0; v < NV; ++v) b[v] = load(bp + k * ldb + c0 + v * kLanes);
+    for (int v = 0; v < NV; ++v) b[v] = load16(bp + k * ldb + c0 + v * kLanes);
     for (int i = 0; i < R; ++i) {
       const float x = TransA ? a.p[k * a.ld + r0 + i] : a.p[(r0 + i) * a.ld + k];
       for (int v = 0; v < NV; ++v) acc[i][v] += x * b[v];
@@ -112,7 +101,7 @@ void pack_transposed(const float* b, int64_t ld, int64_t N, int64_t K, float* pa
   for (int64_t j0 = 0; j0 < N16; j0 += 16)
     for (int64_t k0 = 0; k0 < K16; k0 += 16) {
       Vec16 r[16], t[16];
-      for (int i = 0; i < 16; ++i) r[i] = load(b + (j0 + i) * ld + k0);
+      for (int i = 0; i < 16; ++i) r[i] = load16(b + (j0 + i) * ld + k0);
       for (int i = 0; i < 16; i += 2) {
         t[i] = unpack_lo32(r[i], r[i + 1]);
         t[i + 1] = unpack_hi32(r[i], r[i + 1]);
