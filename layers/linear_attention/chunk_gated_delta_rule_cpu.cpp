@@ -391,7 +391,6 @@ void phase_b1_chunk(const ChunkedParams& p, Arrays& a, const float* d_o,
   const float* vnew = a.vnew.data() + n * C * V;
   float* dq = grads.dq + n * C * K;
   float* dg = a.dG.data() + n * C;
-  // dV_new, local part: (scale Q K^T o Gamma o M)^T dO.
   const float* h = a.h.data() + n * KV;
   const bool bf16 = p.precision == Precision::bf16;
   if (bf16) {
@@ -401,6 +400,7 @@ void phase_b1_chunk(const ChunkedParams& p, Arrays& a, const float* d_o,
     s.packed = pack_a_bf16(C, V, {dO, V}, s.packing_words());
   }
   const PackedA* doa = bf16 ? &s.packed : nullptr;  // dO as op(A)
+  // dV_new, local part: (scale Q K^T o Gamma o M)^T dO.
   float* scores = s.tile.data();
   product(p, C, C, K, {{q, K}}, {{k, K, true}, a.kt.get(n)}, scores, C);
   mask_scores(p, D, scores);

@@ -10,6 +10,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cassert>
 #include <cstring>
 #include <vector>
 
@@ -199,6 +200,7 @@ PackedB pack_b_bf16(int64_t K, int64_t N, TileOperand b, uint32_t* w) {
 }
 
 PackedB pack_b_from_a(int64_t M, int64_t K, PackedA a, uint32_t* w) {
+  assert(a.pair == 1 && "pack_b_from_a: a must pack an untransposed op(A)");
   const int64_t P = pairs(K), ldw = padded(M);
   pack_transposed(reinterpret_cast<const float*>(a.w), a.row, M, P, reinterpret_cast<float*>(w), ldw);
   for (int64_t p = 0; p < P; ++p) std::fill(w + p * ldw + M, w + (p + 1) * ldw, 0u);
