@@ -294,7 +294,7 @@ void invert_unit_lower(const ChunkedParams& p, int64_t n, const float* kk, const
       store16(ti + x, -((acc[0] + acc[1]) + (acc[2] + acc[3])));
     }
     ti[i] = 1.0f;
-    if (rows != T) copy_floats(ti, C, T + i * C);
+    if (rows != T) std::memcpy(T + i * C, ti, C * sizeof(float));
   }
 }
 
@@ -331,7 +331,7 @@ void phase_a_chunk(const ChunkedParams& p, Arrays& a, Pass pass, int64_t n, Scra
   invert_unit_lower(p, n, kk, D, T, s.solve.data());
   float* wu = a.wu.data() + n * C * KV1;
   tile_product(p.precision, C, KV1, C, {T, C}, {s.kvb.data(), KV1}, wu, KV1);
-  for (int64_t i = 0; i < C; ++i) copy_floats(wu + i * KV1 + K, V, a.vnew.data() + (n * C + i) * V);
+  for (int64_t i = 0; i < C; ++i) std::memcpy(a.vnew.data() + (n * C + i) * V, wu + i * KV1 + K, V * sizeof(float));
 }
 
 // Chunk c of head bh in the forward state pass: V_new = U - W S_c over the copy of U and

@@ -30,15 +30,16 @@ void for_each_head(const std::vector<Array>& arrays, int64_t B, int64_t T, int64
       for (const Array& x : arrays) copy(x, (b * T * H + h) * x.D, (b * H + h) * padded * x.D, padded);
 }
 
-// T rows of D floats from src (row stride ld_src) to dst (row stride ld_dst): a row of a
-// head (D = K or V) is a few vectors, and a [B, T, H] array's (D = 1) a single float, so
-// they are copied inline rather than by one library call per row.
+// T rows of D floats from src (row stride ld_src) to dst (row stride ld_dst). A [B, T, H]
+// array (D = 1) is a strided gather or scatter, not one memcpy call per float. (Rows of a
+// head, D = K or V, stay memcpy calls: an inline loop of vector copies, each store waiting
+// on its load from the strided API layout, measured slower than the library's
+// loads-first copy.)
 void copy_rows(const float* src, int64_t ld_src, float* dst, int64_t ld_dst, int64_t T, int64_t D) {
-  if (D == 1) {
+  if (D == 1)
     for (int64_t t = 0; t < T; ++t) dst[t * ld_dst] = src[t * ld_src];
-    return;
-  }
-  for (int64_t t = 0; t < T; ++t) copy_floats(src + t * ld_src, D, dst + t * ld_dst);
+  else
+    for (int64_t t = 0; t < T; ++t) std::memcpy(dst + t * ld_dst, src + t * ld_src, D * sizeof(float));
 }
 
 }  // namespace
@@ -65,7 +66,7 @@ void gather_chunk(const float* x, int64_t T, int64_t H, int64_t D, int64_t C, in
     int64_t t = c * C + r;
     float* row = dst + r * cols;
     if (t < T) {
-      copy_floats(x + ((b * T + t) * H + h) * D, D, row);
+      std::memcpy(row, x + ((b * T + t) * H + h) * D, D * sizeof(float));
       if (ones_column) row[D] = 1.0f;
     } else {
       std::memset(row, 0, cols * sizeof(float));
@@ -78,7 +79,7 @@ void scatter_chunk(const float* src, int64_t cols, int64_t T, int64_t H, int64_t
   int64_t NT = num_chunks(T, C);
   int64_t bh = n / NT, c = n % NT, b = bh / H, h = bh % H;
   for (int64_t r = 0; r < C && c * C + r < T; ++r)
-    copy_floats(src + r * cols, D, x + ((b * T + c * C + r) * H + h) * D);
+    std::memcpy(x + ((b * T + c * C + r) * H + h) * D, src + r * cols, D * sizeof(float));
 }
 
 }  // namespace lat::linear_attention

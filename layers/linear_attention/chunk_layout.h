@@ -8,7 +8,6 @@
 // array then has one stride over the chunks n = (b*H + h)*NT + c.
 #pragma once
 #include <cstdint>
-#include <cstring>
 #include <vector>
 
 namespace lat::linear_attention {
@@ -16,15 +15,6 @@ namespace lat::linear_attention {
 /// dst[0, n) = src[0, n), or zeros when src is null (an optional initial state or
 /// final-state gradient).
 void copy_or_zero(const float* src, int64_t n, float* dst);
-
-/// dst[0, n) = src[0, n) for a short row (a head's K or V floats): whole 16-float blocks as
-/// fixed-size copies, which compile to vector moves in place, then the rest; a library
-/// call per row costs more than the copy at these sizes.
-inline void copy_floats(const float* src, int64_t n, float* dst) {
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) std::memcpy(dst + i, src + i, 16 * sizeof(float));
-  for (; i < n; ++i) dst[i] = src[i];
-}
 
 /// One array to copy from the API layout into the chunked layout: api [B, T, H, D] is
 /// read, chunked [B*H, NT*C, D] written (padding rows zeroed).
