@@ -147,6 +147,7 @@ struct Arrays {
   // bf16 only: operands read by more than one product
   ChunkPackings<PackedB> kt;  // K^T as op(B)   (phase A's K K^T; Q K^T in phase B or B1)
   ChunkPackings<PackedB> hb;  // S_c as op(B)   (the state pass; phase B)
+  ChunkPackings<PackedB> vb;  // V_new as op(B) (the state pass; phase B)
   ChunkPackings<PackedB> kb;  // K as op(B)     (backward: B1's P K; B2's E K)
   ChunkPackings<PackedB> ht;  // S_c^T as op(B) (backward: B1's dO S_c^T; B2's dV_new S_c^T)
   ChunkPackings<PackedB> dob; // dO as op(B)    (backward: B1; the reverse state pass)
@@ -158,7 +159,7 @@ struct Arrays {
     G = AlignedBuffer(N * C), gamma = AlignedBuffer(N * C), wdecay = AlignedBuffer(N * C);
     decay = AlignedBuffer(N * C * C + kLanes), wu = AlignedBuffer(N * C * (K + V));
     vnew = AlignedBuffer(N * C * V), kdecay = AlignedBuffer(N * C * K), h = AlignedBuffer(N * K * V);
-    if (bf16) kt = {N, packed_b_words(K, C)}, hb = {N, packed_b_words(K, V)};
+    if (bf16) kt = {N, packed_b_words(K, C)}, hb = {N, packed_b_words(K, V)}, vb = {N, packed_b_words(C, V)};
     if (pass == Pass::forward) return;
     kk = AlignedBuffer(N * C * C + kLanes), qg = AlignedBuffer(N * C * K), tinv = AlignedBuffer(N * C * C + kLanes);
     dwu = AlignedBuffer(N * C * (K + V)), dh = AlignedBuffer(N * K * V), dG = AlignedBuffer(N * C);
@@ -346,11 +347,12 @@ void state_step(const ChunkedParams& p, Arrays& a, int64_t bh, int64_t c, float*
   float* vn = a.vnew.data() + n * C * V;
   if (p.precision == Precision::bf16) a.hb.of[n] = pack_b_bf16(K, V, {S, V}, a.hb.words_of(n));
   product(p, C, V, K, {{a.wu.data() + n * C * KV1, KV1}}, {{S, V}, a.hb.get(n)}, vn, V, -1.0f, 1.0f);
+  if (p.precision == Precision::bf16) a.vb.of[n] = pack_b_bf16(C, V, {vn, V}, a.vb.words_of(n));
   float* next = c + 1 < NT ? h + (c + 1) * KV : (ht ? ht + bh * KV : nullptr);
   if (!next) return;
   const float e = a.gamma.data()[n * C + C - 1];
   for (int64_t x = 0; x < KV; ++x) next[x] = e * S[x];
-  tile_product(p.precision, K, V, C, {a.kdecay.data() + n * C * K, K, true}, {vn, V}, next, V, 1.0f, 1.0f);
+  product(p, K, V, C, {{a.kdecay.data() + n * C * K, K, true}}, {{vn, V}, a.vb.get(n)}, next, V, 1.0f, 1.0f);
 }
 
 // Chunk c of head bh in the reverse state pass: dV_new += diag(e^{Lambda - G}) K dh_c (on
@@ -533,7 +535,7 @@ void phase_b_chunk(const ChunkedParams& p, Arrays& a, float* o, int64_t n, Scrat
   product(p, C, C, K, {{q, K}}, {{p.k + n * C * K, K, true}, a.kt.get(n)}, scores, C);
   mask_scores(p, a.decay.data() + n * C * C, scores);
   float* out = o + n * C * V;
-  tile_product(p.precision, C, V, C, {scores, C}, {a.vnew.data() + n * C * V, V}, out, V);
+  product(p, C, V, C, {{scores, C}}, {{a.vnew.data() + n * C * V, V}, a.vb.get(n)}, out, V);
   scale_rows(
       q, C, K, [&](int64_t i) { return p.scale * gamma[i]; }, s.rows.data());
   product(p, C, V, K, {{s.rows.data(), K}}, {{a.h.data() + n * K * V, V}, a.hb.get(n)}, out, V, 1.0f, 1.0f);

@@ -156,15 +156,22 @@ void gemm_portable(int64_t M, int64_t N, int64_t K, const PackedA& a, const Pack
 
 // ---- dispatch ----------------------------------------------------------------------------
 
+// cpu::has_avx512_bf16(), read once into a local static: the small tiles of the chunk
+// kernels make hundreds of packings and products per chunk, each of which dispatches.
+bool avx512_bf16() {
+  static const bool has = cpu::has_avx512_bf16();
+  return has;
+}
+
 void pair_columns(const float* src, int64_t ld, int64_t rows, int64_t cols, uint32_t* w, int64_t stride) {
-  if (cpu::has_avx512_bf16())
+  if (avx512_bf16())
     pair_columns_avx512(src, ld, rows, cols, w, stride);
   else
     pair_columns_portable(src, ld, rows, cols, w, stride);
 }
 
 void pair_rows(const float* src, int64_t ld, int64_t rows, int64_t cols, uint32_t* w, int64_t ldw) {
-  if (cpu::has_avx512_bf16())
+  if (avx512_bf16())
     pair_rows_avx512(src, ld, rows, cols, w, ldw);
   else
     pair_rows_portable(src, ld, rows, cols, w, ldw);
@@ -209,7 +216,7 @@ PackedB pack_b_from_a(int64_t M, int64_t K, PackedA a, uint32_t* w) {
 
 void tile_gemm_bf16(int64_t M, int64_t N, int64_t K, PackedA a, PackedB b, float* c, int64_t ldc, float alpha,
                     float beta) {
-  if (cpu::has_avx512_bf16())
+  if (avx512_bf16())
     gemm_avx512(M, N, K, a, b, c, ldc, alpha, beta);
   else
     gemm_portable(M, N, K, a, b, c, ldc, alpha, beta);
