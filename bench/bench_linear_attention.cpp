@@ -1,5 +1,5 @@
 // Forward+backward time of the chunkwise linear-attention ops at
-// B = 4, H = 4, K = V = 64, T in {256, 512, 2048, 8192}, in fp32 and in bf16 compute
+// B = 4, H = 4, K = V = 64, C = 64, T in {256, 512, 2048, 8192}, in fp32 and in bf16 compute
 // precision (lat/precision.h: bf16 inputs of the chunk kernels' products, fp32 accumulation),
 // the two taking turns repeat by repeat so that a change in the machine's load falls on
 // both: median milliseconds of each, their ratio, and GFLOP/s counted with the per-chunk
@@ -15,10 +15,12 @@
 //
 // --cpu-time times with the process CPU clock instead of the wall clock: with
 // OMP_NUM_THREADS=1 on a shared, oversubscribed machine it still measures the work.
+// --C sets the chunk size (the main job's model uses 16); --precision fp32 or bf16 times
+// one precision alone (for a profiler; the ratio needs both).
 //
 //   bench_linear_attention [--op linear_attn|simple_gla|delta_rule|gated_delta_rule]...
-//                          [--T N]... [--reps N] [--B N] [--H N] [--K N] [--V N]
-//                          [--no-recurrent] [--default-malloc] [--cpu-time]
+//                          [--T N]... [--reps N] [--B N] [--H N] [--K N] [--V N] [--C N]
+//                          [--precision fp32|bf16] [--no-recurrent] [--default-malloc] [--cpu-time]
 #include <malloc.h>
 
 #include <algorithm>
@@ -42,9 +44,8 @@ namespace {
 using lat::LinearAttentionOutput;
 using lat::Tensor;
 
-// Problem sizes; --B, --H, --K, --V change them (e.g. a model's own head size).
-int64_t kB = 4, kH = 4, kK = 64, kV = 64;
-constexpr int64_t kC = 64;
+// Problem sizes; --B, --H, --K, --V, --C change them (e.g. a model's own head size).
+int64_t kB = 4, kH = 4, kK = 64, kV = 64, kC = 64;
 
 bool g_cpu_time = false;  // --cpu-time
 
@@ -163,15 +164,17 @@ Inputs make_inputs(int64_t T) {
 }
 
 LinearAttentionOutput run_op(const std::string& op, bool chunk, const Inputs& in) {
+  const int C = static_cast<int>(kC);
   if (op == "linear_attn")
-    return chunk ? lat::chunk_linear_attn(in.q, in.k, in.v) : lat::fused_recurrent_linear_attn(in.q, in.k, in.v);
+    return chunk ? lat::chunk_linear_attn(in.q, in.k, in.v, {}, false, {}, false, C)
+                 : lat::fused_recurrent_linear_attn(in.q, in.k, in.v);
   if (op == "simple_gla")
-    return chunk ? lat::chunk_simple_gla(in.q, in.k, in.v, in.g)
+    return chunk ? lat::chunk_simple_gla(in.q, in.k, in.v, in.g, {}, {}, false, C)
                  : lat::fused_recurrent_simple_gla(in.q, in.k, in.v, in.g);
   if (op == "delta_rule")
-    return chunk ? lat::chunk_delta_rule(in.q, in.k, in.v, in.beta)
+    return chunk ? lat::chunk_delta_rule(in.q, in.k, in.v, in.beta, {}, {}, false, false, C)
                  : lat::fused_recurrent_delta_rule(in.q, in.k, in.v, in.beta);
-  return chunk ? lat::chunk_gated_delta_rule(in.q, in.k, in.v, in.g, in.beta)
+  return chunk ? lat::chunk_gated_delta_rule(in.q, in.k, in.v, in.g, in.beta, {}, {}, false, false, C)
                : lat::fused_recurrent_gated_delta_rule(in.q, in.k, in.v, in.g, in.beta);
 }
 
@@ -192,11 +195,19 @@ int main(int argc, char** argv) {
   int reps = 7;
   bool recurrent = true;
   bool tune_malloc = true;
+  std::string only;  // --precision: time this precision alone
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--op" && i + 1 < argc) {
       ops.push_back(argv[++i]);
-    } else if ((arg == "--T" || arg == "--B" || arg == "--H" || arg == "--K" || arg == "--V" || arg == "--reps") &&
+    } else if (arg == "--precision" && i + 1 < argc) {
+      only = argv[++i];
+      if (only != "fp32" && only != "bf16") {
+        std::fprintf(stderr, "error: --precision: expected fp32 or bf16, got '%s'\n", only.c_str());
+        return 2;
+      }
+    } else if ((arg == "--T" || arg == "--B" || arg == "--H" || arg == "--K" || arg == "--V" || arg == "--C" ||
+                arg == "--reps") &&
                i + 1 < argc) {
       const std::optional<int64_t> n = positive_integer(argv[++i]);
       if (!n) {
@@ -208,7 +219,7 @@ int main(int argc, char** argv) {
       else if (arg == "--reps")
         reps = static_cast<int>(std::min<int64_t>(*n, 1 << 20));
       else
-        (arg == "--B" ? kB : arg == "--H" ? kH : arg == "--K" ? kK : kV) = *n;
+        (arg == "--B" ? kB : arg == "--H" ? kH : arg == "--K" ? kK : arg == "--C" ? kC : kV) = *n;
     } else if (arg == "--no-recurrent") {
       recurrent = false;
     } else if (arg == "--default-malloc") {
@@ -218,7 +229,8 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: %s [--op linear_attn|simple_gla|delta_rule|gated_delta_rule]... [--T N]... [--reps N] "
-                   "[--B N] [--H N] [--K N] [--V N] [--no-recurrent] [--default-malloc] [--cpu-time]\n",
+                   "[--B N] [--H N] [--K N] [--V N] [--C N] [--precision fp32|bf16] [--no-recurrent] "
+                   "[--default-malloc] [--cpu-time]\n",
                    argv[0]);
       return 2;
     }
@@ -248,28 +260,44 @@ int main(int argc, char** argv) {
               static_cast<long long>(kH), static_cast<long long>(kK), static_cast<long long>(kV),
               static_cast<long long>(kC));
   std::printf("%-17s %6s %9s %9s %7s %14s %14s %11s %14s %8s\n", "op", "T", "fp32 ms", "bf16 ms", "bf16 x",
-              "fp32 GFLOP/s", "bf16 GFLOP/s", "fp32 us/tok", "recurrent ms", "speedup");
+              "fp32 GFLOP/s", "bf16 GFLOP/s", "us/tok", "recurrent ms", "speedup");
   for (const std::string& op : ops)
     for (int64_t T : lengths) {
       Inputs in = make_inputs(T);
-      std::vector<std::function<void()>> runs{[&] { forward_backward(op, true, in, Precision::fp32); }};
-      if (bf16) runs.push_back([&] { forward_backward(op, true, in, Precision::bf16); });
+      const bool time32 = only != "bf16", time16 = bf16 && only != "fp32";
+      std::vector<std::function<void()>> runs;
+      if (time32) runs.push_back([&] { forward_backward(op, true, in, Precision::fp32); });
+      if (time16) runs.push_back([&] { forward_backward(op, true, in, Precision::bf16); });
       const std::vector<double> ms = median_ms_in_turns(runs, reps);
+      const double ms32 = time32 ? ms[0] : 0.0, ms16 = time16 ? ms.back() : 0.0;
       const double flops = flops_per_chunk(op) * static_cast<double>((T + kC - 1) / kC) * kB * kH;
-      const double gflops32 = flops / (ms[0] * 1e6);
-      std::printf("%-17s %6lld %9.2f", op.c_str(), static_cast<long long>(T), ms[0]);
-      if (bf16) {
-        const double gflops16 = flops / (ms[1] * 1e6);
-        std::printf(" %9.2f %6.2fx %6.1f (%3.0f%%) %6.1f (%3.0f%%)", ms[1], ms[0] / ms[1], gflops32,
-                    100.0 * gflops32 / peak32, gflops16, 100.0 * gflops16 / peak16);
-      } else {
-        std::printf(" %9s %7s %6.1f (%3.0f%%) %14s", "-", "-", gflops32, 100.0 * gflops32 / peak32, "-");
-      }
-      std::printf(" %11.3f", 1e3 * ms[0] / static_cast<double>(T));
+      const double gflops32 = flops / (ms32 * 1e6), gflops16 = flops / (ms16 * 1e6);
+      std::printf("%-17s %6lld", op.c_str(), static_cast<long long>(T));
+      if (time32)
+        std::printf(" %9.2f", ms32);
+      else
+        std::printf(" %9s", "-");
+      if (time16)
+        std::printf(" %9.2f", ms16);
+      else
+        std::printf(" %9s", "-");
+      if (time32 && time16)
+        std::printf(" %6.2fx", ms32 / ms16);
+      else
+        std::printf(" %7s", "-");
+      if (time32)
+        std::printf(" %6.1f (%3.0f%%)", gflops32, 100.0 * gflops32 / peak32);
+      else
+        std::printf(" %14s", "-");
+      if (time16)
+        std::printf(" %6.1f (%3.0f%%)", gflops16, 100.0 * gflops16 / peak16);
+      else
+        std::printf(" %14s", "-");
+      std::printf(" %11.3f", 1e3 * (time32 ? ms32 : ms16) / static_cast<double>(T));
       if (recurrent) {
         double rec_ms =
             median_ms([&] { forward_backward(op, false, in, Precision::fp32); }, std::max(1, reps / 3));
-        std::printf(" %14.2f %7.1fx", rec_ms, rec_ms / ms[0]);
+        std::printf(" %14.2f %7.1fx", rec_ms, rec_ms / (time32 ? ms32 : ms16));
       }
       std::printf("\n");
       std::fflush(stdout);

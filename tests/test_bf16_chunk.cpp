@@ -122,6 +122,34 @@ TEST(TileGemmBf16, PacksRoundedPairsInTheDocumentedLayout) {
     }
 }
 
+// K^T as op(B) from K's packing as op(A) holds the words pack_b_bf16 makes from the floats,
+// and a product with one operand packed beforehand gives the bits of the all-float form.
+TEST(TileGemmBf16, SharedPackingsMatchPackingFromFloats) {
+  std::mt19937 gen(11);
+  for (const TileShape& s : tile_shapes()) {
+    SCOPED_TRACE(::testing::Message() << s.M << "x" << s.N << "x" << s.K);
+    const int64_t lda = s.K + 3, ldb = s.N + 1;
+    const std::vector<float> a = random_floats(s.M * lda, gen), b = random_floats(s.K * ldb, gen);
+    const TileOperand ta{a.data(), lda}, tb{b.data(), ldb};
+    // X = A's storage (M x K) as op(B) = X^T (K x M).
+    std::vector<uint32_t> wa(linear_attention::packed_a_words(s.M, s.K));
+    std::vector<uint32_t> wt(linear_attention::packed_b_words(s.K, s.M)), wf(wt.size());
+    const PackedA pa = linear_attention::pack_a_bf16(s.M, s.K, ta, wa.data());
+    const PackedB from_a = linear_attention::pack_b_from_a(s.M, s.K, pa, wt.data());
+    const PackedB from_floats = linear_attention::pack_b_bf16(s.K, s.M, {a.data(), lda, true}, wf.data());
+    ASSERT_EQ(from_a.ld, from_floats.ld);
+    for (int64_t x = 0; x < (s.K + 1) / 2 * from_a.ld; ++x) ASSERT_EQ(from_a.w[x], from_floats.w[x]) << "word " << x;
+    std::vector<uint32_t> wb(linear_attention::packed_b_words(s.K, s.N));
+    const PackedB pb = linear_attention::pack_b_bf16(s.K, s.N, tb, wb.data());
+    std::vector<float> floats(s.M * s.N), packed_a(s.M * s.N), packed_b(s.M * s.N);
+    linear_attention::tile_gemm_bf16(s.M, s.N, s.K, ta, tb, floats.data(), s.N, 0.5f);
+    linear_attention::tile_gemm_bf16(s.M, s.N, s.K, pa, tb, packed_a.data(), s.N, 0.5f);
+    linear_attention::tile_gemm_bf16(s.M, s.N, s.K, ta, pb, packed_b.data(), s.N, 0.5f);
+    EXPECT_EQ(packed_a, floats);
+    EXPECT_EQ(packed_b, floats);
+  }
+}
+
 // Element-wise, as test_bf16.cpp's products: with both inputs rounded and K products summed
 // in fp32, |C - C_exact| <= ((1 + u)^2 (1 + gamma_K) - 1) |alpha| (|op(A)| |op(B)|), plus the
 // fp32 roundings of alpha acc + beta C (2^-24 each, two of them).

@@ -58,6 +58,7 @@
 #include "layers/linear_attention/delta_kernels.h"
 #include "layers/linear_attention/qk_l2norm.h"
 #include "layers/linear_attention/tile_gemm_bf16.h"
+#include "layers/linear_attention/vec16.h"
 
 namespace lat::linear_attention {
 namespace {
@@ -93,11 +94,35 @@ struct ChunkedGrads {
 // 0 either way, while -inf (a full reset) would make G_i - G_j = -inf - (-inf) = NaN.
 constexpr float kMinLogDecay = -100.0f;
 
-inline float dot(const float* a, const float* b, int64_t n) {
-  float s = 0.0f;
-  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
-  return s;
+// Vec16's mask type.
+typedef int32_t Mask16 __attribute__((vector_size(64)));
+
+// Lanes l with j0 + l < i: the strictly lower part of row i in the block of columns from j0.
+inline Mask16 lanes_below(int64_t j0, int64_t i) {
+  const Mask16 iota = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  return iota < Mask16{} + static_cast<int32_t>(i - j0);
 }
+
+int64_t padded16(int64_t n) { return (n + kLanes - 1) / kLanes * kLanes; }
+
+// A C x C tile's floats: C * C plus one vector, so that the last row's last 16-column
+// block may be loaded and stored whole (lanes_below masks what lies past the row).
+int64_t tile_floats(int64_t C) { return C * C + kLanes; }
+
+// bf16 packings (tile_gemm_bf16.h) of one product operand for every chunk, made by the
+// first product that reads a chunk's operand and reused by the later ones; empty in fp32.
+template <class Packed>
+struct ChunkPackings {
+  AlignedBuffer words;  // uint32 words in float-sized slots, per_chunk of them per chunk
+  int64_t per_chunk = 0;
+  std::vector<Packed> of;  // of[n]: chunk n's packing, once made
+
+  ChunkPackings() = default;
+  ChunkPackings(int64_t N, int64_t words_per_chunk) : words(N * words_per_chunk), per_chunk(words_per_chunk), of(N) {}
+  uint32_t* words_of(int64_t n) { return reinterpret_cast<uint32_t*>(words.data()) + n * per_chunk; }
+  // Chunk n's packing for a product, or null in fp32.
+  const Packed* get(int64_t n) const { return of.empty() ? nullptr : &of[n]; }
+};
 
 // Which pass the arrays serve: the backward keeps more of phase A (K K^T, scale diag(gamma) Q, T).
 enum class Pass { forward, backward };
@@ -105,6 +130,8 @@ enum class Pass { forward, backward };
 // The whole-problem arrays of one call, indexed by chunk n.
 struct Arrays {
   AlignedBuffer G;       // [N, C]        chunk-local inclusive cumsum of g (Lambda = G_{C-1})
+  AlignedBuffer gamma;   // [N, C]        e^G (gamma_{C-1} = e^Lambda)
+  AlignedBuffer wdecay;  // [N, C]        the write decays e^{Lambda - G}
   AlignedBuffer decay;   // [N, C, C]     Gamma_ij (i >= j), 0 above the diagonal
   AlignedBuffer wu;      // [N, C, K+V]   [W | U]
   AlignedBuffer vnew;    // [N, C, V]     V_new (U until the state pass)
@@ -117,16 +144,53 @@ struct Arrays {
   AlignedBuffer dwu;   // [N, C, K+V]   [dW | dU = dV_new]
   AlignedBuffer dh;    // [N, K, V]     dL/dS_{c+1}
   AlignedBuffer dG;    // [N, C]        dL/dG
+  // bf16 only: operands read by more than one product
+  ChunkPackings<PackedB> kt;  // K^T as op(B)   (phase A's K K^T; Q K^T in phase B or B1)
+  ChunkPackings<PackedB> hb;  // S_c as op(B)   (the state pass; phase B)
+  ChunkPackings<PackedB> vb;  // V_new as op(B) (the state pass; phase B)
+  ChunkPackings<PackedB> kb;  // K as op(B)     (backward: B1's P K; B2's E K)
+  ChunkPackings<PackedB> ht;  // S_c^T as op(B) (backward: B1's dO S_c^T; B2's dV_new S_c^T)
+  ChunkPackings<PackedB> dob; // dO as op(B)    (backward: B1; the reverse state pass)
 
   Arrays(const ChunkedParams& p, Pass pass) {
     const int64_t N = p.BH * p.NT, C = p.C, K = p.K, V = p.V;
-    G = AlignedBuffer(N * C), decay = AlignedBuffer(N * C * C), wu = AlignedBuffer(N * C * (K + V));
+    const bool bf16 = p.precision == Precision::bf16;
+    // The C x C arrays end in one vector of padding, like a tile (tile_floats).
+    G = AlignedBuffer(N * C), gamma = AlignedBuffer(N * C), wdecay = AlignedBuffer(N * C);
+    decay = AlignedBuffer(N * C * C + kLanes), wu = AlignedBuffer(N * C * (K + V));
     vnew = AlignedBuffer(N * C * V), kdecay = AlignedBuffer(N * C * K), h = AlignedBuffer(N * K * V);
+    if (bf16) kt = {N, packed_b_words(K, C)}, hb = {N, packed_b_words(K, V)}, vb = {N, packed_b_words(C, V)};
     if (pass == Pass::forward) return;
-    kk = AlignedBuffer(N * C * C), qg = AlignedBuffer(N * C * K), tinv = AlignedBuffer(N * C * C);
+    kk = AlignedBuffer(N * C * C + kLanes), qg = AlignedBuffer(N * C * K), tinv = AlignedBuffer(N * C * C + kLanes);
     dwu = AlignedBuffer(N * C * (K + V)), dh = AlignedBuffer(N * K * V), dG = AlignedBuffer(N * C);
+    if (bf16) kb = {N, packed_b_words(C, K)}, ht = {N, packed_b_words(V, K)}, dob = {N, packed_b_words(C, V)};
   }
 };
+
+// A product operand: its floats and, for bf16, its packing when one is shared (else null:
+// the product packs the floats itself).
+struct OperandA {
+  TileOperand f;
+  const PackedA* packed = nullptr;
+};
+struct OperandB {
+  TileOperand f;
+  const PackedB* packed = nullptr;
+};
+
+// One of the kernel's products in p.precision: tile_product, with the shared packings used
+// in bf16 (the same words the product would pack, so the same results).
+void product(const ChunkedParams& p, int64_t M, int64_t N, int64_t K, const OperandA& a, const OperandB& b, float* c,
+             int64_t ldc, float alpha = 1.0f, float beta = 0.0f) {
+  if (p.precision == Precision::bf16 && a.packed && b.packed)
+    tile_gemm_bf16(M, N, K, *a.packed, *b.packed, c, ldc, alpha, beta);
+  else if (p.precision == Precision::bf16 && a.packed)
+    tile_gemm_bf16(M, N, K, *a.packed, b.f, c, ldc, alpha, beta);
+  else if (p.precision == Precision::bf16 && b.packed)
+    tile_gemm_bf16(M, N, K, a.f, *b.packed, c, ldc, alpha, beta);
+  else
+    tile_product(p.precision, M, N, K, a.f, b.f, c, ldc, alpha, beta);
+}
 
 // One thread's tiles for the chunk it is working on.
 struct Scratch {
@@ -136,14 +200,22 @@ struct Scratch {
   AlignedBuffer kvb;    // [C, K+V]  [diag(beta gamma) K | diag(beta) V]; in B2 [dKbg | dVb]
   AlignedBuffer rows;   // [C, K]
   AlignedBuffer solve;  // the triangular inverse's rows, see invert_unit_lower
+  AlignedBuffer below;  // [padded16(C)]  per column j, a sum over the rows i > j
+  AlignedBuffer words;  // bf16: a chunk's packing of K or dO as op(A), for two products
+  PackedA packed;       // bf16: that packing
 
   explicit Scratch(const ChunkedParams& p)
-      : kk(p.C * p.C),
-        tile(p.C * p.C),
-        tile2(p.C * p.C),
+      : kk(tile_floats(p.C)),
+        tile(tile_floats(p.C)),
+        tile2(tile_floats(p.C)),
         kvb(p.C * (p.K + p.V)),
         rows(p.C * p.K),
-        solve(p.C * ((p.C + 15) / 16 * 16) + p.C) {}
+        solve(p.C * padded16(p.C) + p.C),
+        below(padded16(p.C)),
+        words(p.precision == Precision::bf16 ? packed_a_words(p.C, std::max(p.K, p.V)) : 0),
+        packed{} {}
+
+  uint32_t* packing_words() { return reinterpret_cast<uint32_t*>(words.data()); }
 };
 
 // Runs body(i, scratch) for i in [0, count), OpenMP over i, one Scratch per thread.
@@ -157,13 +229,23 @@ void parallel_for(const ChunkedParams& p, int64_t count, const Body& body) {
   }
 }
 
-// The chunk-local cumsum G [C] and the decay matrix Gamma [C, C] of chunk n.
-void chunk_decays(const ChunkedParams& p, int64_t n, float* G, float* D) {
+// The chunk-local cumsum G [C], its row decays gamma = e^G and e^{Lambda - G} [C] (in one
+// vector loop, for every later use), and the decay matrix Gamma [C, C] of chunk n, in a.
+void chunk_decays(const ChunkedParams& p, Arrays& a, int64_t n) {
   const int64_t C = p.C;
+  float* G = a.G.data() + n * C;
+  float* gamma = a.gamma.data() + n * C;
+  float* wdecay = a.wdecay.data() + n * C;
+  float* D = a.decay.data() + n * C * C;
   float acc = 0.0f;
   for (int64_t i = 0; i < C; ++i) {
     if (p.g) acc += std::max(p.g[n * C + i], kMinLogDecay);
     G[i] = acc;
+  }
+  const float lambda = G[C - 1];
+  for (int64_t i = 0; i < C; ++i) {
+    gamma[i] = exp_nonpositive(G[i]);
+    wdecay[i] = exp_nonpositive(lambda - G[i]);
   }
   for (int64_t i = 0; i < C; ++i) {
     float* row = D + i * C;
@@ -184,23 +266,22 @@ void scale_rows(const float* x, int64_t C, int64_t D, const Scale& s, float* out
 // scores *= scale Gamma in place on one C x C tile (select: the upper triangle and
 // underflowed decays give exact zeros, whatever the product held there).
 void mask_scores(const ChunkedParams& p, const float* D, float* scores) {
-  for (int64_t x = 0; x < p.C * p.C; ++x) scores[x] = D[x] != 0.0f ? p.scale * scores[x] * D[x] : 0.0f;
+  const float scale = p.scale;  // a local: a store through scores could alias p.scale
+  for (int64_t x = 0; x < p.C * p.C; ++x) scores[x] = D[x] != 0.0f ? scale * scores[x] * D[x] : 0.0f;
 }
-
-// 16 floats: one AVX-512 register with -march=native (GCC vector extension).
-typedef float Vec16 __attribute__((vector_size(64)));
 
 // T = (I + A)^-1 of chunk n by forward substitution, row by row: T_i = e_i -
 // sum_{j<i} A_ij T_j. I + A is unit lower triangular, so T exists. Row j of T is zero
 // beyond column j, so 16-column slab v of T_i sums only over 16 v <= j < i; each slab's
 // sum runs in four independent accumulators (a single running row would chain every
-// update through a store and a reload). The rows are built in `scratch`
-// [C * padded16(C) + C] whose row stride is padded to whole vectors.
+// update through a store and a reload). The rows are built with a row stride padded to
+// whole vectors: in T itself when C is a whole number of vectors, else in `scratch`
+// [C * padded16(C) + C] and copied into T.
 void invert_unit_lower(const ChunkedParams& p, int64_t n, const float* kk, const float* D, float* T,
                        float* scratch) {
-  const int64_t C = p.C, Cp = (C + 15) / 16 * 16;
-  float* rows = scratch;
-  float* a = rows + C * Cp;  // A_ij of the current row i
+  const int64_t C = p.C, Cp = padded16(C);
+  float* rows = Cp == C ? T : scratch;
+  float* a = scratch + C * Cp;  // A_ij of the current row i
   const float* beta = p.beta + n * C;
   for (int64_t i = 0; i < C; ++i) {
     for (int64_t j = 0; j < i; ++j) a[j] = beta[i] * kk[i * C + j] * D[i * C + j];
@@ -209,21 +290,12 @@ void invert_unit_lower(const ChunkedParams& p, int64_t n, const float* kk, const
       Vec16 acc[4] = {};
       int64_t j = x;
       for (; j + 4 <= i; j += 4)
-        for (int64_t u = 0; u < 4; ++u) {
-          Vec16 w;
-          std::memcpy(&w, rows + (j + u) * Cp + x, sizeof(Vec16));
-          acc[u] += a[j + u] * w;
-        }
-      for (; j < i; ++j) {
-        Vec16 w;
-        std::memcpy(&w, rows + j * Cp + x, sizeof(Vec16));
-        acc[0] += a[j] * w;
-      }
-      const Vec16 row = -((acc[0] + acc[1]) + (acc[2] + acc[3]));
-      std::memcpy(ti + x, &row, sizeof(Vec16));
+        for (int64_t u = 0; u < 4; ++u) acc[u] += a[j + u] * load16(rows + (j + u) * Cp + x);
+      for (; j < i; ++j) acc[0] += a[j] * load16(rows + j * Cp + x);
+      store16(ti + x, -((acc[0] + acc[1]) + (acc[2] + acc[3])));
     }
     ti[i] = 1.0f;
-    std::memcpy(T + i * C, ti, C * sizeof(float));
+    if (rows != T) std::memcpy(T + i * C, ti, C * sizeof(float));
   }
 }
 
@@ -233,23 +305,29 @@ void phase_a_chunk(const ChunkedParams& p, Arrays& a, Pass pass, int64_t n, Scra
   const bool backward = pass == Pass::backward;
   const int64_t C = p.C, K = p.K, V = p.V, KV1 = K + V;
   const float* k = p.k + n * C * K;
-  float* G = a.G.data() + n * C;
-  float* D = a.decay.data() + n * C * C;
-  chunk_decays(p, n, G, D);
-  const float lambda = G[C - 1];
+  chunk_decays(p, a, n);
+  const float* D = a.decay.data() + n * C * C;
+  const float* gamma = a.gamma.data() + n * C;
+  const float* wdecay = a.wdecay.data() + n * C;
   scale_rows(
-      k, C, K, [&](int64_t i) { return exp_nonpositive(lambda - G[i]); }, a.kdecay.data() + n * C * K);
+      k, C, K, [&](int64_t i) { return wdecay[i]; }, a.kdecay.data() + n * C * K);
   if (backward)
     scale_rows(
-        p.q + n * C * K, C, K, [&](int64_t i) { return p.scale * exp_nonpositive(G[i]); }, a.qg.data() + n * C * K);
+        p.q + n * C * K, C, K, [&](int64_t i) { return p.scale * gamma[i]; }, a.qg.data() + n * C * K);
   for (int64_t i = 0; i < C; ++i) {
-    const float b = p.beta[n * C + i], bg = b * exp_nonpositive(G[i]);
+    const float b = p.beta[n * C + i], bg = b * gamma[i];
     float* row = s.kvb.data() + i * KV1;
     for (int64_t x = 0; x < K; ++x) row[x] = bg * k[i * K + x];
     for (int64_t x = 0; x < V; ++x) row[K + x] = b * p.v[(n * C + i) * V + x];
   }
   float* kk = backward ? a.kk.data() + n * C * C : s.kk.data();
-  tile_product(p.precision, C, C, K, {k, K}, {k, K, true}, kk, C);
+  const PackedA* ka = nullptr;  // bf16: K as op(A), and from its words K^T as op(B)
+  if (p.precision == Precision::bf16) {
+    s.packed = pack_a_bf16(C, K, {k, K}, s.packing_words());
+    ka = &s.packed;
+    a.kt.of[n] = pack_b_from_a(C, K, s.packed, a.kt.words_of(n));
+  }
+  product(p, C, C, K, {{k, K}, ka}, {{k, K, true}, a.kt.get(n)}, kk, C);
   float* T = backward ? a.tinv.data() + n * C * C : s.tile.data();
   invert_unit_lower(p, n, kk, D, T, s.solve.data());
   float* wu = a.wu.data() + n * C * KV1;
@@ -267,12 +345,14 @@ void state_step(const ChunkedParams& p, Arrays& a, int64_t bh, int64_t c, float*
   const int64_t n = bh * NT + c;
   const float* S = h + c * KV;
   float* vn = a.vnew.data() + n * C * V;
-  tile_product(p.precision, C, V, K, {a.wu.data() + n * C * KV1, KV1}, {S, V}, vn, V, -1.0f, 1.0f);
+  if (p.precision == Precision::bf16) a.hb.of[n] = pack_b_bf16(K, V, {S, V}, a.hb.words_of(n));
+  product(p, C, V, K, {{a.wu.data() + n * C * KV1, KV1}}, {{S, V}, a.hb.get(n)}, vn, V, -1.0f, 1.0f);
+  if (p.precision == Precision::bf16) a.vb.of[n] = pack_b_bf16(C, V, {vn, V}, a.vb.words_of(n));
   float* next = c + 1 < NT ? h + (c + 1) * KV : (ht ? ht + bh * KV : nullptr);
   if (!next) return;
-  const float e = exp_nonpositive(a.G.data()[n * C + C - 1]);
+  const float e = a.gamma.data()[n * C + C - 1];
   for (int64_t x = 0; x < KV; ++x) next[x] = e * S[x];
-  tile_product(p.precision, K, V, C, {a.kdecay.data() + n * C * K, K, true}, {vn, V}, next, V, 1.0f, 1.0f);
+  product(p, K, V, C, {{a.kdecay.data() + n * C * K, K, true}}, {{vn, V}, a.vb.get(n)}, next, V, 1.0f, 1.0f);
 }
 
 // Chunk c of head bh in the reverse state pass: dV_new += diag(e^{Lambda - G}) K dh_c (on
@@ -289,9 +369,9 @@ void reverse_state_step(const ChunkedParams& p, Arrays& a, int64_t bh, int64_t c
   float* dvn = a.dwu.data() + n * C * KV1 + K;
   tile_product(p.precision, C, V, K, {a.kdecay.data() + n * C * K, K}, {dS, V}, dvn, KV1, 1.0f, 1.0f);
   float* prev = c > 0 ? dh + (c - 1) * KV : dh0 + bh * KV;
-  const float e = exp_nonpositive(a.G.data()[n * C + C - 1]);
+  const float e = a.gamma.data()[n * C + C - 1];
   for (int64_t x = 0; x < KV; ++x) prev[x] = e * dS[x];
-  tile_product(p.precision, K, V, C, {a.qg.data() + n * C * K, K, true}, {d_o + n * C * V, V}, prev, V, 1.0f, 1.0f);
+  product(p, K, V, C, {{a.qg.data() + n * C * K, K, true}}, {{d_o + n * C * V, V}, a.dob.get(n)}, prev, V, 1.0f, 1.0f);
   tile_product(p.precision, K, V, C, {a.wu.data() + n * C * KV1, KV1, true}, {dvn, KV1}, prev, V, -1.0f, 1.0f);
 }
 
@@ -305,7 +385,7 @@ void reverse_state_step(const ChunkedParams& p, Arrays& a, int64_t bh, int64_t c
 void phase_b1_chunk(const ChunkedParams& p, Arrays& a, const float* d_o,
                     const ChunkedGrads& grads, int64_t n, Scratch& s) {
   const int64_t C = p.C, K = p.K, V = p.V, KV1 = K + V, KV = K * V;
-  const float* G = a.G.data() + n * C;
+  const float* gamma = a.gamma.data() + n * C;
   const float* D = a.decay.data() + n * C * C;
   const float* q = p.q + n * C * K;
   const float* k = p.k + n * C * K;
@@ -313,34 +393,45 @@ void phase_b1_chunk(const ChunkedParams& p, Arrays& a, const float* d_o,
   const float* vnew = a.vnew.data() + n * C * V;
   float* dq = grads.dq + n * C * K;
   float* dg = a.dG.data() + n * C;
+  const float* h = a.h.data() + n * KV;
+  const bool bf16 = p.precision == Precision::bf16;
+  if (bf16) {
+    a.dob.of[n] = pack_b_bf16(C, V, {dO, V}, a.dob.words_of(n));
+    a.ht.of[n] = pack_b_bf16(V, K, {h, V, true}, a.ht.words_of(n));
+    a.kb.of[n] = pack_b_bf16(C, K, {k, K}, a.kb.words_of(n));
+    s.packed = pack_a_bf16(C, V, {dO, V}, s.packing_words());
+  }
+  const PackedA* doa = bf16 ? &s.packed : nullptr;  // dO as op(A)
   // dV_new, local part: (scale Q K^T o Gamma o M)^T dO.
   float* scores = s.tile.data();
-  tile_product(p.precision, C, C, K, {q, K}, {k, K, true}, scores, C);
+  product(p, C, C, K, {{q, K}}, {{k, K, true}, a.kt.get(n)}, scores, C);
   mask_scores(p, D, scores);
-  tile_product(p.precision, C, V, C, {scores, C, true}, {dO, V}, a.dwu.data() + n * C * KV1 + K, KV1);
+  product(p, C, V, C, {{scores, C, true}}, {{dO, V}, a.dob.get(n)}, a.dwu.data() + n * C * KV1 + K, KV1);
   // Score pairs i > j: scale Gamma_ij (q_i . k_j)(dO_i . V_new_j) adds to dG_i and
   // subtracts from dG_j. Then P = scale (dO V_new^T) o Gamma o M in place.
   float* P = s.tile2.data();
-  tile_product(p.precision, C, C, V, {dO, V}, {vnew, V, true}, P, C);
-  std::fill(dg, dg + C, 0.0f);
+  product(p, C, C, V, {{dO, V}, doa}, {{vnew, V, true}}, P, C);
+  float* below = s.below.data();
+  std::fill(below, below + padded16(C), 0.0f);
   for (int64_t i = 0; i < C; ++i) {
-    float acc = 0.0f;
-    for (int64_t j = 0; j < i; ++j) {
-      const float term = scores[i * C + j] * P[i * C + j];
-      acc += term;
-      dg[j] -= term;
+    Vec16 row = {};
+    for (int64_t j0 = 0; j0 < i; j0 += kLanes) {
+      const Vec16 term = lanes_below(j0, i) ? load16(scores + i * C + j0) * load16(P + i * C + j0) : Vec16{};
+      row += term;
+      store16(below + j0, load16(below + j0) + term);
     }
-    dg[i] += acc;
+    dg[i] = lane_sum(row);
   }
+  for (int64_t j = 0; j < C; ++j) dg[j] -= below[j];
   mask_scores(p, D, P);
   // dQ = scale diag(gamma) dO S_c^T + P K; the first term gives dG_i += q_i . dq_i^inter.
-  tile_product(p.precision, C, K, V, {dO, V}, {a.h.data() + n * KV, V, true}, dq, K);
+  product(p, C, K, V, {{dO, V}, doa}, {{h, V, true}, a.ht.get(n)}, dq, K);
   for (int64_t i = 0; i < C; ++i) {
-    const float f = p.scale * exp_nonpositive(G[i]);
+    const float f = p.scale * gamma[i];
     for (int64_t x = 0; x < K; ++x) dq[i * K + x] *= f;
     dg[i] += dot(q + i * K, dq + i * K, K);
   }
-  tile_product(p.precision, C, K, C, {P, C}, {k, K}, dq, K, 1.0f, 1.0f);
+  product(p, C, K, C, {{P, C}}, {{k, K}, a.kb.get(n)}, dq, K, 1.0f, 1.0f);
   // dK, score part: P^T Q.
   tile_product(p.precision, C, K, C, {P, C, true}, {q, K}, grads.dk + n * C * K, K);
 }
@@ -351,7 +442,8 @@ void phase_b1_chunk(const ChunkedParams& p, Arrays& a, const float* d_o,
 void phase_b2_chunk(const ChunkedParams& p, Arrays& a, const ChunkedGrads& grads, int64_t n,
                     Scratch& s) {
   const int64_t NT = p.NT, C = p.C, K = p.K, V = p.V, KV1 = K + V, KV = K * V;
-  const float* G = a.G.data() + n * C;
+  const float* gamma = a.gamma.data() + n * C;
+  const float* wdecay = a.wdecay.data() + n * C;
   const float* D = a.decay.data() + n * C * C;
   const float* k = p.k + n * C * K;
   const float* beta = p.beta + n * C;
@@ -366,11 +458,10 @@ void phase_b2_chunk(const ChunkedParams& p, Arrays& a, const ChunkedGrads& grads
   // (last, last) has no decay and is left out).
   float* dk_inter = s.rows.data();
   tile_product(p.precision, C, K, V, {a.vnew.data() + n * C * V, V}, {dh, V, true}, dk_inter, K);
-  const float lambda = G[C - 1];
   const int64_t last = std::min(C, p.T - (n % NT) * C) - 1;
-  float acc = exp_nonpositive(lambda) * dot(h, dh, KV);
+  float acc = gamma[C - 1] * dot(h, dh, KV);
   for (int64_t i = 0; i < C; ++i) {
-    const float f = exp_nonpositive(lambda - G[i]);
+    const float f = wdecay[i];
     for (int64_t x = 0; x < K; ++x) dk_inter[i * K + x] *= f;
     if (i < last) {
       const float term = dot(k + i * K, dk_inter + i * K, K);
@@ -381,7 +472,7 @@ void phase_b2_chunk(const ChunkedParams& p, Arrays& a, const ChunkedGrads& grads
   }
   dg[last] += acc;
   // dW = -dV_new S_c^T, the left part of [dW | dU].
-  tile_product(p.precision, C, K, V, {dwu + K, KV1}, {h, V, true}, dwu, KV1, -1.0f);
+  product(p, C, K, V, {{dwu + K, KV1}}, {{h, V, true}, a.ht.get(n)}, dwu, KV1, -1.0f);
   // WY backward: [dKbg | dVb] = T^T [dW | dU], dA = -[dKbg | dVb] [W | U]^T.
   const float* T = a.tinv.data() + n * C * C;
   float* dkvb = s.kvb.data();
@@ -393,31 +484,39 @@ void phase_b2_chunk(const ChunkedParams& p, Arrays& a, const ChunkedGrads& grads
   float* dbeta = grads.dbeta + n * C;
   for (int64_t i = 0; i < C; ++i) {
     const int64_t r = n * C + i;
-    const float gamma = exp_nonpositive(G[i]), b = beta[i];
+    const float gi = gamma[i], b = beta[i];
     const float* dkbg = dkvb + i * KV1;
     const float sk = dot(dkbg, k + i * K, K);
-    for (int64_t x = 0; x < K; ++x) dk[i * K + x] += b * gamma * dkbg[x];
+    for (int64_t x = 0; x < K; ++x) dk[i * K + x] += b * gi * dkbg[x];
     for (int64_t x = 0; x < V; ++x) grads.dv[r * V + x] = b * dkbg[K + x];
-    dbeta[i] = gamma * sk + dot(dkbg + K, p.v + r * V, V);
-    dg[i] += b * gamma * sk;
+    dbeta[i] = gi * sk + dot(dkbg + K, p.v + r * V, V);
+    dg[i] += b * gi * sk;
   }
-  // Through A_ij = beta_i (k_i . k_j) Gamma_ij, i > j.
+  // Through A_ij = beta_i (k_i . k_j) Gamma_ij, i > j: E's strictly lower part row by row
+  // (every 16-column block of each row, zeros from column i on; a block that runs past
+  // its row spills zeros into the next row, which is written after it), then E += E^T.
+  float* below = s.below.data();
+  std::fill(below, below + padded16(C), 0.0f);
   for (int64_t i = 0; i < C; ++i) {
-    float db = 0.0f, dgi = 0.0f;
-    for (int64_t j = 0; j < i; ++j) {
-      const float e = dA[i * C + j] * D[i * C + j];
-      const float ekk = e * kk[i * C + j];
+    const float b = beta[i];
+    Vec16 db = {};
+    for (int64_t j0 = 0; j0 < C; j0 += kLanes) {
+      const Mask16 m = lanes_below(j0, i);
+      const Vec16 e = m ? load16(dA + i * C + j0) * load16(D + i * C + j0) : Vec16{};
+      const Vec16 ekk = m ? e * load16(kk + i * C + j0) : Vec16{};
       db += ekk;
-      dgi += beta[i] * ekk;
-      dg[j] -= beta[i] * ekk;
-      E[i * C + j] = beta[i] * e;
-      E[j * C + i] = beta[i] * e;
+      store16(below + j0, load16(below + j0) + b * ekk);
+      store16(E + i * C + j0, b * e);
     }
-    E[i * C + i] = 0.0f;
-    dbeta[i] += db;
-    dg[i] += dgi;
+    const float sum = lane_sum(db);
+    dbeta[i] += sum;
+    dg[i] += b * sum;
   }
-  tile_product(p.precision, C, K, C, {E, C}, {k, K}, dk, K, 1.0f, 1.0f);
+  for (int64_t j = 0; j < C; ++j) dg[j] -= below[j];
+  float* Et = s.tile.data();  // dA is spent
+  pack_transposed(E, C, C, C, Et, C);
+  for (int64_t x = 0; x < C * C; ++x) E[x] += Et[x];
+  product(p, C, K, C, {{E, C}}, {{k, K}, a.kb.get(n)}, dk, K, 1.0f, 1.0f);
   if (grads.dg) {
     float sum = 0.0f;
     for (int64_t i = C - 1; i >= 0; --i) {
@@ -431,15 +530,15 @@ void phase_b2_chunk(const ChunkedParams& p, Arrays& a, const ChunkedGrads& grads
 void phase_b_chunk(const ChunkedParams& p, Arrays& a, float* o, int64_t n, Scratch& s) {
   const int64_t C = p.C, K = p.K, V = p.V;
   const float* q = p.q + n * C * K;
-  const float* G = a.G.data() + n * C;
+  const float* gamma = a.gamma.data() + n * C;
   float* scores = s.tile.data();
-  tile_product(p.precision, C, C, K, {q, K}, {p.k + n * C * K, K, true}, scores, C);
+  product(p, C, C, K, {{q, K}}, {{p.k + n * C * K, K, true}, a.kt.get(n)}, scores, C);
   mask_scores(p, a.decay.data() + n * C * C, scores);
   float* out = o + n * C * V;
-  tile_product(p.precision, C, V, C, {scores, C}, {a.vnew.data() + n * C * V, V}, out, V);
+  product(p, C, V, C, {{scores, C}}, {{a.vnew.data() + n * C * V, V}, a.vb.get(n)}, out, V);
   scale_rows(
-      q, C, K, [&](int64_t i) { return p.scale * exp_nonpositive(G[i]); }, s.rows.data());
-  tile_product(p.precision, C, V, K, {s.rows.data(), K}, {a.h.data() + n * K * V, V}, out, V, 1.0f, 1.0f);
+      q, C, K, [&](int64_t i) { return p.scale * gamma[i]; }, s.rows.data());
+  product(p, C, V, K, {{s.rows.data(), K}}, {{a.h.data() + n * K * V, V}, a.hb.get(n)}, out, V, 1.0f, 1.0f);
 }
 
 // How a call's phases are spread over the threads. per_phase: one thread team per phase,

@@ -30,20 +30,31 @@ void for_each_head(const std::vector<Array>& arrays, int64_t B, int64_t T, int64
       for (const Array& x : arrays) copy(x, (b * T * H + h) * x.D, (b * H + h) * padded * x.D, padded);
 }
 
+// T rows of D floats from src (row stride ld_src) to dst (row stride ld_dst). A [B, T, H]
+// array (D = 1) is a strided gather or scatter, not one memcpy call per float. (Rows of a
+// head, D = K or V, stay memcpy calls: an inline loop of vector copies, each store waiting
+// on its load from the strided API layout, measured slower than the library's
+// loads-first copy.)
+void copy_rows(const float* src, int64_t ld_src, float* dst, int64_t ld_dst, int64_t T, int64_t D) {
+  if (D == 1)
+    for (int64_t t = 0; t < T; ++t) dst[t * ld_dst] = src[t * ld_src];
+  else
+    for (int64_t t = 0; t < T; ++t) std::memcpy(dst + t * ld_dst, src + t * ld_src, D * sizeof(float));
+}
+
 }  // namespace
 
 void to_chunked(const std::vector<ToChunked>& arrays, int64_t B, int64_t T, int64_t H, int64_t C) {
   for_each_head(arrays, B, T, H, C, [&](const ToChunked& x, int64_t api, int64_t chunked, int64_t padded) {
     float* out = x.chunked + chunked;
-    for (int64_t t = 0; t < T; ++t) std::memcpy(out + t * x.D, x.api + api + t * H * x.D, x.D * sizeof(float));
+    copy_rows(x.api + api, H * x.D, out, x.D, T, x.D);
     std::memset(out + T * x.D, 0, (padded - T) * x.D * sizeof(float));
   });
 }
 
 void from_chunked(const std::vector<FromChunked>& arrays, int64_t B, int64_t T, int64_t H, int64_t C) {
   for_each_head(arrays, B, T, H, C, [&](const FromChunked& x, int64_t api, int64_t chunked, int64_t) {
-    const float* in = x.chunked + chunked;
-    for (int64_t t = 0; t < T; ++t) std::memcpy(x.api + api + t * H * x.D, in + t * x.D, x.D * sizeof(float));
+    copy_rows(x.chunked + chunked, x.D, x.api + api, H * x.D, T, x.D);
   });
 }
 

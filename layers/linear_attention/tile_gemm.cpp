@@ -7,52 +7,47 @@
 #include <cstring>
 #include <vector>
 
+#include "layers/linear_attention/vec16.h"
+
 namespace lat::linear_attention {
 namespace {
 
-// 16 floats: one AVX-512 register with -march=native (GCC vector extension; split into
-// narrower registers elsewhere).
-typedef float Vec16 __attribute__((vector_size(64)));
-
 constexpr int64_t kRows = 8;  // rows of C per register tile
-constexpr int64_t kLanes = 16;
 
-inline Vec16 load(const float* p) {
-  Vec16 v;
-  std::memcpy(&v, p, sizeof(Vec16));
-  return v;
+// C[r0 + i, c0 + j) for j < cols (<= 16) = alpha x_j + beta C (C only written when beta is
+// 0): whole vectors straight from the register, a ragged last one lane by lane.
+inline void store_vector(Vec16 x, int64_t cols, float* row, float alpha, float beta) {
+  if (cols == kLanes) {
+    store16(row, beta == 0.0f ? alpha * x : alpha * x + beta * load16(row));
+    return;
+  }
+  float t[kLanes];  // lanes by a run-time index: a copy, so that x stays in a register
+  std::memcpy(t, &x, sizeof(t));
+  for (int64_t j = 0; j < cols; ++j) row[j] = beta == 0.0f ? alpha * t[j] : alpha * t[j] + beta * row[j];
 }
 
-// Rows [r0, r0 + R) x columns [c0, c0 + 16 NV) of op(A) op(B), op(B) read as K rows of
-// bp (row stride ldb), into out (R x 16 NV, row-major).
+// C rows [r0, r0 + R) x columns [c0, c0 + cols), cols <= 16 NV, = alpha op(A) op(B) + beta C,
+// op(B) read as K rows of bp (row stride ldb) whose columns from c0 on are 16 NV wide.
 template <int R, int NV, bool TransA>
 inline void register_tile(int64_t K, const TileOperand& a, int64_t r0, const float* bp, int64_t ldb, int64_t c0,
-                          float* out) {
+                          int64_t cols, float* c, int64_t ldc, float alpha, float beta) {
   Vec16 acc[R][NV] = {};
   for (int64_t k = 0; k < K; ++k) {
     Vec16 b[NV];
-    for (int v = 0; v < NV; ++v) b[v] = load(bp + k * ldb + c0 + v * kLanes);
+    for (int v = 0; v < NV; ++v) b[v] = load16(bp + k * ldb + c0 + v * kLanes);
     for (int i = 0; i < R; ++i) {
       const float x = TransA ? a.p[k * a.ld + r0 + i] : a.p[(r0 + i) * a.ld + k];
       for (int v = 0; v < NV; ++v) acc[i][v] += x * b[v];
     }
   }
-  std::memcpy(out, acc, sizeof(acc));
-}
-
-// C rows [r0, r0 + R), columns [c0, c0 + cols) = alpha tile + beta C; tile rows are
-// `width` floats apart.
-template <int R>
-inline void store_tile(const float* tile, int64_t width, int64_t r0, int64_t c0, int64_t cols, float* c, int64_t ldc,
-                       float alpha, float beta) {
-  for (int i = 0; i < R; ++i) {
-    float* row = c + (r0 + i) * ldc + c0;
-    const float* t = tile + i * width;
-    if (beta == 0.0f)
-      for (int64_t j = 0; j < cols; ++j) row[j] = alpha * t[j];
-    else
-      for (int64_t j = 0; j < cols; ++j) row[j] = alpha * t[j] + beta * row[j];
-  }
+  // Unrolled, so that every accumulator is a named register (a loop would index them in memory).
+#pragma GCC unroll 8
+  for (int i = 0; i < R; ++i)
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v)
+      if (cols > v * kLanes)
+        store_vector(acc[i][v], std::min(kLanes, cols - v * kLanes), c + (r0 + i) * ldc + c0 + v * kLanes, alpha,
+                     beta);
 }
 
 // Rows [r0, r0 + R) of C: two-vector column tiles, then one one-vector tile when the
@@ -60,16 +55,10 @@ inline void store_tile(const float* tile, int64_t width, int64_t r0, int64_t c0,
 template <int R, bool TransA>
 inline void row_block(int64_t K, const TileOperand& a, int64_t r0, const float* bp, int64_t ldb, int64_t N, int64_t Np,
                       float* c, int64_t ldc, float alpha, float beta) {
-  alignas(64) float tile[R * 2 * kLanes];
   int64_t c0 = 0;
-  for (; c0 + 2 * kLanes <= Np; c0 += 2 * kLanes) {
-    register_tile<R, 2, TransA>(K, a, r0, bp, ldb, c0, tile);
-    store_tile<R>(tile, 2 * kLanes, r0, c0, std::min(2 * kLanes, N - c0), c, ldc, alpha, beta);
-  }
-  if (c0 < Np) {
-    register_tile<R, 1, TransA>(K, a, r0, bp, ldb, c0, tile);
-    store_tile<R>(tile, kLanes, r0, c0, N - c0, c, ldc, alpha, beta);
-  }
+  for (; c0 + 2 * kLanes <= Np; c0 += 2 * kLanes)
+    register_tile<R, 2, TransA>(K, a, r0, bp, ldb, c0, std::min(2 * kLanes, N - c0), c, ldc, alpha, beta);
+  if (c0 < Np) register_tile<R, 1, TransA>(K, a, r0, bp, ldb, c0, N - c0, c, ldc, alpha, beta);
 }
 
 // The four shuffle rounds of a 16 x 16 transpose in registers (AVX-512's unpcklps,
@@ -112,7 +101,7 @@ void pack_transposed(const float* b, int64_t ld, int64_t N, int64_t K, float* pa
   for (int64_t j0 = 0; j0 < N16; j0 += 16)
     for (int64_t k0 = 0; k0 < K16; k0 += 16) {
       Vec16 r[16], t[16];
-      for (int i = 0; i < 16; ++i) r[i] = load(b + (j0 + i) * ld + k0);
+      for (int i = 0; i < 16; ++i) r[i] = load16(b + (j0 + i) * ld + k0);
       for (int i = 0; i < 16; i += 2) {
         t[i] = unpack_lo32(r[i], r[i + 1]);
         t[i + 1] = unpack_hi32(r[i], r[i + 1]);

@@ -10,6 +10,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cassert>
 #include <cstring>
 #include <vector>
 
@@ -88,7 +89,10 @@ LAT_AVX512_BF16 inline void register_tile_avx512(int64_t P, const PackedA& a, in
     }
   }
   const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+  // Unrolled, so that every accumulator is a named register (a loop would index them in memory).
+#pragma GCC unroll 8
   for (int i = 0; i < R; ++i)
+#pragma GCC unroll 2
     for (int v = 0; v < NV; ++v) {
       const __mmask16 m = first_lanes(cols - v * kLanes);
       float* out = c + (r0 + i) * ldc + c0 + v * kLanes;
@@ -152,15 +156,22 @@ void gemm_portable(int64_t M, int64_t N, int64_t K, const PackedA& a, const Pack
 
 // ---- dispatch ----------------------------------------------------------------------------
 
+// cpu::has_avx512_bf16(), read once into a local static: the small tiles of the chunk
+// kernels make hundreds of packings and products per chunk, each of which dispatches.
+bool avx512_bf16() {
+  static const bool has = cpu::has_avx512_bf16();
+  return has;
+}
+
 void pair_columns(const float* src, int64_t ld, int64_t rows, int64_t cols, uint32_t* w, int64_t stride) {
-  if (cpu::has_avx512_bf16())
+  if (avx512_bf16())
     pair_columns_avx512(src, ld, rows, cols, w, stride);
   else
     pair_columns_portable(src, ld, rows, cols, w, stride);
 }
 
 void pair_rows(const float* src, int64_t ld, int64_t rows, int64_t cols, uint32_t* w, int64_t ldw) {
-  if (cpu::has_avx512_bf16())
+  if (avx512_bf16())
     pair_rows_avx512(src, ld, rows, cols, w, ldw);
   else
     pair_rows_portable(src, ld, rows, cols, w, ldw);
@@ -188,29 +199,55 @@ PackedB pack_b_bf16(int64_t K, int64_t N, TileOperand b, uint32_t* w) {
     pair_rows(b.p, b.ld, K, N, w, ldw);
     return {w, ldw};
   }
-  // Stored N x K: each row's pairs are adjacent; pair them, then transpose the N x P words.
+  // Stored N x K, i.e. op(B) = X^T for the N x K matrix X: each row's pairs are adjacent;
+  // pair them as X's packing as op(A), then transpose the N x P words.
   thread_local std::vector<uint32_t> rows;
   if (static_cast<int64_t>(rows.size()) < N * P) rows.resize(N * P);
-  pair_columns(b.p, b.ld, N, K, rows.data(), P);
-  pack_transposed(reinterpret_cast<const float*>(rows.data()), P, N, P, reinterpret_cast<float*>(w), ldw);
-  for (int64_t p = 0; p < P; ++p) std::fill(w + p * ldw + N, w + (p + 1) * ldw, 0u);
+  return pack_b_from_a(N, K, pack_a_bf16(N, K, {b.p, b.ld}, rows.data()), w);
+}
+
+PackedB pack_b_from_a(int64_t M, int64_t K, PackedA a, uint32_t* w) {
+  assert(a.pair == 1 && "pack_b_from_a: a must pack an untransposed op(A)");
+  const int64_t P = pairs(K), ldw = padded(M);
+  pack_transposed(reinterpret_cast<const float*>(a.w), a.row, M, P, reinterpret_cast<float*>(w), ldw);
+  for (int64_t p = 0; p < P; ++p) std::fill(w + p * ldw + M, w + (p + 1) * ldw, 0u);
   return {w, ldw};
 }
 
 void tile_gemm_bf16(int64_t M, int64_t N, int64_t K, PackedA a, PackedB b, float* c, int64_t ldc, float alpha,
                     float beta) {
-  if (cpu::has_avx512_bf16())
+  if (avx512_bf16())
     gemm_avx512(M, N, K, a, b, c, ldc, alpha, beta);
   else
     gemm_portable(M, N, K, a, b, c, ldc, alpha, beta);
 }
 
+namespace {
+
+// Thread-local words for packing operands used once: slot 0 for A, 1 for B.
+uint32_t* packing_words(int slot, int64_t words) {
+  thread_local std::vector<uint32_t> buffers[2];
+  std::vector<uint32_t>& w = buffers[slot];
+  if (static_cast<int64_t>(w.size()) < words) w.resize(words);
+  return w.data();
+}
+
+}  // namespace
+
 void tile_gemm_bf16(int64_t M, int64_t N, int64_t K, TileOperand a, TileOperand b, float* c, int64_t ldc, float alpha,
                     float beta) {
-  thread_local std::vector<uint32_t> wa, wb;
-  if (static_cast<int64_t>(wa.size()) < packed_a_words(M, K)) wa.resize(packed_a_words(M, K));
-  if (static_cast<int64_t>(wb.size()) < packed_b_words(K, N)) wb.resize(packed_b_words(K, N));
-  tile_gemm_bf16(M, N, K, pack_a_bf16(M, K, a, wa.data()), pack_b_bf16(K, N, b, wb.data()), c, ldc, alpha, beta);
+  tile_gemm_bf16(M, N, K, pack_a_bf16(M, K, a, packing_words(0, packed_a_words(M, K))),
+                 pack_b_bf16(K, N, b, packing_words(1, packed_b_words(K, N))), c, ldc, alpha, beta);
+}
+
+void tile_gemm_bf16(int64_t M, int64_t N, int64_t K, PackedA a, TileOperand b, float* c, int64_t ldc, float alpha,
+                    float beta) {
+  tile_gemm_bf16(M, N, K, a, pack_b_bf16(K, N, b, packing_words(1, packed_b_words(K, N))), c, ldc, alpha, beta);
+}
+
+void tile_gemm_bf16(int64_t M, int64_t N, int64_t K, TileOperand a, PackedB b, float* c, int64_t ldc, float alpha,
+                    float beta) {
+  tile_gemm_bf16(M, N, K, pack_a_bf16(M, K, a, packing_words(0, packed_a_words(M, K))), b, c, ldc, alpha, beta);
 }
 
 }  // namespace lat::linear_attention

@@ -44,6 +44,11 @@ PackedA pack_a_bf16(int64_t M, int64_t K, TileOperand a, uint32_t* w);
 /// (packed_b_words(K, N) words). Single-threaded.
 PackedB pack_b_bf16(int64_t K, int64_t N, TileOperand b, uint32_t* w);
 
+/// A^T (K x M) as op(B), packed into w (packed_b_words(K, M) words) from the packing `a` of
+/// an M x K op(A) that was stored untransposed (pack_a_bf16 with a.trans false): the same
+/// words, transposed, with no second rounding pass over the floats. Single-threaded.
+PackedB pack_b_from_a(int64_t M, int64_t K, PackedA a, uint32_t* w);
+
 /// C = alpha op(A) op(B) + beta C (row-major C, row stride ldc) from packed bf16 operands,
 /// products accumulated in fp32. With beta == 0, C is only written; columns past N are not
 /// touched. Single-threaded; thread-safe.
@@ -53,6 +58,13 @@ void tile_gemm_bf16(int64_t M, int64_t N, int64_t K, PackedA a, PackedB b, float
 /// The same from float operands (tile_gemm's conventions), packed into thread-local buffers
 /// first: for operands used once.
 void tile_gemm_bf16(int64_t M, int64_t N, int64_t K, TileOperand a, TileOperand b, float* c, int64_t ldc,
+                    float alpha = 1.0f, float beta = 0.0f);
+
+/// The same with one operand packed already (one shared by several products) and the
+/// other packed into a thread-local buffer first.
+void tile_gemm_bf16(int64_t M, int64_t N, int64_t K, PackedA a, TileOperand b, float* c, int64_t ldc,
+                    float alpha = 1.0f, float beta = 0.0f);
+void tile_gemm_bf16(int64_t M, int64_t N, int64_t K, TileOperand a, PackedB b, float* c, int64_t ldc,
                     float alpha = 1.0f, float beta = 0.0f);
 
 /// A chunk kernel's product in its precision: tile_gemm for fp32 (the fp32 kernels'
