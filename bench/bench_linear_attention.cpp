@@ -36,8 +36,10 @@
 #include <vector>
 
 #include "autograd/cpu/bf16.h"
+#include "bench/bench_flags.h"
 #include "autograd/cpu/gemm.h"
 #include "lat/lat.h"
+#include "layers/linear_attention/common.h"
 
 namespace {
 
@@ -57,15 +59,6 @@ double now_ms() {
 double median(std::vector<double> times) {
   std::sort(times.begin(), times.end());
   return times[times.size() / 2];
-}
-
-// The decimal integer `text` when it is whole and positive (at most 2^31), else nullopt.
-std::optional<int64_t> positive_integer(const char* text) {
-  char* end = nullptr;
-  errno = 0;
-  const long long n = std::strtoll(text, &end, 10);
-  if (end == text || *end != '\0' || errno != 0 || n < 1 || n > (1LL << 31)) return std::nullopt;
-  return n;
 }
 
 // Median time of `reps` runs after one warm-up run.
@@ -187,9 +180,8 @@ void forward_backward(const std::string& op, bool chunk, const Inputs& in, lat::
   for (Tensor t : {in.q, in.k, in.v, in.g, in.beta}) t.zero_grad();
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+// The benchmark: flags, then the table. Returns the exit code (2: bad usage).
+int run(int argc, char** argv) {
   std::vector<std::string> ops;
   std::vector<int64_t> lengths;
   int reps = 7;
@@ -209,17 +201,24 @@ int main(int argc, char** argv) {
     } else if ((arg == "--T" || arg == "--B" || arg == "--H" || arg == "--K" || arg == "--V" || arg == "--C" ||
                 arg == "--reps") &&
                i + 1 < argc) {
-      const std::optional<int64_t> n = positive_integer(argv[++i]);
-      if (!n) {
-        std::fprintf(stderr, "error: %s: expected a positive integer, got '%s'\n", arg.c_str(), argv[i]);
+      // The ops' own bounds (head dims, chunk size), and sizes whose inputs fit in memory.
+      const int64_t max = arg == "--T" ? int64_t{1} << 20
+                          : arg == "--K" || arg == "--V" ? lat::linear_attention::kMaxHeadDim
+                          : arg == "--reps" ? 1000
+                                            : 1024;
+      int64_t n = 0;
+      try {
+        n = lat::bench::parse_int_flag(argv[++i], arg.c_str(), 1, max);
+      } catch (const std::invalid_argument& e) {
+        std::fprintf(stderr, "error: %s\n", e.what());
         return 2;
       }
       if (arg == "--T")
-        lengths.push_back(*n);
+        lengths.push_back(n);
       else if (arg == "--reps")
-        reps = static_cast<int>(std::min<int64_t>(*n, 1 << 20));
+        reps = static_cast<int>(n);
       else
-        (arg == "--B" ? kB : arg == "--H" ? kH : arg == "--K" ? kK : arg == "--C" ? kC : kV) = *n;
+        (arg == "--B" ? kB : arg == "--H" ? kH : arg == "--K" ? kK : arg == "--C" ? kC : kV) = n;
     } else if (arg == "--no-recurrent") {
       recurrent = false;
     } else if (arg == "--default-malloc") {
@@ -227,11 +226,18 @@ int main(int argc, char** argv) {
     } else if (arg == "--cpu-time") {
       g_cpu_time = true;
     } else {
+      if (arg == "--help" || arg == "-h") {
+        std::printf("usage: %s [--op linear_attn|simple_gla|delta_rule|gated_delta_rule]... [--T N]... [--reps N] "
+                    "[--B N] [--H N] [--K N] [--V N] [--C N] [--precision fp32|bf16] [--no-recurrent] "
+                    "[--default-malloc] [--cpu-time]\n",
+                    argv[0]);
+        return 0;
+      }
       std::fprintf(stderr,
-                   "usage: %s [--op linear_attn|simple_gla|delta_rule|gated_delta_rule]... [--T N]... [--reps N] "
+                   "error: %s: unknown flag or missing value (usage: %s [--op linear_attn|simple_gla|delta_rule|gated_delta_rule]... [--T N]... [--reps N] "
                    "[--B N] [--H N] [--K N] [--V N] [--C N] [--precision fp32|bf16] [--no-recurrent] "
-                   "[--default-malloc] [--cpu-time]\n",
-                   argv[0]);
+                   "[--default-malloc] [--cpu-time])\n",
+                   arg.c_str(), argv[0]);
       return 2;
     }
   }
@@ -303,4 +309,15 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     }
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {  // an op refusing a shape, or inputs too large for memory
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
 }
