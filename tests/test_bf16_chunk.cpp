@@ -39,6 +39,7 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -222,8 +223,9 @@ std::vector<OpCase> op_cases(bool gated) {
 }
 
 std::string case_name(const OpCase& c) {
-  return "T" + std::to_string(c.T) + " K" + std::to_string(c.K) + " V" + std::to_string(c.V) +
-         " g=" + std::to_string(c.g);
+  std::ostringstream name;  // not "T" + std::to_string(...): GCC 12 warns a false -Wrestrict there
+  name << "T" << c.T << " K" << c.K << " V" << c.V << " g=" << c.g;
+  return name.str();
 }
 
 Tensor abs_of(const Tensor& t) {
