@@ -35,7 +35,8 @@
 //
 // Layout. The kernel works in the per-head chunked layout of chunk_layout.h ([BH, NT*C, D],
 // rows t >= T zero, g and beta included): the API-layout inputs are copied in once (q and
-// k L2-normalized there when asked for), the outputs and gradients copied back out.
+// k L2-normalized there when asked for), the outputs and gradients copied back out, head
+// by head around the head's chunks in the per-head schedule (see LayoutCopies).
 //
 // Schedule. Chunk n = bh * NT + c; every per-chunk array has one stride over n. Every
 // product is a single-threaded tile_gemm on one chunk's tiles, which stay in the core's
@@ -49,6 +50,7 @@
 // each phase (eight thread teams for a forward and backward). See Schedule.
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <vector>
 
 #include "autograd/cpu/aligned_buffer.h"
@@ -557,6 +559,39 @@ Schedule schedule_of(const ChunkedParams& p) {
   return p.BH >= get_num_threads() ? Schedule::per_head : Schedule::per_phase;
 }
 
+// The copies between a call's API-layout arrays and the chunked layout, with what runs on
+// the copied rows: `in` before the chunks, then after_in on rows [row0, row0 + rows) (the
+// forward's L2 norm), and before_out on the rows (the backward through the norm), then
+// `out` after the chunks. per_head copies each head right before its first chunk and right
+// after its last, on the thread that works on it, so that phase A reads rows still in the
+// core's caches and the copies out read rows just written; per_phase copies every head
+// before the first phase and after the last (a thread team each). Every row gets the same
+// operations either way, so the bits do not depend on the schedule.
+struct LayoutCopies {
+  std::vector<ToChunked> in;
+  std::vector<FromChunked> out;
+  int64_t B = 0, T = 0, H = 0, C = 0;
+  std::function<void(int64_t row0, int64_t rows)> after_in, before_out;  // either may be empty
+
+  int64_t head_rows() const { return num_chunks(T, C) * C; }
+  void all_in() const {
+    if (!in.empty()) to_chunked(in, B, T, H, C);
+    if (after_in) after_in(0, B * H * head_rows());
+  }
+  void all_out() const {
+    if (before_out) before_out(0, B * H * head_rows());
+    if (!out.empty()) from_chunked(out, B, T, H, C);
+  }
+  void head_in(int64_t bh) const {
+    head_to_chunked(in, bh, T, H, C);
+    if (after_in) after_in(bh * head_rows(), head_rows());
+  }
+  void head_out(int64_t bh) const {
+    if (before_out) before_out(bh * head_rows(), head_rows());
+    head_from_chunked(out, bh, T, H, C);
+  }
+};
+
 // Phase A and the forward state pass in the per_phase schedule, shared by the forward and
 // the backward.
 void forward_states(const ChunkedParams& p, Arrays& a, Pass pass, float* ht) {
@@ -566,31 +601,39 @@ void forward_states(const ChunkedParams& p, Arrays& a, Pass pass, float* ht) {
   });
 }
 
-// Forward: o [BH, NT*C, V] and, when ht is not null, the final state [BH, K, V].
-void forward_chunked(const ChunkedParams& p, float* o, float* ht) {
+// Forward: o [BH, NT*C, V] and, when ht is not null, the final state [BH, K, V]; the
+// inputs of p copied in and o copied out by `copies`.
+void forward_chunked(const ChunkedParams& p, const LayoutCopies& copies, float* o, float* ht) {
   Arrays a(p, Pass::forward);
   if (schedule_of(p) == Schedule::per_head) {
     parallel_for(p, p.BH, [&](int64_t bh, Scratch& s) {
+      copies.head_in(bh);
       for (int64_t c = 0; c < p.NT; ++c) {
         phase_a_chunk(p, a, Pass::forward, bh * p.NT + c, s);
         state_step(p, a, bh, c, ht);
         phase_b_chunk(p, a, o, bh * p.NT + c, s);
       }
+      copies.head_out(bh);
     });
     return;
   }
+  copies.all_in();
   forward_states(p, a, Pass::forward, ht);
   parallel_for(p, p.BH * p.NT, [&](int64_t n, Scratch& s) { phase_b_chunk(p, a, o, n, s); });
+  copies.all_out();
 }
 
 // Backward from d_o [BH, NT*C, V] and dht [BH, K, V] (null: no gradient on the final
-// state). Recomputes the forward intermediates (nothing is kept between the passes).
-void backward_chunked(const ChunkedParams& p, const float* d_o, const float* dht, const ChunkedGrads& grads) {
+// state), d_o copied in and the gradients copied out by `copies`. Recomputes the forward
+// intermediates (nothing is kept between the passes).
+void backward_chunked(const ChunkedParams& p, const LayoutCopies& copies, const float* d_o, const float* dht,
+                      const ChunkedGrads& grads) {
   Arrays a(p, Pass::backward);
   AlignedBuffer dh0_scratch(grads.dh0 ? 0 : p.BH * p.K * p.V);
   float* dh0 = grads.dh0 ? grads.dh0 : dh0_scratch.data();
   if (schedule_of(p) == Schedule::per_head) {
     parallel_for(p, p.BH, [&](int64_t bh, Scratch& s) {
+      copies.head_in(bh);
       for (int64_t c = 0; c < p.NT; ++c) {
         phase_a_chunk(p, a, Pass::backward, bh * p.NT + c, s);
         state_step(p, a, bh, c, nullptr);
@@ -600,15 +643,18 @@ void backward_chunked(const ChunkedParams& p, const float* d_o, const float* dht
         reverse_state_step(p, a, bh, c, d_o, dht, dh0);
         phase_b2_chunk(p, a, grads, bh * p.NT + c, s);
       }
+      copies.head_out(bh);
     });
     return;
   }
+  copies.all_in();
   forward_states(p, a, Pass::backward, nullptr);
   parallel_for(p, p.BH * p.NT, [&](int64_t n, Scratch& s) { phase_b1_chunk(p, a, d_o, grads, n, s); });
   parallel_for(p, p.BH, [&](int64_t bh, Scratch&) {
     for (int64_t c = p.NT - 1; c >= 0; --c) reverse_state_step(p, a, bh, c, d_o, dht, dh0);
   });
   parallel_for(p, p.BH * p.NT, [&](int64_t n, Scratch& s) { phase_b2_chunk(p, a, grads, n, s); });
+  copies.all_out();
 }
 
 // What forward keeps for backward: the inputs in the chunked layout (workspace buffers,
@@ -620,27 +666,29 @@ struct ChunkDeltaSaved : DeltaSaved {
 
 int64_t chunked_rows(const DeltaParams& p) { return p.B * p.H * p.NT() * p.C; }
 
+// The chunked input buffers of a call (filled by the copies of chunked_input_copies).
 std::shared_ptr<ChunkDeltaSaved> chunked_inputs(const DeltaParams& p) {
   const int64_t rows = chunked_rows(p);
   auto in = std::make_shared<ChunkDeltaSaved>();
   in->q = AlignedBuffer(rows * p.K), in->k = AlignedBuffer(rows * p.K), in->v = AlignedBuffer(rows * p.V);
   in->beta = AlignedBuffer(rows);
-  std::vector<ToChunked> arrays{{p.q, in->q.data(), p.K},
-                                {p.k, in->k.data(), p.K},
-                                {p.v, in->v.data(), p.V},
-                                {p.beta, in->beta.data(), 1}};
-  if (p.g) {
-    in->g = AlignedBuffer(rows);
-    arrays.push_back({p.g, in->g.data(), 1});
-  }
-  to_chunked(arrays, p.B, p.T, p.H, p.C);
-  if (p.use_qk_l2norm_in_kernel) {
-    in->q_rstd = AlignedBuffer(rows);
-    in->k_rstd = AlignedBuffer(rows);
-    l2norm_rows_forward(in->q.data(), rows, p.K, in->q_rstd.data());
-    l2norm_rows_forward(in->k.data(), rows, p.K, in->k_rstd.data());
-  }
+  if (p.g) in->g = AlignedBuffer(rows);
+  if (p.use_qk_l2norm_in_kernel) in->q_rstd = AlignedBuffer(rows), in->k_rstd = AlignedBuffer(rows);
   return in;
+}
+
+// The forward's copies: the inputs into `in` (q and k then L2-normalized when asked for).
+LayoutCopies chunked_input_copies(const DeltaParams& p, ChunkDeltaSaved& in) {
+  LayoutCopies copies;
+  copies.B = p.B, copies.T = p.T, copies.H = p.H, copies.C = p.C;
+  copies.in = {{p.q, in.q.data(), p.K}, {p.k, in.k.data(), p.K}, {p.v, in.v.data(), p.V}, {p.beta, in.beta.data(), 1}};
+  if (p.g) copies.in.push_back({p.g, in.g.data(), 1});
+  if (p.use_qk_l2norm_in_kernel)
+    copies.after_in = [&p, &in](int64_t row0, int64_t rows) {
+      l2norm_rows_forward(in.q.data() + row0 * p.K, rows, p.K, in.q_rstd.data() + row0);
+      l2norm_rows_forward(in.k.data() + row0 * p.K, rows, p.K, in.k_rstd.data() + row0);
+    };
+  return copies;
 }
 
 ChunkedParams chunked_params(const DeltaParams& p, const ChunkDeltaSaved& in) {
@@ -659,8 +707,9 @@ ChunkedParams chunked_params(const DeltaParams& p, const ChunkDeltaSaved& in) {
 std::shared_ptr<const DeltaSaved> chunk_delta_forward_cpu(const DeltaParams& p, float* o, float* ht, bool save) {
   std::shared_ptr<ChunkDeltaSaved> in = chunked_inputs(p);
   AlignedBuffer oc(chunked_rows(p) * p.V);
-  forward_chunked(chunked_params(p, *in), oc.data(), ht);
-  from_chunked({{oc.data(), o, p.V}}, p.B, p.T, p.H, p.C);
+  LayoutCopies copies = chunked_input_copies(p, *in);
+  copies.out = {{oc.data(), o, p.V}};
+  forward_chunked(chunked_params(p, *in), copies, oc.data(), ht);
   return save ? in : nullptr;
 }
 
@@ -669,7 +718,6 @@ void chunk_delta_backward_cpu(const DeltaParams& p, const DeltaSaved& saved, con
   const auto& in = static_cast<const ChunkDeltaSaved&>(saved);
   const int64_t rows = chunked_rows(p);
   AlignedBuffer d_oc(rows * p.V);
-  to_chunked({{d_o, d_oc.data(), p.V}}, p.B, p.T, p.H, p.C);
   const bool with_dg = p.g != nullptr && grads.dg != nullptr;
   AlignedBuffer dq(rows * p.K), dk(rows * p.K), dv(rows * p.V), dbeta(rows);
   AlignedBuffer dg = with_dg ? AlignedBuffer(rows) : AlignedBuffer();
@@ -677,17 +725,18 @@ void chunk_delta_backward_cpu(const DeltaParams& p, const DeltaSaved& saved, con
   out.dq = dq.data(), out.dk = dk.data(), out.dv = dv.data(), out.dbeta = dbeta.data();
   out.dg = with_dg ? dg.data() : nullptr;
   out.dh0 = grads.dh0;
-  backward_chunked(chunked_params(p, in), d_oc.data(), dht, out);
-  if (p.use_qk_l2norm_in_kernel) {
-    l2norm_rows_backward(in.q.data(), in.q_rstd.data(), rows, p.K, dq.data());
-    l2norm_rows_backward(in.k.data(), in.k_rstd.data(), rows, p.K, dk.data());
-  }
-  std::vector<FromChunked> arrays{{dq.data(), grads.dq, p.K},
-                                  {dk.data(), grads.dk, p.K},
-                                  {dv.data(), grads.dv, p.V},
-                                  {dbeta.data(), grads.dbeta, 1}};
-  if (with_dg) arrays.push_back({dg.data(), grads.dg, 1});
-  from_chunked(arrays, p.B, p.T, p.H, p.C);
+  LayoutCopies copies;
+  copies.B = p.B, copies.T = p.T, copies.H = p.H, copies.C = p.C;
+  copies.in = {{d_o, d_oc.data(), p.V}};
+  if (p.use_qk_l2norm_in_kernel)
+    copies.before_out = [&](int64_t row0, int64_t n) {
+      l2norm_rows_backward(in.q.data() + row0 * p.K, in.q_rstd.data() + row0, n, p.K, dq.data() + row0 * p.K);
+      l2norm_rows_backward(in.k.data() + row0 * p.K, in.k_rstd.data() + row0, n, p.K, dk.data() + row0 * p.K);
+    };
+  copies.out = {{dq.data(), grads.dq, p.K}, {dk.data(), grads.dk, p.K}, {dv.data(), grads.dv, p.V},
+                {dbeta.data(), grads.dbeta, 1}};
+  if (with_dg) copies.out.push_back({dg.data(), grads.dg, 1});
+  backward_chunked(chunked_params(p, in), copies, d_oc.data(), dht, out);
 }
 
 }  // namespace lat::linear_attention
