@@ -38,14 +38,15 @@
 // k L2-normalized there when asked for), the outputs and gradients copied back out, head
 // by head around the head's chunks in the per-head schedule (see LayoutCopies).
 //
-// Schedule. Chunk n = bh * NT + c; every per-chunk array has one stride over n. Every
+// Schedule. Chunk n = bh * NT + c; every per-chunk input and output array has one stride
+// over n, the intermediates (Arrays) one over chunk(n), their own index. Every
 // product is a single-threaded tile_gemm on one chunk's tiles, which stay in the core's
 // caches; no thread team starts per product. Phase A (before the forward state pass)
 // computes G, Gamma, W, U and the decayed keys; phase B (after it) the outputs. The
 // backward recomputes phase A and the state pass, then runs B1 (everything that needs no
 // dh), the reverse state pass, and B2 (the rest). With at least as many heads as threads,
 // one OpenMP loop over heads runs each head's chunks through every phase in order (one
-// thread team per pass); with fewer, each phase is one OpenMP loop, the per-chunk phases
+// thread team per pass, one head's intermediates per thread); with fewer, each phase is one OpenMP loop, the per-chunk phases
 // over chunks, the state passes over heads, and threads wait for each other at the end of
 // each phase (eight thread teams for a forward and backward). See Schedule.
 #include <algorithm>
@@ -132,7 +133,7 @@ enum class Pass { forward, backward };
 // The intermediates of a run of chunks (every chunk of the call, or one head's), chunk n
 // at index chunk(n) = n - first.
 struct Arrays {
-  int64_t first = 0;     // the chunk held at index 0
+  int64_t first = 0;  // the chunk held at index 0
 
   AlignedBuffer G;       // [N, C]        chunk-local inclusive cumsum of g (Lambda = G_{C-1})
   AlignedBuffer gamma;   // [N, C]        e^G (gamma_{C-1} = e^Lambda)

@@ -17,12 +17,12 @@ void copy_or_zero(const float* src, int64_t n, float* dst) {
 
 namespace {
 
-// Runs copy(array, first api row of (b, h), chunked rows of (b, h), padded rows) for every
-// array of head bh = b*H + h.
+// Runs copy(array, offset of (b, h) in api, offset of (b, h) in chunked, T, H, padded rows)
+// for every array of head bh = b*H + h.
 template <class Array, class Copy>
 void copy_head(std::span<const Array> arrays, int64_t bh, int64_t T, int64_t H, int64_t C, const Copy& copy) {
   const int64_t padded = num_chunks(T, C) * C, b = bh / H, h = bh % H;
-  for (const Array& x : arrays) copy(x, (b * T * H + h) * x.D, bh * padded * x.D, padded);
+  for (const Array& x : arrays) copy(x, (b * T * H + h) * x.D, bh * padded * x.D, T, H, padded);
 }
 
 // copy_head for every head, OpenMP over the heads when the arrays are large enough to share.
@@ -54,34 +54,26 @@ void copy_in(const ToChunked& x, int64_t api, int64_t chunked, int64_t T, int64_
 }
 
 // One array's head: T rows chunked -> api.
-void copy_out(const FromChunked& x, int64_t api, int64_t chunked, int64_t T, int64_t H) {
+void copy_out(const FromChunked& x, int64_t api, int64_t chunked, int64_t T, int64_t H, int64_t) {
   copy_rows(x.chunked + chunked, x.D, x.api + api, H * x.D, T, x.D);
 }
 
 }  // namespace
 
 void to_chunked(const std::vector<ToChunked>& arrays, int64_t B, int64_t T, int64_t H, int64_t C) {
-  for_each_head(arrays, B, T, H, C, [&](const ToChunked& x, int64_t api, int64_t chunked, int64_t padded) {
-    copy_in(x, api, chunked, T, H, padded);
-  });
+  for_each_head(arrays, B, T, H, C, copy_in);
 }
 
 void from_chunked(const std::vector<FromChunked>& arrays, int64_t B, int64_t T, int64_t H, int64_t C) {
-  for_each_head(arrays, B, T, H, C, [&](const FromChunked& x, int64_t api, int64_t chunked, int64_t) {
-    copy_out(x, api, chunked, T, H);
-  });
+  for_each_head(arrays, B, T, H, C, copy_out);
 }
 
 void head_to_chunked(std::span<const ToChunked> arrays, int64_t bh, int64_t T, int64_t H, int64_t C) {
-  copy_head(arrays, bh, T, H, C, [&](const ToChunked& x, int64_t api, int64_t chunked, int64_t padded) {
-    copy_in(x, api, chunked, T, H, padded);
-  });
+  copy_head(arrays, bh, T, H, C, copy_in);
 }
 
 void head_from_chunked(std::span<const FromChunked> arrays, int64_t bh, int64_t T, int64_t H, int64_t C) {
-  copy_head(arrays, bh, T, H, C, [&](const FromChunked& x, int64_t api, int64_t chunked, int64_t) {
-    copy_out(x, api, chunked, T, H);
-  });
+  copy_head(arrays, bh, T, H, C, copy_out);
 }
 
 void gather_chunk(const float* x, int64_t T, int64_t H, int64_t D, int64_t C, int64_t n, float* dst,
