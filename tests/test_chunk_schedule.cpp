@@ -39,7 +39,8 @@ std::vector<ScheduleCase> schedule_cases() {
   for (Precision precision : {Precision::fp32, Precision::bf16})
     for (Gate gate : {Gate::none, Gate::zero, Gate::mild, Gate::strong})
       for (bool packed : {false, true}) cases.push_back({gate, packed, false, precision});
-  for (Precision precision : {Precision::fp32, Precision::bf16}) cases.push_back({Gate::mild, false, true, precision});
+  for (Precision precision : {Precision::fp32, Precision::bf16})
+    for (bool packed : {false, true}) cases.push_back({Gate::mild, packed, true, precision});
   return cases;
 }
 

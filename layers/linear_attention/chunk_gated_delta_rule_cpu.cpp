@@ -35,20 +35,23 @@
 //
 // Layout. The kernel works in the per-head chunked layout of chunk_layout.h ([BH, NT*C, D],
 // rows t >= T zero, g and beta included): the API-layout inputs are copied in once (q and
-// k L2-normalized there when asked for), the outputs and gradients copied back out.
+// k L2-normalized there when asked for), the outputs and gradients copied back out, head
+// by head around the head's chunks in the per-head schedule (see LayoutCopies).
 //
-// Schedule. Chunk n = bh * NT + c; every per-chunk array has one stride over n. Every
+// Schedule. Chunk n = bh * NT + c; every per-chunk input and output array has one stride
+// over n, the intermediates (Arrays) one over chunk(n), their own index. Every
 // product is a single-threaded tile_gemm on one chunk's tiles, which stay in the core's
 // caches; no thread team starts per product. Phase A (before the forward state pass)
 // computes G, Gamma, W, U and the decayed keys; phase B (after it) the outputs. The
 // backward recomputes phase A and the state pass, then runs B1 (everything that needs no
 // dh), the reverse state pass, and B2 (the rest). With at least as many heads as threads,
 // one OpenMP loop over heads runs each head's chunks through every phase in order (one
-// thread team per pass); with fewer, each phase is one OpenMP loop, the per-chunk phases
+// thread team per pass, one head's intermediates per thread); with fewer, each phase is one OpenMP loop, the per-chunk phases
 // over chunks, the state passes over heads, and threads wait for each other at the end of
 // each phase (eight thread teams for a forward and backward). See Schedule.
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <vector>
 
 #include "autograd/cpu/aligned_buffer.h"
@@ -127,8 +130,11 @@ struct ChunkPackings {
 // Which pass the arrays serve: the backward keeps more of phase A (K K^T, scale diag(gamma) Q, T).
 enum class Pass { forward, backward };
 
-// The whole-problem arrays of one call, indexed by chunk n.
+// The intermediates of a run of chunks (every chunk of the call, or one head's), chunk n
+// at index chunk(n) = n - first.
 struct Arrays {
+  int64_t first = 0;  // the chunk held at index 0
+
   AlignedBuffer G;       // [N, C]        chunk-local inclusive cumsum of g (Lambda = G_{C-1})
   AlignedBuffer gamma;   // [N, C]        e^G (gamma_{C-1} = e^Lambda)
   AlignedBuffer wdecay;  // [N, C]        the write decays e^{Lambda - G}
@@ -152,8 +158,9 @@ struct Arrays {
   ChunkPackings<PackedB> ht;  // S_c^T as op(B) (backward: B1's dO S_c^T; B2's dV_new S_c^T)
   ChunkPackings<PackedB> dob; // dO as op(B)    (backward: B1; the reverse state pass)
 
-  Arrays(const ChunkedParams& p, Pass pass) {
-    const int64_t N = p.BH * p.NT, C = p.C, K = p.K, V = p.V;
+  // For `chunks` chunks (a whole number of heads: the state passes index heads from chunk(bh * NT)).
+  Arrays(const ChunkedParams& p, Pass pass, int64_t chunks) {
+    const int64_t N = chunks, C = p.C, K = p.K, V = p.V;
     const bool bf16 = p.precision == Precision::bf16;
     // The C x C arrays end in one vector of padding, like a tile (tile_floats).
     G = AlignedBuffer(N * C), gamma = AlignedBuffer(N * C), wdecay = AlignedBuffer(N * C);
@@ -165,6 +172,8 @@ struct Arrays {
     dwu = AlignedBuffer(N * C * (K + V)), dh = AlignedBuffer(N * K * V), dG = AlignedBuffer(N * C);
     if (bf16) kb = {N, packed_b_words(C, K)}, ht = {N, packed_b_words(V, K)}, dob = {N, packed_b_words(C, V)};
   }
+
+  int64_t chunk(int64_t n) const { return n - first; }
 };
 
 // A product operand: its floats and, for bf16, its packing when one is shared (else null:
@@ -229,14 +238,33 @@ void parallel_for(const ChunkedParams& p, int64_t count, const Body& body) {
   }
 }
 
+// Runs body(bh, arrays, scratch) for every head bh, OpenMP over the heads, with one
+// Scratch and one head's Arrays per thread: every head a thread works on reuses the same
+// intermediates' memory, which stays in the core's caches (arrays for all heads would be
+// written cold, the whole call's intermediates being larger than a core's L2).
+template <class Body>
+void parallel_heads(const ChunkedParams& p, Pass pass, const Body& body) {
+#pragma omp parallel
+  {
+    Scratch s(p);
+    Arrays a(p, pass, p.NT);
+#pragma omp for schedule(dynamic)
+    for (int64_t bh = 0; bh < p.BH; ++bh) {
+      a.first = bh * p.NT;
+      body(bh, a, s);
+    }
+  }
+}
+
 // The chunk-local cumsum G [C], its row decays gamma = e^G and e^{Lambda - G} [C] (in one
 // vector loop, for every later use), and the decay matrix Gamma [C, C] of chunk n, in a.
 void chunk_decays(const ChunkedParams& p, Arrays& a, int64_t n) {
+  const int64_t m = a.chunk(n);
   const int64_t C = p.C;
-  float* G = a.G.data() + n * C;
-  float* gamma = a.gamma.data() + n * C;
-  float* wdecay = a.wdecay.data() + n * C;
-  float* D = a.decay.data() + n * C * C;
+  float* G = a.G.data() + m * C;
+  float* gamma = a.gamma.data() + m * C;
+  float* wdecay = a.wdecay.data() + m * C;
+  float* D = a.decay.data() + m * C * C;
   float acc = 0.0f;
   for (int64_t i = 0; i < C; ++i) {
     if (p.g) acc += std::max(p.g[n * C + i], kMinLogDecay);
@@ -302,37 +330,38 @@ void invert_unit_lower(const ChunkedParams& p, int64_t n, const float* kk, const
 // Phase A on chunk n: G, Gamma, the decayed keys, K K^T, T, [W | U] and a copy of U (and,
 // for the backward, K K^T, scale diag(gamma) Q and T kept in a.kk, a.qg, a.tinv).
 void phase_a_chunk(const ChunkedParams& p, Arrays& a, Pass pass, int64_t n, Scratch& s) {
+  const int64_t m = a.chunk(n);
   const bool backward = pass == Pass::backward;
   const int64_t C = p.C, K = p.K, V = p.V, KV1 = K + V;
   const float* k = p.k + n * C * K;
   chunk_decays(p, a, n);
-  const float* D = a.decay.data() + n * C * C;
-  const float* gamma = a.gamma.data() + n * C;
-  const float* wdecay = a.wdecay.data() + n * C;
+  const float* D = a.decay.data() + m * C * C;
+  const float* gamma = a.gamma.data() + m * C;
+  const float* wdecay = a.wdecay.data() + m * C;
   scale_rows(
-      k, C, K, [&](int64_t i) { return wdecay[i]; }, a.kdecay.data() + n * C * K);
+      k, C, K, [&](int64_t i) { return wdecay[i]; }, a.kdecay.data() + m * C * K);
   if (backward)
     scale_rows(
-        p.q + n * C * K, C, K, [&](int64_t i) { return p.scale * gamma[i]; }, a.qg.data() + n * C * K);
+        p.q + n * C * K, C, K, [&](int64_t i) { return p.scale * gamma[i]; }, a.qg.data() + m * C * K);
   for (int64_t i = 0; i < C; ++i) {
     const float b = p.beta[n * C + i], bg = b * gamma[i];
     float* row = s.kvb.data() + i * KV1;
     for (int64_t x = 0; x < K; ++x) row[x] = bg * k[i * K + x];
     for (int64_t x = 0; x < V; ++x) row[K + x] = b * p.v[(n * C + i) * V + x];
   }
-  float* kk = backward ? a.kk.data() + n * C * C : s.kk.data();
+  float* kk = backward ? a.kk.data() + m * C * C : s.kk.data();
   const PackedA* ka = nullptr;  // bf16: K as op(A), and from its words K^T as op(B)
   if (p.precision == Precision::bf16) {
     s.packed = pack_a_bf16(C, K, {k, K}, s.packing_words());
     ka = &s.packed;
-    a.kt.of[n] = pack_b_from_a(C, K, s.packed, a.kt.words_of(n));
+    a.kt.of[m] = pack_b_from_a(C, K, s.packed, a.kt.words_of(m));
   }
-  product(p, C, C, K, {{k, K}, ka}, {{k, K, true}, a.kt.get(n)}, kk, C);
-  float* T = backward ? a.tinv.data() + n * C * C : s.tile.data();
+  product(p, C, C, K, {{k, K}, ka}, {{k, K, true}, a.kt.get(m)}, kk, C);
+  float* T = backward ? a.tinv.data() + m * C * C : s.tile.data();
   invert_unit_lower(p, n, kk, D, T, s.solve.data());
-  float* wu = a.wu.data() + n * C * KV1;
+  float* wu = a.wu.data() + m * C * KV1;
   tile_product(p.precision, C, KV1, C, {T, C}, {s.kvb.data(), KV1}, wu, KV1);
-  for (int64_t i = 0; i < C; ++i) std::memcpy(a.vnew.data() + (n * C + i) * V, wu + i * KV1 + K, V * sizeof(float));
+  for (int64_t i = 0; i < C; ++i) std::memcpy(a.vnew.data() + (m * C + i) * V, wu + i * KV1 + K, V * sizeof(float));
 }
 
 // Chunk c of head bh in the forward state pass: V_new = U - W S_c over the copy of U and
@@ -340,19 +369,19 @@ void phase_a_chunk(const ChunkedParams& p, Arrays& a, Pass pass, int64_t n, Scra
 // from h0) or, after the last chunk, into ht when it is not null.
 void state_step(const ChunkedParams& p, Arrays& a, int64_t bh, int64_t c, float* ht) {
   const int64_t NT = p.NT, C = p.C, K = p.K, V = p.V, KV1 = K + V, KV = K * V;
-  float* h = a.h.data() + bh * NT * KV;
+  float* h = a.h.data() + a.chunk(bh * NT) * KV;
   if (c == 0) copy_or_zero(p.h0 ? p.h0 + bh * KV : nullptr, KV, h);
-  const int64_t n = bh * NT + c;
+  const int64_t n = bh * NT + c, m = a.chunk(n);
   const float* S = h + c * KV;
-  float* vn = a.vnew.data() + n * C * V;
-  if (p.precision == Precision::bf16) a.hb.of[n] = pack_b_bf16(K, V, {S, V}, a.hb.words_of(n));
-  product(p, C, V, K, {{a.wu.data() + n * C * KV1, KV1}}, {{S, V}, a.hb.get(n)}, vn, V, -1.0f, 1.0f);
-  if (p.precision == Precision::bf16) a.vb.of[n] = pack_b_bf16(C, V, {vn, V}, a.vb.words_of(n));
+  float* vn = a.vnew.data() + m * C * V;
+  if (p.precision == Precision::bf16) a.hb.of[m] = pack_b_bf16(K, V, {S, V}, a.hb.words_of(m));
+  product(p, C, V, K, {{a.wu.data() + m * C * KV1, KV1}}, {{S, V}, a.hb.get(m)}, vn, V, -1.0f, 1.0f);
+  if (p.precision == Precision::bf16) a.vb.of[m] = pack_b_bf16(C, V, {vn, V}, a.vb.words_of(m));
   float* next = c + 1 < NT ? h + (c + 1) * KV : (ht ? ht + bh * KV : nullptr);
   if (!next) return;
-  const float e = a.gamma.data()[n * C + C - 1];
+  const float e = a.gamma.data()[m * C + C - 1];
   for (int64_t x = 0; x < KV; ++x) next[x] = e * S[x];
-  product(p, K, V, C, {{a.kdecay.data() + n * C * K, K, true}}, {{vn, V}, a.vb.get(n)}, next, V, 1.0f, 1.0f);
+  product(p, K, V, C, {{a.kdecay.data() + m * C * K, K, true}}, {{vn, V}, a.vb.get(m)}, next, V, 1.0f, 1.0f);
 }
 
 // Chunk c of head bh in the reverse state pass: dV_new += diag(e^{Lambda - G}) K dh_c (on
@@ -362,17 +391,17 @@ void state_step(const ChunkedParams& p, Arrays& a, int64_t bh, int64_t c, float*
 void reverse_state_step(const ChunkedParams& p, Arrays& a, int64_t bh, int64_t c, const float* d_o,
                         const float* dht, float* dh0) {
   const int64_t NT = p.NT, C = p.C, K = p.K, V = p.V, KV1 = K + V, KV = K * V;
-  float* dh = a.dh.data() + bh * NT * KV;
+  float* dh = a.dh.data() + a.chunk(bh * NT) * KV;
   if (c == NT - 1) copy_or_zero(dht ? dht + bh * KV : nullptr, KV, dh + (NT - 1) * KV);
-  const int64_t n = bh * NT + c;
+  const int64_t n = bh * NT + c, m = a.chunk(n);
   const float* dS = dh + c * KV;
-  float* dvn = a.dwu.data() + n * C * KV1 + K;
-  tile_product(p.precision, C, V, K, {a.kdecay.data() + n * C * K, K}, {dS, V}, dvn, KV1, 1.0f, 1.0f);
+  float* dvn = a.dwu.data() + m * C * KV1 + K;
+  tile_product(p.precision, C, V, K, {a.kdecay.data() + m * C * K, K}, {dS, V}, dvn, KV1, 1.0f, 1.0f);
   float* prev = c > 0 ? dh + (c - 1) * KV : dh0 + bh * KV;
-  const float e = a.gamma.data()[n * C + C - 1];
+  const float e = a.gamma.data()[m * C + C - 1];
   for (int64_t x = 0; x < KV; ++x) prev[x] = e * dS[x];
-  product(p, K, V, C, {{a.qg.data() + n * C * K, K, true}}, {{d_o + n * C * V, V}, a.dob.get(n)}, prev, V, 1.0f, 1.0f);
-  tile_product(p.precision, K, V, C, {a.wu.data() + n * C * KV1, KV1, true}, {dvn, KV1}, prev, V, -1.0f, 1.0f);
+  product(p, K, V, C, {{a.qg.data() + m * C * K, K, true}}, {{d_o + n * C * V, V}, a.dob.get(m)}, prev, V, 1.0f, 1.0f);
+  tile_product(p.precision, K, V, C, {a.wu.data() + m * C * KV1, KV1, true}, {dvn, KV1}, prev, V, -1.0f, 1.0f);
 }
 
 // Backward phase B1 on chunk n, everything before the reverse state pass: the local
@@ -384,29 +413,30 @@ void reverse_state_step(const ChunkedParams& p, Arrays& a, int64_t bh, int64_t c
 // pairwise form of ALGORITHMS.md 2.3, precision note).
 void phase_b1_chunk(const ChunkedParams& p, Arrays& a, const float* d_o,
                     const ChunkedGrads& grads, int64_t n, Scratch& s) {
+  const int64_t m = a.chunk(n);
   const int64_t C = p.C, K = p.K, V = p.V, KV1 = K + V, KV = K * V;
-  const float* gamma = a.gamma.data() + n * C;
-  const float* D = a.decay.data() + n * C * C;
+  const float* gamma = a.gamma.data() + m * C;
+  const float* D = a.decay.data() + m * C * C;
   const float* q = p.q + n * C * K;
   const float* k = p.k + n * C * K;
   const float* dO = d_o + n * C * V;
-  const float* vnew = a.vnew.data() + n * C * V;
+  const float* vnew = a.vnew.data() + m * C * V;
   float* dq = grads.dq + n * C * K;
-  float* dg = a.dG.data() + n * C;
-  const float* h = a.h.data() + n * KV;
+  float* dg = a.dG.data() + m * C;
+  const float* h = a.h.data() + m * KV;
   const bool bf16 = p.precision == Precision::bf16;
   if (bf16) {
-    a.dob.of[n] = pack_b_bf16(C, V, {dO, V}, a.dob.words_of(n));
-    a.ht.of[n] = pack_b_bf16(V, K, {h, V, true}, a.ht.words_of(n));
-    a.kb.of[n] = pack_b_bf16(C, K, {k, K}, a.kb.words_of(n));
+    a.dob.of[m] = pack_b_bf16(C, V, {dO, V}, a.dob.words_of(m));
+    a.ht.of[m] = pack_b_bf16(V, K, {h, V, true}, a.ht.words_of(m));
+    a.kb.of[m] = pack_b_bf16(C, K, {k, K}, a.kb.words_of(m));
     s.packed = pack_a_bf16(C, V, {dO, V}, s.packing_words());
   }
   const PackedA* doa = bf16 ? &s.packed : nullptr;  // dO as op(A)
   // dV_new, local part: (scale Q K^T o Gamma o M)^T dO.
   float* scores = s.tile.data();
-  product(p, C, C, K, {{q, K}}, {{k, K, true}, a.kt.get(n)}, scores, C);
+  product(p, C, C, K, {{q, K}}, {{k, K, true}, a.kt.get(m)}, scores, C);
   mask_scores(p, D, scores);
-  product(p, C, V, C, {{scores, C, true}}, {{dO, V}, a.dob.get(n)}, a.dwu.data() + n * C * KV1 + K, KV1);
+  product(p, C, V, C, {{scores, C, true}}, {{dO, V}, a.dob.get(m)}, a.dwu.data() + m * C * KV1 + K, KV1);
   // Score pairs i > j: scale Gamma_ij (q_i . k_j)(dO_i . V_new_j) adds to dG_i and
   // subtracts from dG_j. Then P = scale (dO V_new^T) o Gamma o M in place.
   float* P = s.tile2.data();
@@ -425,13 +455,13 @@ void phase_b1_chunk(const ChunkedParams& p, Arrays& a, const float* d_o,
   for (int64_t j = 0; j < C; ++j) dg[j] -= below[j];
   mask_scores(p, D, P);
   // dQ = scale diag(gamma) dO S_c^T + P K; the first term gives dG_i += q_i . dq_i^inter.
-  product(p, C, K, V, {{dO, V}, doa}, {{h, V, true}, a.ht.get(n)}, dq, K);
+  product(p, C, K, V, {{dO, V}, doa}, {{h, V, true}, a.ht.get(m)}, dq, K);
   for (int64_t i = 0; i < C; ++i) {
     const float f = p.scale * gamma[i];
     for (int64_t x = 0; x < K; ++x) dq[i * K + x] *= f;
     dg[i] += dot(q + i * K, dq + i * K, K);
   }
-  product(p, C, K, C, {{P, C}}, {{k, K}, a.kb.get(n)}, dq, K, 1.0f, 1.0f);
+  product(p, C, K, C, {{P, C}}, {{k, K}, a.kb.get(m)}, dq, K, 1.0f, 1.0f);
   // dK, score part: P^T Q.
   tile_product(p.precision, C, K, C, {P, C, true}, {q, K}, grads.dk + n * C * K, K);
 }
@@ -441,23 +471,24 @@ void phase_b1_chunk(const ChunkedParams& p, Arrays& a, const float* d_o,
 // rest of dk, dv, dbeta and dG, and finally dg.
 void phase_b2_chunk(const ChunkedParams& p, Arrays& a, const ChunkedGrads& grads, int64_t n,
                     Scratch& s) {
+  const int64_t m = a.chunk(n);
   const int64_t NT = p.NT, C = p.C, K = p.K, V = p.V, KV1 = K + V, KV = K * V;
-  const float* gamma = a.gamma.data() + n * C;
-  const float* wdecay = a.wdecay.data() + n * C;
-  const float* D = a.decay.data() + n * C * C;
+  const float* gamma = a.gamma.data() + m * C;
+  const float* wdecay = a.wdecay.data() + m * C;
+  const float* D = a.decay.data() + m * C * C;
   const float* k = p.k + n * C * K;
   const float* beta = p.beta + n * C;
-  const float* h = a.h.data() + n * KV;
-  const float* dh = a.dh.data() + n * KV;
-  float* dwu = a.dwu.data() + n * C * KV1;
+  const float* h = a.h.data() + m * KV;
+  const float* dh = a.dh.data() + m * KV;
+  float* dwu = a.dwu.data() + m * C * KV1;
   float* dk = grads.dk + n * C * K;
-  float* dg = a.dG.data() + n * C;
+  float* dg = a.dG.data() + m * C;
   // dK^inter = diag(e^{Lambda - G}) V_new dh_c^T. The state decay e^Lambda and the write
   // decays e^{Lambda - G_j} put e^Lambda <S_c, dh_c> on Lambda = G_last and the pairs
   // (last, j), j < last, with k_j . dk_j^inter (last: the last valid row; the pair
   // (last, last) has no decay and is left out).
   float* dk_inter = s.rows.data();
-  tile_product(p.precision, C, K, V, {a.vnew.data() + n * C * V, V}, {dh, V, true}, dk_inter, K);
+  tile_product(p.precision, C, K, V, {a.vnew.data() + m * C * V, V}, {dh, V, true}, dk_inter, K);
   const int64_t last = std::min(C, p.T - (n % NT) * C) - 1;
   float acc = gamma[C - 1] * dot(h, dh, KV);
   for (int64_t i = 0; i < C; ++i) {
@@ -472,14 +503,14 @@ void phase_b2_chunk(const ChunkedParams& p, Arrays& a, const ChunkedGrads& grads
   }
   dg[last] += acc;
   // dW = -dV_new S_c^T, the left part of [dW | dU].
-  product(p, C, K, V, {{dwu + K, KV1}}, {{h, V, true}, a.ht.get(n)}, dwu, KV1, -1.0f);
+  product(p, C, K, V, {{dwu + K, KV1}}, {{h, V, true}, a.ht.get(m)}, dwu, KV1, -1.0f);
   // WY backward: [dKbg | dVb] = T^T [dW | dU], dA = -[dKbg | dVb] [W | U]^T.
-  const float* T = a.tinv.data() + n * C * C;
+  const float* T = a.tinv.data() + m * C * C;
   float* dkvb = s.kvb.data();
   tile_product(p.precision, C, KV1, C, {T, C, true}, {dwu, KV1}, dkvb, KV1);
   float* dA = s.tile.data();
-  tile_product(p.precision, C, C, KV1, {dkvb, KV1}, {a.wu.data() + n * C * KV1, KV1, true}, dA, C, -1.0f);
-  const float* kk = a.kk.data() + n * C * C;
+  tile_product(p.precision, C, C, KV1, {dkvb, KV1}, {a.wu.data() + m * C * KV1, KV1, true}, dA, C, -1.0f);
+  const float* kk = a.kk.data() + m * C * C;
   float* E = s.tile2.data();  // diag(beta) E + (diag(beta) E)^T
   float* dbeta = grads.dbeta + n * C;
   for (int64_t i = 0; i < C; ++i) {
@@ -516,7 +547,7 @@ void phase_b2_chunk(const ChunkedParams& p, Arrays& a, const ChunkedGrads& grads
   float* Et = s.tile.data();  // dA is spent
   pack_transposed(E, C, C, C, Et, C);
   for (int64_t x = 0; x < C * C; ++x) E[x] += Et[x];
-  product(p, C, K, C, {{E, C}}, {{k, K}, a.kb.get(n)}, dk, K, 1.0f, 1.0f);
+  product(p, C, K, C, {{E, C}}, {{k, K}, a.kb.get(m)}, dk, K, 1.0f, 1.0f);
   if (grads.dg) {
     float sum = 0.0f;
     for (int64_t i = C - 1; i >= 0; --i) {
@@ -528,24 +559,26 @@ void phase_b2_chunk(const ChunkedParams& p, Arrays& a, const ChunkedGrads& grads
 
 // Phase B on chunk n: O = (scale Q K^T o Gamma o M) V_new + scale diag(gamma) Q S_c.
 void phase_b_chunk(const ChunkedParams& p, Arrays& a, float* o, int64_t n, Scratch& s) {
+  const int64_t m = a.chunk(n);
   const int64_t C = p.C, K = p.K, V = p.V;
   const float* q = p.q + n * C * K;
-  const float* gamma = a.gamma.data() + n * C;
+  const float* gamma = a.gamma.data() + m * C;
   float* scores = s.tile.data();
-  product(p, C, C, K, {{q, K}}, {{p.k + n * C * K, K, true}, a.kt.get(n)}, scores, C);
-  mask_scores(p, a.decay.data() + n * C * C, scores);
+  product(p, C, C, K, {{q, K}}, {{p.k + n * C * K, K, true}, a.kt.get(m)}, scores, C);
+  mask_scores(p, a.decay.data() + m * C * C, scores);
   float* out = o + n * C * V;
-  product(p, C, V, C, {{scores, C}}, {{a.vnew.data() + n * C * V, V}, a.vb.get(n)}, out, V);
+  product(p, C, V, C, {{scores, C}}, {{a.vnew.data() + m * C * V, V}, a.vb.get(m)}, out, V);
   scale_rows(
       q, C, K, [&](int64_t i) { return p.scale * gamma[i]; }, s.rows.data());
-  product(p, C, V, K, {{s.rows.data(), K}}, {{a.h.data() + n * K * V, V}, a.hb.get(n)}, out, V, 1.0f, 1.0f);
+  product(p, C, V, K, {{s.rows.data(), K}}, {{a.h.data() + m * K * V, V}, a.hb.get(m)}, out, V, 1.0f, 1.0f);
 }
 
 // How a call's phases are spread over the threads. per_phase: one thread team per phase,
 // each phase's chunks (or, in the state passes, heads) shared out, with a barrier between
 // phases (a forward is three teams, a backward five). per_head: one team in all, each
 // thread running every phase of its heads' chunks in order, which keeps a chunk's tiles in
-// its core's caches from one phase to the next and has no barrier to wait at for a
+// its core's caches from one phase to the next (the head's copied rows and its
+// intermediates too: see LayoutCopies and parallel_heads) and has no barrier to wait at for a
 // descheduled thread (on a loaded machine, each barrier can cost a time slice); it needs
 // at least as many heads as threads to keep them all busy. Both compute every chunk
 // with the same operations in the same order, so their results are the same bits.
@@ -557,6 +590,39 @@ Schedule schedule_of(const ChunkedParams& p) {
   return p.BH >= get_num_threads() ? Schedule::per_head : Schedule::per_phase;
 }
 
+// The copies between a call's API-layout arrays and the chunked layout, with what runs on
+// the copied rows: `in` before the chunks, then after_in on rows [row0, row0 + rows) (the
+// forward's L2 norm), and before_out on the rows (the backward through the norm), then
+// `out` after the chunks. per_head copies each head right before its first chunk and right
+// after its last, on the thread that works on it, so that phase A reads rows still in the
+// core's caches and the copies out read rows just written; per_phase copies every head
+// before the first phase and after the last (a thread team each). Every row gets the same
+// operations either way, so the bits do not depend on the schedule.
+struct LayoutCopies {
+  std::vector<ToChunked> in;
+  std::vector<FromChunked> out;
+  int64_t B = 0, T = 0, H = 0, C = 0;
+  std::function<void(int64_t row0, int64_t rows)> after_in, before_out;  // either may be empty
+
+  int64_t head_rows() const { return num_chunks(T, C) * C; }
+  void all_in() const {
+    if (!in.empty()) to_chunked(in, B, T, H, C);
+    if (after_in) after_in(0, B * H * head_rows());
+  }
+  void all_out() const {
+    if (before_out) before_out(0, B * H * head_rows());
+    if (!out.empty()) from_chunked(out, B, T, H, C);
+  }
+  void head_in(int64_t bh) const {
+    head_to_chunked(in, bh, T, H, C);
+    if (after_in) after_in(bh * head_rows(), head_rows());
+  }
+  void head_out(int64_t bh) const {
+    if (before_out) before_out(bh * head_rows(), head_rows());
+    head_from_chunked(out, bh, T, H, C);
+  }
+};
+
 // Phase A and the forward state pass in the per_phase schedule, shared by the forward and
 // the backward.
 void forward_states(const ChunkedParams& p, Arrays& a, Pass pass, float* ht) {
@@ -566,31 +632,38 @@ void forward_states(const ChunkedParams& p, Arrays& a, Pass pass, float* ht) {
   });
 }
 
-// Forward: o [BH, NT*C, V] and, when ht is not null, the final state [BH, K, V].
-void forward_chunked(const ChunkedParams& p, float* o, float* ht) {
-  Arrays a(p, Pass::forward);
+// Forward: o [BH, NT*C, V] and, when ht is not null, the final state [BH, K, V]; the
+// inputs of p copied in and o copied out by `copies`.
+void forward_chunked(const ChunkedParams& p, const LayoutCopies& copies, float* o, float* ht) {
   if (schedule_of(p) == Schedule::per_head) {
-    parallel_for(p, p.BH, [&](int64_t bh, Scratch& s) {
+    parallel_heads(p, Pass::forward, [&](int64_t bh, Arrays& a, Scratch& s) {
+      copies.head_in(bh);
       for (int64_t c = 0; c < p.NT; ++c) {
         phase_a_chunk(p, a, Pass::forward, bh * p.NT + c, s);
         state_step(p, a, bh, c, ht);
         phase_b_chunk(p, a, o, bh * p.NT + c, s);
       }
+      copies.head_out(bh);
     });
     return;
   }
+  Arrays a(p, Pass::forward, p.BH * p.NT);
+  copies.all_in();
   forward_states(p, a, Pass::forward, ht);
   parallel_for(p, p.BH * p.NT, [&](int64_t n, Scratch& s) { phase_b_chunk(p, a, o, n, s); });
+  copies.all_out();
 }
 
 // Backward from d_o [BH, NT*C, V] and dht [BH, K, V] (null: no gradient on the final
-// state). Recomputes the forward intermediates (nothing is kept between the passes).
-void backward_chunked(const ChunkedParams& p, const float* d_o, const float* dht, const ChunkedGrads& grads) {
-  Arrays a(p, Pass::backward);
+// state), d_o copied in and the gradients copied out by `copies`. Recomputes the forward
+// intermediates (nothing is kept between the passes).
+void backward_chunked(const ChunkedParams& p, const LayoutCopies& copies, const float* d_o, const float* dht,
+                      const ChunkedGrads& grads) {
   AlignedBuffer dh0_scratch(grads.dh0 ? 0 : p.BH * p.K * p.V);
   float* dh0 = grads.dh0 ? grads.dh0 : dh0_scratch.data();
   if (schedule_of(p) == Schedule::per_head) {
-    parallel_for(p, p.BH, [&](int64_t bh, Scratch& s) {
+    parallel_heads(p, Pass::backward, [&](int64_t bh, Arrays& a, Scratch& s) {
+      copies.head_in(bh);
       for (int64_t c = 0; c < p.NT; ++c) {
         phase_a_chunk(p, a, Pass::backward, bh * p.NT + c, s);
         state_step(p, a, bh, c, nullptr);
@@ -600,15 +673,19 @@ void backward_chunked(const ChunkedParams& p, const float* d_o, const float* dht
         reverse_state_step(p, a, bh, c, d_o, dht, dh0);
         phase_b2_chunk(p, a, grads, bh * p.NT + c, s);
       }
+      copies.head_out(bh);
     });
     return;
   }
+  Arrays a(p, Pass::backward, p.BH * p.NT);
+  copies.all_in();
   forward_states(p, a, Pass::backward, nullptr);
   parallel_for(p, p.BH * p.NT, [&](int64_t n, Scratch& s) { phase_b1_chunk(p, a, d_o, grads, n, s); });
   parallel_for(p, p.BH, [&](int64_t bh, Scratch&) {
     for (int64_t c = p.NT - 1; c >= 0; --c) reverse_state_step(p, a, bh, c, d_o, dht, dh0);
   });
   parallel_for(p, p.BH * p.NT, [&](int64_t n, Scratch& s) { phase_b2_chunk(p, a, grads, n, s); });
+  copies.all_out();
 }
 
 // What forward keeps for backward: the inputs in the chunked layout (workspace buffers,
@@ -620,27 +697,29 @@ struct ChunkDeltaSaved : DeltaSaved {
 
 int64_t chunked_rows(const DeltaParams& p) { return p.B * p.H * p.NT() * p.C; }
 
+// The chunked input buffers of a call (filled by the copies of chunked_input_copies).
 std::shared_ptr<ChunkDeltaSaved> chunked_inputs(const DeltaParams& p) {
   const int64_t rows = chunked_rows(p);
   auto in = std::make_shared<ChunkDeltaSaved>();
   in->q = AlignedBuffer(rows * p.K), in->k = AlignedBuffer(rows * p.K), in->v = AlignedBuffer(rows * p.V);
   in->beta = AlignedBuffer(rows);
-  std::vector<ToChunked> arrays{{p.q, in->q.data(), p.K},
-                                {p.k, in->k.data(), p.K},
-                                {p.v, in->v.data(), p.V},
-                                {p.beta, in->beta.data(), 1}};
-  if (p.g) {
-    in->g = AlignedBuffer(rows);
-    arrays.push_back({p.g, in->g.data(), 1});
-  }
-  to_chunked(arrays, p.B, p.T, p.H, p.C);
-  if (p.use_qk_l2norm_in_kernel) {
-    in->q_rstd = AlignedBuffer(rows);
-    in->k_rstd = AlignedBuffer(rows);
-    l2norm_rows_forward(in->q.data(), rows, p.K, in->q_rstd.data());
-    l2norm_rows_forward(in->k.data(), rows, p.K, in->k_rstd.data());
-  }
+  if (p.g) in->g = AlignedBuffer(rows);
+  if (p.use_qk_l2norm_in_kernel) in->q_rstd = AlignedBuffer(rows), in->k_rstd = AlignedBuffer(rows);
   return in;
+}
+
+// The forward's copies: the inputs into `in` (q and k then L2-normalized when asked for).
+LayoutCopies chunked_input_copies(const DeltaParams& p, ChunkDeltaSaved& in) {
+  LayoutCopies copies;
+  copies.B = p.B, copies.T = p.T, copies.H = p.H, copies.C = p.C;
+  copies.in = {{p.q, in.q.data(), p.K}, {p.k, in.k.data(), p.K}, {p.v, in.v.data(), p.V}, {p.beta, in.beta.data(), 1}};
+  if (p.g) copies.in.push_back({p.g, in.g.data(), 1});
+  if (p.use_qk_l2norm_in_kernel)
+    copies.after_in = [&p, &in](int64_t row0, int64_t rows) {
+      l2norm_rows_forward(in.q.data() + row0 * p.K, rows, p.K, in.q_rstd.data() + row0);
+      l2norm_rows_forward(in.k.data() + row0 * p.K, rows, p.K, in.k_rstd.data() + row0);
+    };
+  return copies;
 }
 
 ChunkedParams chunked_params(const DeltaParams& p, const ChunkDeltaSaved& in) {
@@ -659,8 +738,9 @@ ChunkedParams chunked_params(const DeltaParams& p, const ChunkDeltaSaved& in) {
 std::shared_ptr<const DeltaSaved> chunk_delta_forward_cpu(const DeltaParams& p, float* o, float* ht, bool save) {
   std::shared_ptr<ChunkDeltaSaved> in = chunked_inputs(p);
   AlignedBuffer oc(chunked_rows(p) * p.V);
-  forward_chunked(chunked_params(p, *in), oc.data(), ht);
-  from_chunked({{oc.data(), o, p.V}}, p.B, p.T, p.H, p.C);
+  LayoutCopies copies = chunked_input_copies(p, *in);
+  copies.out = {{oc.data(), o, p.V}};
+  forward_chunked(chunked_params(p, *in), copies, oc.data(), ht);
   return save ? in : nullptr;
 }
 
@@ -669,7 +749,6 @@ void chunk_delta_backward_cpu(const DeltaParams& p, const DeltaSaved& saved, con
   const auto& in = static_cast<const ChunkDeltaSaved&>(saved);
   const int64_t rows = chunked_rows(p);
   AlignedBuffer d_oc(rows * p.V);
-  to_chunked({{d_o, d_oc.data(), p.V}}, p.B, p.T, p.H, p.C);
   const bool with_dg = p.g != nullptr && grads.dg != nullptr;
   AlignedBuffer dq(rows * p.K), dk(rows * p.K), dv(rows * p.V), dbeta(rows);
   AlignedBuffer dg = with_dg ? AlignedBuffer(rows) : AlignedBuffer();
@@ -677,17 +756,18 @@ void chunk_delta_backward_cpu(const DeltaParams& p, const DeltaSaved& saved, con
   out.dq = dq.data(), out.dk = dk.data(), out.dv = dv.data(), out.dbeta = dbeta.data();
   out.dg = with_dg ? dg.data() : nullptr;
   out.dh0 = grads.dh0;
-  backward_chunked(chunked_params(p, in), d_oc.data(), dht, out);
-  if (p.use_qk_l2norm_in_kernel) {
-    l2norm_rows_backward(in.q.data(), in.q_rstd.data(), rows, p.K, dq.data());
-    l2norm_rows_backward(in.k.data(), in.k_rstd.data(), rows, p.K, dk.data());
-  }
-  std::vector<FromChunked> arrays{{dq.data(), grads.dq, p.K},
-                                  {dk.data(), grads.dk, p.K},
-                                  {dv.data(), grads.dv, p.V},
-                                  {dbeta.data(), grads.dbeta, 1}};
-  if (with_dg) arrays.push_back({dg.data(), grads.dg, 1});
-  from_chunked(arrays, p.B, p.T, p.H, p.C);
+  LayoutCopies copies;
+  copies.B = p.B, copies.T = p.T, copies.H = p.H, copies.C = p.C;
+  copies.in = {{d_o, d_oc.data(), p.V}};
+  if (p.use_qk_l2norm_in_kernel)
+    copies.before_out = [&](int64_t row0, int64_t n) {
+      l2norm_rows_backward(in.q.data() + row0 * p.K, in.q_rstd.data() + row0, n, p.K, dq.data() + row0 * p.K);
+      l2norm_rows_backward(in.k.data() + row0 * p.K, in.k_rstd.data() + row0, n, p.K, dk.data() + row0 * p.K);
+    };
+  copies.out = {{dq.data(), grads.dq, p.K}, {dk.data(), grads.dk, p.K}, {dv.data(), grads.dv, p.V},
+                {dbeta.data(), grads.dbeta, 1}};
+  if (with_dg) copies.out.push_back({dg.data(), grads.dg, 1});
+  backward_chunked(chunked_params(p, in), copies, d_oc.data(), dht, out);
 }
 
 }  // namespace lat::linear_attention

@@ -8,6 +8,7 @@
 // array then has one stride over the chunks n = (b*H + h)*NT + c.
 #pragma once
 #include <cstdint>
+#include <span>
 #include <vector>
 
 namespace lat::linear_attention {
@@ -38,6 +39,13 @@ void to_chunked(const std::vector<ToChunked>& arrays, int64_t B, int64_t T, int6
 
 /// Every array chunked -> api, in one OpenMP pass over (b, h).
 void from_chunked(const std::vector<FromChunked>& arrays, int64_t B, int64_t T, int64_t H, int64_t C);
+
+/// One head bh = b*H + h of every array api -> chunked, on the calling thread: for a
+/// kernel that copies a head in right before working on it, while its rows are in cache.
+void head_to_chunked(std::span<const ToChunked> arrays, int64_t bh, int64_t T, int64_t H, int64_t C);
+
+/// One head bh of every array chunked -> api, on the calling thread.
+void head_from_chunked(std::span<const FromChunked> arrays, int64_t bh, int64_t T, int64_t H, int64_t C);
 
 /// One chunk n of the chunked order (n = (b*H + h)*NT + c): copies its C rows of
 /// x [B, T, H, D] into dst [C, D + ones_column]; with ones_column, the extra last column
