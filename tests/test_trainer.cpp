@@ -539,6 +539,19 @@ TEST_F(TrainerTest, ResumeRefusesAnOlderCheckpointWhileANewerOneExistsNamingBoth
   expect_unchanged(run_dir(), before);
 }
 
+TEST_F(TrainerTest, ResumeBesideANewerDamagedCheckpointDoesNotAdviseResumingFromIt) {
+  ASSERT_NO_FATAL_FAILURE(run_to_step_8());
+  write_latest(run_dir().string(), checkpoint_file_name(4));
+  const std::string whole = read_bytes(ckpt(8));
+  write_bytes(ckpt(8), whole.substr(0, whole.size() / 2));  // truncated, as by a full disk
+  const auto before = file_contents(run_dir());
+  const std::string what = expect_error<ConfigError>(
+      [&] { run(); }, {"train.out_dir holds the newer '" + ckpt(8) + "' (step 8)", "it cannot be read (",
+                       "move it out of train.out_dir, or choose another train.out_dir"});
+  EXPECT_EQ(what.find("train.resume: " + ckpt(8)), std::string::npos) << what;
+  expect_unchanged(run_dir(), before);
+}
+
 TEST_F(TrainerTest, ResumeRefusesNegativeCountersBeforeMetricsChange) {
   ASSERT_NO_FATAL_FAILURE(run_to_step_8());
   const std::string good = read_bytes(ckpt(8));

@@ -42,8 +42,20 @@ void check_no_newer_checkpoint(int64_t step, const std::string& path, const std:
   else
     message << "'" << (fs::path(out_dir) / "latest").string() << "' names '" << path << "'";
   message << " (step " << step << "), but train.out_dir holds the newer '" << newest << "' (step " << newest_step
-          << "); resuming from the older one would overwrite or prune it, so nothing was changed: resume from it "
-          << "with train.resume: " << newest << ", move it out of train.out_dir, or choose another train.out_dir";
+          << "); resuming from the older one would overwrite or prune it, so nothing was changed: ";
+  // Resuming from the newer file is advice only when that file reads back whole.
+  std::string unreadable;
+  try {
+    load_checkpoint(newest);
+  } catch (const Error& e) {
+    unreadable = e.what();
+  }
+  if (unreadable.empty())
+    message << "resume from it with train.resume: " << newest << ", move it out of train.out_dir, or choose "
+            << "another train.out_dir";
+  else
+    message << "it cannot be read (" << unreadable << "), so move it out of train.out_dir, or choose another "
+            << "train.out_dir";
   throw ConfigError(message.str());
 }
 
