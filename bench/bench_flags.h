@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstdlib>
+#include <optional>
 #include <stdexcept>
 #include <cstdio>
 #include <string>
@@ -51,6 +52,20 @@ inline int help_or_usage_error(const std::string& arg, const char* usage) {
   }
   std::fprintf(stderr, "error: %s: unknown flag or missing value (%s)\n", arg.c_str(), usage);
   return 2;
+}
+
+/// The whole command line of a benchmark whose only flags are --threads and --repeats: returns
+/// nothing when the benchmark should run, else the exit code to return (0 after printing
+/// `usage` for --help; 2 after one error line for anything else).
+inline std::optional<int> parse_threads_and_repeats_only(int argc, char** argv, int& repeats, const char* usage) {
+  try {
+    for (int i = 1; i < argc; ++i)
+      if (!take_threads_or_repeats(argc, argv, i, repeats)) return help_or_usage_error(argv[i], usage);
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  }
+  return std::nullopt;
 }
 
 }  // namespace lat::bench

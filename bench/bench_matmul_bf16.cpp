@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -73,17 +74,9 @@ void bench_shape(const Shape3& s, int repeats) {
 
 int main(int argc, char** argv) {
   int repeats = 9;
-  const char* usage = "usage: bench_matmul_bf16 [--threads N] [--repeats N]";
-  try {
-    for (int i = 1; i < argc; ++i) {
-      if (lat::bench::take_threads_or_repeats(argc, argv, i, repeats)) continue;
-      const std::string arg = argv[i];
-      return lat::bench::help_or_usage_error(arg, usage);
-    }
-  } catch (const std::invalid_argument& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 2;
-  }
+  if (const std::optional<int> exit_code = lat::bench::parse_threads_and_repeats_only(
+          argc, argv, repeats, "usage: bench_matmul_bf16 [--threads N] [--repeats N]"))
+    return *exit_code;
   if (!lat::bf16_supported(lat::Device::cpu())) {
     std::printf("bench_matmul_bf16: this CPU has no AVX512-BF16 (or DNNL_MAX_CPU_ISA caps it): nothing to compare\n");
     return 0;

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -77,17 +78,9 @@ void bench_shape(const ConvShape& s, int repeats) {
 
 int main(int argc, char** argv) {
   int repeats = 15;
-  const char* usage = "usage: bench_short_conv [--threads N] [--repeats N]";
-  try {
-    for (int i = 1; i < argc; ++i) {
-      if (lat::bench::take_threads_or_repeats(argc, argv, i, repeats)) continue;
-      const std::string arg = argv[i];
-      return lat::bench::help_or_usage_error(arg, usage);
-    }
-  } catch (const std::invalid_argument& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 2;
-  }
+  if (const std::optional<int> exit_code = lat::bench::parse_threads_and_repeats_only(
+          argc, argv, repeats, "usage: bench_short_conv [--threads N] [--repeats N]"))
+    return *exit_code;
   lat::keep_freed_memory();  // the trainer's malloc settings: no fresh pages per call
   std::printf(
       "short_conv (causal depthwise conv + SiLU) on the CPU, %d thread(s), medians of %d repeats of 50 "
