@@ -19,9 +19,9 @@ class AllocationLimitError : public Error {
 size_t host_physical_memory();
 
 /// While alive, CPU tensor allocations made on this thread that together exceed `limit_bytes`
-/// throw AllocationLimitError naming `what` and the limit; frees do not give budget back, so it bounds
-/// what a construction allocates (a model's parameters, for example). Scopes do not nest: an
-/// inner one replaces the outer one until it ends.
+/// throw AllocationLimitError naming `what` and the limit. Frees do not give budget back, so
+/// it bounds what a construction allocates (a model's parameters, for example). Scopes do not
+/// nest: an inner one replaces the outer one until it ends.
 class HostAllocationLimit {
  public:
   HostAllocationLimit(size_t limit_bytes, std::string what);
