@@ -13,6 +13,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "bench/bench_timing.h"
 #include "lat/lat.h"
 
 namespace {
@@ -23,10 +24,7 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using lat::bench::median;
 
 /// Keeps the compiler from dropping stores to `p` (the raw-loop baseline).
 inline void escape(void* p) { asm volatile("" : : "g"(p) : "memory"); }

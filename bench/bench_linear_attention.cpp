@@ -36,8 +36,9 @@
 #include <vector>
 
 #include "autograd/cpu/bf16.h"
-#include "bench/bench_flags.h"
 #include "autograd/cpu/gemm.h"
+#include "bench/bench_flags.h"
+#include "bench/bench_timing.h"
 #include "lat/lat.h"
 #include "layers/linear_attention/common.h"
 
@@ -56,10 +57,7 @@ double now_ms() {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-double median(std::vector<double> times) {
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
-}
+using lat::bench::median;
 
 // Median time of `reps` runs after one warm-up run.
 double median_ms(const std::function<void()>& fn, int reps) {

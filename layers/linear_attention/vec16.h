@@ -1,15 +1,16 @@
-// 16-float vectors for the CPU kernels' loops: one AVX-512 register with -march=native
-// (GCC vector extension; split into narrower registers elsewhere). Float reductions do not
+// 16-float vectors (cpu::Simd<float>) for the chunk kernels' loops. Float reductions do not
 // vectorize on their own (the sequential order is the language's), so the sums that the
 // kernels repeat per row are written here in vector accumulators.
 #pragma once
 #include <cstdint>
 #include <cstring>
 
+#include "autograd/cpu/simd.h"
+
 namespace lat::linear_attention {
 
-typedef float Vec16 __attribute__((vector_size(64)));
-inline constexpr int64_t kLanes = 16;
+using Vec16 = cpu::Simd<float>::V;
+inline constexpr int64_t kLanes = cpu::Simd<float>::L;
 
 inline Vec16 load16(const float* p) {
   Vec16 v;
