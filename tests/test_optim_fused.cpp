@@ -16,6 +16,7 @@
 #include "optim/adamw.h"
 #include "optim/clip.h"
 #include "optim/sgd.h"
+#include "tests/bitwise.h"
 #include "tests/expect_error.h"
 #include "tests/threads_testing.h"
 
@@ -56,8 +57,7 @@ void set_grads(const std::vector<NamedParameter>& params, int k) {
 }
 
 bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.shape() == b.shape() && a.dtype() == b.dtype() &&
-         std::memcmp(a.raw_data(), b.raw_data(), static_cast<size_t>(a.numel()) * dtype_size(a.dtype())) == 0;
+  return a.shape() == b.shape() && testing::differing_bits(a, b) == 0;
 }
 
 // Parameters and every state buffer of `a` and `b` hold the same bits.

@@ -11,12 +11,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <string>
 #include <vector>
 
 #include "lat/lat.h"
 #include "layers/fused/short_conv.h"
+#include "tests/bitwise.h"
 
 namespace lat {
 namespace {
@@ -207,8 +207,7 @@ TEST(ShortConvKernels, SameBitsAtAnyThreadCount) {
           {one.y, many.y}, {one.dx, many.dx}, {one.dweight, many.dweight}, {one.dstate, many.dstate}};
       for (const auto& [a, b] : pairs) {
         if (!a.defined()) continue;
-        const std::vector<float> va = a.to_vector(), vb = b.to_vector();
-        EXPECT_EQ(std::memcmp(va.data(), vb.data(), va.size() * sizeof(float)), 0) << n << " threads";
+        EXPECT_EQ(testing::differing_bits(a, b), 0) << n << " threads";
       }
     }
   }
