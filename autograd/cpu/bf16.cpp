@@ -10,7 +10,7 @@
 namespace lat::cpu {
 namespace {
 
-__attribute__((target("avx512f,avx512bw,avx512bf16"))) void float_to_bf16_avx512(const float* src, uint16_t* dst,
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void float_to_bf16_avx512(const float* src, uint16_t* dst,
                                                                                  int64_t n) {
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
