@@ -3,6 +3,9 @@
 // odd shapes, the oneDNN primitive cache, and argument errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -232,6 +235,58 @@ TEST(Matmul, RepeatedShapesReuseCachedPrimitives) {
   const int64_t cached = lat::cpu::gemm_cache_size();
   for (int i = 0; i < 20; ++i) step();
   EXPECT_EQ(lat::cpu::gemm_cache_size(), cached);
+}
+
+// Every product gives the same bits at every thread count (what makes training reproducible
+// across thread counts), and is accurate against the float64 loop: shapes where oneDNN's
+// sgemm threading would split the sum over K (small M x N, long K), several output tiles, a
+// batch, both transposes and accumulation into C. The ctest entry Gemm.sgemm_path runs this
+// with oneDNN capped at AVX2, where it takes its sgemm-based implementation.
+TEST(Matmul, GemmHasTheSameBitsAtEveryThreadCount) {
+  struct Case {
+    int64_t batch, M, N, K;
+    bool trans_a, trans_b;
+    float beta;
+  };
+  const Case cases[] = {{1, 64, 64, 3000, true, false, 0.0f},  {1, 65, 256, 9000, true, false, 1.0f},
+                        {1, 291, 64, 64, false, true, 0.0f},   {3, 40, 50, 2500, false, false, 0.5f},
+                        {1, 1100, 1030, 70, false, false, 0.0f}, {1, 7, 1500, 4100, true, true, 0.0f}};
+  for (const Case& c : cases) {
+    const int64_t a_rows = c.trans_a ? c.K : c.M, a_cols = c.trans_a ? c.M : c.K;
+    const int64_t b_rows = c.trans_b ? c.N : c.K, b_cols = c.trans_b ? c.K : c.N;
+    const std::vector<double> a64 = random({c.batch, a_rows, a_cols}, 80).to_vector<double>();
+    const std::vector<double> b64 = random({c.batch, b_rows, b_cols}, 81).to_vector<double>();
+    const std::vector<double> c64 = random({c.batch, c.M, c.N}, 82).to_vector<double>();
+    const std::vector<float> a(a64.begin(), a64.end()), b(b64.begin(), b64.end()), c0(c64.begin(), c64.end());
+    std::vector<std::vector<float>> results;
+    const int before = omp_get_max_threads();
+    for (int threads : {1, 2, 3}) {
+      omp_set_num_threads(threads);
+      std::vector<float> out = c0;
+      lat::cpu::GemmBatch g;
+      g.batch = c.batch, g.M = c.M, g.N = c.N, g.K = c.K;
+      g.A = a.data(), g.lda = a_cols, g.stride_a = a_rows * a_cols, g.trans_a = c.trans_a;
+      g.B = b.data(), g.ldb = b_cols, g.stride_b = b_rows * b_cols, g.trans_b = c.trans_b;
+      g.C = out.data(), g.ldc = c.N, g.stride_c = c.M * c.N, g.beta = c.beta;
+      lat::cpu::gemm_batched(g);
+      results.push_back(out);
+    }
+    omp_set_num_threads(before);
+    const std::string shape = std::to_string(c.batch) + "x" + std::to_string(c.M) + "x" + std::to_string(c.N) + "x" +
+                              std::to_string(c.K);
+    for (size_t run : {1, 2}) {
+      int64_t differing = 0;
+      for (size_t i = 0; i < results[0].size(); ++i) differing += std::memcmp(&results[run][i], &results[0][i], 4) != 0;
+      EXPECT_EQ(differing, 0) << "elements of C that differ, " << run + 1 << " threads vs 1, product " << shape;
+    }
+    std::vector<double> expected = c64;
+    lat::cpu::gemm_batched_f64(c.batch, c.M, c.N, c.K, a64.data(), a_cols, a_rows * a_cols, c.trans_a, b64.data(),
+                               b_cols, b_rows * b_cols, c.trans_b, expected.data(), c.N, c.M * c.N, 1.0, c.beta);
+    double worst = 0;
+    for (size_t i = 0; i < expected.size(); ++i)
+      worst = std::max(worst, std::abs(results[0][i] - expected[i]) / std::sqrt(static_cast<double>(c.K)));
+    EXPECT_LT(worst, 1e-5) << "error per sqrt(K) against float64, product " << shape;
+  }
 }
 
 TEST(Matmul, GemmInsideAParallelRegionIsAnError) {

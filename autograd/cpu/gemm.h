@@ -32,7 +32,9 @@ struct GemmBatch {
 
 /// Runs the product through a cached oneDNN matmul primitive (keyed by every size,
 /// stride, transpose flag, alpha and beta), so repeated shapes do not re-create
-/// primitives. K == 0 gives beta * C. Thread-safe, but must be called from outside OpenMP
+/// primitives. C has the same bits at every thread count: where oneDNN picks its
+/// sgemm-based implementation (f32 below AVX-512), whose threading splits sums over K,
+/// the product runs as fixed single-threaded tiles instead. K == 0 gives beta * C. Thread-safe, but must be called from outside OpenMP
 /// parallel regions: the cached primitive is built for the full thread team, and run from
 /// inside a parallel region (one thread) it would compute only part of the batch, so that
 /// throws lat::Error. Also throws lat::Error for non-positive sizes or too-small strides.

@@ -1,7 +1,9 @@
 // oneDNN 2.6 matmul glue. The 2.6 API builds matmul::desc, then a primitive_desc with
 // the attributes (output scale alpha, sum post-op beta), then the primitive.
+#include <algorithm>
 #include <map>
 #include <mutex>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -22,6 +24,9 @@ using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, boo
 struct Cached {
   dnnl::matmul primitive;
   dnnl::memory::desc a, b, c;
+  /// oneDNN picked its sgemm-based implementation (2.6 does for f32 below AVX-512), whose
+  /// threading splits the reduction K over the threads when M and N are small.
+  bool splits_reduction = false;
 };
 
 struct Engine {
@@ -61,7 +66,8 @@ Cached make_primitive(const GemmBatch& g, dnnl::engine& eng) {
   }
   dnnl::matmul::desc desc(a_md, b_md, c_md);
   dnnl::matmul::primitive_desc pd(desc, attr, eng);
-  return {dnnl::matmul(pd), a_md, b_md, c_md};
+  const bool gemm_based = std::string(pd.impl_info_str()).rfind("gemm", 0) == 0;
+  return {dnnl::matmul(pd), a_md, b_md, c_md, gemm_based && g.precision == Precision::fp32};
 }
 
 void check_gemm(const GemmBatch& g) {
@@ -98,6 +104,73 @@ Bf16Operand round_operand(const float* p, int64_t count, int64_t rows, int64_t c
   return {copy.data(), cols, stride == 0 ? 0 : rows * cols};
 }
 
+// The fixed decomposition of tiled_sgemm: tiles of C of at most kTile x kTile, and, for a
+// product with fewer than kMinTiles tiles, the sum over K cut into at most kMaxPieces pieces
+// of at least kMinPiece. Shapes alone decide it, never the thread count. 1024-wide tiles keep
+// oneDNN's single-thread sgemm at its full speed for transposed A as well (256-wide ones ran
+// at 40% of it).
+constexpr int64_t kTile = 1024, kMinTiles = 4, kMinPiece = 1024, kMaxPieces = 8;
+
+/// The fp32 product as fixed tiles of C, each one single-threaded sgemm, the tiles (and
+/// pieces of K) spread over the threads by this loop: every element of C is the same sum in
+/// the same order at every thread count, as with the brgemm implementation. oneDNN's sgemm
+/// sizes its team from the calling thread's OpenMP thread count, which is 1 here for the
+/// duration (also in a team of one, where omp_in_parallel is false). The pieces of K after
+/// the first go to scratch and are added to C in piece order.
+void tiled_sgemm(const GemmBatch& g) {
+  const int64_t row_tiles = (g.M + kTile - 1) / kTile, col_tiles = (g.N + kTile - 1) / kTile;
+  const int64_t tiles = g.batch * row_tiles * col_tiles;
+  const int64_t pieces = tiles < kMinTiles ? std::clamp<int64_t>(g.K / kMinPiece, 1, kMaxPieces) : 1;
+  const int64_t piece_k = (g.K + pieces - 1) / pieces;
+  const int64_t tile_elems = std::min(kTile, g.M) * std::min(kTile, g.N);
+  thread_local std::vector<float> scratch;
+  if (pieces > 1) scratch.resize(static_cast<size_t>(tiles * (pieces - 1) * tile_elems));
+  float* const partials = scratch.data();  // the caller's: every thread of the team writes to it
+  const int threads = omp_get_max_threads();
+  const int64_t items = tiles * pieces;
+  const int team = g.M * g.N * g.K > (1 << 15) ? static_cast<int>(std::min<int64_t>(threads, items)) : 1;
+  omp_set_num_threads(1);
+  bool failed = false;
+#pragma omp parallel num_threads(team)
+  {
+#pragma omp for schedule(dynamic)
+    for (int64_t item = 0; item < items; ++item) {
+      const int64_t t = item / pieces, piece = item % pieces;
+      const int64_t b = t / (row_tiles * col_tiles), i = t / col_tiles % row_tiles * kTile, j = t % col_tiles * kTile;
+      const int64_t rows = std::min(kTile, g.M - i), cols = std::min(kTile, g.N - j);
+      const int64_t k0 = piece * piece_k, depth = std::min(piece_k, g.K - k0);
+      const float* a = g.A + b * g.stride_a + (g.trans_a ? k0 * g.lda + i : i * g.lda + k0);
+      const float* bb = g.B + b * g.stride_b + (g.trans_b ? j * g.ldb + k0 : k0 * g.ldb + j);
+      float* c = piece == 0 ? g.C + b * g.stride_c + i * g.ldc + j
+                            : partials + (t * (pieces - 1) + piece - 1) * tile_elems;
+      const int64_t ldc = piece == 0 ? g.ldc : cols;
+      const dnnl_status_t status =
+          dnnl_sgemm(g.trans_a ? 'T' : 'N', g.trans_b ? 'T' : 'N', rows, cols, depth, g.alpha, a, g.lda, bb, g.ldb,
+                     piece == 0 ? g.beta : 0.0f, c, ldc);
+      if (status != dnnl_success) {
+#pragma omp atomic write
+        failed = true;
+      }
+    }
+    if (pieces > 1) {
+#pragma omp for
+      for (int64_t t = 0; t < tiles; ++t) {
+        const int64_t b = t / (row_tiles * col_tiles), i = t / col_tiles % row_tiles * kTile, j = t % col_tiles * kTile;
+        const int64_t rows = std::min(kTile, g.M - i), cols = std::min(kTile, g.N - j);
+        for (int64_t piece = 1; piece < pieces; ++piece) {
+          const float* part = partials + (t * (pieces - 1) + piece - 1) * tile_elems;
+          for (int64_t r = 0; r < rows; ++r) {
+            float* c = g.C + b * g.stride_c + (i + r) * g.ldc + j;
+            for (int64_t col = 0; col < cols; ++col) c[col] += part[r * cols + col];
+          }
+        }
+      }
+    }
+  }
+  omp_set_num_threads(threads);
+  LAT_CHECK(!failed, "gemm_batched: oneDNN sgemm failed for M=" << g.M << " N=" << g.N << " K=" << g.K);
+}
+
 void run_primitive(const GemmBatch& g, const void* A, const void* B) {
   Engine& e = engine();
   Key key{g.batch, g.M, g.N, g.K, g.lda, g.stride_a, g.trans_a, g.ldb, g.stride_b, g.trans_b,
@@ -108,6 +181,10 @@ void run_primitive(const GemmBatch& g, const void* A, const void* B) {
     auto it = e.cache.find(key);
     if (it == e.cache.end()) it = e.cache.emplace(key, make_primitive(g, e.engine)).first;
     cached = it->second;
+  }
+  if (cached.splits_reduction) {
+    tiled_sgemm(g);
+    return;
   }
   dnnl::memory a_mem(cached.a, e.engine, const_cast<void*>(A));
   dnnl::memory b_mem(cached.b, e.engine, const_cast<void*>(B));
