@@ -1,14 +1,10 @@
-// Loss curves: metrics.jsonl to points, points to a gnuplot script, the script through a pipe.
+// Loss curves: metrics.jsonl to points, points to a gnuplot script, the script through
+// train/run/gnuplot.h into OUT.tmp, renamed to OUT.
 #include "train/run/plot.h"
 
-#include <signal.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cmath>
-#include <cstdio>
 #include <cctype>
-#include <cstdlib>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -21,6 +17,7 @@
 
 #include "data/regular_file.h"
 #include "train/config/config_types.h"
+#include "train/run/gnuplot.h"
 
 namespace fs = std::filesystem;
 
@@ -31,19 +28,10 @@ namespace {
 const char* const kColours[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
                                 "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
 
-// A gnuplot single-quoted string: '' stands for one quote, nothing else is special.
-std::string quoted(const std::string& text) {
-  std::string out = "'";
-  for (char c : text) out += c == '\'' ? std::string("''") : std::string(1, c);
-  return out + "'";
-}
-
-// A shell single-quoted word.
-std::string shell_quoted(const std::string& text) {
-  std::string out = "'";
-  for (char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
+// The styles of the three kinds of curve, shared by each run's curves and the legend's keys.
+const char* const kTrainStyle = "with lines lw 2";
+const char* const kValStyle = "with linespoints dt 2 pt 7 ps 0.8 lw 1.5";
+const char* const kWholeSplitStyle = "with points pt 5 ps 1.4";
 
 // A number of a record, or NaN when absent or null (NaN losses are written as null).
 double number_or_nan(const nlohmann::json& record, const char* key) {
@@ -51,44 +39,26 @@ double number_or_nan(const nlohmann::json& record, const char* key) {
   return it != record.end() && it->is_number() ? it->get<double>() : std::nan("");
 }
 
-// The full path of `name` on PATH, or "" when no executable of that name is there.
-std::string find_on_path(const std::string& name) {
-  const char* path = std::getenv("PATH");
-  std::stringstream dirs(path ? path : "");
-  for (std::string dir; std::getline(dirs, dir, ':');) {
-    const fs::path candidate = fs::path(dir.empty() ? "." : dir) / name;
-    if (::access(candidate.c_str(), X_OK) == 0 && !fs::is_directory(candidate)) return candidate.string();
-  }
-  return "";
+// Whether the file at `path` begins with the 8-byte PNG signature.
+bool starts_with_png_signature(const fs::path& path) {
+  static constexpr char kPngSignature[] = "\x89PNG\r\n\x1a\n";
+  char head[8] = {};
+  std::ifstream(path, std::ios::binary).read(head, sizeof head);
+  return std::memcmp(head, kPngSignature, sizeof head) == 0;
 }
 
-// Ignores SIGPIPE for its lifetime, so that a gnuplot that died early makes the writes to its
-// pipe fail (reported with its own message) instead of killing lat.
-class IgnoreSigpipe {
- public:
-  IgnoreSigpipe() {
-    struct sigaction ignore {};
-    ignore.sa_handler = SIG_IGN;
-    sigaction(SIGPIPE, &ignore, &previous_);
-  }
-  ~IgnoreSigpipe() { sigaction(SIGPIPE, &previous_, nullptr); }
-  IgnoreSigpipe(const IgnoreSigpipe&) = delete;
-  IgnoreSigpipe& operator=(const IgnoreSigpipe&) = delete;
-
- private:
-  struct sigaction previous_ {};
+// The unit the tokens axis counts in: its numbers stay below 10^4 (gnuplot's own "%c" prefixes
+// round 1.5k and 2.5k to the same label).
+struct TokenUnit {
+  double size;
+  const char* name;
 };
 
-// The first line of `path` that gnuplot marks as an error, else its first line.
-std::string gnuplot_error(const fs::path& path) {
-  std::ifstream in(path);
-  std::string first, line;
-  while (std::getline(in, line)) {
-    if (line.find_first_not_of(" \t^") == std::string::npos) continue;  // gnuplot's column markers
-    if (first.empty()) first = line;
-    if (line.find("rror") != std::string::npos) return line;
-  }
-  return first.empty() ? "no message" : first;
+TokenUnit token_unit(double largest) {
+  if (largest >= 1e9) return {1e9, " (billions)"};
+  if (largest >= 1e6) return {1e6, " (millions)"};
+  if (largest >= 1e4) return {1e3, " (thousands)"};
+  return {1, ""};
 }
 
 }  // namespace
@@ -104,127 +74,162 @@ RunCurves read_run_curves(const std::string& run_dir, PlotAxis x) {
   const fs::path path = fs::path(run_dir) / "metrics.jsonl";
   if (const std::optional<std::string> kind = non_regular_file_kind(path.string()))
     throw ConfigError("plot: " + path.string() + ": " + *kind + ", expected a regular file");
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   if (!in) {
     std::error_code ec;
     throw ConfigError("plot: " + path.string() + ": " +
                       (fs::exists(path, ec) ? "cannot be read" : "no such file (is " + run_dir + " a run directory?)"));
   }
-  std::vector<std::string> lines;
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty()) lines.push_back(line);
 
-  // step -> (tokens_seen, cumulative time) of each train record; val records as (step, loss).
+  // step -> (tokens_seen, cumulative time) of each train record.
   std::map<double, std::pair<double, double>> train_at;
-  std::vector<std::pair<double, double>> val_steps;
+  struct ValRecord {
+    double step, loss;
+    bool whole_split;
+  };
+  std::vector<ValRecord> val_records;
   RunCurves curves;
   curves.run_dir = run_dir;
+  bool any_record = false;   // a line that is not blank
+  bool any_loss = false;     // a record with a finite loss or val_loss
   double time_offset = 0.0, last_time = 0.0;
-  for (size_t i = 0; i < lines.size(); ++i) {
-    nlohmann::json record;
-    try {
-      record = nlohmann::json::parse(lines[i]);
-    } catch (const nlohmann::json::parse_error&) {
-      if (i + 1 == lines.size()) break;  // torn last line: the run is still writing it
-      throw Error("plot: " + path.string() + ":" + std::to_string(i + 1) + ": not a JSON object");
-    }
-    if (!record.is_object()) throw Error("plot: " + path.string() + ":" + std::to_string(i + 1) + ": not a JSON object");
+  int64_t line_number = 0;  // every line counts, blank ones too, as an editor shows them
+  for (std::string line; std::getline(in, line);) {
+    ++line_number;
+    const bool unterminated = in.eof();
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    any_record = true;
+    const nlohmann::json record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (record.is_discarded() && unterminated) break;  // torn last line: the run is still writing it
+    if (!record.is_object())
+      throw Error("plot: " + path.string() + ":" + std::to_string(line_number) + ": not a JSON object");
     const double step = number_or_nan(record, "step");
     if (std::isnan(step)) continue;
     if (record.contains("loss")) {
       const double loss = number_or_nan(record, "loss");
       double time = number_or_nan(record, "time_s");
-      // time_s counts from each process's first step: a resumed run starts again near 0.
-      if (time < last_time) time_offset += last_time;
-      last_time = time;
+      if (std::isfinite(time)) {
+        // time_s counts from each process's first step: a resumed run starts again near 0.
+        if (time < last_time) time_offset += last_time;
+        last_time = time;
+      }
       train_at[step] = {number_or_nan(record, "tokens_seen"), time + time_offset};
       const double at = x == PlotAxis::step ? step : x == PlotAxis::tokens ? train_at[step].first : train_at[step].second;
+      any_loss = any_loss || std::isfinite(loss);
       if (std::isfinite(loss) && std::isfinite(at)) curves.train.emplace_back(at, loss);
     } else if (record.contains("val_loss")) {
       const double loss = number_or_nan(record, "val_loss");
-      if (std::isfinite(loss)) val_steps.emplace_back(step, loss);
+      const auto whole_split = record.find("whole_split");
+      any_loss = any_loss || std::isfinite(loss);
+      if (std::isfinite(loss))
+        val_records.push_back({step, loss, whole_split != record.end() && *whole_split == true});
     }
   }
-  for (const auto& [step, loss] : val_steps) {
+  for (const ValRecord& v : val_records) {
+    auto& points = v.whole_split ? curves.val_whole_split : curves.val;
     if (x == PlotAxis::step) {
-      curves.val.emplace_back(step, loss);
+      points.emplace_back(v.step, v.loss);
       continue;
     }
     if (train_at.empty()) continue;
-    auto value = [&](const std::pair<double, double>& v) { return x == PlotAxis::tokens ? v.first : v.second; };
-    auto above = train_at.lower_bound(step);
+    auto value = [&](const std::pair<double, double>& p) { return x == PlotAxis::tokens ? p.first : p.second; };
+    auto above = train_at.lower_bound(v.step);
     double at;
     if (above == train_at.end()) {
       const auto& [last_step, last] = *train_at.rbegin();
-      at = value(last) * step / last_step;
+      at = value(last) * v.step / last_step;
     } else {
       const double step1 = above->first, x1 = value(above->second);
       const double step0 = above == train_at.begin() ? 0.0 : std::prev(above)->first;
       const double x0 = above == train_at.begin() ? 0.0 : value(std::prev(above)->second);
-      at = step1 == step0 ? x1 : x0 + (x1 - x0) * (step - step0) / (step1 - step0);
+      at = step1 == step0 ? x1 : x0 + (x1 - x0) * (v.step - step0) / (step1 - step0);
     }
-    if (std::isfinite(at)) curves.val.emplace_back(at, loss);
+    if (std::isfinite(at)) points.emplace_back(at, v.loss);
   }
-  if (curves.train.empty() && curves.val.empty())
-    throw ConfigError("plot: " + path.string() + ": no loss records" + (lines.empty() ? " (empty)" : ""));
+  if (curves.train.empty() && curves.val.empty() && curves.val_whole_split.empty()) {
+    if (any_loss && x != PlotAxis::step) {
+      const std::string key = x == PlotAxis::tokens ? "tokens_seen" : "time_s";
+      const std::string axis = x == PlotAxis::tokens ? "tokens" : "time";
+      throw ConfigError("plot: " + path.string() + ": the records lack " + key + ", which --x " + axis +
+                        " needs (--x step plots them)");
+    }
+    throw ConfigError("plot: " + path.string() + ": no loss records" + (any_record ? "" : " (empty)"));
+  }
   return curves;
 }
 
-std::string gnuplot_script(const std::vector<RunCurves>& runs, PlotAxis x, const std::string& png_path) {
+std::string gnuplot_script(const std::vector<RunCurves>& runs, PlotAxis x) {
   // A log scale once the losses span a decade (gnuplot labels only whole decades there).
-  double low = std::numeric_limits<double>::infinity(), high = 0.0;
+  double low = std::numeric_limits<double>::infinity(), high = 0.0, largest_x = 0.0;
   for (const RunCurves& run : runs)
-    for (const auto* points : {&run.train, &run.val})
-      for (const auto& point : *points) {
-        low = std::min(low, point.second);
-        high = std::max(high, point.second);
+    for (const auto* points : {&run.train, &run.val, &run.val_whole_split})
+      for (const auto& [px, py] : *points) {
+        low = std::min(low, py);
+        high = std::max(high, py);
+        largest_x = std::max(largest_x, std::abs(px));
       }
   const bool log_scale = low > 0 && high >= 10 * low;
+  const TokenUnit unit = x == PlotAxis::tokens ? token_unit(largest_x) : TokenUnit{1, ""};
+  const std::string xlabel = x == PlotAxis::step     ? "step"
+                             : x == PlotAxis::tokens ? std::string("training targets seen") + unit.name
+                                                     : "wall time (s)";
   std::ostringstream s;
   s.precision(10);
   const std::string size = "size " + std::to_string(kPlotWidth) + "," + std::to_string(kPlotHeight);
+  // No `set output`: the image goes to gnuplot's stdout, a file lat opened.
   // noenhanced: run directories are shown as they are (no _ subscripts).
-  s << "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) {\n"
-    << "  set terminal pngcairo " << size << " noenhanced font 'sans,11'\n"
+  s << "if (strstrt(GPVAL_TERMINALS, \"pngcairo\") > 0) {\n"
+    << "  set terminal pngcairo " << size << " noenhanced font \"sans,11\"\n"
     << "} else {\n"
     << "  set terminal png " << size << " noenhanced\n"
     << "}\n"
-    << "set output " << quoted(png_path) << "\n"
-    << "set title 'train and val loss'\n"
-    << "set xlabel "
-    << quoted(x == PlotAxis::step ? "step" : x == PlotAxis::tokens ? "training targets seen" : "wall time (s)") << "\n"
-    << "set ylabel " << quoted(log_scale ? "loss (nats per target, log scale)" : "loss (nats per target)") << "\n"
+    << "set title \"train and val loss\"\n"
+    << "set xlabel " << gnuplot_string(xlabel) << "\n"
+    << "set ylabel "
+    << gnuplot_string(log_scale ? "loss (nats per target, log scale)" : "loss (nats per target)") << "\n"
     << (log_scale ? "set logscale y\n" : "")
     << "set autoscale xfix\n"
     << "set autoscale yfix\n"  // the data's range, not whole decades; a margin instead:
     << "set offsets 0, 0, graph 0.05, graph 0.05\n"
-    << "set format y '%g'\n"
+    << "set format x \"%g\"\n"
+    << "set format y \"%g\"\n"
     << "set grid xtics ytics\n"
     << "set key outside right top\n";
-  if (x == PlotAxis::tokens) s << "set format x '%.0s%c'\n";
+  struct Series {
+    const char* name;
+    const std::vector<std::pair<double, double>>* points;
+    const char* style;
+  };
+  std::vector<std::string> plots;
+  bool any_train = false, any_val = false, any_whole_split = false;
   for (size_t r = 0; r < runs.size(); ++r) {
-    for (const auto& [name, points] : {std::pair{"train", &runs[r].train}, std::pair{"val", &runs[r].val}}) {
-      if (points->empty()) continue;
-      s << "$" << name << r << " << EOD\n";
-      for (const auto& [px, py] : *points) s << px << " " << py << "\n";
+    const std::string colour = std::string("lc rgb \"") + kColours[r % std::size(kColours)] + "\"";
+    bool titled = false;  // the legend names each run once, on its first curve
+    for (const Series& series : {Series{"train", &runs[r].train, kTrainStyle}, Series{"val", &runs[r].val, kValStyle},
+                                 Series{"whole", &runs[r].val_whole_split, kWholeSplitStyle}}) {
+      if (series.points->empty()) continue;
+      std::string block = "$";
+      block += series.name;
+      block += std::to_string(r);
+      s << block << " << EOD\n";
+      for (const auto& [px, py] : *series.points) s << px / unit.size << " " << py << "\n";
       s << "EOD\n";
+      plots.push_back(block + " using 1:2 " + series.style + " " + colour + " " +
+                      (titled ? "notitle" : "title " + gnuplot_string(runs[r].run_dir)));
+      titled = true;
+      any_train = any_train || series.points == &runs[r].train;
+      any_val = any_val || series.points == &runs[r].val;
+      any_whole_split = any_whole_split || series.points == &runs[r].val_whole_split;
     }
   }
-  std::vector<std::string> plots;
-  for (size_t r = 0; r < runs.size(); ++r) {
-    const std::string colour = std::string("lc rgb '") + kColours[r % std::size(kColours)] + "'";
-    // The legend names each run once: on its train line, or its val line when it has no train records.
-    const std::string title = "title " + quoted(runs[r].run_dir);
-    if (!runs[r].train.empty()) plots.push_back("$train" + std::to_string(r) + " using 1:2 with lines lw 2 " + colour + " " + title);
-    if (!runs[r].val.empty())
-      plots.push_back("$val" + std::to_string(r) + " using 1:2 with linespoints dt 2 pt 7 ps 0.8 lw 1.5 " + colour + " " +
-                      (runs[r].train.empty() ? title : "notitle"));
-  }
-  plots.push_back("keyentry with lines lw 2 lc rgb 'black' title 'train loss'");
-  plots.push_back("keyentry with linespoints dt 2 pt 7 ps 0.8 lw 1.5 lc rgb 'black' title 'val loss'");
+  const std::string black = " lc rgb \"black\" title ";
+  if (any_train) plots.push_back(std::string("keyentry ") + kTrainStyle + black + gnuplot_string("train loss"));
+  if (any_val) plots.push_back(std::string("keyentry ") + kValStyle + black + gnuplot_string("val loss"));
+  if (any_whole_split)
+    plots.push_back(std::string("keyentry ") + kWholeSplitStyle + black + gnuplot_string("val loss, whole split"));
   s << "plot ";
   for (size_t i = 0; i < plots.size(); ++i) s << (i ? ", \\\n     " : "") << plots[i];
-  s << "\nunset output\n";
+  s << "\n";
   return s.str();
 }
 
@@ -245,10 +250,7 @@ void check_output_path(const fs::path& out) {
   if (fs::exists(out, ec)) {
     if (const std::optional<std::string> kind = non_regular_file_kind(out.string()))
       throw ConfigError("plot: --out: '" + out.string() + "' " + *kind + ", expected a PNG file to replace");
-    static constexpr char kPngSignature[] = "\x89PNG\r\n\x1a\n";
-    char head[8] = {};
-    std::ifstream(out, std::ios::binary).read(head, sizeof head);
-    if (std::memcmp(head, kPngSignature, sizeof head) != 0)
+    if (!starts_with_png_signature(out))
       throw ConfigError("plot: --out: '" + out.string() + "' exists and is not a PNG: refusing to replace it");
   }
   const fs::path parent = out.parent_path().empty() ? fs::path(".") : out.parent_path();
@@ -272,30 +274,29 @@ std::string plot_runs(const PlotOptions& options) {
   const fs::path out = options.out.empty() ? fs::path(options.run_dirs.front()) / "loss.png" : fs::path(options.out);
   check_output_path(out);
   const fs::path tmp = out.string() + ".tmp";
-  const fs::path log = out.string() + ".gnuplot.log";
-  const std::string script = gnuplot_script(runs, x, tmp.string());
-  int status = -1;
-  bool written = false;
-  {
-    IgnoreSigpipe guard;
-    const std::string command = shell_quoted(gnuplot) + " 2>" + shell_quoted(log.string());
-    FILE* pipe = ::popen(command.c_str(), "w");
-    LAT_CHECK(pipe != nullptr, "plot: cannot start " << gnuplot);
-    written = std::fwrite(script.data(), 1, script.size(), pipe) == script.size() && std::fflush(pipe) == 0;
-    status = ::pclose(pipe);
+  // Only a regular file there is ours to remove: a symlink or directory of that name is refused
+  // by run_gnuplot and left alone.
+  auto remove_tmp = [&] {
+    std::error_code ec;
+    if (fs::is_regular_file(fs::symlink_status(tmp, ec))) fs::remove(tmp, ec);
+  };
+  GnuplotOutcome outcome;
+  try {
+    outcome = run_gnuplot(gnuplot, gnuplot_script(runs, x), tmp.string());
+  } catch (const Error&) {
+    remove_tmp();
+    throw;
+  }
+  if (!outcome.succeeded || !starts_with_png_signature(tmp)) {
+    remove_tmp();
+    throw Error("plot: gnuplot failed drawing " + out.string() + ": " +
+                (outcome.succeeded ? std::string("it wrote no PNG") : outcome.error));
   }
   std::error_code ec;
-  if (!written || status != 0 || !fs::exists(tmp, ec) || fs::file_size(tmp, ec) == 0) {
-    const std::string message = gnuplot_error(log);
-    fs::remove(tmp, ec);
-    fs::remove(log, ec);
-    throw Error("plot: gnuplot failed drawing " + out.string() + ": " + message);
-  }
-  fs::remove(log, ec);
   fs::rename(tmp, out, ec);
   if (ec) {
     const std::string reason = ec.message();
-    fs::remove(tmp, ec);
+    remove_tmp();
     throw Error("plot: cannot rename '" + tmp.string() + "' to '" + out.string() + "': " + reason);
   }
   return out.string();
