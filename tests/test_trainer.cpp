@@ -188,10 +188,11 @@ TEST_F(TrainerTest, RunWritesTheFilesOfDesign) {
   EXPECT_EQ(parse_config(read_bytes(run_dir() / "config.yaml"), "config.yaml"), config());
 
   // metrics.jsonl: a log record per step (log_every 1), eval records at 4 and 8 (random
-  // batches) and 12 (the whole val split), keys in DESIGN's order.
+  // batches) and 12 (the whole val split, marked whole_split), keys in DESIGN's order.
   const std::vector<nlohmann::ordered_json> records = read_metrics(run_dir() / "metrics.jsonl");
   const std::vector<std::string> log_keys = {"step", "loss", "lr", "grad_norm", "tokens_seen", "tokens_per_s", "time_s"};
   const std::vector<std::string> eval_keys = {"step", "val_loss", "val_bpc"};
+  const std::vector<std::string> whole_split_keys = {"step", "val_loss", "val_bpc", "whole_split"};
   int64_t logs = 0;
   std::vector<int64_t> eval_steps;
   double last_val_loss = 0.0;
@@ -207,7 +208,9 @@ TEST_F(TrainerTest, RunWritesTheFilesOfDesign) {
       EXPECT_GT(r["tokens_per_s"].get<double>(), 0.0);
       EXPECT_GE(r["time_s"].get<double>(), 0.0);
     } else {
-      EXPECT_EQ(keys_of(r), eval_keys) << r.dump();
+      const bool final_eval = r["step"] == 12;
+      EXPECT_EQ(keys_of(r), final_eval ? whole_split_keys : eval_keys) << r.dump();
+      if (final_eval) EXPECT_EQ(r["whole_split"], true) << r.dump();
       eval_steps.push_back(r["step"].get<int64_t>());
       last_val_loss = r["val_loss"].get<double>();
       EXPECT_DOUBLE_EQ(r["val_bpc"].get<double>(), last_val_loss / std::numbers::ln2);

@@ -27,11 +27,12 @@ void MetricsWriter::log(const LogRecord& r) {
   write_line(j.dump());
 }
 
-void MetricsWriter::eval(int64_t step, double val_loss) {
+void MetricsWriter::eval(int64_t step, double val_loss, ValScope scope) {
   nlohmann::ordered_json j;
   j["step"] = step;
   j["val_loss"] = val_loss;
   j["val_bpc"] = val_loss / std::numbers::ln2;
+  if (scope == ValScope::whole_split) j["whole_split"] = true;
   write_line(j.dump());
 }
 

@@ -19,6 +19,10 @@ struct LogRecord {
   double time_s = 0;        // wall time since this process started its first step (evals included)
 };
 
+/// Which val tokens an eval's loss is over: `eval_batches` batches (the periodic evals), or the
+/// whole val split (a text run's final eval), a different measurement not to be joined to them.
+enum class ValScope { batches, whole_split };
+
 /// Appends records to a metrics.jsonl file.
 class MetricsWriter {
  public:
@@ -27,8 +31,8 @@ class MetricsWriter {
 
   void log(const LogRecord& r);
   /// {"step", "val_loss", "val_bpc"}, val_bpc = val_loss / ln 2 (bits per token: per
-  /// character for the char tokenizer).
-  void eval(int64_t step, double val_loss);
+  /// character for the char tokenizer); ValScope::whole_split adds "whole_split": true.
+  void eval(int64_t step, double val_loss, ValScope scope = ValScope::batches);
 
  private:
   void write_line(const std::string& line);

@@ -145,7 +145,7 @@ void Run::final_eval() {
   val_loss_ = r.loss;
   best_val_loss_ = std::isnan(best_val_loss_) ? r.loss : std::min(best_val_loss_, r.loss);
   summary_.val_loss = r.loss;
-  if (metrics_) metrics_->eval(step_, r.loss);
+  if (metrics_) metrics_->eval(step_, r.loss, ValScope::whole_split);
   log("step " + std::to_string(step_) + ": val loss " + format_fixed(r.loss, 4) + " (" + format_fixed(r.bpc(), 4) +
       " bpc) on the whole val split (" + std::to_string(r.tokens) + " tokens, " + format_fixed(seconds_since(t0), 1) +
       " s)");
