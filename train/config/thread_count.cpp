@@ -35,13 +35,17 @@ int choose_threads(const ThreadSources& sources) {
 }
 
 int training_threads(int64_t configured, int fallback) {
-  return choose_threads({.omp_num_threads = omp_num_threads_from_env(),
+  return choose_threads({.flag = 0,
+                         .omp_num_threads = omp_num_threads_from_env(),
                          .configured = static_cast<int>(std::min<int64_t>(configured, kMaxThreads)),
                          .fallback = fallback});
 }
 
 int inference_threads(int flag) {
-  return choose_threads({.flag = flag, .omp_num_threads = omp_num_threads_from_env(), .fallback = omp_get_num_procs()});
+  return choose_threads({.flag = flag,
+                         .omp_num_threads = omp_num_threads_from_env(),
+                         .configured = 0,
+                         .fallback = omp_get_num_procs()});
 }
 
 }  // namespace lat

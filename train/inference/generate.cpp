@@ -58,13 +58,15 @@ void generate(const GenerateOptions& options, std::ostream& out) {
   out << options.prompt;
   out.flush();
   Generator gen(options.seed);
+  bool wrote = !options.prompt.empty();
   try {
     generate_tokens(*trained.model, prompt, options.max_new_tokens, options.sampling, gen, [&](int64_t id) {
       out << tokenizer.decode_one(id);
       out.flush();
+      wrote = true;
     });
   } catch (const ForwardOverflow& e) {
-    out << '\n';  // the error starts a line of its own where stdout and stderr share a terminal
+    if (wrote) out << '\n';  // the error then starts a line of its own where stdout and stderr share a terminal
     out.flush();
     throw Error(forward_overflow_message("generate", trained.path, e));
   }
