@@ -772,7 +772,7 @@ void measure_inference(const fs::path& config_dir, int threads, int64_t steps, i
   const lat::HybridLM model(lat::hybrid_lm_config(config.model, kRandomVocab), gen);
   const int64_t B = config.train.batch_size, T = config.data.block_size;
   const Tensor inputs = random_ids(B * T, kRandomVocab, gen).reshape({B, T});
-  const Tensor targets = random_ids(B * T, kRandomVocab, gen);
+  const Tensor targets = random_ids(B * T, kRandomVocab, gen).reshape({B * T});
   std::vector<double> times;
   for (int64_t i = 0; i <= steps; ++i) {  // the first is the warm-up
     const auto start = Clock::now();
