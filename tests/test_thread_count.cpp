@@ -1,5 +1,5 @@
 // The thread count's choice (train/config/thread_count.h): OMP_NUM_THREADS's parsing and the
-// order --threads > OMP_NUM_THREADS > train.threads > the command's default.
+// order --threads > train.threads > OMP_NUM_THREADS > the command's default.
 #include <gtest/gtest.h>
 
 #include "tests/expect_error.h"
@@ -25,13 +25,13 @@ TEST(ThreadCount, BadOmpNumThreadsIsAConfigErrorNamingIt) {
         {"OMP_NUM_THREADS: expected an int in [1, 1024] (or a comma list of them), got '" + std::string(text) + "'"});
 }
 
-TEST(ThreadCount, FlagBeatsOmpNumThreadsBeatsConfiguredBeatsFallback) {
-  EXPECT_EQ(lat::choose_threads({.flag = 5, .omp_num_threads = 3, .configured = 7, .fallback = 2}), 5);
-  EXPECT_EQ(lat::choose_threads({.flag = 0, .omp_num_threads = 3, .configured = 7, .fallback = 2}), 3);
-  EXPECT_EQ(lat::choose_threads({.flag = 0, .omp_num_threads = std::nullopt, .configured = 7, .fallback = 2}), 7);
-  EXPECT_EQ(lat::choose_threads({.flag = 0, .omp_num_threads = std::nullopt, .configured = 0, .fallback = 2}), 2);
+TEST(ThreadCount, FlagBeatsConfiguredBeatsOmpNumThreadsBeatsFallback) {
+  EXPECT_EQ(lat::choose_threads({.flag = 5, .configured = 7, .omp_num_threads = 3, .fallback = 2}), 5);
+  EXPECT_EQ(lat::choose_threads({.flag = 0, .configured = 7, .omp_num_threads = 3, .fallback = 2}), 7);
+  EXPECT_EQ(lat::choose_threads({.flag = 0, .configured = 0, .omp_num_threads = 3, .fallback = 2}), 3);
+  EXPECT_EQ(lat::choose_threads({.flag = 0, .configured = 0, .omp_num_threads = std::nullopt, .fallback = 2}), 2);
   // At least one thread.
-  EXPECT_EQ(lat::choose_threads({.flag = 0, .omp_num_threads = std::nullopt, .configured = 0, .fallback = 0}), 1);
+  EXPECT_EQ(lat::choose_threads({.flag = 0, .configured = 0, .omp_num_threads = std::nullopt, .fallback = 0}), 1);
 }
 
 }  // namespace

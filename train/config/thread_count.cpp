@@ -29,22 +29,22 @@ std::optional<int> omp_num_threads_from_env() {
 
 int choose_threads(const ThreadSources& sources) {
   if (sources.flag > 0) return sources.flag;
-  if (sources.omp_num_threads) return *sources.omp_num_threads;
   if (sources.configured > 0) return sources.configured;
+  if (sources.omp_num_threads) return *sources.omp_num_threads;
   return std::max(1, sources.fallback);
 }
 
 int training_threads(int64_t configured, int fallback) {
   return choose_threads({.flag = 0,
-                         .omp_num_threads = omp_num_threads_from_env(),
                          .configured = static_cast<int>(std::min<int64_t>(configured, kMaxThreads)),
+                         .omp_num_threads = omp_num_threads_from_env(),
                          .fallback = fallback});
 }
 
 int inference_threads(int flag) {
   return choose_threads({.flag = flag,
-                         .omp_num_threads = omp_num_threads_from_env(),
                          .configured = 0,
+                         .omp_num_threads = omp_num_threads_from_env(),
                          .fallback = omp_get_num_procs()});
 }
 

@@ -1,9 +1,11 @@
 // The number of OpenMP threads a command computes with, chosen one way for `lat train`,
-// `lat eval` and `lat generate`: an explicit --threads flag, else OMP_NUM_THREADS (the
-// standard OpenMP variable, set by a user or a launcher for this process), else the
-// configured count (train.threads > 0), else the command's default (all cores, divided
-// among the ranks of a host in training). Eval and generate pass no configured count: a
-// checkpoint's train.threads sized the training machine, not this one.
+// `lat eval` and `lat generate`: what the command was asked for (eval's and generate's
+// --threads; train.threads > 0, from the config file or --set), else OMP_NUM_THREADS (the
+// standard OpenMP variable, set by a user or a launcher), else the command's default (all
+// cores, divided among the ranks of a host in training). An explicit request beats the
+// environment as omp_set_num_threads beats OMP_NUM_THREADS in OpenMP itself, so that a
+// `--set train.threads=1` is never undone by a variable exported long ago. Eval and generate
+// pass no configured count: a checkpoint's train.threads sized the training machine.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -25,17 +27,17 @@ std::optional<int> omp_num_threads_from_env();
 
 /// The sources of a thread count, each 0 (or nullopt) when not given.
 struct ThreadSources {
-  int flag = 0;                          ///< --threads
-  std::optional<int> omp_num_threads;    ///< OMP_NUM_THREADS (parse_omp_num_threads)
-  int configured = 0;                    ///< train.threads
-  int fallback = 1;                      ///< the command's default, >= 1
+  int flag = 0;                        ///< --threads
+  int configured = 0;                  ///< train.threads
+  std::optional<int> omp_num_threads;  ///< OMP_NUM_THREADS (parse_omp_num_threads)
+  int fallback = 1;                    ///< the command's default, >= 1
 };
 
-/// The first given of flag, OMP_NUM_THREADS, configured, fallback (a count >= 1).
+/// The first given of flag, configured, OMP_NUM_THREADS, fallback (a count >= 1).
 int choose_threads(const ThreadSources& sources);
 
-/// The threads `lat train` uses: OMP_NUM_THREADS, else `configured` (train.threads, 0: not
-/// given), else `fallback` (Distributed::default_threads). Throws ConfigError for a bad
+/// The threads `lat train` uses: `configured` (train.threads, 0: not given), else
+/// OMP_NUM_THREADS, else `fallback` (Distributed::default_threads). Throws ConfigError for a bad
 /// OMP_NUM_THREADS.
 int training_threads(int64_t configured, int fallback);
 
