@@ -43,6 +43,13 @@
 //     both medians come from the same seconds; each row adds its loaded tokens/s and the
 //     loaded/idle ratio. The process's OpenMP wait policy (printed at the start, chosen as
 //     `lat train` chooses it: train/run/wait_policy.h) is the one of both columns.
+//  4. Inference under load: `lat eval`'s and `lat generate`'s work (the hybrid model with
+//     random weights: the loss of one train.batch_size x data.block_size batch, median of
+//     --steps; then --decode-steps tokens generated greedily by generate_tokens after a 1-token
+//     prompt, as tokens/s) in two fresh processes, one with libgomp's default wait policy
+//     and one with OMP_WAIT_POLICY=passive (libgomp reads it once, at start), while
+//     max(1, --competing) child processes spin on the cores. What choosing the policy (as
+//     `lat eval` and `lat generate` do) is worth on a busy machine; --skip-inference skips it.
 //
 //   build/bench/bench_model                  # the full run (minutes: 32k prefills)
 //   build/bench/bench_model --contexts 1024 --steps 3 --decode-steps 8   # a quick check
@@ -55,7 +62,8 @@
 // thread the time the step ran, leaving out the time other processes held the core; with
 // more threads it also counts OpenMP's spinning), --competing N (default 0: no loaded case;
 // see 3. above), --rows NAME,.. (the training rows to run, named as printed with '-' for
-// spaces, e.g. hybrid,hybrid-nanoGPT-size; default all), --skip-train, --skip-generate.
+// spaces, e.g. hybrid,hybrid-nanoGPT-size; default all), --skip-train, --skip-generate,
+// --skip-inference.
 #include <omp.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -95,6 +103,7 @@
 #include "train/config/config.h"
 #include "train/config/data_options.h"
 #include "train/config/model_config.h"
+#include "train/inference/generate.h"
 #include "train/run/heap.h"
 #include "train/run/train_optimizer.h"
 #include "train/run/train_step.h"
@@ -108,6 +117,7 @@ using Clock = std::chrono::steady_clock;
 using lat::Tensor;
 
 constexpr int64_t kRandomVocab = 65;  // tiny Shakespeare's character count
+constexpr int64_t kMaxSteps = 100000;  // --steps and --decode-steps
 
 /// The command-line flags, with their defaults.
 struct Options {
@@ -125,6 +135,7 @@ struct Options {
   std::vector<std::string> rows;  // training rows to run, '-' for spaces (empty: all)
   bool skip_train = false;
   bool skip_generate = false;
+  bool skip_inference = false;
 };
 
 double ms_since(Clock::time_point start) {
@@ -231,7 +242,7 @@ std::vector<std::string> parse_name_list(const std::string& text) {
 Options parse_options(int argc, char** argv) {
   using lat::bench::kMaxThreads;
   using lat::bench::parse_int_flag;
-  constexpr int64_t kMaxSteps = 100000, kMaxContext = int64_t{1} << 20, kMaxCompeting = 64;
+  constexpr int64_t kMaxContext = int64_t{1} << 20, kMaxCompeting = 64;
   Options o;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -264,12 +275,13 @@ Options parse_options(int argc, char** argv) {
       o.cpu_time = clock == "cpu";
     } else if (arg == "--skip-train") o.skip_train = true;
     else if (arg == "--skip-generate") o.skip_generate = true;
+    else if (arg == "--skip-inference") o.skip_inference = true;
     else if (arg == "--help" || arg == "-h") {
       std::printf("usage: bench_model [--config-dir DIR] [--contexts 1024,8192,32768] [--decode-steps 64]\n"
                   "                   [--prefill-chunk 1024] [--models hybrid,hybrid-full,attention]\n"
                   "                   [--steps 20] [--warmup-steps 3] [--threads N] [--precision fp32,bf16]\n"
                   "                   [--clock wall|cpu] [--competing N] [--rows hybrid,...] [--skip-train]\n"
-                  "                   [--skip-generate]\n");
+                  "                   [--skip-generate] [--skip-inference]\n");
       std::exit(0);
     } else {
       throw std::invalid_argument("unknown argument '" + arg + "' (see --help)");
@@ -746,10 +758,114 @@ void run_training(const fs::path& config_dir, const Options& options) {
   std::printf("\n");
 }
 
+// ---- inference under load ----------------------------------------------------------------
+
+/// argv[1] of a measuring process of part 4 (then: config dir, threads (0: OpenMP's
+/// default), --steps, --decode-steps).
+constexpr const char* kInferenceChild = "--inference-child";
+
+/// Part 4's measurement in this process: prints "EVAL_TOKENS_PER_S GENERATE_TOKENS_PER_S".
+void measure_inference(const fs::path& config_dir, int threads, int64_t steps, int64_t decode_steps) {
+  if (threads > 0) lat::set_num_threads(threads);
+  const lat::Config config = lat::load_config((config_dir / "shakespeare_hybrid.yaml").string());
+  lat::Generator gen(1337);
+  const lat::HybridLM model(lat::hybrid_lm_config(config.model, kRandomVocab), gen);
+  const int64_t B = config.train.batch_size, T = config.data.block_size;
+  const Tensor inputs = random_ids(B * T, kRandomVocab, gen).reshape({B, T});
+  const Tensor targets = random_ids(B * T, kRandomVocab, gen).reshape({B * T});
+  std::vector<double> times;
+  for (int64_t i = 0; i <= steps; ++i) {  // the first is the warm-up
+    const auto start = Clock::now();
+    const lat::NoGradGuard no_grad;
+    lat::cross_entropy(model.forward(inputs).reshape({B * T, kRandomVocab}), targets).item();
+    if (i > 0) times.push_back(ms_since(start));
+  }
+  const double eval_tokens_per_s = static_cast<double>(B * T) / (median(times) / 1e3);
+  const lat::SamplingOptions greedy{0.0, 0, 1.0};
+  lat::generate_tokens(model, {0}, 4, greedy, gen);  // warm-up
+  const auto start = Clock::now();
+  lat::generate_tokens(model, {0}, decode_steps, greedy, gen);
+  const double generate_tokens_per_s = static_cast<double>(decode_steps) / (ms_since(start) / 1e3);
+  std::printf("%.1f %.1f\n", eval_tokens_per_s, generate_tokens_per_s);
+}
+
+/// Runs measure_inference in a fresh process (this executable) with OMP_WAIT_POLICY set to
+/// `policy`, or unset (and GOMP_SPINCOUNT unset) when it is empty; returns its two figures.
+/// Throws std::runtime_error when the process fails.
+std::pair<double, double> inference_in_process(const std::string& policy, const fs::path& config_dir,
+                                               const Options& options) {
+  int fds[2];
+  if (pipe(fds) != 0) throw std::runtime_error(std::string("inference: pipe: ") + std::strerror(errno));
+  const pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error(std::string("inference: fork: ") + std::strerror(errno));
+  if (pid == 0) {
+    dup2(fds[1], STDOUT_FILENO);
+    close(fds[0]);
+    close(fds[1]);
+    if (policy.empty()) {
+      unsetenv("OMP_WAIT_POLICY");
+      unsetenv("GOMP_SPINCOUNT");
+    } else {
+      setenv("OMP_WAIT_POLICY", policy.c_str(), 1);
+    }
+    std::string threads = std::to_string(options.threads), steps = std::to_string(options.steps),
+                decode = std::to_string(options.decode_steps), dir = config_dir.string();
+    std::vector<char*> args = {const_cast<char*>("bench_model"), const_cast<char*>(kInferenceChild),
+                               dir.data(), threads.data(), steps.data(), decode.data(),
+                               nullptr};
+    execv("/proc/self/exe", args.data());
+    _exit(127);
+  }
+  close(fds[1]);
+  std::string text;
+  char buf[256];
+  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(n));
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  double eval = 0.0, generate = 0.0;
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || std::sscanf(text.c_str(), "%lf %lf", &eval, &generate) != 2)
+    throw std::runtime_error("inference: the measuring process (OMP_WAIT_POLICY=" +
+                             (policy.empty() ? std::string("unset") : policy) + ") failed: '" + text + "'");
+  return {eval, generate};
+}
+
+/// Part 4: eval and generate tokens/s under load, libgomp's default wait policy vs passive.
+void run_inference_under_load(const fs::path& config_dir, const Options& options) {
+  Competitors competitors(std::max(1, options.competing));
+  const lat::Config config = lat::load_config((config_dir / "shakespeare_hybrid.yaml").string());
+  std::printf("== Inference under load (hybrid, random weights; eval: loss of %lld x %lld tokens, median of %lld; "
+              "generate: %lld greedy tokens; each policy in a fresh process while %d spinning child process%s "
+              "compete%s for the cores) ==\n",
+              static_cast<long long>(config.train.batch_size), static_cast<long long>(config.data.block_size),
+              static_cast<long long>(options.steps), static_cast<long long>(options.decode_steps), competitors.count(),
+              competitors.count() == 1 ? "" : "es", competitors.count() == 1 ? "s" : "");
+  std::printf("%-28s %12s %15s\n", "wait policy", "eval t/s", "generate t/s");
+  std::fflush(stdout);
+  competitors.resume();
+  const std::pair<std::string, std::string> policies[] = {{"", "libgomp's default"}, {"passive", "passive"}};
+  for (const auto& [policy, label] : policies) {
+    const auto [eval, generate] = inference_in_process(policy, config_dir, options);
+    std::printf("%-28s %12.0f %15.1f\n", label.c_str(), eval, generate);
+    std::fflush(stdout);
+  }
+  competitors.pause();
+  std::printf("(lat eval and lat generate choose passive themselves when other processes keep half a core or more "
+              "busy at start, as lat train does)\n\n");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
+    // A measuring process of part 4, started with its wait policy in its environment.
+    if (argc == 6 && std::string(argv[1]) == kInferenceChild) {
+      using lat::bench::parse_int_flag;
+      measure_inference(argv[2], static_cast<int>(parse_int_flag(argv[3], "threads", 0, lat::bench::kMaxThreads)),
+                        parse_int_flag(argv[4], "--steps", 1, kMaxSteps),
+                        parse_int_flag(argv[5], "--decode-steps", 1, kMaxSteps));
+      return 0;
+    }
     const Options options = parse_options(argc, argv);
     selected_training_rows(options.rows);  // an unknown --rows name fails before any work
     const fs::path config_dir = find_config_dir(options.config_dir);
@@ -760,6 +876,7 @@ int main(int argc, char** argv) {
                 config_dir.c_str(), omp_get_max_threads(), load_average().c_str(), wait_policy.c_str());
     if (!options.skip_generate) run_generation(config_dir, options);
     if (!options.skip_train) run_training(config_dir, options);
+    if (!options.skip_inference) run_inference_under_load(config_dir, options);
     std::printf("load average at the end: %s\n", load_average().c_str());
   } catch (const std::invalid_argument& e) {  // bad usage, as lat's own exit code 2
     std::fprintf(stderr, "error: %s\n", e.what());

@@ -8,11 +8,13 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <initializer_list>
 #include <limits>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -405,26 +407,56 @@ TEST_F(ModelFilesTest, NanOrInfInAWeightIsAnErrorNamingTheTensor) {
   }
 }
 
-// The stored train.threads sized the training machine: generate and eval use this machine's
-// cores, so a checkpoint trained with 1024 threads does not start 1024 here.
-TEST_F(ModelFilesTest, InferenceUsesThisMachinesCoresNotTheStoredThreadCount) {
+// The stored train.threads sized the training machine: generate and eval use --threads, else
+// OMP_NUM_THREADS, else this machine's cores, so a checkpoint trained with 1024 threads does
+// not start 1024 here.
+TEST_F(ModelFilesTest, InferenceThreadsAreTheFlagElseOmpNumThreadsElseTheCores) {
   const std::string ckpt = save("threads.h5", tiny_checkpoint(edited([](lat::Config& c) { c.train.threads = 1024; })));
   std::string text;
   for (int i = 0; i < 300; ++i) text += kVocab;  // a val split of one 256-token window and more
   std::ofstream(dir_ / "val.txt") << text;
+  const auto threads_of_eval = [&](int flag) {
+    lat::set_num_threads(1);
+    lat::evaluate_checkpoint(ckpt, path("val.txt"), flag);
+    return lat::get_num_threads();
+  };
+  const auto threads_of_generate = [&](int flag) {
+    lat::set_num_threads(1);
+    lat::GenerateOptions o;
+    o.checkpoint = ckpt;
+    o.prompt = "abc";
+    o.max_new_tokens = 2;
+    o.threads = flag;
+    std::ostringstream out;
+    lat::generate(o, out);
+    return lat::get_num_threads();
+  };
+  const char* inherited = std::getenv("OMP_NUM_THREADS");
+  const std::optional<std::string> saved = inherited ? std::optional<std::string>(inherited) : std::nullopt;
 
-  lat::set_num_threads(1);
-  lat::evaluate_checkpoint(ckpt, path("val.txt"));
-  EXPECT_EQ(lat::get_num_threads(), omp_get_num_procs()) << "eval";
+  unsetenv("OMP_NUM_THREADS");
+  EXPECT_EQ(threads_of_eval(0), omp_get_num_procs()) << "eval";
+  EXPECT_EQ(threads_of_generate(0), omp_get_num_procs()) << "generate";
+  setenv("OMP_NUM_THREADS", "3", 1);
+  EXPECT_EQ(threads_of_eval(0), 3) << "eval";
+  EXPECT_EQ(threads_of_generate(0), 3) << "generate";
+  EXPECT_EQ(threads_of_eval(5), 5) << "eval --threads beats OMP_NUM_THREADS";
+  EXPECT_EQ(threads_of_generate(5), 5) << "generate --threads beats OMP_NUM_THREADS";
+  setenv("OMP_NUM_THREADS", "0", 1);
+  expect_error<lat::ConfigError>([&] { threads_of_generate(0); }, {"OMP_NUM_THREADS: expected an int in [1, 1024] (or a comma list of "
+                                                 "them), got '0'"});
 
-  lat::set_num_threads(1);
-  lat::GenerateOptions o;
-  o.checkpoint = ckpt;
-  o.prompt = "abc";
-  o.max_new_tokens = 2;
-  std::ostringstream out;
-  lat::generate(o, out);
-  EXPECT_EQ(lat::get_num_threads(), omp_get_num_procs()) << "generate";
+  if (saved) setenv("OMP_NUM_THREADS", saved->c_str(), 1);
+  else unsetenv("OMP_NUM_THREADS");
+}
+
+TEST_F(ModelFilesTest, ThreadsFlagOfEvalAndGenerateIsCheckedByTheParser) {
+  const std::string ckpt = save("good.h5", tiny_checkpoint());
+  for (const char* command : {"eval", "generate"}) {
+    const CliResult r = run_lat(std::string(command) + " --checkpoint '" + ckpt + "' --threads 0");
+    EXPECT_EQ(r.exit_code, 2) << command << ": " << r.err;
+    EXPECT_TRUE(contains(r.err, "--threads: expected an int in [1, 1024], got 0")) << command << ": " << r.err;
+  }
 }
 
 TEST_F(ModelFilesTest, EvalOfFiniteWeightsWhoseLogitsOverflowIsAnError) {
@@ -438,6 +470,26 @@ TEST_F(ModelFilesTest, EvalOfFiniteWeightsWhoseLogitsOverflowIsAnError) {
   std::ofstream(dir_ / "val.txt") << text;
   expect_error([&] { lat::evaluate_checkpoint(ckpt, path("val.txt")); },
                {"eval: '" + ckpt + "': the loss on '" + path("val.txt") + "' is ", "outputs overflow"});
+}
+
+TEST_F(ModelFilesTest, GenerateOfFiniteWeightsWhoseLogitsOverflowIsAnError) {
+  // Every weight finite, but lm_head rows of 3e38 overflow the logits: no token to sample
+  // (before, generate sampled from them and printed newlines, exit 0).
+  lat::Checkpoint c = tiny_checkpoint();
+  for (auto& [n, t] : c.model)
+    if (n == "lm_head.weight") t = lat::Tensor::full(t.shape(), 3e38f);
+  const std::string ckpt = save("huge.h5", c);
+  expect_cli_error("generate", ckpt, 1,
+                   {"error: generate: '" + ckpt + "': the forward overflowed: the logits of position 0 hold ",
+                    " (a diverged or damaged checkpoint)\n"});
+
+  lat::GenerateOptions o;
+  o.checkpoint = ckpt;
+  o.prompt = "abc";
+  std::ostringstream out;
+  expect_error([&] { lat::generate(o, out); }, {"generate: '" + ckpt + "': the forward overflowed: the logits of "
+                                                "position 2 hold "});
+  EXPECT_EQ(out.str(), "abc\n") << "the prompt, then a line end before the error";
 }
 
 }  // namespace

@@ -36,6 +36,10 @@ inline CLI::Validator int_in(int64_t low, int64_t high) {
       "INT in [" + std::to_string(low) + ", " + std::to_string(high) + "]");
 }
 
+/// The help of eval's and generate's --threads (config/thread_count.h).
+inline constexpr const char* kThreadsHelp =
+    "OpenMP threads (default: OMP_NUM_THREADS, else all cores; the checkpoint's train.threads is not used)";
+
 /// `lat train CONFIG.yaml [--set key=value ...]` (train/cli/train.cpp).
 Command add_train_command(CLI::App& app);
 /// `lat generate --checkpoint CKPT [--prompt ...] ...` (train/cli/generate.cpp).

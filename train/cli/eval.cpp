@@ -1,5 +1,6 @@
-// `lat eval --checkpoint CKPT [--data PATH]` and
-// `lat eval --checkpoint CKPT --task mqar|copy [--pairs N | --length L] [--seq-len T] [--samples S] [--seed 0] [--json]`.
+// `lat eval --checkpoint CKPT [--data PATH] [--threads N]` and
+// `lat eval --checkpoint CKPT --task mqar|copy [--pairs N | --length L] [--seq-len T] [--samples S] [--seed 0] [--json]
+//  [--threads N]`.
 #include <iostream>
 #include <limits>
 #include <memory>
@@ -9,6 +10,7 @@
 
 #include "train/cli/command.h"
 #include "train/config/schema.h"
+#include "train/config/thread_count.h"
 #include "train/inference/eval.h"
 #include "train/inference/task_eval.h"
 
@@ -56,6 +58,7 @@ Command add_eval_command(CLI::App& app) {
       ->capture_default_str();
   sub->add_flag("--json", *json, "with --task: print one JSON object instead of the key=value line")
       ->needs(task_option);
+  sub->add_option("--threads", task->threads, kThreadsHelp)->check(int_in(1, kMaxThreads));
   sub->footer("Without --task: prints one JSON object: checkpoint, step, data, tokens, val_loss (nats per token), "
               "val_bpc (val_loss / ln 2: bits per character for the char tokenizer).\n"
               "With --task: prints one line `task=mqar pairs=N seq_len=T samples=S accuracy=A seq_accuracy=B` "
@@ -68,7 +71,7 @@ Command add_eval_command(CLI::App& app) {
               std::cout << (*json ? e.json() : e.line()) << std::endl;
               return 0;
             }
-            const CheckpointEval e = evaluate_checkpoint(*checkpoint, *data);
+            const CheckpointEval e = evaluate_checkpoint(*checkpoint, *data, task->threads);
             nlohmann::ordered_json j;
             j["checkpoint"] = e.checkpoint;
             j["step"] = e.step;

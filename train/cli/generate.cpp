@@ -1,5 +1,5 @@
 // `lat generate --checkpoint CKPT [--prompt TEXT] [--max-new-tokens 200] [--temperature 0.8]
-//               [--top-k 0] [--top-p 1.0] [--seed 0]`.
+//               [--top-k 0] [--top-p 1.0] [--seed 0] [--threads N]`.
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
@@ -9,6 +9,7 @@
 #include "data/dataset.h"
 #include "train/cli/command.h"
 #include "train/config/schema.h"
+#include "train/config/thread_count.h"
 #include "train/inference/generate.h"
 
 namespace lat::cli {
@@ -52,6 +53,7 @@ Command add_generate_command(CLI::App& app) {
   sub->add_option("--seed", o->seed, "random seed of the sampler")
       ->check(seed)  // an unsigned option would take -1 as 2^64 - 1
       ->capture_default_str();
+  sub->add_option("--threads", o->threads, kThreadsHelp)->check(int_in(1, kMaxThreads));
   return {sub, [o] {
             generate(*o, std::cout);
             return 0;

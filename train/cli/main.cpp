@@ -64,10 +64,11 @@ int main(int argc, char** argv) {
   try {
     for (const lat::cli::Command& command : commands) {
       if (!command.app->parsed()) continue;
-      // Training meets at OpenMP barriers hundreds of times a step: the wait policy must
-      // suit the machine's load, and is chosen before any OpenMP work (this may restart lat;
-      // the run's banner says what was chosen).
-      if (command.app->get_name() == "train") lat::choose_wait_policy(argv);
+      // Training meets at OpenMP barriers hundreds of times a step, eval and generate every
+      // layer of every token: the wait policy must suit the machine's load, and is chosen
+      // before any OpenMP work (this may restart lat; the run's banner says what was chosen).
+      const std::string name = command.app->get_name();
+      if (name == "train" || name == "eval" || name == "generate") lat::choose_wait_policy(argv);
       const int code = command.run();
       // A generated text or an eval result that could not be written (a full disk, a closed
       // pipe with SIGPIPE ignored) is a failure, not a success with nothing to show.

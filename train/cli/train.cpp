@@ -5,6 +5,7 @@
 
 #include "train/cli/command.h"
 #include "train/config/config.h"
+#include "train/config/thread_count.h"
 #include "train/run/trainer.h"
 
 namespace lat::cli {
@@ -26,6 +27,7 @@ Command add_train_command(CLI::App& app) {
       "2 bad usage or config.");
   return {sub, [config_path, overrides] {
             const Config config = load_config(*config_path, *overrides);
+            omp_num_threads_from_env();  // a bad OMP_NUM_THREADS is a usage error before the run directory is touched
             train(config);
             return 0;
           }};

@@ -9,6 +9,7 @@
 #include "lat/tape.h"
 #include "train/config/config.h"
 #include "train/config/data_options.h"
+#include "train/config/thread_count.h"
 #include "train/files/trained_model.h"
 
 namespace lat {
@@ -51,13 +52,13 @@ EvalResult evaluate_val_split(const HybridLM& model, const Dataset& dataset, int
   return r;
 }
 
-CheckpointEval evaluate_checkpoint(const std::string& checkpoint, const std::string& data_path) {
+CheckpointEval evaluate_checkpoint(const std::string& checkpoint, const std::string& data_path, int threads) {
   TrainedModel trained = load_trained_model(checkpoint);
   const Config& config = trained.config;
   if (data_path.empty() && config.data.task != "none")
     throw ConfigError("eval: '" + trained.path + "' was trained on the synthetic task data.task: " + config.data.task +
                       ", which has no val split: evaluate it with --task " + config.data.task);
-  set_num_threads(0);  // all cores: the stored train.threads sized the training machine, not this one
+  set_num_threads(inference_threads(threads));
   DataOptions options = data_options(config);
   options.vocab_size = trained.model->vocab_size();
   if (!data_path.empty()) {

@@ -39,9 +39,12 @@ struct CheckpointEval {
 
 /// `lat eval`: the loss of a checkpoint (.h5 or run directory) on the whole val split of its
 /// data (data.path, or `data_path` when not empty; split and block size from its config; text
-/// encoded with the checkpoint's tokenizer), on the CPU with all its cores. Throws
+/// encoded with the checkpoint's tokenizer), on the CPU with `threads` threads (--threads; 0 =
+/// OMP_NUM_THREADS, else all cores: config/thread_count.h, inference_threads). Throws
 /// ConfigError when `data_path` does not fit the checkpoint: text for a model trained on token
-/// ids, or a token file for a model trained on text; lat::Error when the loss is not finite.
-CheckpointEval evaluate_checkpoint(const std::string& checkpoint, const std::string& data_path = "");
+/// ids, or a token file for a model trained on text, or a bad OMP_NUM_THREADS; lat::Error when
+/// the loss is not finite.
+CheckpointEval evaluate_checkpoint(const std::string& checkpoint, const std::string& data_path = "",
+                                   int threads = 0);
 
 }  // namespace lat

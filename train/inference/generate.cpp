@@ -3,7 +3,9 @@
 
 #include "lat/ops.h"
 #include "train/config/config.h"
+#include "train/config/thread_count.h"
 #include "train/files/trained_model.h"
+#include "train/inference/finite_logits.h"
 
 namespace lat {
 
@@ -20,6 +22,7 @@ std::vector<int64_t> generate_tokens(const HybridLM& model, const std::vector<in
   for (int64_t i = 0; i < max_new_tokens; ++i) {
     Tensor logits = model.step(ids, state);  // [1, T, V]: the last row predicts the next token
     const float* last = logits.data<float>() + (logits.size(1) - 1) * V;
+    check_finite_logits(last, V, static_cast<int64_t>(prompt.size()) + i - 1);
     const int64_t next = sample_token(last, V, sampling, gen);
     out.push_back(next);
     if (on_token) on_token(next);
@@ -36,7 +39,7 @@ void generate(const GenerateOptions& options, std::ostream& out) {
             "generate: '" << trained.path
                           << "' has no tokenizer lat runs (a model on token ids, or a Hugging Face tokenizer other "
                              "than lat's char and byte forms): no text to write");
-  set_num_threads(0);  // all cores: the stored train.threads sized the training machine, not this one
+  set_num_threads(inference_threads(options.threads));
   const Tokenizer& tokenizer = *trained.tokenizer;
   std::vector<int64_t> prompt;
   if (!options.prompt.empty()) {
@@ -55,10 +58,18 @@ void generate(const GenerateOptions& options, std::ostream& out) {
   out << options.prompt;
   out.flush();
   Generator gen(options.seed);
-  generate_tokens(*trained.model, prompt, options.max_new_tokens, options.sampling, gen, [&](int64_t id) {
-    out << tokenizer.decode_one(id);
+  bool wrote = !options.prompt.empty();
+  try {
+    generate_tokens(*trained.model, prompt, options.max_new_tokens, options.sampling, gen, [&](int64_t id) {
+      out << tokenizer.decode_one(id);
+      out.flush();
+      wrote = true;
+    });
+  } catch (const ForwardOverflow& e) {
+    if (wrote) out << '\n';  // the error then starts a line of its own where stdout and stderr share a terminal
     out.flush();
-  });
+    throw Error(forward_overflow_message("generate", trained.path, e));
+  }
   out << '\n';
   out.flush();
 }

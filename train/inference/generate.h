@@ -15,7 +15,8 @@ namespace lat {
 
 /// Feeds `prompt` (at least one id) to `model`, then samples `max_new_tokens` ids, calling
 /// `on_token` with each as soon as it is drawn. Returns the new ids. Deterministic for a
-/// given generator state.
+/// given generator state. Throws ForwardOverflow (finite_logits.h) when the logits a token
+/// is drawn from are not all finite.
 std::vector<int64_t> generate_tokens(const HybridLM& model, const std::vector<int64_t>& prompt,
                                      int64_t max_new_tokens, const SamplingOptions& sampling, Generator& gen,
                                      const std::function<void(int64_t)>& on_token = {});
@@ -27,12 +28,14 @@ struct GenerateOptions {
   int64_t max_new_tokens = 200;
   SamplingOptions sampling;
   uint64_t seed = 0;
+  int threads = 0;  // --threads; 0 = OMP_NUM_THREADS, else all cores (config/thread_count.h: inference_threads)
 };
 
 /// Writes the prompt, then the continuation token by token (flushed after each), to `out`.
 /// Throws lat::Error for a bad checkpoint, a checkpoint without a tokenizer (trained on token
-/// ids) or invalid sampling flags; ConfigError (naming --prompt) for a prompt character
-/// outside the vocabulary.
+/// ids), invalid sampling flags or logits that overflow ("generate: 'PATH': the forward
+/// overflowed: ..."); ConfigError (naming --prompt) for a prompt character outside the
+/// vocabulary, or for a bad OMP_NUM_THREADS.
 void generate(const GenerateOptions& options, std::ostream& out);
 
 }  // namespace lat

@@ -9,6 +9,7 @@
 #include "lat/ops.h"
 #include "lat/tape.h"
 #include "train/config/config.h"
+#include "train/config/thread_count.h"
 #include "train/files/trained_model.h"
 
 namespace lat {
@@ -108,7 +109,7 @@ TaskEval evaluate_task(const TaskEvalOptions& options) {
 
   TrainedModel trained = load_trained_model(options.checkpoint);
   const Config& config = trained.config;
-  set_num_threads(0);  // all cores: the stored train.threads sized the training machine, not this one
+  set_num_threads(inference_threads(options.threads));
   const int64_t seq_len = options.seq_len > 0 ? options.seq_len : config.data.block_size;
   MqarOptions mqar_options = config.data.mqar;
   CopyOptions copy_options = config.data.copy;

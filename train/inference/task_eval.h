@@ -44,6 +44,7 @@ struct TaskEvalOptions {
   int64_t seq_len = 0;     ///< 0 = data.block_size
   int64_t samples = 1000;  ///< sequences scored
   uint64_t seed = 0;       ///< the sequences are those of BatchLoader(task, seed)'s val batches
+  int threads = 0;         ///< --threads; 0 = OMP_NUM_THREADS, else all cores (inference_threads)
 };
 
 /// What `lat eval --task` reports.

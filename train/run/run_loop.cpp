@@ -9,6 +9,7 @@
 
 #include "lat/ops.h"
 #include "lat/tape.h"
+#include "train/config/thread_count.h"
 #include "train/distributed/eval.h"
 #include "train/files/run_dir.h"
 #include "train/files/tokenizer_files.h"
@@ -213,7 +214,7 @@ TrainSummary Run::run() {
   // The whole run computes in it: training steps and evals, forward and backward.
   const PrecisionGuard precision(precision_);
   dist_.reset_stats();
-  set_num_threads(static_cast<int>(train_.threads > 0 ? train_.threads : dist_.default_threads()));
+  set_num_threads(training_threads(train_.threads, dist_.default_threads()));
   prepare(shared_resume_source());
 
   const int64_t end = train_.stop_at > 0 ? std::min(train_.stop_at, train_.max_steps) : train_.max_steps;
