@@ -34,8 +34,10 @@ struct ModelWeights {
 /// each other; the model is not built (model_from_weights, trained_model.h, compares the sizes
 /// and shapes). Throws lat::Error naming the file: missing, unreadable or bad safetensors (see
 /// load_safetensors), an export's __metadata__ step or tokens_seen that is not an integer >= 0
-/// or world_size not one >= 1 (naming the key), a checkpoint from a newer layout version,
-/// config.json missing or without lat_config, a bad tokenizer.json; a tensor holding NaN or inf
+/// or world_size not one >= 1 (naming the key), an export's model.safetensors without its
+/// crc32 checksums, a checkpoint from a newer layout version, config.json missing or without
+/// lat_config or with a key that contradicts the model lat reads (check_config_json_agrees),
+/// a bad tokenizer.json; a tensor holding NaN or inf
 /// (naming the tensor); for a Hugging Face directory what load_hf_model throws; a char or byte
 /// tokenizer with more tokens than embeddings.weight has rows, or fewer when model.vocab_size
 /// is 0 (the size taken from the tokenizer); model.tie_embeddings beside an lm_head.weight that
