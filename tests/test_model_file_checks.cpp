@@ -248,13 +248,13 @@ TEST_F(ExportFilesTest, ConfigJsonContradictingLatConfigIsRefusedNamingTheKey) {
     nlohmann::json j = nlohmann::json::parse(original);
     j[c.key] = c.value;
     write("export/config.json", j.dump(2));
-    expect_error([&] { lat::load_model_weights(path("export")); },
+    expect_error([&] { lat::load_trained_model(path("export")); },
                  {"load_model_weights: '" + path("export/config.json") + "': " + c.named});
   }
   nlohmann::json j = nlohmann::json::parse(original);
   j["attn"]["n_kv_heads"] = 1;
   write("export/config.json", j.dump(2));
-  expect_error([&] { lat::load_model_weights(path("export")); },
+  expect_error([&] { lat::load_trained_model(path("export")); },
                {"'" + path("export/config.json") + "': 'attn.n_kv_heads': 1, but the model lat reads"});
   // Keys a file leaves out, and which lat wrote it, contradict nothing.
   j = nlohmann::json::parse(original);
@@ -262,7 +262,7 @@ TEST_F(ExportFilesTest, ConfigJsonContradictingLatConfigIsRefusedNamingTheKey) {
   j["lat_version"] = "0.0.1";
   j["torch_dtype"] = "bfloat16";
   write("export/config.json", j.dump(2));
-  EXPECT_EQ(lat::load_model_weights(path("export")).config.model.n_heads, 2);
+  EXPECT_EQ(lat::load_trained_model(path("export")).config.model.n_heads, 2);
   std::string out;
   write("export/config.json", original);
   ASSERT_EQ(run_lat("info '" + path("export") + "'", out, dir_), 0) << out;

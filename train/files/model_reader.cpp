@@ -238,10 +238,10 @@ ModelWeights load_model_weights(const std::string& path) {
   PartSources sources;
   ModelWeights w = read_model_files(path, sources);
   w.config = stored_config(w.checkpoint.config_yaml, sources);
-  if (const Tensor* embeddings = find_tensor(w, "embeddings.weight");
-      sources.export_config_json && embeddings != nullptr && embeddings->dim() == 2)
-    check_config_json_agrees(*sources.export_config_json, sources.config_file, w.config, embeddings->size(0),
-                             w.checkpoint.tokenizer_type);
+  if (sources.export_config_json) {
+    w.export_config_json = std::move(sources.export_config_json);
+    w.export_config_path = sources.config_file;
+  }
   settle_tied_lm_head(w, sources);
   check_tokenizer_size(w, sources);
   check_finite(w);
