@@ -13,6 +13,10 @@
 #                     a char tokenizer, bf16, tied embeddings with the byte tokenizer)
 # corpus/token_files: raw uint16 and uint32 .bin, llm.c headered v1 and v2, HDF5 "tokens"
 #                     datasets (int32 1-D; uint16 2-D, chunked and compressed)
+# corpus/hf_config:   config.json of `lat export --format hf` (a gdn + gated attn hybrid, a
+#                     tied gdn model) and the hybrid's in transformers 4's older form
+# corpus/hf_tokenizer: tokenizer.json of --format hf (char, byte), of --format safetensors
+#                     (lat's char and byte forms) and a foreign WordPiece one
 set -euo pipefail
 lat=$(realpath "${1:?usage: make_corpus.sh LAT_BINARY}")
 src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -51,12 +55,21 @@ YAML
 train_tiny attn_sgd attn sgd
 train_tiny gdn_attn gdn,attn adamw
 train_tiny tied_byte gdn adamw "$(printf 'model.tie_embeddings: true\ndata.tokenizer: byte')"
+train_tiny qwen gdn,attn adamw "$(printf 'model.norm_zero_centered: true\nmodel.attn.output_gate: true\nmodel.attn.qk_norm: true')"
 "$lat" export --checkpoint gdn_attn --format h5-weights --out gdn_attn_h5 > /dev/null
 "$lat" export --checkpoint gdn_attn --format safetensors --out gdn_attn_f32 > /dev/null
 "$lat" export --checkpoint gdn_attn --format safetensors --dtype bf16 --out gdn_attn_bf16 > /dev/null
 "$lat" export --checkpoint tied_byte --format safetensors --out tied_byte_f32 > /dev/null
+"$lat" export --checkpoint qwen --format hf --out qwen_hf > /dev/null
+"$lat" export --checkpoint tied_byte --format hf --out tied_byte_hf > /dev/null
 
-mkdir -p "$corpus"/{config,checkpoint,safetensors,token_files}
+mkdir -p "$corpus"/{config,checkpoint,safetensors,token_files,hf_config,hf_tokenizer}
+cp qwen_hf/config.json "$corpus/hf_config/qwen_hybrid.json"
+cp tied_byte_hf/config.json "$corpus/hf_config/tied_gdn.json"
+cp qwen_hf/tokenizer.json "$corpus/hf_tokenizer/char_hf.json"
+cp tied_byte_hf/tokenizer.json "$corpus/hf_tokenizer/byte_hf.json"
+cp gdn_attn_f32/tokenizer.json "$corpus/hf_tokenizer/char_lat.json"
+cp tied_byte_f32/tokenizer.json "$corpus/hf_tokenizer/byte_lat.json"
 cp "$src"/configs/*.yaml "$corpus/config/"
 cp gdn_attn/config.yaml "$corpus/config/resolved_gdn_attn.yaml"
 cp attn_sgd/ckpt_00000002.h5 "$corpus/checkpoint/attn_sgd.h5"
@@ -82,6 +95,16 @@ def pack(export_dir, out):
 pack("gdn_attn_f32", "gdn_attn_f32.pack")
 pack("gdn_attn_bf16", "gdn_attn_bf16.pack")
 pack("tied_byte_f32", "tied_byte_f32.pack")
+
+import json
+hf = json.load(open("qwen_hf/config.json"))
+for key in ("layer_types", "rope_parameters"):
+    del hf[key]
+hf.update(rope_theta=1000000.0, partial_rotary_factor=0.25, full_attention_interval=2, mtp_num_hidden_layers=1)
+json.dump(hf, open(os.path.join(corpus, "hf_config", "qwen_hybrid_old_keys.json"), "w"), indent=2, sort_keys=True)
+json.dump({"version": "1.0", "added_tokens": [], "normalizer": None, "pre_tokenizer": {"type": "BertPreTokenizer"},
+           "model": {"type": "WordPiece", "unk_token": "[UNK]", "vocab": {"[UNK]": 0, "a": 1, "##b": 2}}},
+          open(os.path.join(corpus, "hf_tokenizer", "foreign_wordpiece.json"), "w"))
 
 tokens = os.path.join(corpus, "token_files")
 ids = np.arange(64, dtype=np.int64) * 37 % 50

@@ -304,7 +304,7 @@ const std::vector<KeySpec>& schema() {
       {LAT_KEY(model.expand_v), .bounds = floats_above(0), .rule = check_head_dims},
       {LAT_KEY(model.mlp_ratio), .bounds = floats_above_up_to(0, kMaxMlpRatio)},
       {LAT_KEY(model.intermediate_size), .bounds = ints_in(0, kMaxWidth * 64)},
-      {LAT_KEY(model.norm_eps), .bounds = floats_above(0)},
+      {LAT_KEY(model.norm_eps), .bounds = floats_above_up_to(0, kMaxNormEps)},
       {LAT_KEY(model.norm_zero_centered)},
       {LAT_KEY(model.tie_embeddings)},
       {LAT_KEY(model.attn.window_size), .bounds = ints_from(0)},

@@ -22,6 +22,11 @@ namespace lat {
 /// generate` accept, so that no value asks for a sequence the machine cannot hold.
 inline constexpr int64_t kMaxBlockSize = int64_t{1} << 20;
 
+/// The largest model.norm_eps (and a Hugging Face config.json's rms_norm_eps): models use
+/// 1e-6 to 1e-5; an epsilon far above the mean square of the activations flattens every
+/// normalized vector towards 0, a model that loads and then writes only one token.
+inline constexpr double kMaxNormEps = 1.0;
+
 class Validation;
 
 /// lr_mult's value: (glob, multiplier) in file order.

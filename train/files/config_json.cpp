@@ -48,8 +48,8 @@ nlohmann::ordered_json model_config_json(const Config& config, int64_t vocab_siz
   return j;
 }
 
-std::string read_lat_config(const std::string& path, const std::string& model_path) {
-  const nlohmann::json config = read_json_file(path, "the config beside '" + model_path + "'");
+nlohmann::json read_export_config_json(const std::string& path, const std::string& model_path) {
+  nlohmann::json config = read_json_file(path, "the config beside '" + model_path + "'");
   // A Hugging Face config.json of another architecture reaches here too (hf_model_dir takes
   // only Qwen3.5's): name its model_type rather than lat's key, which its writer never heard of.
   if (config.is_object() && !config.contains("lat_config") && config.contains("model_type"))
@@ -59,7 +59,44 @@ std::string read_lat_config(const std::string& path, const std::string& model_pa
   if (!config.is_object() || !config.contains("lat_config") || !config["lat_config"].is_string())
     throw Error("load_model_weights: '" + path +
                 "': no string 'lat_config' (the resolved lat config; written by lat export)");
-  return config["lat_config"].get<std::string>();
+  return config;
+}
+
+std::string read_lat_config(const std::string& path, const std::string& model_path) {
+  return read_export_config_json(path, model_path)["lat_config"].get<std::string>();
+}
+
+namespace {
+
+/// The first key of `expected` (with its `prefix`) whose value `found` has and differs,
+/// descending into objects; throws naming it.
+void compare_keys(const nlohmann::ordered_json& expected, const nlohmann::json& found, const std::string& prefix,
+                  const std::string& path) {
+  for (const auto& [key, want] : expected.items()) {
+    if (!found.contains(key)) continue;
+    const nlohmann::json& got = found[key];
+    const std::string name = prefix + key;
+    if (want.is_object() && got.is_object()) {
+      compare_keys(want, got, name + ".", path);
+      continue;
+    }
+    if (got == nlohmann::json(want)) continue;
+    throw Error("load_model_weights: '" + path + "': '" + name + "': " + json_excerpt(got) +
+                ", but the model lat reads (lat_config, the weights, tokenizer.json) has " +
+                json_excerpt(nlohmann::json(want)) + ": expected config.json to describe it (other tools read it)");
+  }
+}
+
+}  // namespace
+
+void check_config_json_agrees(const nlohmann::json& config_json, const std::string& path, const Config& config,
+                              int64_t vocab_size, const std::string& tokenizer_type) {
+  nlohmann::ordered_json expected = model_config_json(config, vocab_size, tokenizer_type, "f32");
+  // Which lat wrote it and the stored dtype describe the file, not the model.
+  expected.erase("lat_version");
+  expected.erase("torch_dtype");
+  expected.erase("lat_config");  // the source of the rest
+  compare_keys(expected, config_json, "", path);
 }
 
 }  // namespace lat

@@ -18,9 +18,23 @@ namespace lat {
 nlohmann::ordered_json model_config_json(const Config& config, int64_t vocab_size, const std::string& tokenizer_type,
                                          const std::string& dtype);
 
-/// The lat_config string of the config.json at `path`, which sits beside the exported model
-/// `model_path`. Throws lat::Error naming the file when it cannot be read, is not JSON, or has
-/// no string lat_config.
+/// The config.json at `path`, which sits beside the exported model `model_path`: a JSON
+/// object with a string lat_config. Throws lat::Error naming the file when it cannot be read,
+/// is not JSON, or has no string lat_config.
+nlohmann::json read_export_config_json(const std::string& path, const std::string& model_path);
+
+/// The lat_config string of the config.json at `path` (read_export_config_json).
 std::string read_lat_config(const std::string& path, const std::string& model_path);
+
+/// Compares the export's config.json `config_json` (read from `path`) with what
+/// model_config_json writes for `config` (its lat_config, resolved), `vocab_size` (the
+/// embeddings' rows) and `tokenizer_type`: other tools read the former, lat the latter, so a
+/// difference would have them run different models. Every key model_config_json writes is
+/// compared where the file has it (nested ones as "attn.n_kv_heads"), except lat_version and
+/// torch_dtype. Throws lat::Error "load_model_weights: '<path>': '<key>': <value>, but the
+/// model lat reads (lat_config, the weights, tokenizer.json) has <expected>: ..." for the
+/// first that differs.
+void check_config_json_agrees(const nlohmann::json& config_json, const std::string& path, const Config& config,
+                              int64_t vocab_size, const std::string& tokenizer_type);
 
 }  // namespace lat

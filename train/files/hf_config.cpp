@@ -8,6 +8,7 @@
 
 #include "lat/error.h"
 #include "layers/swiglu.h"
+#include "train/config/schema.h"
 #include "train/config/suggest.h"
 #include "train/files/json_file.h"
 #include "train/text/format.h"
@@ -26,11 +27,15 @@ constexpr int64_t kDefaultFullAttentionInterval = 4;
 /// More layers than lat builds (model.n_layers' bound): no pattern that long is spelled out.
 constexpr int64_t kMaxLayerTypes = 1024;
 
+/// The largest max_position_embeddings read (2^30 tokens): lat's context is not bounded by
+/// it, but other tools size their position tables from it, so a damaged value is named here.
+constexpr int64_t kMaxPositionEmbeddings = int64_t{1} << 30;
+
 /// Keys transformers writes or reads that change nothing lat computes.
 const std::set<std::string>& informational_keys() {
   static const std::set<std::string> keys = {
       "architectures", "model_type", "transformers_version", "dtype", "torch_dtype", "initializer_range",
-      "use_cache", "max_position_embeddings", "bos_token_id", "eos_token_id", "pad_token_id", "_name_or_path",
+      "use_cache", "bos_token_id", "eos_token_id", "pad_token_id", "_name_or_path",
       "output_attentions", "output_hidden_states", "return_dict"};
   return keys;
 }
@@ -77,6 +82,31 @@ class HfConfigReader {
   double positive_number(const std::string& key, double fallback) {
     used_.insert(key);
     return config_.contains(key) ? positive_number(config_[key], key, fallback) : fallback;
+  }
+
+  /// The number `key` in (0, `high`]; `fallback` when absent. null is refused: transformers
+  /// would fail on it, and no fallback is what the file meant.
+  double number_above_zero_up_to(const std::string& key, double high, const std::string& high_text, double fallback) {
+    used_.insert(key);
+    if (!config_.contains(key)) return fallback;
+    const nlohmann::json& v = config_[key];
+    if (!v.is_number() || !(v.get<double>() > 0 && v.get<double>() <= high)) {
+      problems_.push_back(key + ": expected a number in (0, " + high_text + "], got " + json_excerpt(v));
+      return fallback;
+    }
+    return v.get<double>();
+  }
+
+  /// Checks that `key`, when present, is an integer in [low, high] (`range_text`); its value
+  /// is not used.
+  void check_int_in(const std::string& key, int64_t low, int64_t high, const std::string& range_text) {
+    used_.insert(key);
+    if (!config_.contains(key)) return;
+    const nlohmann::json& v = config_[key];
+    // An unsigned value above int64's range is a number_unsigned that get<int64_t> would wrap.
+    const bool in_range = v.is_number_integer() && !(v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(high)) &&
+                          v.get<int64_t>() >= low && v.get<int64_t>() <= high;
+    if (!in_range) problems_.push_back(key + ": expected an integer in " + range_text + ", got " + json_excerpt(v));
   }
 
   bool boolean(const std::string& key, bool fallback) {
@@ -288,7 +318,8 @@ ModelConfig model_config_from_hf(const nlohmann::json& config, const std::string
   m.attn.head_dim = r.positive_int("head_dim");
   m.attn.n_kv_heads = r.positive_int("num_key_value_heads");
   read_rope(r, m.attn);
-  m.norm_eps = r.positive_number("rms_norm_eps", 1e-6);
+  m.norm_eps = r.number_above_zero_up_to("rms_norm_eps", kMaxNormEps, "1", 1e-6);
+  r.check_int_in("max_position_embeddings", 1, kMaxPositionEmbeddings, "[1, 2^30]");
   m.tie_embeddings = r.boolean("tie_word_embeddings", false);
   r.require("hidden_act", "silu", "SiLU in the MLP and after the short convolutions");
   r.require("attention_bias", false, "projections without bias");

@@ -43,12 +43,13 @@ bool is_hf_config(const nlohmann::json& config);
 /// lat's model.* keys (other keys at their defaults, not yet resolved or validated) from the
 /// config.json `config` read from `path`: norm_zero_centered, attn.output_gate, attn.qk_norm
 /// true. Informational keys (architectures, model_type, dtype, token ids, initializer_range,
-/// use_cache, max_position_embeddings, transformers_version, mtp_* (transformers ignores the
-/// mtp weights), rope_parameters' mrope_* ...) are accepted. Throws lat::Error
-/// "load_model_weights: '<path>': ..." naming every key lat cannot honour with its value
-/// (attention_bias true, hidden_act other than silu, rope_type other than default,
-/// attention_dropout > 0, a layer type other than linear_attention / full_attention, an unknown
-/// key), a required dimension missing, or a value of the wrong JSON type.
+/// use_cache, transformers_version, mtp_* (transformers ignores the mtp weights),
+/// rope_parameters' mrope_* ...) are accepted; max_position_embeddings too, when an integer in
+/// [1, 2^30]. Throws lat::Error "load_model_weights: '<path>': ..." naming every key lat
+/// cannot honour with its value (attention_bias true, hidden_act other than silu, rope_type
+/// other than default, attention_dropout > 0, a layer type other than linear_attention /
+/// full_attention, an unknown key, rms_norm_eps outside (0, 1] or null), a required dimension
+/// missing, or a value of the wrong JSON type.
 ModelConfig model_config_from_hf(const nlohmann::json& config, const std::string& path);
 
 }  // namespace lat

@@ -62,6 +62,11 @@ std::string json_excerpt(const nlohmann::json& value) {
 }
 
 nlohmann::json parse_json_text(const std::string& text, const std::string& subject) {
+  // nlohmann's lexer reads a NUL byte as the end of the input (C strings), so a value followed
+  // by a NUL and anything else would parse; JSON text never holds one (in strings it is \u0000).
+  if (const size_t nul = text.find('\0'); nul != std::string::npos)
+    throw Error(subject + " is not valid JSON: a NUL byte at byte " + std::to_string(nul) +
+                " (expected JSON text only, nothing after the value but whitespace)");
   // The keys seen in each open container (arrays get an unused set, so the stack follows
   // the nesting one entry per level).
   std::vector<std::set<std::string>> keys;

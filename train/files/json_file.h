@@ -32,7 +32,8 @@ std::string json_excerpt(const nlohmann::json& value);
 
 /// Parses `text`, where `subject` names it as the start of the error message (e.g.
 /// "load_safetensors: 'm.safetensors': header"). Throws lat::Error "<subject> is not valid
-/// JSON: ...", "<subject> nests arrays or objects deeper than 64 levels", or "<subject> has
+/// JSON: ..." (also for any byte after the value but whitespace, a NUL byte included: "a NUL
+/// byte at byte <offset>"), "<subject> nests arrays or objects deeper than 64 levels", or "<subject> has
 /// the key 'k' twice in one object" (key cut to an excerpt).
 nlohmann::json parse_json_text(const std::string& text, const std::string& subject);
 

@@ -31,6 +31,7 @@ struct PartSources {
   std::string config_file;  // the file holding the config
   std::string config_part;  // where in it: "/config" (HDF5 dataset) or "lat_config" (JSON key)
   std::string tokenizer;    // "'<checkpoint>' /tokenizer" or "'<dir>/tokenizer.json'"
+  std::optional<nlohmann::json> export_config_json = std::nullopt;  // an export's config.json, as read
 };
 
 /// A checkpoint (or an h5-weights export) without its training-only parts.
@@ -112,9 +113,14 @@ ModelWeights load_exported_safetensors(const std::string& path, PartSources& sou
   const SafetensorsFile file = load_safetensors(path);
   const fs::path dir = fs::path(path).parent_path();
   const std::string config_path = (dir / kConfigFile).string();
-  ckpt.config_yaml = read_lat_config(config_path, path);
+  // lat's export always stores checksums: without them a flipped bit would load unnoticed.
+  if (file.metadata.count(kChecksumMetadataKey) == 0)
+    throw Error("load_model_weights: '" + path + "': __metadata__ has no '" + kChecksumMetadataKey +
+                "': expected the tensor checksums lat export writes beside lat_config ('" + config_path + "')");
+  nlohmann::json config_json = read_export_config_json(config_path, path);
+  ckpt.config_yaml = config_json["lat_config"].get<std::string>();
   const std::string tokenizer_path = (dir / kTokenizerFile).string();
-  sources = {config_path, "lat_config", "'" + tokenizer_path + "'"};
+  sources = {config_path, "lat_config", "'" + tokenizer_path + "'", std::move(config_json)};
   ckpt.tokenizer_type = "none";  // as the trainer saves a model trained on token ids
   if (fs::exists(tokenizer_path)) read_tokenizer_json(tokenizer_path, ckpt);
   read_export_metadata(file, ckpt);
@@ -232,6 +238,10 @@ ModelWeights load_model_weights(const std::string& path) {
   PartSources sources;
   ModelWeights w = read_model_files(path, sources);
   w.config = stored_config(w.checkpoint.config_yaml, sources);
+  if (sources.export_config_json) {
+    w.export_config_json = std::move(sources.export_config_json);
+    w.export_config_path = sources.config_file;
+  }
   settle_tied_lm_head(w, sources);
   check_tokenizer_size(w, sources);
   check_finite(w);

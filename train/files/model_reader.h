@@ -5,7 +5,10 @@
 // directory (or its config.json, model.safetensors or model.safetensors.index.json; read by
 // hf_import.h), read into one form.
 #pragma once
+#include <optional>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "train/config/config.h"
 #include "train/files/checkpoint.h"
@@ -28,14 +31,20 @@ struct ModelWeights {
   /// Root attributes, config, tokenizer and model tensors (f32, CPU, finite, module order; no
   /// lm_head.weight copy when the embeddings are tied); optimizer, rng and data empty.
   Checkpoint checkpoint;
+  /// An export's config.json as read (what other tools see); model_from_weights compares it
+  /// with `config` once the tensors are known to match the config (check_config_json_agrees).
+  std::optional<nlohmann::json> export_config_json;
+  std::string export_config_path;  // that config.json
 };
 
 /// Loads what `--checkpoint` accepts (see the top of this file) and checks the parts against
 /// each other; the model is not built (model_from_weights, trained_model.h, compares the sizes
 /// and shapes). Throws lat::Error naming the file: missing, unreadable or bad safetensors (see
 /// load_safetensors), an export's __metadata__ step or tokens_seen that is not an integer >= 0
-/// or world_size not one >= 1 (naming the key), a checkpoint from a newer layout version,
-/// config.json missing or without lat_config, a bad tokenizer.json; a tensor holding NaN or inf
+/// or world_size not one >= 1 (naming the key), an export's model.safetensors without its
+/// crc32 checksums, a checkpoint from a newer layout version, config.json missing or without
+/// lat_config, a bad tokenizer.json (model_from_weights then compares config.json's keys:
+/// check_config_json_agrees); a tensor holding NaN or inf
 /// (naming the tensor); for a Hugging Face directory what load_hf_model throws; a char or byte
 /// tokenizer with more tokens than embeddings.weight has rows, or fewer when model.vocab_size
 /// is 0 (the size taken from the tokenizer); model.tie_embeddings beside an lm_head.weight that

@@ -9,6 +9,7 @@
 
 #include "layers/swiglu.h"
 #include "train/config/model_config.h"
+#include "train/files/config_json.h"
 #include "train/files/tokenizer_files.h"
 
 namespace lat {
@@ -161,6 +162,10 @@ std::unique_ptr<HybridLM> model_from_weights(const ModelWeights& w) {
   const std::optional<int64_t> vocab_size = vocab_size_of(w);
   LAT_CHECK(vocab_size.has_value(), "model_from_weights: '" << w.path << "' has no 2-D tensor 'embeddings.weight'");
   SizeChecks(w).run();
+  // After the sizes: a config.json contradicting a lat_config that matches the tensors.
+  if (w.export_config_json)
+    check_config_json_agrees(*w.export_config_json, w.export_config_path, w.config, *vocab_size,
+                             w.checkpoint.tokenizer_type);
   Generator gen(0);  // the initialization is overwritten: load_weights sets every parameter
   auto model = std::make_unique<HybridLM>(hybrid_lm_config(w.config.model, *vocab_size), gen);
   load_weights(*model, w.checkpoint.model, w.path);

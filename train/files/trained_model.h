@@ -33,7 +33,8 @@ std::optional<int64_t> vocab_size_of(const ModelWeights& w);
 /// the value heads' width with attn.o_proj.weight's columns, the SwiGLU width
 /// (model.intermediate_size, or of model.mlp_ratio) with mlp.gate_proj.weight's rows and model.linear.conv_size with a present
 /// attn.q_conv1d.weight's taps. Throws lat::Error naming the file, the key, the tensor,
-/// expected and found (or a tensor that is absent); then load_weights compares every shape.
+/// expected and found (or a tensor that is absent); then an export's config.json against the
+/// config (check_config_json_agrees), and load_weights compares every shape.
 std::unique_ptr<HybridLM> model_from_weights(const ModelWeights& w);
 
 /// A trained model with what is needed to use it.

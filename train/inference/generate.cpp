@@ -17,13 +17,17 @@ std::vector<int64_t> generate_tokens(const HybridLM& model, const std::vector<in
   validate(sampling);
   HybridLMState state = model.make_states(1);
   const int64_t V = model.vocab_size();
+  LAT_CHECK(sampling.drawable_ids <= V, "generate_tokens: drawable_ids: expected at most the model's " << V
+                                            << " ids, got " << sampling.drawable_ids);
+  // The logits of ids at and above drawable_ids (padding rows) are never looked at.
+  const int64_t drawable = sampling.drawable_ids > 0 ? sampling.drawable_ids : V;
   std::vector<int64_t> out;
   Tensor ids = Tensor::from_vector(prompt, {1, static_cast<int64_t>(prompt.size())});
   for (int64_t i = 0; i < max_new_tokens; ++i) {
     Tensor logits = model.step(ids, state);  // [1, T, V]: the last row predicts the next token
     const float* last = logits.data<float>() + (logits.size(1) - 1) * V;
-    check_finite_logits(last, V, static_cast<int64_t>(prompt.size()) + i - 1);
-    const int64_t next = sample_token(last, V, sampling, gen);
+    check_finite_logits(last, drawable, static_cast<int64_t>(prompt.size()) + i - 1);
+    const int64_t next = sample_token(last, drawable, sampling, gen);
     out.push_back(next);
     if (on_token) on_token(next);
     ids = Tensor::from_vector(std::vector<int64_t>{next}, {1, 1});
@@ -58,9 +62,11 @@ void generate(const GenerateOptions& options, std::ostream& out) {
   out << options.prompt;
   out.flush();
   Generator gen(options.seed);
+  SamplingOptions sampling = options.sampling;
+  sampling.drawable_ids = tokenizer.vocab_size();  // load_model_weights: at most the model's ids
   bool wrote = !options.prompt.empty();
   try {
-    generate_tokens(*trained.model, prompt, options.max_new_tokens, options.sampling, gen, [&](int64_t id) {
+    generate_tokens(*trained.model, prompt, options.max_new_tokens, sampling, gen, [&](int64_t id) {
       out << tokenizer.decode_one(id);
       out.flush();
       wrote = true;

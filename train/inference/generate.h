@@ -14,9 +14,9 @@
 namespace lat {
 
 /// Feeds `prompt` (at least one id) to `model`, then samples `max_new_tokens` ids, calling
-/// `on_token` with each as soon as it is drawn. Returns the new ids. Deterministic for a
-/// given generator state. Throws ForwardOverflow (finite_logits.h) when the logits a token
-/// is drawn from are not all finite.
+/// `on_token` with each as soon as it is drawn, each below sampling.drawable_ids when that is
+/// set. Returns the new ids. Deterministic for a given generator state. Throws ForwardOverflow
+/// (finite_logits.h) when the logits a token is drawn from are not all finite.
 std::vector<int64_t> generate_tokens(const HybridLM& model, const std::vector<int64_t>& prompt,
                                      int64_t max_new_tokens, const SamplingOptions& sampling, Generator& gen,
                                      const std::function<void(int64_t)>& on_token = {});
@@ -31,7 +31,8 @@ struct GenerateOptions {
   int threads = 0;  // --threads; 0 = OMP_NUM_THREADS, else all cores (config/thread_count.h: inference_threads)
 };
 
-/// Writes the prompt, then the continuation token by token (flushed after each), to `out`.
+/// Writes the prompt, then the continuation token by token (flushed after each), to `out`;
+/// only ids the tokenizer decodes are drawn (a model's embeddings may have more rows).
 /// Throws lat::Error for a bad checkpoint, a checkpoint without a tokenizer (trained on token
 /// ids), invalid sampling flags or logits that overflow ("generate: 'PATH': the forward
 /// overflowed: ..."); ConfigError (naming --prompt) for a prompt character outside the

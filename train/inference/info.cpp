@@ -13,6 +13,7 @@
 #include "train/config/model_config.h"
 #include "train/files/hf_export.h"
 #include "train/files/model_reader.h"
+#include "train/files/tokenizer_files.h"
 #include "train/files/trained_model.h"
 #include "train/text/format.h"
 
@@ -169,6 +170,8 @@ ModelInfo inspect(const std::string& path, int64_t context) {
                                   : std::string();
   info.checkpoint = ModelInfo::CheckpointFacts{w.path,      c.step,          c.tokens_seen, c.val_loss, c.best_val_loss,
                                                c.created,   c.lat_version,   c.frozen,      hf_config};
+  if (const std::optional<Tokenizer> tokenizer = checkpoint_tokenizer(c))
+    info.checkpoint->tokenizer_tokens = tokenizer->vocab_size();
   return info;
 }
 
@@ -232,6 +235,10 @@ std::string format_info(const ModelInfo& info) {
         << "\n  frozen " << (c.frozen.empty() ? std::string("none") : std::to_string(c.frozen.size()) + " parameters")
         << "\n";
     for (const std::string& name : c.frozen) out << "    " << name << "\n";
+    if (c.tokenizer_tokens > 0 && c.tokenizer_tokens < info.vocab_size)
+      out << "  tokenizer " << c.tokenizer_tokens << " tokens, embeddings " << info.vocab_size << " rows: ids "
+          << c.tokenizer_tokens << ".." << info.vocab_size - 1
+          << " pad the vocabulary (the tokenizer cannot decode them; generate never draws them)\n";
   }
   const bool hf = info.checkpoint && !info.checkpoint->hf_config.empty();
   if (hf)
@@ -243,7 +250,10 @@ std::string format_info(const ModelInfo& info) {
   for (std::string l; std::getline(yaml, l);) {
     // The YAML is nested by section: the model section ends at the next top-level key.
     if (hf && !l.empty() && l[0] != ' ' && l.rfind("model:", 0) != 0) break;
-    out << "  " << l << "\n";
+    out << "  " << l;
+    // lat's compute schedule, not a property of the model: config.json has no such key.
+    if (hf && l.find("chunk_size:") != std::string::npos) out << "  # lat's default, not from config.json";
+    out << "\n";
   }
   return out.str();
 }

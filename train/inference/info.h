@@ -55,6 +55,9 @@ struct ModelInfo {
     /// A Hugging Face model's config.json: only the model.* keys are the model's own (the rest
     /// are defaults), so only they are printed, ready to copy into a run config.
     std::string hf_config;
+    /// The tokenizer's tokens (0: none). Fewer than vocab_size: the embeddings are padded
+    /// beyond the tokenizer (ids it cannot decode, which generate never draws).
+    int64_t tokenizer_tokens = 0;
   };
   std::optional<CheckpointFacts> checkpoint;
 };
@@ -71,7 +74,10 @@ ModelInfo model_info(const Config& config, int64_t vocab_size, int64_t context);
 /// checkpoint that does not load or context outside [1, kMaxContext].
 ModelInfo inspect(const std::string& path, int64_t context);
 
-/// The report `lat info` prints: parameter table, memory table, checkpoint facts and config.
+/// The report `lat info` prints: parameter table, memory table, checkpoint facts (with the
+/// padding ids when the tokenizer has fewer tokens than the embeddings have rows) and config
+/// (of a Hugging Face directory the model keys, model.linear.chunk_size marked as lat's
+/// default: config.json has no such key).
 std::string format_info(const ModelInfo& info);
 
 }  // namespace lat

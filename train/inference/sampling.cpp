@@ -14,6 +14,8 @@ void validate(const SamplingOptions& options) {
   LAT_CHECK(options.top_k >= 0, "generate: --top-k: expected >= 0 (0 = off), got " << options.top_k);
   LAT_CHECK(options.top_p > 0 && options.top_p <= 1, "generate: --top-p: expected a number in (0, 1], got "
                                                          << options.top_p);
+  LAT_CHECK(options.drawable_ids >= 0,
+            "generate: drawable_ids: expected >= 0 (0 = every id), got " << options.drawable_ids);
 }
 
 int64_t sample_token(const float* logits, int64_t vocab, const SamplingOptions& options, Generator& gen) {
