@@ -1,0 +1,177 @@
+// `lat train` under SIGTERM and Ctrl-C (DESIGN.md, "The command line"): at a step boundary the
+// run saves a checkpoint and exits 0; inside a step that would run for minutes the watchdog
+// ends it with 128 + signal a few seconds after the signal, leaving no checkpoint file,
+// whole or partial; a second Ctrl-C ends it at once with 130. Before any of that, a config
+// whose step cannot fit in this machine's memory is refused with the keys that make it large.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "test_files.h"
+
+namespace lat {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::contains;
+using testing::read_bytes;
+
+// Bounds on waiting for the child, far above what each stage takes: starting a run, and a
+// stop (the watchdog cuts compute 3 s after the signal).
+constexpr auto kStartBound = std::chrono::seconds(120);
+constexpr auto kStopBound = std::chrono::seconds(10);
+
+/// A Gated DeltaNet + attention model on mqar, out_dir `run`, with `train_yaml` and a block of
+/// `block_size` tokens: 2^17 makes one step take minutes (softmax attention is quadratic in it)
+/// in well under a GiB.
+std::string mqar_config(const fs::path& dir, int64_t block_size, const std::string& train_yaml) {
+  return "model:\n  d_model: 16\n  n_layers: 2\n  n_heads: 1\n  layers: \"gdn,attn\"\n  mlp_ratio: 2.0\n"
+         "data:\n  task: mqar\n  block_size: " +
+         std::to_string(block_size) + "\n  mqar:\n    vocab: 64\n    pairs: [4]\n" + "train:\n  threads: 1\n  out_dir: " +
+         (dir / "run").string() + "\n" + train_yaml;
+}
+
+/// `build/lat train CONFIG` as a child process, stdout and stderr to files in `dir`.
+class TrainProcess {
+ public:
+  TrainProcess(const fs::path& dir, const std::string& config_yaml) : err_(dir / "stderr") {
+    const fs::path config = dir / "config.yaml";
+    testing::write_bytes(config, config_yaml);
+    const std::string lat = std::string(LAT_BINARY_DIR) + "/lat", out = (dir / "stdout").string();
+    pid_ = fork();
+    if (pid_ == 0) {
+      if (!freopen(out.c_str(), "w", stdout) || !freopen(err_.c_str(), "w", stderr)) _exit(127);
+      execl(lat.c_str(), lat.c_str(), "train", config.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+  }
+  ~TrainProcess() {
+    if (!status_) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+
+  /// Waits until the child's stderr holds `text` (false when it exits first or the bound passes).
+  bool wait_for_log(const std::string& text) {
+    const auto deadline = std::chrono::steady_clock::now() + kStartBound;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (contains(stderr_text(), text)) return true;
+      if (exited_by(std::chrono::steady_clock::now())) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  }
+
+  /// Sends `signal` to the child.
+  void signal(int signal) const { kill(pid_, signal); }
+
+  /// The child's exit code once it exits within `bound`; empty when it is still running then
+  /// (or ended by a signal).
+  std::optional<int> exit_code_within(std::chrono::seconds bound) {
+    if (!exited_by(std::chrono::steady_clock::now() + bound)) return std::nullopt;
+    if (!WIFEXITED(*status_)) return std::nullopt;
+    return WEXITSTATUS(*status_);
+  }
+
+  std::string stderr_text() const { return read_bytes(err_); }
+
+ private:
+  // Polls waitpid until `deadline`; true once the child has exited.
+  bool exited_by(std::chrono::steady_clock::time_point deadline) {
+    while (!status_) {
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        status_ = status;
+        break;
+      }
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return true;
+  }
+
+  fs::path err_;
+  pid_t pid_ = -1;
+  std::optional<int> status_;
+};
+
+/// The names of the files in `dir`, sorted.
+std::vector<std::string> file_names(const fs::path& dir) {
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir)) names.push_back(entry.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+using StopTest = testing::TempDirTest;
+
+TEST_F(StopTest, SigtermInsideALongStepEndsTheRunWithoutACheckpoint) {
+  TrainProcess lat(dir_, mqar_config(dir_, 131072, "  batch_size: 1\n  max_steps: 2\n  eval_every: 0\n"));
+  ASSERT_TRUE(lat.wait_for_log("optimizer: ")) << lat.stderr_text();
+  std::this_thread::sleep_for(std::chrono::seconds(1));  // inside step 1
+  lat.signal(SIGTERM);
+  EXPECT_EQ(lat.exit_code_within(kStopBound), 128 + SIGTERM) << lat.stderr_text();
+  EXPECT_TRUE(contains(lat.stderr_text(),
+                       "\nstopped by SIGTERM: step 1 was still running 3 s after the signal; no checkpoint was "
+                       "written because the step was not finished; this run has no checkpoint yet\n"))
+      << lat.stderr_text();
+  // No checkpoint, whole or partial (*.tmp), no `latest`, no metrics record.
+  EXPECT_EQ(file_names(dir_ / "run"), (std::vector<std::string>{"config.yaml", "metrics.jsonl"}));
+  EXPECT_EQ(read_bytes(dir_ / "run" / "metrics.jsonl"), "");
+}
+
+TEST_F(StopTest, ASecondCtrlCEndsTheRunAtOnce) {
+  TrainProcess lat(dir_, mqar_config(dir_, 131072, "  batch_size: 1\n  max_steps: 2\n  eval_every: 0\n"));
+  ASSERT_TRUE(lat.wait_for_log("optimizer: ")) << lat.stderr_text();
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  lat.signal(SIGINT);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  lat.signal(SIGINT);
+  EXPECT_EQ(lat.exit_code_within(kStopBound), 128 + SIGINT) << lat.stderr_text();
+  EXPECT_TRUE(contains(lat.stderr_text(), "\nstopped at once by a second stop signal: no checkpoint of the step in progress\n"))
+      << lat.stderr_text();
+  EXPECT_FALSE(contains(lat.stderr_text(), "3 s after the signal")) << lat.stderr_text();
+  EXPECT_EQ(file_names(dir_ / "run"), (std::vector<std::string>{"config.yaml", "metrics.jsonl"}));
+}
+
+TEST_F(StopTest, SigtermAtAStepBoundarySavesACheckpointAndRunsNoMoreEvals) {
+  // Steps of milliseconds, each followed by an eval: the signal lands between or inside them.
+  TrainProcess lat(dir_, mqar_config(dir_, 32,
+                                     "  batch_size: 2\n  max_steps: 1000000\n  log_every: 1\n  eval_every: 1\n"
+                                     "  eval_batches: 1\n  ckpt_every: 0\n"));
+  ASSERT_TRUE(lat.wait_for_log("step 3: val loss")) << lat.stderr_text();
+  lat.signal(SIGTERM);
+  ASSERT_EQ(lat.exit_code_within(kStopBound), 0) << lat.stderr_text();
+  const std::string err = lat.stderr_text();
+  const size_t at = err.find("stopped by SIGTERM after step ");
+  ASSERT_NE(at, std::string::npos) << err;
+  const int64_t step = std::stoll(err.substr(at + std::string("stopped by SIGTERM after step ").size()));
+  EXPECT_GE(step, 3);
+  char name[32];
+  std::snprintf(name, sizeof(name), "ckpt_%08lld.h5", static_cast<long long>(step));
+  EXPECT_EQ(read_bytes(dir_ / "run" / "latest"), std::string(name) + "\n");
+  EXPECT_TRUE(fs::is_regular_file(dir_ / "run" / name));
+  // The last step logged its loss and got no eval: the stop came first.
+  std::istringstream metrics(read_bytes(dir_ / "run" / "metrics.jsonl"));
+  nlohmann::json last;
+  for (std::string line; std::getline(metrics, line);) last = nlohmann::json::parse(line);
+  EXPECT_EQ(last["step"], step);
+  EXPECT_TRUE(last.contains("loss")) << last.dump();
+}
+
+}  // namespace
+}  // namespace lat
