@@ -20,13 +20,17 @@
 
 #include <nlohmann/json.hpp>
 
+#include "expect_error.h"
 #include "test_files.h"
+#include "train/config/config.h"
+#include "train/run/memory_estimate.h"
 
 namespace lat {
 namespace {
 
 namespace fs = std::filesystem;
 using testing::contains;
+using testing::expect_error;
 using testing::read_bytes;
 
 // Bounds on waiting for the child, far above what each stage takes: starting a run, and a
@@ -171,6 +175,43 @@ TEST_F(StopTest, SigtermAtAStepBoundarySavesACheckpointAndRunsNoMoreEvals) {
   for (std::string line; std::getline(metrics, line);) last = nlohmann::json::parse(line);
   EXPECT_EQ(last["step"], step);
   EXPECT_TRUE(last.contains("loss")) << last.dump();
+}
+
+// The config: a 0.03M-parameter hybrid whose one step over 2^20 tokens held 6.4 GB.
+TEST_F(StopTest, AStepLargerThanTheMemoryIsRefusedNamingTheKeysThatMakeItLarge) {
+  const Config config = parse_config(mqar_config(dir_, 1048576, "  batch_size: 1\n"), "big.yaml");
+  const StepMemory estimate = estimate_step_memory(config, 64, 1);
+  EXPECT_GT(estimate.activations, 4.0 * (1 << 30));
+  EXPECT_LT(estimate.parameters, 1 << 20);
+  const double gib = double(1 << 30);
+  check_step_memory(config, estimate, 64, 64 * gib);  // fits in 64 GiB
+  expect_error<ConfigError>([&] { check_step_memory(config, estimate, 64, 4 * gib); },
+                            {"train: one training step needs about ", " GiB (parameters, gradients and optimizer moments 0.0 GiB, "
+                             "activations saved for backward ",
+                             "), more than 90% of this machine's memory (4.0 GiB): make data.block_size (1048576), "
+                             "train.batch_size (1), model.d_model (16) or model.n_layers (2) smaller"});
+}
+
+TEST_F(StopTest, TrainRefusesAStepBeyondTheMemoryBeforeTouchingIt) {
+  // 2^20 tokens x 1024 rows, and a 2^24 vocabulary: terabytes on any machine.
+  struct Case {
+    std::string train_yaml, keys;
+  };
+  const std::vector<Case> cases = {
+      {"  batch_size: 1024\n", "make data.block_size (1048576), train.batch_size (1024), model.d_model (16) or "
+                              "model.n_layers (2) smaller"},
+      {"  batch_size: 64\n", "make data.block_size (1024), train.batch_size (64) or model.vocab_size (16777216) smaller"},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    std::string yaml = mqar_config(dir_, i == 0 ? 1048576 : 1024, cases[i].train_yaml);
+    if (i == 1) yaml.replace(yaml.find("  mlp_ratio"), 0, "  vocab_size: 16777216\n");
+    TrainProcess lat(dir_, yaml);
+    EXPECT_EQ(lat.exit_code_within(kStopBound), 2) << lat.stderr_text();
+    const std::string err = lat.stderr_text();
+    EXPECT_TRUE(contains(err, "error: train: one training step needs about ")) << err;
+    EXPECT_TRUE(contains(err, cases[i].keys)) << err;
+    EXPECT_FALSE(fs::exists(dir_ / "run")) << err;  // refused before out_dir is created
+  }
 }
 
 }  // namespace

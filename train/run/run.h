@@ -21,6 +21,7 @@
 #include "train/files/checkpoint.h"
 #include "train/files/model_reader.h"
 #include "train/run/finetune.h"
+#include "train/run/memory_estimate.h"
 #include "train/run/metrics.h"
 #include "train/run/progress.h"
 #include "train/run/run_dir_lock.h"
@@ -144,6 +145,7 @@ class Run {
   double eval_seconds_ = 0.0, save_seconds_ = 0.0;
   Distributed& dist_;
   RowRange rows_;  // this rank's rows of each micro-batch
+  StepMemory step_memory_;  // the estimate checked in prepare()
 };
 
 }  // namespace lat
