@@ -19,6 +19,8 @@ namespace {
 
 constexpr double kFloatBytes = 4.0;
 constexpr double kGiB = double(int64_t{1} << 30);
+// What the process maps only once training starts: oneDNN's JIT kernels, thread pools' stacks.
+constexpr double kStartupBytes = 64.0 * (1 << 20);
 // Weights, their gradients and AdamW's two moments (SGD's one momentum is counted as two).
 constexpr double kCopiesPerParameter = 4.0;
 
@@ -87,7 +89,8 @@ StepMemory estimate_step_memory(const Config& config, int64_t vocab_size, int64_
   const double tokens = static_cast<double>(rows) * static_cast<double>(config.data.block_size);
   const double vocab = static_cast<double>(m.vocab_size > 0 ? m.vocab_size : vocab_size);
 
-  double parameters = vocab * w.D * (m.tie_embeddings ? 1 : 2) + w.D;
+  const double embeddings = vocab * w.D * (m.tie_embeddings ? 1 : 2);
+  double parameters = embeddings + w.D;
   // Per token: the embedding, the final norm's input and output.
   double per_token = 3 * w.D, largest_layer = 0;
   for (const std::string& kind : layer_mixers(m)) {
@@ -99,11 +102,12 @@ StepMemory estimate_step_memory(const Config& config, int64_t vocab_size, int64_
   }
   StepMemory s;
   s.parameters = kFloatBytes * kCopiesPerParameter * parameters;
+  s.embeddings = kFloatBytes * kCopiesPerParameter * embeddings;
   // Backward holds a layer's input and output gradients and its kernels' scratch beside what
   // is saved: two layers' worth matched the measured peaks (one fell short at long blocks).
   s.activations = kFloatBytes * tokens * (per_token + 2 * largest_layer);
   s.logits = kFloatBytes * tokens * 2 * vocab;
-  s.runtime = resident_bytes();
+  s.runtime = resident_bytes() + kStartupBytes;
   return s;
 }
 
@@ -121,9 +125,13 @@ void check_step_memory(const Config& config, const StepMemory& estimate, int64_t
     add(key("data.block_size", config.data.block_size));
     add(key("train.batch_size", config.train.batch_size));
   }
-  if (estimate.logits >= large || estimate.parameters >= large)
+  // Of the parameters, the embeddings grow with the vocabulary, the layers with the width.
+  const bool large_embeddings = estimate.parameters >= large && estimate.embeddings >= estimate.parameters / 4;
+  const bool large_layers =
+      estimate.parameters >= large && estimate.parameters - estimate.embeddings >= estimate.parameters / 4;
+  if (estimate.logits >= large || large_embeddings)
     add(key("model.vocab_size", m.vocab_size > 0 ? m.vocab_size : vocab_size));
-  if (estimate.activations >= large || estimate.parameters >= large) {
+  if (estimate.activations >= large || large_layers) {
     add(key("model.d_model", m.d_model));
     add(key("model.n_layers", m.n_layers));
   }

@@ -13,10 +13,12 @@ namespace lat {
 /// counts f32 values; the estimate is an upper bound for bf16 precision.
 struct StepMemory {
   double parameters = 0;   // weights, gradients and optimizer moments
+  double embeddings = 0;   // the part of `parameters` of embeddings and lm_head (vocab x d_model)
   double activations = 0;  // what every layer saves for backward, over rows x data.block_size tokens,
                            // plus two layers' worth of gradients and scratch during backward
   double logits = 0;       // logits over model.vocab_size and their gradient
-  double runtime = 0;      // the process before the model: its peak resident memory so far
+  double runtime = 0;      // the process without the model: its peak resident memory so far,
+                           // and what it maps once training starts
   double total() const { return parameters + activations + logits + runtime; }
 };
 
