@@ -5,6 +5,7 @@
 // whose step cannot fit in this machine's memory is refused with the keys that make it large.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,6 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "autograd/host_allocation_limit.h"
 #include "expect_error.h"
 #include "test_files.h"
 #include "train/config/config.h"
@@ -51,13 +53,21 @@ std::string mqar_config(const fs::path& dir, int64_t block_size, const std::stri
 /// `build/lat train CONFIG` as a child process, stdout and stderr to files in `dir`.
 class TrainProcess {
  public:
-  TrainProcess(const fs::path& dir, const std::string& config_yaml) : err_(dir / "stderr") {
+  /// `address_space_bytes`: the child's RLIMIT_AS when given, so that its allocations fail
+  /// as on a machine with less memory.
+  TrainProcess(const fs::path& dir, const std::string& config_yaml,
+               std::optional<rlim_t> address_space_bytes = std::nullopt)
+      : err_(dir / "stderr") {
     const fs::path config = dir / "config.yaml";
     testing::write_bytes(config, config_yaml);
     const std::string lat = std::string(LAT_BINARY_DIR) + "/lat", out = (dir / "stdout").string();
     pid_ = fork();
     if (pid_ == 0) {
       if (!freopen(out.c_str(), "w", stdout) || !freopen(err_.c_str(), "w", stderr)) _exit(127);
+      if (address_space_bytes) {
+        const rlimit limit{*address_space_bytes, *address_space_bytes};
+        if (setrlimit(RLIMIT_AS, &limit) != 0) _exit(127);
+      }
       execl(lat.c_str(), lat.c_str(), "train", config.c_str(), static_cast<char*>(nullptr));
       _exit(127);
     }
@@ -212,6 +222,24 @@ TEST_F(StopTest, TrainRefusesAStepBeyondTheMemoryBeforeTouchingIt) {
     EXPECT_TRUE(contains(err, cases[i].keys)) << err;
     EXPECT_FALSE(fs::exists(dir_ / "run")) << err;  // refused before out_dir is created
   }
+}
+
+// A step that the estimate lets through but the allocator cannot serve (a memory limit the
+// estimate does not see) names the sizes to shrink, not a divergence.
+TEST_F(StopTest, AStepOutOfHostMemoryFailsWithASizeHint) {
+  if (host_physical_memory() < (size_t{8} << 30)) GTEST_SKIP() << "the estimate refuses this step here";
+  // Logits of 1024 tokens x 2^19: 2 GiB, beyond a 1.5 GiB address space.
+  std::string yaml = mqar_config(dir_, 256, "  batch_size: 4\n  max_steps: 2\n  eval_every: 0\n");
+  yaml.replace(yaml.find("  mlp_ratio"), 0, "  vocab_size: 524288\n");
+  TrainProcess lat(dir_, yaml, rlim_t{3} << 29);
+  EXPECT_EQ(lat.exit_code_within(std::chrono::seconds(120)), 1) << lat.stderr_text();
+  const std::string err = lat.stderr_text();
+  EXPECT_TRUE(contains(err, "error: train: step 1: Storage: out of host memory allocating ")) << err;
+  EXPECT_TRUE(contains(err, "; stopping. No checkpoint was written yet. (One step needs more memory than this "
+                            "machine gives: make data.block_size, train.batch_size, model.vocab_size, model.d_model "
+                            "or model.n_layers smaller.)\n"))
+      << err;
+  EXPECT_FALSE(contains(err, "diverged")) << err;
 }
 
 }  // namespace
