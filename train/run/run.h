@@ -101,6 +101,8 @@ class Run {
   /// Throws lat::Error: step `step` failed for `what`; names the last good checkpoint, then
   /// `hint` in parentheses (none when empty).
   [[noreturn]] void fail_step(int64_t step, const std::string& what, const std::string& hint);
+  /// The newest checkpoint of this run or the one it resumed from; empty when none.
+  std::optional<std::string> last_checkpoint() const;
   /// "the last checkpoint stays: PATH" (this run's or the one it resumed from), or "this run
   /// has no checkpoint yet".
   std::string last_checkpoint_note() const;

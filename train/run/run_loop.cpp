@@ -41,6 +41,7 @@ const std::string kDivergedHint = "If training diverged, try a lower train.lr or
 const std::string kTooLargeHint =
     "One step needs more memory than this machine gives: make data.block_size, train.batch_size, "
     "model.vocab_size, model.d_model or model.n_layers smaller.";
+const std::string kNoHint;
 
 }  // namespace
 
@@ -111,24 +112,27 @@ double Run::all_reduce_gradients(int64_t step, double local_loss) {
   if (sums[1] != static_cast<double>(elements) * dist_.world_size())
     fail_step(step, "rank " + std::to_string(dist_.rank()) + " has gradients for " + std::to_string(elements) +
                         " parameter elements, not the same as every other rank",
-              "");
+              kNoHint);
   dist_.all_reduce_sum(grads);
   return sums[0];
 }
 
-std::string Run::last_checkpoint_note() const {
+std::optional<std::string> Run::last_checkpoint() const {
   const int64_t last_saved = std::max(saved_step_, summary_.start_step);
-  return last_saved > 0 ? "the last checkpoint stays: " + (out_dir_ / checkpoint_file_name(last_saved)).string()
-                        : std::string("this run has no checkpoint yet");
+  if (last_saved <= 0) return std::nullopt;
+  return (out_dir_ / checkpoint_file_name(last_saved)).string();
+}
+
+std::string Run::last_checkpoint_note() const {
+  const std::optional<std::string> last = last_checkpoint();
+  return last ? "the last checkpoint stays: " + *last : std::string("this run has no checkpoint yet");
 }
 
 void Run::fail_step(int64_t step, const std::string& what, const std::string& hint) {
   optimizer_->zero_grad();
-  const int64_t last_saved = std::max(saved_step_, summary_.start_step);
+  const std::optional<std::string> last = last_checkpoint();
   throw Error("train: step " + std::to_string(step) + ": " + what + "; stopping. " +
-              (last_saved > 0
-                   ? "The last good checkpoint is kept: " + (out_dir_ / checkpoint_file_name(last_saved)).string()
-                              : std::string("No checkpoint was written yet.")) +
+              (last ? "The last good checkpoint is kept: " + *last : std::string("No checkpoint was written yet.")) +
               (hint.empty() ? "" : " (" + hint + ")"));
 }
 
