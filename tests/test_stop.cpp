@@ -40,14 +40,15 @@ using testing::read_bytes;
 constexpr auto kStartBound = std::chrono::seconds(120);
 constexpr auto kStopBound = std::chrono::seconds(10);
 
-/// A Gated DeltaNet + attention model on mqar, out_dir `run`, with `train_yaml` and a block of
-/// `block_size` tokens: 2^17 makes one step take minutes (softmax attention is quadratic in it)
-/// in well under a GiB.
-std::string mqar_config(const fs::path& dir, int64_t block_size, const std::string& train_yaml) {
-  return "model:\n  d_model: 16\n  n_layers: 2\n  n_heads: 1\n  layers: \"gdn,attn\"\n  mlp_ratio: 2.0\n"
-         "data:\n  task: mqar\n  block_size: " +
-         std::to_string(block_size) + "\n  mqar:\n    vocab: 64\n    pairs: [4]\n" + "train:\n  threads: 1\n  out_dir: " +
-         (dir / "run").string() + "\n" + train_yaml;
+/// A Gated DeltaNet + attention model on mqar, out_dir `run`, with `train_yaml` (and
+/// `model_yaml` lines) and a block of `block_size` tokens: 2^17 makes one step take minutes
+/// (softmax attention is quadratic in it) in well under a GiB.
+std::string mqar_config(const fs::path& dir, int64_t block_size, const std::string& train_yaml,
+                        const std::string& model_yaml = "") {
+  return "model:\n  d_model: 16\n  n_layers: 2\n  n_heads: 1\n  layers: \"gdn,attn\"\n  mlp_ratio: 2.0\n" + model_yaml +
+         "data:\n  task: mqar\n  block_size: " + std::to_string(block_size) +
+         "\n  mqar:\n    vocab: 64\n    pairs: [4]\n" + "train:\n  threads: 1\n  out_dir: " + (dir / "run").string() +
+         "\n" + train_yaml;
 }
 
 /// `build/lat train CONFIG` as a child process, stdout and stderr to files in `dir`.
@@ -156,7 +157,8 @@ TEST_F(StopTest, ASecondCtrlCEndsTheRunAtOnce) {
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   lat.signal(SIGINT);
   EXPECT_EQ(lat.exit_code_within(kStopBound), 128 + SIGINT) << lat.stderr_text();
-  EXPECT_TRUE(contains(lat.stderr_text(), "\nstopped at once by a second stop signal: no checkpoint of the step in progress\n"))
+  EXPECT_TRUE(
+      contains(lat.stderr_text(), "\nstopped at once by a second stop signal: no checkpoint of the step in progress\n"))
       << lat.stderr_text();
   EXPECT_FALSE(contains(lat.stderr_text(), "3 s after the signal")) << lat.stderr_text();
   EXPECT_EQ(file_names(dir_ / "run"), (std::vector<std::string>{"config.yaml", "metrics.jsonl"}));
@@ -196,7 +198,8 @@ TEST_F(StopTest, AStepLargerThanTheMemoryIsRefusedNamingTheKeysThatMakeItLarge) 
   const double gib = double(1 << 30);
   check_step_memory(config, estimate, 64, 64 * gib);  // fits in 64 GiB
   expect_error<ConfigError>([&] { check_step_memory(config, estimate, 64, 4 * gib); },
-                            {"train: one training step needs about ", " GiB (parameters, gradients and optimizer moments 0.0 GiB, "
+                            {"train: one training step needs about ",
+                             " GiB (parameters, gradients and optimizer moments 0.0 GiB, "
                              "activations saved for backward ",
                              "), more than 90% of this machine's memory (4.0 GiB): make data.block_size (1048576), "
                              "train.batch_size (1), model.d_model (16) or model.n_layers (2) smaller"});
@@ -205,21 +208,22 @@ TEST_F(StopTest, AStepLargerThanTheMemoryIsRefusedNamingTheKeysThatMakeItLarge) 
 TEST_F(StopTest, TrainRefusesAStepBeyondTheMemoryBeforeTouchingIt) {
   // 2^20 tokens x 1024 rows, and a 2^24 vocabulary: terabytes on any machine.
   struct Case {
-    std::string train_yaml, keys;
+    int64_t block_size;
+    std::string train_yaml, model_yaml, keys;
   };
   const std::vector<Case> cases = {
-      {"  batch_size: 1024\n", "make data.block_size (1048576), train.batch_size (1024), model.d_model (16) or "
-                              "model.n_layers (2) smaller"},
-      {"  batch_size: 64\n", "make data.block_size (1024), train.batch_size (64) or model.vocab_size (16777216) smaller"},
+      {1048576, "  batch_size: 1024\n", "",
+       "make data.block_size (1048576), train.batch_size (1024), model.d_model (16) or model.n_layers (2) smaller"},
+      {1024, "  batch_size: 64\n", "  vocab_size: 16777216\n",
+       "make data.block_size (1024), train.batch_size (64) or model.vocab_size (16777216) smaller"},
   };
-  for (size_t i = 0; i < cases.size(); ++i) {
-    std::string yaml = mqar_config(dir_, i == 0 ? 1048576 : 1024, cases[i].train_yaml);
-    if (i == 1) yaml.replace(yaml.find("  mlp_ratio"), 0, "  vocab_size: 16777216\n");
+  for (const Case& c : cases) {
+    const std::string yaml = mqar_config(dir_, c.block_size, c.train_yaml, c.model_yaml);
     TrainProcess lat(dir_, yaml);
     EXPECT_EQ(lat.exit_code_within(kStopBound), 2) << lat.stderr_text();
     const std::string err = lat.stderr_text();
     EXPECT_TRUE(contains(err, "error: train: one training step needs about ")) << err;
-    EXPECT_TRUE(contains(err, cases[i].keys)) << err;
+    EXPECT_TRUE(contains(err, c.keys)) << err;
     EXPECT_FALSE(fs::exists(dir_ / "run")) << err;  // refused before out_dir is created
   }
 }
@@ -229,15 +233,16 @@ TEST_F(StopTest, TrainRefusesAStepBeyondTheMemoryBeforeTouchingIt) {
 TEST_F(StopTest, AStepOutOfHostMemoryFailsWithASizeHint) {
   if (host_physical_memory() < (size_t{8} << 30)) GTEST_SKIP() << "the estimate refuses this step here";
   // Logits of 1024 tokens x 2^19: 2 GiB, beyond a 1.5 GiB address space.
-  std::string yaml = mqar_config(dir_, 256, "  batch_size: 4\n  max_steps: 2\n  eval_every: 0\n");
-  yaml.replace(yaml.find("  mlp_ratio"), 0, "  vocab_size: 524288\n");
-  TrainProcess lat(dir_, yaml, rlim_t{3} << 29);
+  TrainProcess lat(
+      dir_, mqar_config(dir_, 256, "  batch_size: 4\n  max_steps: 2\n  eval_every: 0\n", "  vocab_size: 524288\n"),
+      rlim_t{3} << 29);
   EXPECT_EQ(lat.exit_code_within(std::chrono::seconds(120)), 1) << lat.stderr_text();
   const std::string err = lat.stderr_text();
   EXPECT_TRUE(contains(err, "error: train: step 1: Storage: out of host memory allocating ")) << err;
-  EXPECT_TRUE(contains(err, "; stopping. No checkpoint was written yet. (One step needs more memory than this "
-                            "machine gives: make data.block_size, train.batch_size, model.vocab_size, model.d_model "
-                            "or model.n_layers smaller.)\n"))
+  EXPECT_TRUE(contains(err,
+                       "; stopping. No checkpoint was written yet. (One step needs more memory than this "
+                       "machine gives: make data.block_size, train.batch_size, model.vocab_size, model.d_model "
+                       "or model.n_layers smaller.)\n"))
       << err;
   EXPECT_FALSE(contains(err, "diverged")) << err;
 }

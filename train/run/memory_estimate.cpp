@@ -127,8 +127,8 @@ void check_step_memory(const Config& config, const StepMemory& estimate, int64_t
   }
   // Of the parameters, the embeddings grow with the vocabulary, the layers with the width.
   const bool large_embeddings = estimate.parameters >= large && estimate.embeddings >= estimate.parameters / 4;
-  const bool large_layers =
-      estimate.parameters >= large && estimate.parameters - estimate.embeddings >= estimate.parameters / 4;
+  const bool large_layers = estimate.parameters >= large &&
+                            estimate.parameters - estimate.embeddings >= estimate.parameters / 4;
   if (estimate.logits >= large || large_embeddings)
     add(key("model.vocab_size", m.vocab_size > 0 ? m.vocab_size : vocab_size));
   if (estimate.activations >= large || large_layers) {
@@ -136,8 +136,7 @@ void check_step_memory(const Config& config, const StepMemory& estimate, int64_t
     add(key("model.n_layers", m.n_layers));
   }
   std::string named;
-  for (size_t i = 0; i < keys.size(); ++i)
-    named += (i == 0 ? "" : i + 1 == keys.size() ? " or " : ", ") + keys[i];
+  for (size_t i = 0; i < keys.size(); ++i) named += (i == 0 ? "" : i + 1 == keys.size() ? " or " : ", ") + keys[i];
   throw ConfigError("train: one training step needs about " + gib(estimate.total()) + " (parameters, gradients and " +
                     "optimizer moments " + gib(estimate.parameters) + ", activations saved for backward " +
                     gib(estimate.activations) + ", logits " + gib(estimate.logits) + "), more than 90% of this " +
