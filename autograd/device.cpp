@@ -37,7 +37,8 @@ void* device_alloc(size_t nbytes, Device device) {
       check_host_allocation(nbytes);
       size_t rounded = (nbytes + 63) / 64 * 64;
       void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
-      LAT_CHECK(p != nullptr, "Storage: out of host memory allocating " << nbytes << " bytes");
+      if (p == nullptr)
+        throw HostMemoryError("Storage: out of host memory allocating " + std::to_string(nbytes) + " bytes");
       return p;
     }
     case DeviceType::cuda:

@@ -43,7 +43,7 @@ void check_host_allocation(size_t nbytes) {
   }
   const size_t physical = host_physical_memory();
   if (nbytes > physical)
-    throw Error("Storage: out of host memory: a tensor of " + std::to_string(nbytes) + " bytes (" + gib(nbytes) +
+    throw HostMemoryError("Storage: out of host memory: a tensor of " + std::to_string(nbytes) + " bytes (" + gib(nbytes) +
                 ") is larger than this machine's memory (" + gib(physical) + ")");
 }
 

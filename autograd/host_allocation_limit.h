@@ -15,6 +15,13 @@ class AllocationLimitError : public Error {
   using Error::Error;
 };
 
+/// Thrown when a host allocation fails or is larger than this machine's memory: the cause is
+/// the size asked for, not the values computed.
+class HostMemoryError : public Error {
+ public:
+  using Error::Error;
+};
+
 /// This machine's physical memory in bytes (sysconf _SC_PHYS_PAGES x _SC_PAGE_SIZE).
 size_t host_physical_memory();
 
@@ -41,7 +48,7 @@ class HostAllocationLimit {
 };
 
 /// Throws AllocationLimitError past the limit of this thread's HostAllocationLimit (then
-/// counts nbytes against it), lat::Error when nbytes exceeds the machine's physical memory.
+/// counts nbytes against it), HostMemoryError when nbytes exceeds the machine's physical memory.
 void check_host_allocation(size_t nbytes);
 
 }  // namespace lat

@@ -13,7 +13,7 @@ using testing::expect_error;
 
 TEST(HostAllocationLimit, TensorLargerThanTheMachineIsAnErrorNamingItsSize) {
   const int64_t floats = static_cast<int64_t>(host_physical_memory() / sizeof(float)) + 1024;
-  expect_error<Error>([&] { Tensor::empty({floats}); },
+  expect_error<HostMemoryError>([&] { Tensor::empty({floats}); },
                       {"Storage: out of host memory: a tensor of " + std::to_string(floats * 4) + " bytes",
                        "larger than this machine's memory"});
 }

@@ -464,10 +464,10 @@ TEST_F(TrainerTest, OutDirThatIsAFileIsAConfigErrorAndTheFileIsKept) {
 }
 
 TEST_F(TrainerTest, ModelTooLargeForMemoryIsAConfigErrorBeforeItsPagesAreTouched) {
-  // Within the schema's bounds, but one 65536 x 65536 projection alone is 16 GiB: refused while
-  // the model is built, before its random initialization writes any of it, with nothing written.
+  // Within the schema's bounds, but one 65536 x 65536 projection alone is 16 GiB: refused by
+  // the step's memory estimate before the model is built, with nothing written.
   expect_error<ConfigError>([&] { run({"model.d_model=65536", "model.n_heads=1024"}); },
-                            {"model: the parameters need more than", "model.d_model"});
+                            {"train: one training step needs about", "make model.d_model (65536) or model.n_layers"});
   EXPECT_FALSE(fs::exists(run_dir() / "metrics.jsonl"));
 }
 

@@ -23,8 +23,10 @@ Command add_train_command(CLI::App& app) {
       "Writes ckpt_{step:08d}.h5, latest, config.yaml and metrics.jsonl to train.out_dir (default "
       "runs/<config name>). Running the same command again resumes from the newest checkpoint there "
       "(train.resume: auto). Ctrl-C or SIGTERM ends the step in progress, writes a checkpoint and exits 0; "
-      "a second Ctrl-C kills at once. Exit codes: 0 done (or stopped cleanly), 1 failure while training, "
-      "2 bad usage or config.");
+      "a step still running 3 s after the signal is abandoned without a checkpoint (exit 130 / 143), and "
+      "a second Ctrl-C ends at once. Exit codes: 0 done (or stopped cleanly), 1 failure while training, "
+      "2 bad usage or config (or a step too large for this machine's memory), 130 / 143 stopped inside a "
+      "step by SIGINT / SIGTERM.");
   return {sub, [config_path, overrides] {
             const Config config = load_config(*config_path, *overrides);
             omp_num_threads_from_env();  // a bad OMP_NUM_THREADS is a usage error before the run directory is touched

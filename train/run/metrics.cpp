@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "lat/error.h"
+#include "train/run/signals.h"
 
 namespace lat {
 
@@ -37,6 +38,7 @@ void MetricsWriter::eval(int64_t step, double val_loss, ValScope scope) {
 }
 
 void MetricsWriter::write_line(const std::string& line) {
+  const UninterruptibleSection write;  // a stop's watchdog never tears a line
   out_ << line << '\n';
   out_.flush();
   LAT_CHECK(out_.good(), "MetricsWriter: cannot write '" << path_ << "'");

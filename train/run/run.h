@@ -21,10 +21,12 @@
 #include "train/files/checkpoint.h"
 #include "train/files/model_reader.h"
 #include "train/run/finetune.h"
+#include "train/run/memory_estimate.h"
 #include "train/run/metrics.h"
 #include "train/run/progress.h"
 #include "train/run/run_dir_lock.h"
 #include "train/run/run_options.h"
+#include "train/run/signals.h"
 #include "train/run/train_optimizer.h"
 
 namespace lat {
@@ -96,8 +98,16 @@ class Run {
   double train_step(int64_t step, double lr, GradNorm& norm);
   /// Sums the gradients over the ranks; returns the sum of the ranks' losses.
   double all_reduce_gradients(int64_t step, double local_loss);
-  /// Throws lat::Error: step `step` failed for `what`; names the last good checkpoint.
-  [[noreturn]] void fail_step(int64_t step, const std::string& what);
+  /// Throws lat::Error: step `step` failed for `what`; names the last good checkpoint, then
+  /// `hint` in parentheses (none when empty).
+  [[noreturn]] void fail_step(int64_t step, const std::string& what, const std::string& hint);
+  /// The newest checkpoint of this run or the one it resumed from; empty when none.
+  std::optional<std::string> last_checkpoint() const;
+  /// "the last checkpoint stays: PATH" (this run's or the one it resumed from), or "this run
+  /// has no checkpoint yet".
+  std::string last_checkpoint_note() const;
+  /// Marks the eval after `step` as compute that a stop signal's watchdog may cut.
+  InterruptibleSection eval_section(int64_t step) const;
   /// The loss on eval_batches val batches (logged and recorded).
   void periodic_eval(int64_t step);
   /// The loss on the whole val split at max_steps.
@@ -137,6 +147,7 @@ class Run {
   double eval_seconds_ = 0.0, save_seconds_ = 0.0;
   Distributed& dist_;
   RowRange rows_;  // this rank's rows of each micro-batch
+  StepMemory step_memory_;  // the estimate checked in prepare()
 };
 
 }  // namespace lat

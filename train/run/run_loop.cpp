@@ -7,6 +7,7 @@
 #include <cmath>
 #include <csignal>
 
+#include "autograd/host_allocation_limit.h"
 #include "lat/ops.h"
 #include "lat/tape.h"
 #include "train/config/thread_count.h"
@@ -36,6 +37,13 @@ DataState data_state(const TrainConfig& train, int64_t step, const std::string& 
   return d;
 }
 
+// fail_step's hints: what usually causes a non-finite loss, and what makes a step too large.
+const std::string kDivergedHint = "If training diverged, try a lower train.lr or train.grad_clip.";
+const std::string kTooLargeHint =
+    "One step needs more memory than this machine gives: make data.block_size, train.batch_size, "
+    "model.vocab_size, model.d_model or model.n_layers smaller.";
+const std::string kNoHint;
+
 }  // namespace
 
 // One optimizer step: forward/backward over the micro-batches, clipping, update. Returns
@@ -59,16 +67,23 @@ double Run::train_step(int64_t step, double lr, GradNorm& norm) {
     tokens = static_cast<int64_t>(global[0]);
   }
   double loss = 0.0;
+  const InterruptibleSection compute("step " + std::to_string(step),
+                                     "no checkpoint was written because the step was not finished; " +
+                                         last_checkpoint_note());
   try {
     loss = accumulate_gradients(*model_, micro, tokens, device_);
+  } catch (const HostMemoryError& e) {
+    clear_tape();
+    fail_step(step, e.what(), kTooLargeHint);
   } catch (const Error& e) {
     // Diverging weights can trip a kernel's input check (e.g. a NaN log-decay) before the
     // loss is computed: name the step and the checkpoint to go back to.
     clear_tape();
-    fail_step(step, e.what());
+    fail_step(step, e.what(), kDivergedHint);
   }
   if (dist_.world_size() > 1) loss = all_reduce_gradients(step, loss);
-  if (!std::isfinite(loss)) fail_step(step, std::string("the training loss is ") + (std::isnan(loss) ? "nan" : "inf"));
+  if (!std::isfinite(loss))
+    fail_step(step, std::string("the training loss is ") + (std::isnan(loss) ? "nan" : "inf"), kDivergedHint);
   norm = optimizer_->clip_grad_norm(train_.grad_clip);
   if (!norm.finite) {
     log("warning: step " + std::to_string(step) + ": gradient norm is " + std::to_string(norm.norm) +
@@ -97,22 +112,39 @@ double Run::all_reduce_gradients(int64_t step, double local_loss) {
   dist_.all_reduce_sum(sums);
   if (sums[1] != static_cast<double>(elements) * dist_.world_size())
     fail_step(step, "rank " + std::to_string(dist_.rank()) + " has gradients for " + std::to_string(elements) +
-                        " parameter elements, not the same as every other rank");
+                        " parameter elements, not the same as every other rank",
+              kNoHint);
   dist_.all_reduce_sum(grads);
   return sums[0];
 }
 
-void Run::fail_step(int64_t step, const std::string& what) {
-  optimizer_->zero_grad();
+std::optional<std::string> Run::last_checkpoint() const {
   const int64_t last_saved = std::max(saved_step_, summary_.start_step);
+  if (last_saved <= 0) return std::nullopt;
+  return (out_dir_ / checkpoint_file_name(last_saved)).string();
+}
+
+std::string Run::last_checkpoint_note() const {
+  const std::optional<std::string> last = last_checkpoint();
+  return last ? "the last checkpoint stays: " + *last : std::string("this run has no checkpoint yet");
+}
+
+void Run::fail_step(int64_t step, const std::string& what, const std::string& hint) {
+  optimizer_->zero_grad();
+  const std::optional<std::string> last = last_checkpoint();
   throw Error("train: step " + std::to_string(step) + ": " + what + "; stopping. " +
-              (last_saved > 0
-                   ? "The last good checkpoint is kept: " + (out_dir_ / checkpoint_file_name(last_saved)).string()
-                              : std::string("No checkpoint was written yet.")) +
-              " (If training diverged, try a lower train.lr or train.grad_clip.)");
+              (last ? "The last good checkpoint is kept: " + *last : std::string("No checkpoint was written yet.")) +
+              (hint.empty() ? "" : " (" + hint + ")"));
+}
+
+InterruptibleSection Run::eval_section(int64_t step) const {
+  return InterruptibleSection("the eval after step " + std::to_string(step),
+                              "no checkpoint of step " + std::to_string(step) +
+                                  " was written because its eval was not finished; " + last_checkpoint_note());
 }
 
 void Run::periodic_eval(int64_t step) {
+  const InterruptibleSection compute = eval_section(step);
   const auto t0 = Clock::now();
   EvalResult r = evaluate_val_batches(*model_, *loader_, train_.eval_batches, train_.batch_size, device_, dist_);
   val_loss_ = r.loss;
@@ -141,6 +173,7 @@ void Run::final_eval() {
     eval_seconds_ += seconds_since(t0);
     return;
   }
+  const InterruptibleSection compute = eval_section(step_);
   const auto t0 = Clock::now();
   EvalResult r = evaluate_val_split(*model_, data_->dataset, train_.batch_size, device_, dist_);
   val_loss_ = r.loss;
@@ -154,6 +187,7 @@ void Run::final_eval() {
 }
 
 void Run::save(int64_t step) {
+  const UninterruptibleSection write;
   const auto t0 = Clock::now();
   Checkpoint c;
   c.step = step;
@@ -255,15 +289,17 @@ TrainSummary Run::run() {
     const double eta = train_seconds / static_cast<double>(step - first_step + 1) * static_cast<double>(end - step);
     if (dist_.is_root()) progress_.update({step, train_.max_steps, loss, lr, norm.norm, tokens_per_s, eta}, log_step);
 
-    if (train_.eval_every > 0 && step % train_.eval_every == 0 && step != train_.max_steps) periodic_eval(step);
-    // A signal may reach the ranks at different steps: all stop after the same one.
+    // A signal may reach the ranks at different steps: all stop after the same one, and
+    // after a stop request no eval runs.
     stopped_by = static_cast<int>(dist_.all_reduce_max(stop_signal()));
+    if (train_.eval_every > 0 && step % train_.eval_every == 0 && step != train_.max_steps && stopped_by == 0)
+      periodic_eval(step);
     if (train_.ckpt_every > 0 && step % train_.ckpt_every == 0 && step != end && stopped_by == 0) save(step);
     if (stopped_by != 0) break;
   }
   if (dist_.is_root()) progress_.finish();
 
-  if (step_ == train_.max_steps) final_eval();
+  if (step_ == train_.max_steps && stopped_by == 0) final_eval();
   if (saved_step_ != step_) save(step_);
   summary_.step = step_;
   summary_.end_reason = stopped_by == SIGINT    ? "SIGINT"

@@ -14,6 +14,7 @@
 #include "train/files/tokenizer_files.h"
 #include "train/files/trained_model.h"
 #include "train/run/device.h"
+#include "train/run/memory_estimate.h"
 #include "train/run/resume_checks.h"
 #include "train/run/wait_policy.h"
 #include "train/text/format.h"
@@ -94,6 +95,10 @@ void Run::prepare(const std::optional<std::string>& resume_path) {
       tokenizer = finetune_tokenizer(init->checkpoint, config_.data, config_.init_from_strict);
   }
   const int64_t vocab_size = load_training_data(tokenizer);
+  // Before the model's pages are touched: a step that cannot fit is refused here, not after
+  // minutes of swapping or in the out-of-memory killer.
+  step_memory_ = estimate_step_memory(config_, vocab_size, rows_.end - rows_.begin);
+  if (device_.is_cpu()) check_step_memory(config_, step_memory_, vocab_size, static_cast<double>(host_physical_memory()));
   const ModelSetup setup = build_model(vocab_size, init);
   if (resume) restore(*resume, *resume_path);
   // The ranks start bit-identical whatever their own initialization or reads gave.
@@ -252,6 +257,10 @@ void Run::log_start(const std::optional<std::string>& resume_path, int64_t vocab
       (dist_.world_size() > 1 ? " (per rank; " + std::to_string(dist_.world_size()) + " ranks, " +
                                     std::to_string(rows_.end - rows_.begin) + " sequences each per micro-batch)"
                               : std::string()));
+  if (device_.is_cpu())
+    log("memory: one step needs about " + format_fixed(step_memory_.total() / double(int64_t{1} << 30), 2) +
+        " GiB (estimate; this machine has " +
+        format_fixed(static_cast<double>(host_physical_memory()) / double(int64_t{1} << 30), 1) + " GiB)");
   if (!chosen_wait_policy_note().empty()) log(chosen_wait_policy_note());
   std::istringstream groups(optimizer_->describe_groups());
   for (std::string line; std::getline(groups, line);) log("  " + line);

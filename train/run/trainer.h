@@ -10,7 +10,8 @@
 // every eval_every steps the loss on eval_batches random val batches; every ckpt_every steps a
 // checkpoint (keep_last pruning, `latest`). At max_steps the loss on the whole val split, then
 // a final checkpoint; a checkpoint is also written when the run ends at train.stop_at or on
-// SIGINT/SIGTERM (the step in progress is finished first; the process then exits 0).
+// SIGINT/SIGTERM (the step in progress is finished first; the process then exits 0; one still
+// running 3 s after the signal ends the process without a checkpoint: train/run/signals.h).
 #pragma once
 #include "train/config/config.h"
 #include "train/run/run_options.h"

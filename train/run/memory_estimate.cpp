@@ -1,0 +1,146 @@
+// The step's memory from the model's widths. Letters: D d_model, F the MLP's hidden width,
+// H heads of K key dims, Hv value heads of V dims (linear mixers), Ha attention heads of Ka
+// dims with Hkv key/value heads, C linear.chunk_size, N = rows x block_size tokens. Counts
+// are f32 values per token unless said otherwise; what each layer saves was read from its
+// forward (layers/) and the sum checked against the peak RSS of real steps (DESIGN.md).
+#include "train/run/memory_estimate.h"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "layers/swiglu.h"
+#include "train/text/format.h"
+
+namespace lat {
+namespace {
+
+constexpr double kFloatBytes = 4.0;
+constexpr double kGiB = double(int64_t{1} << 30);
+// What the process maps only once training starts: oneDNN's JIT kernels, thread pools' stacks.
+constexpr double kStartupBytes = 64.0 * (1 << 20);
+// Weights, their gradients and AdamW's two moments (SGD's one momentum is counted as two).
+constexpr double kCopiesPerParameter = 4.0;
+
+/// The resolved widths of the model.* keys.
+struct Widths {
+  double D, F, H, K, Hv, V, Ha, Ka, Hkv, C;
+};
+
+Widths widths_of(const ModelConfig& m) {
+  Widths w{};
+  w.D = static_cast<double>(m.d_model);
+  w.F = static_cast<double>(swiglu_hidden_size(m.d_model, m.mlp_ratio, m.intermediate_size));
+  w.H = static_cast<double>(m.n_heads);
+  w.K = static_cast<double>(m.head_dim > 0 ? m.head_dim : m.d_model / std::max<int64_t>(m.n_heads, 1));
+  w.V = w.K * m.expand_v;
+  w.Hv = static_cast<double>(m.linear.n_v_heads > 0 ? m.linear.n_v_heads : m.n_heads);
+  w.Ha = static_cast<double>(m.attn.n_heads > 0 ? m.attn.n_heads : m.n_heads);
+  w.Ka = m.attn.head_dim > 0 ? static_cast<double>(m.attn.head_dim) : w.K;
+  w.Hkv = m.attn.n_kv_heads > 0 ? static_cast<double>(m.attn.n_kv_heads) : w.Ha;
+  w.C = static_cast<double>(std::max<int64_t>(m.linear.chunk_size, 1));
+  return w;
+}
+
+/// Parameters of one mixer of `kind`.
+double mixer_parameters(const std::string& kind, const ModelConfig& m, const Widths& w) {
+  if (kind == "attn") {
+    const double q = w.Ha * w.Ka * (m.attn.output_gate ? 2 : 1), kv = w.Hkv * w.Ka;
+    return w.D * (q + 2 * kv) + w.Ha * w.Ka * w.D;
+  }
+  const double qk = w.H * w.K, vv = w.Hv * w.V;
+  const double gate = m.linear.use_gate ? w.D * vv : 0;
+  const double conv = m.linear.use_short_conv ? static_cast<double>(m.linear.conv_size) * (2 * qk + vv) : 0;
+  return w.D * (2 * qk + vv) + gate + 2 * w.D * w.Hv + conv + vv * w.D + vv;
+}
+
+/// Values one mixer of `kind` saves for backward per token: projections, the short
+/// convolutions' outputs, normalized q and k, the chunk kernel's per-chunk states (K x V per
+/// value head every C tokens) and intra-chunk matrices (C per head), the output norm and gate,
+/// o_proj's output.
+double mixer_activations(const std::string& kind, const ModelConfig& m, const Widths& w) {
+  if (kind == "attn") {
+    const double q = w.Ha * w.Ka, kv = w.Hkv * w.Ka, gate = m.attn.output_gate ? 2 * q : 0;
+    // q, k, v; q and k after RoPE (and the qk norms); the output, its log-sum-exp; o_proj.
+    return (q + 2 * kv) + (q + kv) * (m.attn.qk_norm ? 2 : 1) + q + w.Ha + gate + w.D;
+  }
+  const double qk = w.H * w.K, vv = w.Hv * w.V;
+  const double projections = 2 * qk + vv + (m.linear.use_gate ? vv : 0) + 2 * w.Hv;
+  const double convs = m.linear.use_short_conv ? 2 * qk + vv : 0;
+  const double kernel = 2 * qk + vv + w.Hv * w.C + w.Hv * w.K * w.V / w.C;
+  return projections + convs + kernel + 3 * vv + w.D;
+}
+
+// The process's peak resident memory so far: libraries, thread pools, the loaded data.
+double resident_bytes() {
+  rusage usage{};
+  return getrusage(RUSAGE_SELF, &usage) == 0 ? 1024.0 * static_cast<double>(usage.ru_maxrss) : 0.0;
+}
+
+std::string gib(double bytes) { return format_fixed(bytes / kGiB, 1) + " GiB"; }
+
+}  // namespace
+
+StepMemory estimate_step_memory(const Config& config, int64_t vocab_size, int64_t rows) {
+  const ModelConfig& m = config.model;
+  const Widths w = widths_of(m);
+  const double tokens = static_cast<double>(rows) * static_cast<double>(config.data.block_size);
+  const double vocab = static_cast<double>(m.vocab_size > 0 ? m.vocab_size : vocab_size);
+
+  const double embeddings = vocab * w.D * (m.tie_embeddings ? 1 : 2);
+  double parameters = embeddings + w.D;
+  // Per token: the embedding, the final norm's input and output.
+  double per_token = 3 * w.D, largest_layer = 0;
+  for (const std::string& kind : layer_mixers(m)) {
+    parameters += mixer_parameters(kind, m, w) + 3 * w.D * w.F + 2 * w.D;
+    // Two norms (sum, output), SwiGLU's gate, up and product, its output.
+    const double layer = mixer_activations(kind, m, w) + 4 * w.D + 3 * w.F + w.D;
+    per_token += layer;
+    largest_layer = std::max(largest_layer, layer);
+  }
+  StepMemory s;
+  s.parameters = kFloatBytes * kCopiesPerParameter * parameters;
+  s.embeddings = kFloatBytes * kCopiesPerParameter * embeddings;
+  // Backward holds a layer's input and output gradients and its kernels' scratch beside what
+  // is saved: two layers' worth matched the measured peaks (one fell short at long blocks).
+  s.activations = kFloatBytes * tokens * (per_token + 2 * largest_layer);
+  s.logits = kFloatBytes * tokens * 2 * vocab;
+  s.runtime = resident_bytes() + kStartupBytes;
+  return s;
+}
+
+void check_step_memory(const Config& config, const StepMemory& estimate, int64_t vocab_size, double physical_bytes) {
+  if (estimate.total() <= 0.9 * physical_bytes) return;
+  const ModelConfig& m = config.model;
+  const auto key = [](const std::string& name, int64_t value) { return name + " (" + std::to_string(value) + ")"; };
+  std::vector<std::string> keys;
+  const auto add = [&keys](const std::string& k) {
+    if (std::find(keys.begin(), keys.end(), k) == keys.end()) keys.push_back(k);
+  };
+  // A part counts when it holds at least a quarter of the estimate.
+  const double large = estimate.total() / 4;
+  if (estimate.activations >= large || estimate.logits >= large) {
+    add(key("data.block_size", config.data.block_size));
+    add(key("train.batch_size", config.train.batch_size));
+  }
+  // Of the parameters, the embeddings grow with the vocabulary, the layers with the width.
+  const bool large_embeddings = estimate.parameters >= large && estimate.embeddings >= estimate.parameters / 4;
+  const bool large_layers = estimate.parameters >= large &&
+                            estimate.parameters - estimate.embeddings >= estimate.parameters / 4;
+  if (estimate.logits >= large || large_embeddings)
+    add(key("model.vocab_size", m.vocab_size > 0 ? m.vocab_size : vocab_size));
+  if (estimate.activations >= large || large_layers) {
+    add(key("model.d_model", m.d_model));
+    add(key("model.n_layers", m.n_layers));
+  }
+  std::string named;
+  for (size_t i = 0; i < keys.size(); ++i) named += (i == 0 ? "" : i + 1 == keys.size() ? " or " : ", ") + keys[i];
+  throw ConfigError("train: one training step needs about " + gib(estimate.total()) + " (parameters, gradients and " +
+                    "optimizer moments " + gib(estimate.parameters) + ", activations saved for backward " +
+                    gib(estimate.activations) + ", logits " + gib(estimate.logits) + "), more than 90% of this " +
+                    "machine's memory (" + gib(physical_bytes) + "): make " + named + " smaller");
+}
+
+}  // namespace lat
