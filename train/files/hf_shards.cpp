@@ -35,8 +35,8 @@ class RepeatedWeightMapEntry {
   bool number_float(json::number_float_t, const json::string_t& text) { return value(text); }
   bool string(json::string_t& s) { return value(std::string("'").append(excerpt(s)).append("'")); }
   bool binary(json::binary_t&) { return value("binary"); }
-  bool start_object(std::size_t) { return enter("an object"); }
-  bool start_array(std::size_t) { return enter("an array"); }
+  bool start_object(std::size_t) { return enter("an object", Container::object); }
+  bool start_array(std::size_t) { return enter("an array", Container::array); }
   bool end_object() { return leave(); }
   bool end_array() { return leave(); }
   bool key(json::string_t& k) {
@@ -47,6 +47,7 @@ class RepeatedWeightMapEntry {
   bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) { return false; }
 
  private:
+  /// Inside the object weight_map (a root object's key), at its entries' depth.
   bool in_weight_map() const { return depth_ == 2 && weight_map_; }
 
   /// A value at the current depth; `shard` describes it for the message.
@@ -59,10 +60,12 @@ class RepeatedWeightMapEntry {
     return true;
   }
 
-  bool enter(const std::string& kind) {
+  enum class Container { object, array };
+
+  bool enter(const std::string& kind, Container container) {
     if (!value(kind)) return false;
     ++depth_;
-    if (depth_ == 2) weight_map_ = top_key_ == "weight_map";
+    if (depth_ == 2) weight_map_ = top_key_ == "weight_map" && container == Container::object;
     return depth_ <= kMaxJsonDepth;
   }
 
