@@ -17,10 +17,13 @@
 
 #include "tests/expect_error.h"
 #include "tests/hf_test_model.h"
+#include "layers/hybrid_lm.h"
 #include "tests/test_files.h"
+#include "train/config/model_config.h"
 #include "train/files/hf_weights.h"
 #include "train/files/model_reader.h"
 #include "train/files/safetensors.h"
+#include "train/run/finetune.h"
 
 namespace fs = std::filesystem;
 
@@ -222,6 +225,18 @@ TEST_F(HfWeightsTest, TokenizerLargerThanTheEmbeddingsNamesTheFilesTensor) {
   const std::string message = expect_error([&] { lat::load_model_weights(path("small")); },
                                            {"has 12 tokens, but 'model.embed_tokens.weight' [10, 32] has 10 rows"});
   EXPECT_FALSE(contains(message, "'embeddings.weight'")) << message;
+}
+
+TEST_F(HfWeightsTest, InitFromListsAMismatchUnderBothNames) {
+  const lat::ModelWeights w = lat::load_model_weights(path("qwen"));
+  std::string narrower = kQwenShape;
+  narrower.replace(narrower.find("intermediate_size: 64"), 21, "intermediate_size: 48");
+  lat::Generator gen(1);
+  const lat::HybridLM model(lat::hybrid_lm_config(model_config(narrower).model, 50), gen);
+  expect_error([&] { lat::init_from_weights(model, w, true); },
+               {"init_from '" + path("qwen/model.safetensors") + "' does not fit the model",
+                "layers.0.mlp.gate_proj.weight ('model.layers.0.mlp.gate_proj.weight' in the file): checkpoint [64, "
+                "32], model [48, 32]"});
 }
 
 TEST(HfTensorLabels, StackedPartsNameTheirRowsOfTheFilesTensor) {
