@@ -154,6 +154,9 @@ TEST_F(HfWeightsTest, ShardThatDoesNotExistIsNamed) {
   write_shards();
   write_index(index);
   expect_index_error({"weight_map 'lm_head.weight': shard 'model-00003-of-00003.safetensors' does not exist"});
+  index["weight_map"]["lm_head.weight"] = std::string(300, 'x');  // longer than a file name may be
+  write_index(index);
+  expect_index_error({"weight_map 'lm_head.weight': shard 'xxxxxxxxxx", "' does not exist"});
 }
 
 TEST_F(HfWeightsTest, ShardNamesOutsideTheDirectoryAreRefused) {

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
-#include <set>
+#include <system_error>
 
 #include <nlohmann/json.hpp>
 
@@ -120,9 +120,12 @@ NamedTensors load_hf_shards(const std::string& index_path) {
 
   std::map<std::string, std::string> first_tensor;  // shard -> a tensor weight_map places there
   for (const auto& [name, shard] : weight_map) first_tensor.emplace(shard, name);
-  for (const auto& [shard, name] : first_tensor)
-    if (!fs::exists(dir / shard))
-      throw Error(where + "weight_map '" + excerpt(name) + "': shard '" + excerpt(shard) + "' does not exist");
+  for (const auto& [shard, name] : first_tensor) {
+    std::error_code ec;  // a name too long for the file system is an error code, not an exception
+    if (!fs::exists(dir / shard, ec))
+      throw Error(where + "weight_map '" + excerpt(name) + "': shard '" + excerpt(shard) + "' does not exist" +
+                  (ec ? " (" + ec.message() + ")" : ""));
+  }
 
   NamedTensors tensors;
   std::map<std::string, std::string> holder;  // tensor -> the shard that holds it
