@@ -39,7 +39,6 @@ namespace {
 
 using namespace lat::testing;
 
-
 bool bit_equal(const lat::Tensor& a, const lat::Tensor& b) {
   if (a.shape() != b.shape()) return false;
   const auto x = a.to_vector<float>(), y = b.to_vector<float>();

@@ -15,9 +15,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "layers/hybrid_lm.h"
 #include "tests/expect_error.h"
 #include "tests/hf_test_model.h"
-#include "layers/hybrid_lm.h"
 #include "tests/test_files.h"
 #include "train/config/model_config.h"
 #include "train/files/hf_weights.h"
@@ -142,8 +142,8 @@ TEST_F(HfWeightsTest, TensorListedTwiceNamesBothShards) {
   ASSERT_NE(text.find(entry), std::string::npos);
   text.replace(text.find(entry), entry.size(), entry + ",\"lm_head.weight\":\"" + kShard1 + "\"");
   write("qwen/model.safetensors.index.json", text);
-  expect_index_error({"weight_map lists tensor 'lm_head.weight' twice, in shards '" + kShard2 + "' and '" +
-                      kShard1 + "'"});
+  expect_index_error(
+      {"weight_map lists tensor 'lm_head.weight' twice, in shards '" + kShard2 + "' and '" + kShard1 + "'"});
 }
 
 TEST_F(HfWeightsTest, ShardThatDoesNotExistIsNamed) {
@@ -199,9 +199,9 @@ TEST_F(HfWeightsTest, NonFiniteWeightIsNamedAsTheFileNamesIt) {
   shard();
   shards_[1] = with_value(shards_[1], "lm_head.weight", 31, -std::numeric_limits<float>::infinity());
   write_shards();
-  expect_error([&] { lat::load_model_weights(path("qwen")); },
-               {"load_model_weights: '" + path("qwen/" + kShard2) + "': tensor 'lm_head.weight' [50, 32] holds -inf"
-                " at element 31"});
+  expect_error([&] { lat::load_model_weights(path("qwen")); }, {"load_model_weights: '" + path("qwen/" + kShard2) +
+                                                                "': tensor 'lm_head.weight' [50, 32] holds -inf"
+                                                                " at element 31"});
 }
 
 TEST_F(HfWeightsTest, TiedLmHeadThatIsNotACopyIsNamedAsTheFileNamesIt) {

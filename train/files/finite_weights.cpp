@@ -13,8 +13,8 @@ void check_finite_weights(const std::vector<std::pair<std::string, Tensor>>& ten
     for (int64_t i = 0; i < tensor.numel(); ++i) {
       if (std::isfinite(x[i])) continue;
       const std::string value = std::isnan(x[i]) ? "nan" : x[i] > 0 ? "inf" : "-inf";
-      throw Error("load_model_weights: '" + path + "': tensor '" + name + "' " + shape_str(tensor.shape()) +
-                  " holds " + value + " at element " + std::to_string(i) + ": expected finite weights");
+      throw Error("load_model_weights: '" + path + "': tensor '" + name + "' " + shape_str(tensor.shape()) + " holds " +
+                  value + " at element " + std::to_string(i) + ": expected finite weights");
     }
   }
 }

@@ -88,9 +88,9 @@ class RepeatedWeightMapEntry {
 bool is_plain_file_name(const nlohmann::json& shard) {
   if (!shard.is_string()) return false;
   const std::string& name = shard.get_ref<const std::string&>();
-  return !name.empty() && name != "." && name != ".." &&
-         std::none_of(name.begin(), name.end(),
-                      [](char c) { return c == '/' || c == '\\' || static_cast<unsigned char>(c) < 0x20; });
+  return !name.empty() && name != "." && name != ".." && std::none_of(name.begin(), name.end(), [](char c) {
+    return c == '/' || c == '\\' || static_cast<unsigned char>(c) < 0x20;
+  });
 }
 
 /// weight_map as tensor -> shard, every shard name checked.

@@ -208,8 +208,7 @@ void check_tokenizer_size(const ModelWeights& w, const PartSources& sources) {
   if (tokens == rows || (!from_tokenizer && tokens < rows)) return;
   throw Error("load_model_weights: '" + w.path + "': the " + tokenizer->type() + " tokenizer (" + sources.tokenizer +
               ") has " + std::to_string(tokens) + " tokens, but " + tensor_label(w, "embeddings.weight") + " " +
-              shape_str(embeddings->shape()) +
-              " has " + std::to_string(rows) + " rows: expected " +
+              shape_str(embeddings->shape()) + " has " + std::to_string(rows) + " rows: expected " +
               (from_tokenizer ? "as many tokens as rows (model.vocab_size 0: the vocabulary is the tokenizer's)"
                               : "at most as many tokens as rows"));
 }

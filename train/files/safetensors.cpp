@@ -106,9 +106,7 @@ Entry parse_entry(const std::string& path, const std::string& name, const nlohma
 }
 
 /// "[begin, end]" of `e`'s data_offsets.
-std::string offsets_text(const Entry& e) {
-  return "[" + std::to_string(e.begin) + ", " + std::to_string(e.end) + "]";
-}
+std::string offsets_text(const Entry& e) { return "[" + std::to_string(e.begin) + ", " + std::to_string(e.end) + "]"; }
 
 /// The per-tensor checksums of __metadata__ 'crc32' (a JSON object string {name: 8 hex
 /// digits}), checked to name exactly the tensors of `entries`.

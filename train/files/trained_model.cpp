@@ -104,8 +104,8 @@ class SizeChecks {
     const Tensor& t = tensor(name);
     if (dim < t.dim() && t.size(dim) == expected) return;
     const std::string found = dim < t.dim() ? std::to_string(t.size(dim)) : "no such dimension";
-    throw Error(prefix() + ": " + keys + " does not match tensor " + tensor_label(w_, name) + " " + shape_str(t.shape()) +
-                ": expected " + std::to_string(expected) + " " + unit + ", found " + found);
+    throw Error(prefix() + ": " + keys + " does not match tensor " + tensor_label(w_, name) + " " +
+                shape_str(t.shape()) + ": expected " + std::to_string(expected) + " " + unit + ", found " + found);
   }
 
   void check_layer_count(const ModelConfig& m) const {
