@@ -19,6 +19,7 @@
 
 #include "lat/tape.h"
 #include "tests/expect_error.h"
+#include "tests/hf_test_model.h"
 #include "tests/test_files.h"
 #include "train/config/model_config.h"
 #include "train/files/checkpoint.h"
@@ -38,18 +39,6 @@ namespace {
 
 using namespace lat::testing;
 
-
-// The shape of the transformers-made tiny model: 3 linear layers (2 key heads of 8, 4 value
-// heads of 16), one gated attention layer (4 heads of 16, 2 kv heads, half rotary).
-const std::string kQwenShape =
-    "  d_model: 32\n  n_layers: 4\n  n_heads: 2\n  head_dim: 8\n  expand_v: 2.0\n"
-    "  layers: \"gdn,gdn,gdn,attn\"\n  intermediate_size: 64\n  norm_zero_centered: true\n"
-    "  linear: {n_v_heads: 4, chunk_size: 4}\n"
-    "  attn: {n_heads: 4, head_dim: 16, n_kv_heads: 2, output_gate: true, qk_norm: true, rope_fraction: 0.5}\n";
-
-// 12 characters, one of them two bytes in UTF-8.
-const std::string kVocab = "\n abcdefghi\xc3\xa9";
-
 bool bit_equal(const lat::Tensor& a, const lat::Tensor& b) {
   if (a.shape() != b.shape()) return false;
   const auto x = a.to_vector<float>(), y = b.to_vector<float>();
@@ -60,22 +49,6 @@ const lat::Tensor& find(const lat::NamedTensors& tensors, const std::string& nam
   for (const auto& [n, t] : tensors)
     if (n == name) return t;
   throw lat::Error("test: no tensor '" + name + "'");
-}
-
-/// Seeded random values for every lat tensor of `m`'s layout (norms around 0).
-lat::NamedTensors random_lat_tensors(const lat::ModelConfig& m, int64_t vocab_size) {
-  std::mt19937 rng(7);
-  std::normal_distribution<float> normal(0.0f, 0.5f);
-  lat::NamedTensors tensors;
-  for (const lat::HfTensorSpec& spec : lat::hf_tensor_layout(m, vocab_size))
-    for (const lat::HfTensorPart& part : spec.parts) {
-      int64_t n = 1;
-      for (int64_t s : part.shape) n *= s;
-      std::vector<float> data(static_cast<size_t>(n));
-      for (float& x : data) x = normal(rng);
-      tensors.emplace_back(part.lat_name, lat::Tensor::from_vector(data, part.shape));
-    }
-  return tensors;
 }
 
 // ---- config.json -------------------------------------------------------------------------
@@ -324,17 +297,9 @@ TEST(HfTokenizer, OtherTokenizersAreNotLats) {
 
 class HfDirTest : public TempDirTest {
  protected:
-  /// A Hugging Face directory of `shape` written from C++ (as transformers lays it out), with
-  /// lat_tensors' values and the char tokenizer; returns the lat tensors.
+  /// write_hf_dir (hf_test_model.h) into the test's directory `name`.
   lat::NamedTensors write_hf_dir(const std::string& name, const std::string& shape, int64_t vocab_size) {
-    const lat::ModelConfig m = model_config(shape).model;
-    const lat::NamedTensors lat_tensors = random_lat_tensors(m, vocab_size);
-    fs::create_directories(path(name));
-    lat::save_safetensors(path(name + "/model.safetensors"), lat::hf_tensors_from_lat(m, vocab_size, lat_tensors, "t"),
-                          lat::SafetensorsDType::f32, {{"format", "pt"}});
-    write(name + "/config.json", lat::hf_config_json(m, vocab_size, lat::SafetensorsDType::f32).dump(2));
-    write(name + "/tokenizer.json", lat::hf_tokenizer_json(lat::Tokenizer::char_from_vocab(kVocab)).dump());
-    return lat_tensors;
+    return lat::testing::write_hf_dir(path(name), shape, vocab_size);
   }
 };
 

@@ -192,7 +192,8 @@ TEST_F(SafetensorsTest, OffsetsOutOfRangeOverlappingOrWithGapsAreErrors) {
   write_bytes(p, make_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
                            R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
                            std::string(12, '\0')));
-  expect_error([&] { lat::load_safetensors(p); }, {"tensor 'b': data_offsets [4, 12] overlap tensor 'a'"});
+  expect_error([&] { lat::load_safetensors(p); },
+               {p, "tensors 'a' data_offsets [0, 8] and 'b' data_offsets [4, 12] overlap"});
 
   write_bytes(p, make_file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", std::string(8, '\0')));
   expect_error([&] { lat::load_safetensors(p); }, {"leaving a gap"});

@@ -2,12 +2,13 @@
 #include "train/files/hf_import.h"
 
 #include <filesystem>
-#include <set>
 
 #include "lat/error.h"
 #include "train/config/config.h"
+#include "train/files/finite_weights.h"
 #include "train/files/hf_config.h"
 #include "train/files/hf_export.h"
+#include "train/files/hf_shards.h"
 #include "train/files/hf_tokenizer.h"
 #include "train/files/hf_weights.h"
 #include "train/files/json_file.h"
@@ -21,34 +22,6 @@ namespace lat {
 namespace {
 
 using namespace hf_layout;
-
-/// The tensors of every shard that model.safetensors.index.json's weight_map names.
-NamedTensors load_shards(const std::string& index_path) {
-  const nlohmann::json index = read_json_file(index_path, "the weight index");
-  const std::string where = "load_model_weights: '" + index_path + "': ";
-  if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
-    throw Error(where + "expected an object with 'weight_map': {tensor: shard file}");
-  std::set<std::string> shards;
-  for (const auto& [name, shard] : index["weight_map"].items()) {
-    // A shard is a file beside the index: no directories, so nothing outside DIR is read.
-    if (!shard.is_string() || shard.get<std::string>().empty() ||
-        shard.get<std::string>().find('/') != std::string::npos || shard == "." || shard == "..")
-      throw Error(where + "weight_map '" + excerpt(name) + "': expected a file name in the same directory, got " +
-                  json_excerpt(shard));
-    shards.insert(shard.get<std::string>());
-  }
-  NamedTensors tensors;
-  std::set<std::string> seen;
-  for (const std::string& shard : shards) {
-    const std::string path = (fs::path(index_path).parent_path() / shard).string();
-    for (auto& [name, tensor] : load_safetensors(path).tensors) {
-      if (!seen.insert(name).second)
-        throw Error("load_model_weights: '" + path + "': tensor '" + name + "' is in another shard too");
-      tensors.emplace_back(name, tensor);
-    }
-  }
-  return tensors;
-}
 
 /// The lat tokenizer of DIR/tokenizer.json into `ckpt`: "none" (token ids, with a note) when
 /// there is none or it is not one of lat's forms.
@@ -114,13 +87,15 @@ HfModel load_hf_model(const std::string& dir_name) {
   if (fs::exists(dir / kWeightsFile)) {
     hf.weights_path = (dir / kWeightsFile).string();
     tensors = load_safetensors(hf.weights_path).tensors;
+    check_finite_weights(tensors, hf.weights_path);
   } else if (fs::exists(dir / kWeightsIndexFile)) {
     hf.weights_path = (dir / kWeightsIndexFile).string();
-    tensors = load_shards(hf.weights_path);
+    tensors = load_hf_shards(hf.weights_path);
   } else {
     throw Error("load_model_weights: '" + dir.string() + "' has no " + kWeightsFile + " or " + kWeightsIndexFile);
   }
   ckpt.model = lat_tensors_from_hf(config.model, config.model.vocab_size, tensors, hf.weights_path);
+  hf.tensor_labels = hf_tensor_labels(config.model, config.model.vocab_size);
   return hf;
 }
 

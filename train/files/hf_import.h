@@ -1,6 +1,7 @@
 // Reading a Hugging Face Qwen3.5 directory (hf_export.h's files, whoever wrote them:
 // `lat export --format hf` or transformers' save_pretrained) as a lat model.
 #pragma once
+#include <map>
 #include <optional>
 #include <string>
 
@@ -25,6 +26,8 @@ struct HfModel {
   /// rest defaults, data.path a placeholder naming the directory); tokenizer from
   /// tokenizer.json; model tensors under lat's names (f32). Step 0, no training state.
   Checkpoint checkpoint;
+  /// lat tensor name -> how the file names it (hf_tensor_labels), for messages.
+  std::map<std::string, std::string> tensor_labels;
 };
 
 /// Reads the directory `dir` (hf_model_dir). The tokenizer is DIR/tokenizer.json when it is one
@@ -32,9 +35,9 @@ struct HfModel {
 /// token ids and a one-line note says so on stderr. Weights: model.safetensors, or the shards
 /// a model.safetensors.index.json names in the same directory (F32, BF16 or F16). Throws
 /// lat::Error naming the file and the key or tensor: config.json keys lat cannot honour
-/// (model_config_from_hf), a bad tokenizer.json (not JSON), missing weights, a bad index (a
-/// shard outside DIR, a tensor in two shards), missing, unexpected or mis-shaped tensors
-/// (lat_tensors_from_hf).
+/// (model_config_from_hf), a bad tokenizer.json (not JSON), missing weights, an index that
+/// disagrees with its shards (load_hf_shards), missing, unexpected or mis-shaped tensors
+/// (lat_tensors_from_hf), a weight that is NaN or inf; tensors are named as the file names them.
 HfModel load_hf_model(const std::string& dir);
 
 }  // namespace lat

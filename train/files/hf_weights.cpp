@@ -1,6 +1,7 @@
 // lat <-> transformers tensor names and layouts (hf_weights.h).
 #include "train/files/hf_weights.h"
 
+#include <cstring>
 #include <map>
 
 #include "lat/error.h"
@@ -39,7 +40,36 @@ std::map<std::string, const Tensor*> by_name(const NamedTensors& tensors) {
   return map;
 }
 
+/// A tied model's lm_head is its embeddings: an exact copy beside them is dropped; any other
+/// lm_head.weight would be trained weights silently discarded, so it is an error.
+void check_tied_lm_head(const Tensor& lm_head, const Tensor& embeddings, const std::string& source) {
+  const bool copy = lm_head.shape() == embeddings.shape() &&
+                    std::memcmp(lm_head.data<float>(), embeddings.data<float>(),
+                                static_cast<size_t>(lm_head.numel()) * sizeof(float)) == 0;
+  if (!copy)
+    throw Error("load_model_weights: '" + source + "': tensor 'lm_head.weight' " + shape_str(lm_head.shape()) +
+                " is not a copy of 'model.embed_tokens.weight' " + shape_str(embeddings.shape()) +
+                ", but config.json sets tie_word_embeddings: true (a tied model's lm_head is its embeddings)");
+}
+
 }  // namespace
+
+std::map<std::string, std::string> hf_tensor_labels(const ModelConfig& m, int64_t vocab_size) {
+  std::map<std::string, std::string> labels;
+  for (const HfTensorSpec& spec : hf_tensor_layout(m, vocab_size)) {
+    if (spec.parts.size() == 1) {
+      labels[spec.parts.front().lat_name] = "'" + spec.hf_name + "'";
+      continue;
+    }
+    int64_t row = 0;
+    for (const HfTensorPart& part : spec.parts) {
+      labels[part.lat_name] = "'" + spec.hf_name + "' rows [" + std::to_string(row) + ", " +
+                              std::to_string(row + part.shape[0]) + ")";
+      row += part.shape[0];
+    }
+  }
+  return labels;
+}
 
 std::vector<HfTensorSpec> hf_tensor_layout(const ModelConfig& m, int64_t vocab_size) {
   const int64_t d = m.d_model;
@@ -150,8 +180,8 @@ NamedTensors lat_tensors_from_hf(const ModelConfig& m, int64_t vocab_size, const
   }
   for (const auto& [name, t] : hf) {
     if (is_skipped_hf_tensor(name)) continue;
-    if (name == "lm_head.weight" && m.tie_embeddings) {  // the reader keeps it only as an exact copy
-      out.emplace_back(name, *t);
+    if (name == "lm_head.weight" && m.tie_embeddings) {
+      check_tied_lm_head(*t, *by_name(tensors).at("model.embed_tokens.weight"), source);
       continue;
     }
     throw Error("load_model_weights: '" + source + "': tensor '" + name + "' " + shape_str(t->shape()) +

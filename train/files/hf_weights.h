@@ -17,6 +17,7 @@
 // false lat scales by w, so the export stores w - 1. The gdn output norm scales by w in both.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -49,6 +50,10 @@ struct HfTensorSpec {
 /// `vocab_size` tokens, in state-dict order; no lm_head.weight when tied.
 std::vector<HfTensorSpec> hf_tensor_layout(const ModelConfig& model, int64_t vocab_size);
 
+/// How transformers' file names each lat tensor of `model`'s layout, for messages: lat name ->
+/// "'<name>'", or "'<name>' rows [a, b)" for one part of a stacked tensor (q, k, v of in_proj_qkv).
+std::map<std::string, std::string> hf_tensor_labels(const ModelConfig& model, int64_t vocab_size);
+
 /// lat's tensors (f32, CPU; `model`'s names and shapes) under transformers' names and layouts,
 /// norms stored as w - 1 when model.norm_zero_centered is false. Throws lat::Error naming
 /// `source` and the lat tensor that is missing or of another shape.
@@ -57,9 +62,10 @@ NamedTensors hf_tensors_from_lat(const ModelConfig& model, int64_t vocab_size, c
 
 /// transformers' tensors (f32, CPU) under lat's names and layouts, for `model` (read from the
 /// same directory's config.json: norm_zero_centered, so values are copied bit for bit). An
-/// lm_head.weight beside tied embeddings is passed on (the reader accepts an exact copy);
-/// mtp.* and model.visual.* tensors are skipped, as transformers skips them. Throws lat::Error
-/// naming `source` and the tensor that is missing, unexpected or of another shape.
+/// lm_head.weight beside tied embeddings is dropped when it is an exact copy of
+/// model.embed_tokens.weight; mtp.* and model.visual.* tensors are skipped, as transformers
+/// skips them. Throws lat::Error naming `source` and the tensor (transformers' name) that is
+/// missing, unexpected, of another shape, or a tied lm_head.weight that is not a copy.
 NamedTensors lat_tensors_from_hf(const ModelConfig& model, int64_t vocab_size, const NamedTensors& tensors,
                                  const std::string& source);
 

@@ -103,7 +103,7 @@ nlohmann::json parse_json(const std::string& text, const std::string& source) {
   return parse_json_text(text, "load_model_weights: '" + source + "'");
 }
 
-nlohmann::json read_json_file(const std::string& path, const std::string& what) {
+std::string read_json_file_text(const std::string& path, const std::string& what) {
   namespace fs = std::filesystem;
   const std::string subject = "load_model_weights: '" + path + "'";
   if (const std::optional<std::string> kind = non_regular_file_kind(path))
@@ -120,7 +120,11 @@ nlohmann::json read_json_file(const std::string& path, const std::string& what) 
   in.read(text.data(), static_cast<std::streamsize>(size));
   if (in.gcount() != static_cast<std::streamsize>(size))
     throw Error(subject + ": reading " + std::to_string(size) + " bytes failed (" + what + ")");
-  return parse_json_text(text, subject);
+  return text;
+}
+
+nlohmann::json read_json_file(const std::string& path, const std::string& what) {
+  return parse_json_text(read_json_file_text(path, what), "load_model_weights: '" + path + "'");
 }
 
 }  // namespace lat

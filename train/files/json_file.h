@@ -40,6 +40,10 @@ nlohmann::json parse_json_text(const std::string& text, const std::string& subje
 /// parse_json_text with the subject "load_model_weights: '<source>'".
 nlohmann::json parse_json(const std::string& text, const std::string& source);
 
+/// The text of the JSON file `path`, unparsed, with read_json_file's checks and errors (for a
+/// reader that scans the text itself before parse_json_text).
+std::string read_json_file_text(const std::string& path, const std::string& what);
+
 /// Reads and parses the JSON file `path` (parse_json). Throws lat::Error
 /// "load_model_weights: cannot open <what> '<path>': <reason>" when it cannot be read, and
 /// names the path when it is not a regular file (a FIFO would block) or is larger than

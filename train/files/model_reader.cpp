@@ -2,7 +2,6 @@
 #include "train/files/model_reader.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <optional>
@@ -11,6 +10,7 @@
 #include "train/config/config.h"
 #include "train/files/config_json.h"
 #include "train/files/export_layout.h"
+#include "train/files/finite_weights.h"
 #include "train/files/hf_export.h"
 #include "train/files/hf_import.h"
 #include "train/files/json_file.h"
@@ -141,6 +141,7 @@ ModelWeights load_hf_from(const std::string& dir, PartSources& sources) {
   w.path = hf.weights_path;
   w.format = ModelFormat::hf;
   w.checkpoint = std::move(hf.checkpoint);
+  w.tensor_labels = std::move(hf.tensor_labels);
   const std::string tokenizer_path = (fs::path(dir) / hf_layout::kTokenizerFile).string();
   sources = {hf.config_path, kHfConfigPart, "'" + tokenizer_path + "'"};
   return w;
@@ -212,27 +213,18 @@ void check_tokenizer_size(const ModelWeights& w, const PartSources& sources) {
   const bool from_tokenizer = w.config.model.vocab_size == 0;
   if (tokens == rows || (!from_tokenizer && tokens < rows)) return;
   throw Error("load_model_weights: '" + w.path + "': the " + tokenizer->type() + " tokenizer (" + sources.tokenizer +
-              ") has " + std::to_string(tokens) + " tokens, but 'embeddings.weight' " + shape_str(embeddings->shape()) +
-              " has " + std::to_string(rows) + " rows: expected " +
+              ") has " + std::to_string(tokens) + " tokens, but " + tensor_label(w, "embeddings.weight") + " " +
+              shape_str(embeddings->shape()) + " has " + std::to_string(rows) + " rows: expected " +
               (from_tokenizer ? "as many tokens as rows (model.vocab_size 0: the vocabulary is the tokenizer's)"
                               : "at most as many tokens as rows"));
 }
 
-/// Every weight finite, whatever the format: a NaN or inf passes every shape check and shows
-/// only as garbage text or a NaN loss.
-void check_finite(const ModelWeights& w) {
-  for (const auto& [name, tensor] : w.checkpoint.model) {
-    const float* x = tensor.data<float>();
-    for (int64_t i = 0; i < tensor.numel(); ++i) {
-      if (std::isfinite(x[i])) continue;
-      const std::string value = std::isnan(x[i]) ? "nan" : x[i] > 0 ? "inf" : "-inf";
-      throw Error("load_model_weights: '" + w.path + "': tensor '" + name + "' " + shape_str(tensor.shape()) +
-                  " holds " + value + " at element " + std::to_string(i) + ": expected finite weights");
-    }
-  }
-}
-
 }  // namespace
+
+std::string tensor_label(const ModelWeights& w, const std::string& name) {
+  const auto it = w.tensor_labels.find(name);
+  return it == w.tensor_labels.end() ? "'" + name + "'" : it->second;
+}
 
 ModelWeights load_model_weights(const std::string& path) {
   PartSources sources;
@@ -244,7 +236,8 @@ ModelWeights load_model_weights(const std::string& path) {
   }
   settle_tied_lm_head(w, sources);
   check_tokenizer_size(w, sources);
-  check_finite(w);
+  // A Hugging Face directory's weights were checked under the file's names (load_hf_model).
+  if (w.format != ModelFormat::hf) check_finite_weights(w.checkpoint.model, w.path);
   return w;
 }
 

@@ -5,6 +5,7 @@
 // directory (or its config.json, model.safetensors or model.safetensors.index.json; read by
 // hf_import.h), read into one form.
 #pragma once
+#include <map>
 #include <optional>
 #include <string>
 
@@ -35,7 +36,14 @@ struct ModelWeights {
   /// with `config` once the tensors are known to match the config (check_config_json_agrees).
   std::optional<nlohmann::json> export_config_json;
   std::string export_config_path;  // that config.json
+  /// lat tensor name -> how the file names it, where the file uses other names (a Hugging
+  /// Face directory: hf_tensor_labels); empty for lat's own files.
+  std::map<std::string, std::string> tensor_labels;
 };
+
+/// The lat tensor `name` of `w` as an error message names it: "'<name>'", or how the file
+/// names it ("'model.embed_tokens.weight'", "'...in_proj_qkv.weight' rows [0, 16)").
+std::string tensor_label(const ModelWeights& w, const std::string& name);
 
 /// Loads what `--checkpoint` accepts (see the top of this file) and checks the parts against
 /// each other; the model is not built (model_from_weights, trained_model.h, compares the sizes

@@ -105,6 +105,9 @@ Entry parse_entry(const std::string& path, const std::string& name, const nlohma
   return e;
 }
 
+/// "[begin, end]" of `e`'s data_offsets.
+std::string offsets_text(const Entry& e) { return "[" + std::to_string(e.begin) + ", " + std::to_string(e.end) + "]"; }
+
 /// The per-tensor checksums of __metadata__ 'crc32' (a JSON object string {name: 8 hex
 /// digits}), checked to name exactly the tensors of `entries`.
 std::map<std::string, std::string> parse_checksums(const std::string& where, const std::string& text,
@@ -291,9 +294,10 @@ SafetensorsFile load_safetensors(const std::string& path) {
     if (e.end > data_size)
       throw Error(tensor + "data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
                   "] out of range: the data section holds " + std::to_string(data_size) + " bytes");
+    // Neither of two overlapping tensors is more at fault than the other: both are named.
     if (e.begin < expected_begin)
-      throw Error(tensor + "data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
-                  "] overlap tensor '" + excerpt(previous->name) + "'");
+      throw Error(where + "tensors '" + excerpt(previous->name) + "' data_offsets " + offsets_text(*previous) +
+                  " and '" + excerpt(e.name) + "' data_offsets " + offsets_text(e) + " overlap");
     if (e.begin > expected_begin)
       throw Error(tensor + "data_offsets begin at " + std::to_string(e.begin) + ", leaving a gap after byte " +
                   std::to_string(expected_begin) + " of the data section");

@@ -55,9 +55,9 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
 /// deeper than kMaxJsonDepth or repeating a key (a tensor name given twice), an entry without
 /// dtype/shape/data_offsets or with wrong types, an unknown or unsupported dtype, a shape of
 /// rank above 8 or whose size overflows int64, offsets that do not match the shape, lie outside
-/// the data section, overlap or leave gaps, __metadata__ values that are not strings, and, when
-/// __metadata__ has 'crc32', checksums that do not name exactly the file's tensors or do not
-/// match a tensor's bytes. Files without 'crc32' (other tools') are read unchecked.
+/// the data section, overlap (naming both tensors) or leave gaps, __metadata__ values that are
+/// not strings, and, when __metadata__ has 'crc32', checksums that do not name exactly the
+/// file's tensors or do not match a tensor's bytes. Files without 'crc32' (other tools') are read unchecked.
 SafetensorsFile load_safetensors(const std::string& path);
 
 }  // namespace lat

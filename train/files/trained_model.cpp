@@ -95,7 +95,7 @@ class SizeChecks {
 
   const Tensor& tensor(const std::string& name) const {
     auto it = by_name_.find(name);
-    if (it == by_name_.end()) throw Error(prefix() + " has no tensor '" + name + "'");
+    if (it == by_name_.end()) throw Error(prefix() + " has no tensor " + tensor_label(w_, name));
     return *it->second;
   }
 
@@ -105,8 +105,8 @@ class SizeChecks {
     const Tensor& t = tensor(name);
     if (dim < t.dim() && t.size(dim) == expected) return;
     const std::string found = dim < t.dim() ? std::to_string(t.size(dim)) : "no such dimension";
-    throw Error(prefix() + ": " + keys + " does not match tensor '" + name + "' " + shape_str(t.shape()) +
-                ": expected " + std::to_string(expected) + " " + unit + ", found " + found);
+    throw Error(prefix() + ": " + keys + " does not match tensor " + tensor_label(w_, name) + " " +
+                shape_str(t.shape()) + ": expected " + std::to_string(expected) + " " + unit + ", found " + found);
   }
 
   void check_layer_count(const ModelConfig& m) const {

@@ -114,7 +114,10 @@ InitReport init_from_weights(const Module& model, const ModelWeights& init, bool
       report.loaded.push_back(name);
       continue;
     }
-    const std::string change = name + ": checkpoint " + shape_str(w.shape()) + ", model " + shape_str(param.shape());
+    // A Hugging Face file names the tensor its own way: both names, so either can be searched for.
+    const std::string in_file = init.tensor_labels.empty() ? "" : " (" + tensor_label(init, name) + " in the file)";
+    const std::string change = name + in_file + ": checkpoint " + shape_str(w.shape()) + ", model " +
+                               shape_str(param.shape());
     const bool rows_only = !strict && w.dim() == param.dim() && w.dim() >= 1 &&
                            std::equal(w.shape().begin() + 1, w.shape().end(), param.shape().begin() + 1);
     if (rows_only) {
