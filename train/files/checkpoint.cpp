@@ -17,6 +17,7 @@
 
 #include "data/hdf5_dataset.h"
 #include "data/hdf5_errors.h"
+#include "data/hdf5_links.h"
 #include "data/regular_file.h"
 #include "data/tokenizer.h"
 #include "lat/version.h"
@@ -577,6 +578,7 @@ Checkpoint load_checkpoint(const std::string& path, CheckpointParts parts) {
   try {
     Hdf5Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose,
                     "cannot open as HDF5, the file may be truncated");
+    refuse_non_hard_links(file);
     return CheckpointReader(file, file_bytes).read(parts);
   } catch (const Error& e) {
     throw Error(where + e.what());
