@@ -167,8 +167,8 @@ DatasetExtent checked_dataset_extent(hid_t dataset, uint64_t file_bytes, const s
   if (overflow || bytes / max_ratio > file_bytes)
     throw Error(what + ": shape " + dims_str(dims, rank) + " of " + std::to_string(element_bytes) +
                 "-byte elements needs " + (overflow ? std::string("over 2^64") : std::to_string(bytes)) +
-                " bytes, more than " + (filtered ? std::to_string(max_ratio) + "x " : std::string()) +
-                "what the whole file holds (" + std::to_string(file_bytes) + " bytes; " +
+                " bytes, more than " + (filtered ? std::to_string(max_ratio) + " times what " : std::string()) +
+                "the whole file holds (" + std::to_string(file_bytes) + " bytes; " +
                 (filtered ? "deflate expands at most that much" : "its data are unfiltered") + ")");
   if (filtered && bytes > host_physical_memory())
     throw Error(what + ": shape " + dims_str(dims, rank) + " decompresses to " + std::to_string(bytes) +
