@@ -364,6 +364,25 @@ TEST_F(ResumeTest, GzippedDataLargerThanTheirFileAreRead) {
   EXPECT_EQ(read_bytes_of(back.optimizer.params[0].buffers[0].second), read_bytes_of(c.model[0].second));
 }
 
+// The fuzz seed that h5repack wrote (tests/fuzz/make_corpus.sh) reads back whole, the same
+// values as the checkpoint it was made from.
+TEST(ResumeFiles, TheH5repackGzipSeedReadsAsItsSource) {
+  const std::string corpus = std::string(LAT_SOURCE_DIR) + "/tests/fuzz/corpus/checkpoint/";
+  const Checkpoint plain = load_checkpoint(corpus + "attn_sgd.h5");
+  const Checkpoint gzipped = load_checkpoint(corpus + "attn_sgd_gzip.h5");
+  EXPECT_EQ(filter_count(corpus + "attn_sgd_gzip.h5", "/model/embeddings.weight"), 3);
+  ASSERT_EQ(gzipped.model.size(), plain.model.size());
+  for (size_t i = 0; i < plain.model.size(); ++i)
+    EXPECT_EQ(read_bytes_of(gzipped.model[i].second), read_bytes_of(plain.model[i].second)) << plain.model[i].first;
+  ASSERT_EQ(gzipped.optimizer.params.size(), plain.optimizer.params.size());
+  for (size_t i = 0; i < plain.optimizer.params.size(); ++i)
+    EXPECT_EQ(read_bytes_of(gzipped.optimizer.params[i].buffers.at(0).second),
+              read_bytes_of(plain.optimizer.params[i].buffers.at(0).second))
+        << plain.optimizer.params[i].name;
+  EXPECT_EQ(gzipped.rng_state, plain.rng_state);
+  EXPECT_EQ(gzipped.data.counters, plain.data.counters);
+}
+
 /// A token file whose "tokens" dataset (n int8 ids, one chunk) is made by `configure` (its
 /// creation properties) and `write` (its data).
 template <class Configure, class Write>
