@@ -516,8 +516,8 @@ TEST_F(ResumeTest, TextTheCheckpointsTokenizerCannotEncodeNamesBothFiles) {
   ASSERT_NO_FATAL_FAILURE(run_to_step_8());
   std::ofstream(dir_ / "toy.txt", std::ios::app) << "Zebra\n";
   const RunDirSnapshot before(run_dir());
-  expect_error([&] { run(); }, {"resume: '" + ckpt(8) + "': data.path '" + (dir_ / "toy.txt").string() +
-                                "' with its char tokenizer: ",
+  expect_error([&] { run(); }, {"resume: '" + ckpt(8) + "': reading data.path '" + (dir_ / "toy.txt").string() +
+                                "' with the checkpoint's char tokenizer: ",
                                 "Tokenizer::encode: character 'Z'"});
   before.expect_unchanged();
 }

@@ -144,8 +144,8 @@ int64_t Run::load_resume_data(const std::optional<Tokenizer>& tokenizer, const s
     throw;  // a data.* key of the config, named already
   } catch (const Error& e) {
     // The text may hold a character the checkpoint's tokenizer lacks: say which model it is.
-    throw Error("resume: '" + path + "': data.path '" + config_.data.path + "' with its " +
-                (tokenizer ? tokenizer->type() + " tokenizer" : std::string("model")) + ": " + e.what());
+    const std::string with = tokenizer ? " with the checkpoint's " + tokenizer->type() + " tokenizer" : "";
+    throw Error("resume: '" + path + "': reading data.path '" + config_.data.path + "'" + with + ": " + e.what());
   }
 }
 
