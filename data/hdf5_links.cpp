@@ -1,7 +1,6 @@
 // Refusing soft, external and user-defined links (hdf5_links.h).
 #include "data/hdf5_links.h"
 
-#include <optional>
 #include <vector>
 
 #include "data/hdf5_errors.h"
@@ -9,49 +8,53 @@
 namespace lat {
 namespace {
 
-/// The first link that is not hard: its path from the root and what it is.
-struct ForeignLink {
-  std::string path;
-  std::string kind;  // e.g. "a soft link to '/model/x'"
-};
-
-/// What a soft or external link points at, from its stored value.
+/// What a link that is not hard is, with its target for soft and external links. `name` is the
+/// link's name in `group`; its stored value is read without following it.
 std::string link_kind(hid_t group, const char* name, const H5L_info_t& info) {
-  if (info.type == H5L_TYPE_SOFT || info.type == H5L_TYPE_EXTERNAL) {
-    std::vector<char> value(info.u.val_size + 1, '\0');
-    if (H5Lget_val(group, name, value.data(), value.size(), H5P_DEFAULT) < 0) {
-      H5Eclear2(H5E_DEFAULT);
-      return info.type == H5L_TYPE_SOFT ? "a soft link" : "an external link";
-    }
-    if (info.type == H5L_TYPE_SOFT) return "a soft link to '" + std::string(value.data()) + "'";
-    const char* file = nullptr;
-    const char* object = nullptr;
-    if (H5Lunpack_elink_val(value.data(), info.u.val_size, nullptr, &file, &object) < 0 || !file || !object) {
-      H5Eclear2(H5E_DEFAULT);
-      return "an external link";
-    }
-    return "an external link to '" + std::string(file) + ":" + object + "'";
+  if (info.type != H5L_TYPE_SOFT && info.type != H5L_TYPE_EXTERNAL)
+    return "a user-defined link (class " + std::to_string(static_cast<int>(info.type)) + ")";
+  const std::string plain = info.type == H5L_TYPE_SOFT ? "a soft link" : "an external link";
+  std::vector<char> value(info.u.val_size + 1, '\0');
+  if (H5Lget_val(group, name, value.data(), value.size(), H5P_DEFAULT) < 0) {
+    H5Eclear2(H5E_DEFAULT);
+    return plain;
   }
-  return "a user-defined link (class " + std::to_string(static_cast<int>(info.type)) + ")";
+  if (info.type == H5L_TYPE_SOFT) return plain + " to '" + value.data() + "'";
+  const char* file = nullptr;
+  const char* object = nullptr;
+  if (H5Lunpack_elink_val(value.data(), info.u.val_size, nullptr, &file, &object) < 0 || !file || !object) {
+    H5Eclear2(H5E_DEFAULT);
+    return plain;
+  }
+  return plain + " to '" + file + ":" + object + "'";
+}
+
+[[noreturn]] void refuse(hid_t group, const char* name, const H5L_info_t& info, const std::string& path) {
+  throw Error("link '" + path + "' is " + link_kind(group, name, info) +
+              "; lat reads only hard links (the data itself in this file)");
 }
 
 }  // namespace
 
-void refuse_non_hard_links(hid_t file) {
-  std::optional<ForeignLink> found;
-  const herr_t status = H5Lvisit(
-      file, H5_INDEX_NAME, H5_ITER_INC,
-      [](hid_t group, const char* name, const H5L_info_t* info, void* out) -> herr_t {
-        if (info->type == H5L_TYPE_HARD) return 0;
-        *static_cast<std::optional<ForeignLink>*>(out) = ForeignLink{std::string("/") + name,
-                                                                     link_kind(group, name, *info)};
-        return 1;  // stops the walk
-      },
-      &found);
-  if (found)
-    throw Error("link '" + found->path + "' is " + found->kind +
-                "; lat reads only hard links (the data itself in this file)");
-  if (status < 0) throw Error("cannot list the links of the file" + hdf5_detail());
+void check_hard_link(hid_t loc, const char* name, const std::string& path) {
+  H5L_info_t info;
+  check_hdf5(H5Lget_info(loc, name, &info, H5P_DEFAULT), "cannot read link '" + path + "'");
+  if (info.type != H5L_TYPE_HARD) refuse(loc, name, info, path);
+}
+
+void check_hard_links_along(hid_t loc, const std::string& path) {
+  for (size_t end = path.find('/', 1);; end = path.find('/', end + 1)) {
+    const std::string prefix = path.substr(0, end);
+    if (!prefix.empty() && prefix != "/") {
+      const htri_t exists = H5Lexists(loc, prefix.c_str(), H5P_DEFAULT);
+      if (exists <= 0) {
+        H5Eclear2(H5E_DEFAULT);
+        return;
+      }
+      check_hard_link(loc, prefix.c_str(), prefix.front() == '/' ? prefix : "/" + prefix);
+    }
+    if (end == std::string::npos) return;
+  }
 }
 
 }  // namespace lat

@@ -168,7 +168,7 @@ std::vector<int32_t> read_h5_tokens(const std::string& path, const std::string& 
   const std::string where = "read_h5_tokens: " + path + ": ";
   Hdf5Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose, where + "cannot open as HDF5");
   try {
-    refuse_non_hard_links(file);
+    check_hard_links_along(file, dataset);
   } catch (const Error& e) {
     throw Error(where + e.what());
   }

@@ -269,12 +269,12 @@ TEST_F(ResumeTest, ExternalAndUserDefinedLinksAreRefusedNamingTheLink) {
   ASSERT_NO_FATAL_FAILURE(run_to_step_8());
   const std::string good = read_bytes(ckpt(8));
   ASSERT_NO_FATAL_FAILURE(edit_hdf5(ckpt(8), [](hid_t file) {
-    ASSERT_GE(H5Lcreate_external("other.h5", "/rng", file, "/zzz_external", H5P_DEFAULT, H5P_DEFAULT), 0);
+    ASSERT_GE(H5Ldelete(file, "/rng", H5P_DEFAULT), 0);
+    ASSERT_GE(H5Lcreate_external("other.h5", "/rng", file, "/rng", H5P_DEFAULT, H5P_DEFAULT), 0);
   }));
   const RunDirSnapshot before(run_dir());
   expect_error([&] { run(); }, {"load_checkpoint: '" + ckpt(8) +
-                                "': link '/zzz_external' is an external link to 'other.h5:/rng'; lat reads only "
-                                "hard links"});
+                                "': link '/rng' is an external link to 'other.h5:/rng'; lat reads only hard links"});
   before.expect_unchanged();
 
   write_bytes(ckpt(8), good);
@@ -285,10 +285,11 @@ TEST_F(ResumeTest, ExternalAndUserDefinedLinksAreRefusedNamingTheLink) {
   user_class.trav_func = refuse_traversal;
   ASSERT_GE(H5Lregister(&user_class), 0);
   ASSERT_NO_FATAL_FAILURE(edit_hdf5(ckpt(8), [](hid_t file) {
-    ASSERT_GE(H5Lcreate_ud(file, "/data/user", kUserLinkClass, "x", 1, H5P_DEFAULT, H5P_DEFAULT), 0);
+    ASSERT_GE(H5Ldelete(file, "/data/state", H5P_DEFAULT), 0);
+    ASSERT_GE(H5Lcreate_ud(file, "/data/state", kUserLinkClass, "x", 1, H5P_DEFAULT, H5P_DEFAULT), 0);
   }));
   const RunDirSnapshot with_user_link(run_dir());
-  expect_error([&] { run(); }, {"load_checkpoint: '" + ckpt(8) + "': link '/data/user' is a user-defined link (class " +
+  expect_error([&] { run(); }, {"load_checkpoint: '" + ckpt(8) + "': link '/data/state' is a user-defined link (class " +
                                 std::to_string(static_cast<int>(kUserLinkClass)) + "); lat reads only hard links"});
   with_user_link.expect_unchanged();
   H5Lunregister(kUserLinkClass);
@@ -306,9 +307,19 @@ TEST_F(ResumeTest, TokenFilesWithASoftLinkAreRefused) {
   H5Dclose(dataset);
   H5Sclose(space);
   H5Lcreate_soft("/real", file, "tokens", H5P_DEFAULT, H5P_DEFAULT);
+  const hid_t group = H5Gcreate2(file, "group", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  H5Gclose(group);
+  H5Lcreate_hard(file, "/real", file, "/group/tokens", H5P_DEFAULT, H5P_DEFAULT);
+  H5Lcreate_soft("/group", file, "alias", H5P_DEFAULT, H5P_DEFAULT);
   H5Fclose(file);
   expect_error([&] { read_h5_tokens(path, "tokens"); },
                {"read_h5_tokens: " + path + ": link '/tokens' is a soft link to '/real'; lat reads only hard links"});
+  // A soft link on the way to a dataset is refused before it is followed.
+  expect_error([&] { read_h5_tokens(path, "alias/tokens"); },
+               {"read_h5_tokens: " + path + ": link '/alias' is a soft link to '/group'; lat reads only hard links"});
+  // Hard links only: the same data read under their own names.
+  EXPECT_EQ(read_h5_tokens(path, "real"), std::vector<int32_t>({1, 2, 3, 4}));
+  EXPECT_EQ(read_h5_tokens(path, "group/tokens"), std::vector<int32_t>({1, 2, 3, 4}));
 }
 
 // ---- filters --------------------------------------------------------------------------------
