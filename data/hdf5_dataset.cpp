@@ -3,6 +3,7 @@
 
 #include <limits>
 
+#include "autograd/host_allocation_limit.h"
 #include "data/hdf5_errors.h"
 
 namespace lat {
@@ -66,6 +67,72 @@ void check_written(hid_t dataset, hid_t dcpl, H5D_layout_t layout, const hsize_t
                 dims_str(dims, rank) + " were written (the rest would read as fill values)");
 }
 
+/// The filters of a chunked dataset, refusing any but deflate, shuffle and fletcher32 by name.
+/// Returns whether there are any (then stored chunks may be smaller than their data).
+bool check_filters(hid_t dcpl, const std::string& what) {
+  const int count = H5Pget_nfilters(dcpl);
+  if (count < 0) throw Error(what + ": cannot read its filters" + hdf5_detail());
+  for (int i = 0; i < count; ++i) {
+    unsigned flags = 0, filter_config = 0;
+    size_t n_values = 0;  // the filter's parameters are not needed, only its identity
+    char name[64] = {};
+    const H5Z_filter_t id = H5Pget_filter2(dcpl, static_cast<unsigned>(i), &flags, &n_values, nullptr, sizeof name,
+                                           name, &filter_config);
+    if (id < 0) throw Error(what + ": cannot read its filter " + std::to_string(i) + hdf5_detail());
+    if (id != H5Z_FILTER_DEFLATE && id != H5Z_FILTER_SHUFFLE && id != H5Z_FILTER_FLETCHER32)
+      throw Error(what + ": stored with the HDF5 filter '" + (name[0] ? name : "unnamed") + "' (id " +
+                  std::to_string(id) + "); lat reads deflate (gzip), shuffle and fletcher32 only");
+  }
+  return count > 0;
+}
+
+/// Every chunk of a chunked dataset lies inside the file, the chunks together take at most the
+/// file, and none expands past `max_ratio` times its stored size: a hostile header cannot make
+/// HDF5 read outside the file or inflate a small file into a huge buffer.
+void check_chunks_in_file(hid_t dataset, hid_t dcpl, const hsize_t* dims, int rank, size_t element_bytes,
+                          uint64_t file_bytes, uint64_t max_ratio, const std::string& what) {
+  hsize_t chunk[kMaxDatasetRank];
+  if (H5Pget_chunk(dcpl, kMaxDatasetRank, chunk) != rank)
+    throw Error(what + ": cannot read its chunk shape" + hdf5_detail());
+  // HDF5 limits a chunk to 4 GiB, and each dimension is at least 1 (checked in check_written).
+  uint64_t chunk_bytes = element_bytes;
+  for (int i = 0; i < rank; ++i)
+    if (__builtin_mul_overflow(chunk_bytes, chunk[i], &chunk_bytes))
+      throw Error(what + ": chunk shape " + dims_str(chunk, rank) + " has more bytes than 2^64");
+  Hdf5Handle space(H5Dget_space(dataset), H5Sclose, "cannot read the dataspace of " + what);
+  hsize_t offset[kMaxDatasetRank] = {};
+  uint64_t stored_total = 0;
+  while (true) {
+    unsigned filter_mask = 0;
+    haddr_t address = HADDR_UNDEF;
+    hsize_t stored = 0;
+    check_hdf5(H5Dget_chunk_info_by_coord(dataset, offset, &filter_mask, &address, &stored),
+               "cannot read the chunk at " + dims_str(offset, rank) + " of " + what);
+    if (address == HADDR_UNDEF)
+      throw Error(what + ": the chunk at " + dims_str(offset, rank) + " was never written (it would read as fill values)");
+    if (address > file_bytes || stored > file_bytes - address)
+      throw Error(what + ": the chunk at " + dims_str(offset, rank) + " claims bytes " + std::to_string(address) +
+                  " to " + std::to_string(address + stored) + ", outside the file (" + std::to_string(file_bytes) +
+                  " bytes)");
+    stored_total += stored;
+    if (stored_total > file_bytes)
+      throw Error(what + ": its chunks claim more bytes than the whole file holds (" + std::to_string(file_bytes) +
+                  " bytes)");
+    if (chunk_bytes / max_ratio > stored)
+      throw Error(what + ": the chunk at " + dims_str(offset, rank) + " expands from " + std::to_string(stored) +
+                  " stored bytes to " + std::to_string(chunk_bytes) + ", more than " + std::to_string(max_ratio) +
+                  "x (" + (max_ratio == 1 ? "an unfiltered chunk is stored whole" : "deflate's largest ratio") + ")");
+    // The next chunk in row-major order; done when every dimension has wrapped.
+    int i = rank - 1;
+    for (; i >= 0; --i) {
+      offset[i] += chunk[i];
+      if (offset[i] < dims[i]) break;
+      offset[i] = 0;
+    }
+    if (i < 0) break;
+  }
+}
+
 }  // namespace
 
 DatasetExtent checked_dataset_extent(hid_t dataset, uint64_t file_bytes, const std::string& what) {
@@ -89,19 +156,30 @@ DatasetExtent checked_dataset_extent(hid_t dataset, uint64_t file_bytes, const s
   Hdf5Handle type(H5Dget_type(dataset), H5Tclose, "cannot read the type of " + what);
   const size_t element_bytes = H5Tget_size(type);
   if (element_bytes == 0) throw Error(what + ": cannot read its element size" + hdf5_detail());
-  uint64_t bytes = 0;
-  const bool overflow = __builtin_mul_overflow(static_cast<uint64_t>(extent.count), element_bytes, &bytes);
-  if (overflow || bytes > file_bytes)
-    throw Error(what + ": shape " + dims_str(dims, rank) + " of " + std::to_string(element_bytes) +
-                "-byte elements needs " + (overflow ? std::string("over 2^64") : std::to_string(bytes)) +
-                " bytes, more than the whole file holds (" + std::to_string(file_bytes) +
-                " bytes; lat reads uncompressed data)");
-
   Hdf5Handle dcpl(H5Dget_create_plist(dataset), H5Pclose, "cannot read the storage properties of " + what);
   const H5D_layout_t layout = H5Pget_layout(dcpl);
   if (layout < 0) throw Error(what + ": cannot read its storage layout" + hdf5_detail());
+  const bool filtered = layout == H5D_CHUNKED && check_filters(dcpl, what);
+  const uint64_t max_ratio = filtered ? kMaxDeflateRatio : 1;
+
+  uint64_t bytes = 0;
+  const bool overflow = __builtin_mul_overflow(static_cast<uint64_t>(extent.count), element_bytes, &bytes);
+  if (overflow || bytes / max_ratio > file_bytes)
+    throw Error(what + ": shape " + dims_str(dims, rank) + " of " + std::to_string(element_bytes) +
+                "-byte elements needs " + (overflow ? std::string("over 2^64") : std::to_string(bytes)) +
+                " bytes, more than " + (filtered ? std::to_string(max_ratio) + " times what " : std::string()) +
+                "the whole file holds (" + std::to_string(file_bytes) + " bytes; " +
+                (filtered ? "deflate expands at most that much" : "its data are unfiltered") + ")");
+  if (filtered && bytes > host_physical_memory())
+    throw Error(what + ": shape " + dims_str(dims, rank) + " decompresses to " + std::to_string(bytes) +
+                " bytes, more than this machine's memory (" + std::to_string(host_physical_memory()) + " bytes)");
+
   check_storage_in_file(dcpl, layout, what);
-  if (extent.count > 0) check_written(dataset, dcpl, layout, dims, rank, what);
+  if (extent.count > 0) {
+    check_written(dataset, dcpl, layout, dims, rank, what);
+    if (layout == H5D_CHUNKED)
+      check_chunks_in_file(dataset, dcpl, dims, rank, element_bytes, file_bytes, max_ratio, what);
+  }
   return extent;
 }
 

@@ -14,6 +14,7 @@
 
 #include "data/hdf5_dataset.h"
 #include "data/hdf5_errors.h"
+#include "data/hdf5_links.h"
 #include "data/regular_file.h"
 #include "lat/error.h"
 
@@ -166,6 +167,11 @@ std::vector<int32_t> read_h5_tokens(const std::string& path, const std::string& 
   LAT_CHECK(H5Fis_hdf5(path.c_str()) > 0, "read_h5_tokens: " << path << " is not an HDF5 file");
   const std::string where = "read_h5_tokens: " + path + ": ";
   Hdf5Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose, where + "cannot open as HDF5");
+  try {
+    check_hard_links_along(file, dataset);
+  } catch (const Error& e) {
+    throw Error(where + e.what());
+  }
   LAT_CHECK(H5Lexists(file, dataset.c_str(), H5P_DEFAULT) > 0,
             "read_h5_tokens: " << path << " has no dataset '" << dataset << "' (data.h5_dataset)");
   Hdf5Handle data(H5Dopen2(file, dataset.c_str(), H5P_DEFAULT), H5Dclose,

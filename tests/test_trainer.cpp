@@ -24,6 +24,7 @@
 
 #include "data/dataset.h"
 #include "tests/expect_error.h"
+#include "tests/run_dir_snapshot.h"
 #include "tests/test_files.h"
 #include "train/config/config.h"
 #include "train/config/model_config.h"
@@ -45,6 +46,7 @@ using testing::contains;
 using testing::expect_error;
 using testing::overwrite_int64_attribute;
 using testing::read_bytes;
+using testing::RunDirSnapshot;
 using testing::write_bytes;
 
 std::vector<nlohmann::ordered_json> read_metrics(const fs::path& path) {
@@ -52,32 +54,6 @@ std::vector<nlohmann::ordered_json> read_metrics(const fs::path& path) {
   std::ifstream in(path);
   for (std::string line; std::getline(in, line);) out.push_back(nlohmann::ordered_json::parse(line));
   return out;
-}
-
-/// Every regular file of `dir`: name -> bytes.
-std::map<std::string, std::string> file_contents(const fs::path& dir) {
-  std::map<std::string, std::string> files;
-  for (const auto& entry : fs::directory_iterator(dir))
-    if (entry.is_regular_file()) files[entry.path().filename().string()] = read_bytes(entry.path());
-  return files;
-}
-
-/// Expects `dir` to hold exactly the files of `before`, each byte for byte.
-void expect_unchanged(const fs::path& dir, const std::map<std::string, std::string>& before,
-                      std::source_location where = std::source_location::current()) {
-  const auto after = file_contents(dir);
-  std::vector<std::string> names_before, names_after;
-  for (const auto& [name, bytes] : before) names_before.push_back(name);
-  for (const auto& [name, bytes] : after) names_after.push_back(name);
-  if (names_after != names_before)
-    ADD_FAILURE_AT(where.file_name(), static_cast<int>(where.line()))
-        << "files before: " << ::testing::PrintToString(names_before)
-        << ", after: " << ::testing::PrintToString(names_after);
-  for (const auto& [name, bytes] : before) {
-    auto it = after.find(name);
-    if (it != after.end() && it->second != bytes)
-      ADD_FAILURE_AT(where.file_name(), static_cast<int>(where.line())) << name << " changed";
-  }
 }
 
 /// Unlinks `object` (e.g. "/optimizer/norm.weight") from the HDF5 file at `path`, as a damaged
@@ -516,30 +492,30 @@ TEST_F(TrainerTest, ResumeNeverRefusesAnOutDirWithCheckpoints) {
 TEST_F(TrainerTest, ResumeRefusesACheckpointWhoseStepDisagreesWithItsName) {
   ASSERT_NO_FATAL_FAILURE(run_to_step_8());
   ASSERT_NO_FATAL_FAILURE(overwrite_int64_attribute(ckpt(8), "step", 0));
-  const auto before = file_contents(run_dir());
+  const RunDirSnapshot before(run_dir());
   // Resuming at step 0 would have overwritten ckpt_4 and ckpt_8 and emptied metrics.jsonl.
   expect_error<ConfigError>([&] { run(); }, {"resume: '" + ckpt(8) +
                                              "': attribute step: expected 8 (the step its file name carries), "
                                              "found 0"});
-  expect_unchanged(run_dir(), before);
+  before.expect_unchanged();
 }
 
 TEST_F(TrainerTest, ResumeRefusesAnOlderCheckpointWhileANewerOneExistsNamingBoth) {
   ASSERT_NO_FATAL_FAILURE(run_to_step_8());
   write_latest(run_dir().string(), checkpoint_file_name(4));
-  const auto before = file_contents(run_dir());
+  const RunDirSnapshot before(run_dir());
   expect_error<ConfigError>([&] { run(); },
                             {"resume: '" + (run_dir() / "latest").string() + "' names '" + ckpt(4) + "' (step 4)",
                              "train.out_dir holds the newer '" + ckpt(8) + "' (step 8)",
                              "would overwrite or prune it, so nothing was changed", "train.resume: " + ckpt(8)});
-  expect_unchanged(run_dir(), before);
+  before.expect_unchanged();
   // Named explicitly, the older checkpoint is refused too: the error says what resuming from
   // it would do to the newer one.
   expect_error<ConfigError>(
       [&] { run({"train.resume=" + ckpt(4)}); },
       {"resume: train.resume names '" + ckpt(4) + "' (step 4)",
        "train.out_dir holds the newer '" + ckpt(8) + "' (step 8)", "would overwrite or prune it"});
-  expect_unchanged(run_dir(), before);
+  before.expect_unchanged();
 }
 
 TEST_F(TrainerTest, ResumeBesideANewerDamagedCheckpointDoesNotAdviseResumingFromIt) {
@@ -547,50 +523,49 @@ TEST_F(TrainerTest, ResumeBesideANewerDamagedCheckpointDoesNotAdviseResumingFrom
   write_latest(run_dir().string(), checkpoint_file_name(4));
   const std::string whole = read_bytes(ckpt(8));
   write_bytes(ckpt(8), whole.substr(0, whole.size() / 2));  // truncated, as by a full disk
-  const auto before = file_contents(run_dir());
+  const RunDirSnapshot before(run_dir());
   const std::string what = expect_error<ConfigError>(
       [&] { run(); }, {"train.out_dir holds the newer '" + ckpt(8) + "' (step 8)", "it cannot be read (",
                        "move it out of train.out_dir, or choose another train.out_dir"});
   EXPECT_EQ(what.find("train.resume: " + ckpt(8)), std::string::npos) << what;
-  expect_unchanged(run_dir(), before);
+  before.expect_unchanged();
 }
 
 TEST_F(TrainerTest, ResumeRefusesNegativeCountersBeforeMetricsChange) {
   ASSERT_NO_FATAL_FAILURE(run_to_step_8());
   const std::string good = read_bytes(ckpt(8));
   ASSERT_NO_FATAL_FAILURE(overwrite_int64_attribute(ckpt(8), "step", -5));
-  auto before = file_contents(run_dir());
+  RunDirSnapshot before(run_dir());
   expect_error([&] { run(); }, {"load_checkpoint: '" + ckpt(8) + "': root attribute 'step': expected >= 0, found -5"});
-  expect_unchanged(run_dir(), before);
+  before.expect_unchanged();
 
   write_bytes(ckpt(8), good);
   ASSERT_NO_FATAL_FAILURE(overwrite_int64_attribute(ckpt(8), "tokens_seen", -1));
-  before = file_contents(run_dir());
+  before = RunDirSnapshot(run_dir());
   expect_error([&] { run(); },
                {"load_checkpoint: '" + ckpt(8) + "': root attribute 'tokens_seen': expected >= 0, found -1"});
-  expect_unchanged(run_dir(), before);
+  before.expect_unchanged();
 }
 
 TEST_F(TrainerTest, ResumeRefusesAStepBeyondMaxStepsThatDisagreesWithItsName) {
   ASSERT_NO_FATAL_FAILURE(run_to_step_8());
   const std::string good = read_bytes(ckpt(8));
   ASSERT_NO_FATAL_FAILURE(overwrite_int64_attribute(ckpt(8), "step", 1000000000000000));
-  const auto before = file_contents(run_dir());
+  const RunDirSnapshot before(run_dir());
   // Not "nothing to do" with exit 0: the file name says step 8.
   expect_error<ConfigError>([&] { run(); }, {"resume: '" + ckpt(8) +
                                              "': attribute step: expected 8 (the step its file name carries), "
                                              "found 1000000000000000"});
-  expect_unchanged(run_dir(), before);
+  before.expect_unchanged();
 
   // A step beyond train.max_steps that the name confirms is a finished run: nothing to do,
-  // and no checkpoint, `latest` or metrics record changes.
+  // and no file changes (config.yaml, which holds the new max_steps, included).
   write_bytes(ckpt(8), good);
-  const auto finished = file_contents(run_dir());
+  const RunDirSnapshot finished(run_dir());
   TrainSummary s = run({"train.max_steps=6"});
   EXPECT_EQ(s.end_reason, "nothing to do");
   EXPECT_EQ(s.step, 8);
-  for (const char* name : {"ckpt_00000004.h5", "ckpt_00000008.h5", "latest", "metrics.jsonl"})
-    EXPECT_EQ(read_bytes(run_dir() / name), finished.at(name)) << name;
+  finished.expect_unchanged();
 }
 
 TEST_F(TrainerTest, ResumeRefusesACheckpointMissingOptimizerStateNamingTheParameter) {
@@ -598,26 +573,26 @@ TEST_F(TrainerTest, ResumeRefusesACheckpointMissingOptimizerStateNamingTheParame
   const std::string good = read_bytes(ckpt(8));
   const std::string name = load_checkpoint(ckpt(8)).optimizer.params.at(1).name;
   ASSERT_NO_FATAL_FAILURE(delete_hdf5_object(ckpt(8), "/optimizer/" + name));
-  auto before = file_contents(run_dir());
+  RunDirSnapshot before(run_dir());
   expect_error<ConfigError>(
       [&] { run(); },
       {"resume: '" + ckpt(8) + "': no optimizer state for parameter '" + name + "': expected /optimizer/" + name +
        "/exp_avg (adamw after 8 updates), found no /optimizer/" + name + " group"});
-  expect_unchanged(run_dir(), before);
+  before.expect_unchanged();
 
   // One buffer of the group missing is refused the same way, naming the buffer.
   write_bytes(ckpt(8), good);
   ASSERT_NO_FATAL_FAILURE(delete_hdf5_object(ckpt(8), "/optimizer/" + name + "/exp_avg_sq"));
-  before = file_contents(run_dir());
+  before = RunDirSnapshot(run_dir());
   expect_error<ConfigError>([&] { run(); }, {"no optimizer state for parameter '" + name + "': expected /optimizer/" +
                                              name + "/exp_avg_sq (adamw after 8 updates), found none"});
-  expect_unchanged(run_dir(), before);
+  before.expect_unchanged();
 
   // Fine-tuning reads weights only (init_from): the same file starts a new run.
   TrainSummary s = run({"init_from=" + ckpt(8), "train.out_dir=" + (dir_ / "finetune").string(), "train.max_steps=2",
                         "train.eval_every=0"});
   EXPECT_EQ(s.step, 2);
-  expect_unchanged(run_dir(), before);
+  before.expect_unchanged();
 }
 
 TEST_F(TrainerTest, ResumeRefusesOptimizerStateOfTheWrongShapeNamingTheFile) {
@@ -627,10 +602,10 @@ TEST_F(TrainerTest, ResumeRefusesOptimizerStateOfTheWrongShapeNamingTheFile) {
   param.buffers.at(0).second = Tensor::zeros({3});
   save_checkpoint(path("wrong_shape.h5"), c);
   write_bytes(ckpt(8), read_bytes(path("wrong_shape.h5")));
-  const auto before = file_contents(run_dir());
+  const RunDirSnapshot before(run_dir());
   expect_error([&] { run(); },
                {"resume: '" + ckpt(8) + "': ", "'" + param.name + "/exp_avg': expected ", "got [3] f32"});
-  expect_unchanged(run_dir(), before);
+  before.expect_unchanged();
 }
 
 TEST_F(TrainerTest, StrayCheckpointNamesAreIgnoredWithAWarning) {
@@ -638,7 +613,7 @@ TEST_F(TrainerTest, StrayCheckpointNamesAreIgnoredWithAWarning) {
   // Not int64, and not checkpoint_file_name's form: neither is step 12 nor newer than ckpt_8.
   const std::vector<std::string> strays = {"ckpt_99999999999999999999.h5", "ckpt_12.h5"};
   for (const std::string& stray : strays) fs::copy_file(ckpt(8), run_dir() / stray);
-  const auto before = file_contents(run_dir());
+  const RunDirSnapshot before(run_dir());
   TrainSummary s = run({"train.keep_last=0"});
   EXPECT_EQ(s.start_step, 8);
   EXPECT_EQ(s.step, 12);
@@ -648,14 +623,14 @@ TEST_F(TrainerTest, StrayCheckpointNamesAreIgnoredWithAWarning) {
                                   ": not a checkpoint name lat writes (ckpt_<step>.h5, the step an int64 in 8 or more "
                                   "digits)\n"))
         << log;
-    EXPECT_EQ(read_bytes(run_dir() / stray), before.at(stray)) << stray;
+    EXPECT_EQ(read_bytes(run_dir() / stray), before.bytes(stray)) << stray;
   }
-  EXPECT_EQ(read_bytes(ckpt(4)), before.at("ckpt_00000004.h5"));
-  EXPECT_EQ(read_bytes(ckpt(8)), before.at("ckpt_00000008.h5"));
+  EXPECT_EQ(read_bytes(ckpt(4)), before.bytes("ckpt_00000004.h5"));
+  EXPECT_EQ(read_bytes(ckpt(8)), before.bytes("ckpt_00000008.h5"));
   EXPECT_TRUE(fs::exists(ckpt(12)));
   EXPECT_EQ(read_bytes(run_dir() / "latest"), "ckpt_00000012.h5\n");
   // metrics.jsonl is extended, its records up to step 8 kept as they were.
-  EXPECT_EQ(read_bytes(run_dir() / "metrics.jsonl").rfind(before.at("metrics.jsonl"), 0), 0u);
+  EXPECT_EQ(read_bytes(run_dir() / "metrics.jsonl").rfind(before.bytes("metrics.jsonl"), 0), 0u);
 }
 
 // generate and eval (load_trained_model), info (inspect) on a run directory holding stray
@@ -665,7 +640,7 @@ TEST_F(TrainerTest, StrayCheckpointNamesAreIgnoredWithAWarningByTheDirectoryLook
   const fs::path stray = run_dir() / "ckpt_99999999999999999999.h5";
   fs::copy_file(ckpt(8), stray);
   fs::remove(run_dir() / "latest");  // the lookup then goes by the names alone
-  const auto before = file_contents(run_dir());
+  const RunDirSnapshot before(run_dir());
   const std::string warning = "warning: ignoring " + stray.string() + ": not a checkpoint name lat writes";
   auto expect_one_warning = [&](const std::string& err, const char* what) {
     EXPECT_EQ(err.find(warning), err.rfind(warning)) << what << ": " << err;
@@ -690,7 +665,7 @@ TEST_F(TrainerTest, StrayCheckpointNamesAreIgnoredWithAWarningByTheDirectoryLook
   ASSERT_TRUE(info.checkpoint.has_value());
   EXPECT_EQ(info.checkpoint->path, ckpt(8));
 
-  expect_unchanged(run_dir(), before);
+  before.expect_unchanged();
 }
 
 // The last line of defence: a checkpoint at or above the step a run is about to save appears

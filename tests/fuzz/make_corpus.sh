@@ -7,8 +7,8 @@
 # a reader, kept as regression tests) stay.
 # Needs Debian's /usr/bin/python3 with h5py and numpy (tools/install_deps.sh installs them).
 # corpus/config:      configs/*.yaml and a resolved config.yaml (every key)
-# corpus/checkpoint:  a full checkpoint (1 attn layer, SGD state) and an h5-weights export
-#                     (gdn + attn), d_model 8
+# corpus/checkpoint:  a full checkpoint (1 attn layer, SGD state), the same gzip'd by h5repack
+#                     (hdf5-tools), and an h5-weights export (gdn + attn), d_model 8
 # corpus/safetensors: export directories packed as fuzz_safetensors.cpp reads them (f32 with
 #                     a char tokenizer, bf16, tied embeddings with the byte tokenizer)
 # corpus/token_files: raw uint16 and uint32 .bin, llm.c headered v1 and v2, HDF5 "tokens"
@@ -73,6 +73,8 @@ cp tied_byte_f32/tokenizer.json "$corpus/hf_tokenizer/byte_lat.json"
 cp "$src"/configs/*.yaml "$corpus/config/"
 cp gdn_attn/config.yaml "$corpus/config/resolved_gdn_attn.yaml"
 cp attn_sgd/ckpt_00000002.h5 "$corpus/checkpoint/attn_sgd.h5"
+# The same checkpoint as h5repack rewrites it with shuffle, gzip and fletcher32 (hdf5-tools).
+h5repack -L -f SHUF -f GZIP=9 -f FLET "$corpus/checkpoint/attn_sgd.h5" "$corpus/checkpoint/attn_sgd_gzip.h5"
 cp gdn_attn_h5/model.h5 "$corpus/checkpoint/gdn_attn_weights.h5"
 
 /usr/bin/python3 - "$corpus" <<'PY'

@@ -17,6 +17,7 @@
 
 #include "data/hdf5_dataset.h"
 #include "data/hdf5_errors.h"
+#include "data/hdf5_links.h"
 #include "data/regular_file.h"
 #include "data/tokenizer.h"
 #include "lat/version.h"
@@ -216,8 +217,27 @@ bool exists(htri_t answer, const std::string& what) {
   return answer > 0;
 }
 
+/// The path of the group `loc` ("/" for the root, "/model", ...), for messages.
+std::string group_path(hid_t loc) {
+  const ssize_t size = H5Iget_name(loc, nullptr, 0);
+  if (size <= 0) return "/";
+  std::string path(static_cast<size_t>(size) + 1, '\0');
+  H5Iget_name(loc, path.data(), path.size());
+  path.resize(static_cast<size_t>(size));
+  return path;
+}
+
+/// "<group>/<name>" for the member `name` of the group at `group` ("/" for the root).
+std::string member_path(const std::string& group, const std::string& name) {
+  return (group == "/" ? "" : group) + "/" + name;
+}
+
+/// Whether group `loc` has a link `name`; one that exists must be a hard link (hdf5_links.h),
+/// as every link the reader opens passes through here or member_names.
 bool has_link(hid_t loc, const char* name) {
-  return exists(H5Lexists(loc, name, H5P_DEFAULT), std::string("link '") + name + "'");
+  if (!exists(H5Lexists(loc, name, H5P_DEFAULT), std::string("link '") + name + "'")) return false;
+  check_hard_link(loc, name, member_path(group_path(loc), name));
+  return true;
 }
 
 bool has_attr(hid_t loc, const char* name) {
@@ -227,7 +247,8 @@ bool has_attr(hid_t loc, const char* name) {
 /// "inf", "-inf" or "nan" for a value that is not finite.
 const char* non_finite_name(float value) { return std::isnan(value) ? "nan" : value > 0 ? "inf" : "-inf"; }
 
-/// The member names of a group: in creation order when the group tracks it, else by name.
+/// The member names of a group: in creation order when the group tracks it, else by name. Each
+/// must be a hard link (hdf5_links.h); `what` is the group's path.
 std::vector<std::string> member_names(hid_t group, const std::string& what) {
   Hdf5Handle gcpl(H5Gget_create_plist(group), H5Pclose, "cannot read the properties of " + what);
   unsigned order_flags = 0;
@@ -242,6 +263,7 @@ std::vector<std::string> member_names(hid_t group, const std::string& what) {
     std::string name(static_cast<size_t>(size) + 1, '\0');
     H5Lget_name_by_idx(group, ".", index, H5_ITER_INC, i, name.data(), name.size(), H5P_DEFAULT);
     name.resize(static_cast<size_t>(size));
+    check_hard_link(group, name.c_str(), member_path(what, name));
     names.push_back(name);
   }
   return names;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 
+#include "train/config/config.h"
 #include "train/files/checkpoint.h"
 
 namespace lat {
@@ -16,6 +17,16 @@ namespace lat {
 /// checkpoint_file_name(N) must hold step N (its step then also decides whether there is
 /// anything left to do before train.max_steps). Throws ConfigError naming `path`.
 void check_resume_counters(const Checkpoint& ckpt, const std::string& path);
+
+/// The parts of the checkpoint agree with each other and with `writer`, the train config of its
+/// own /config: tokens_seen >= step (every completed step trains on at least one token; no
+/// upper bound, since train.batch_size and grad_accum may change on resume); /rng present;
+/// /data's step equal to the checkpoint's step and its seed, batch_size and grad_accum equal to
+/// writer's; the /optimizer step at most the training step (a step skipped for a non-finite
+/// gradient norm makes no update, so the optimizer may lag, never lead); every exp_avg_sq
+/// element >= 0 (a running mean of squares: a negative one gives NaN updates). Throws
+/// ConfigError naming `path` and the attribute or dataset.
+void check_resume_consistency(const Checkpoint& ckpt, const TrainConfig& writer, const std::string& path);
 
 /// Refuses to resume from `path` (at `step`) into `out_dir` when out_dir holds a checkpoint
 /// of a higher step: the run would overwrite it, or leave it newer than `latest` and prune

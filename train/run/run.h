@@ -80,6 +80,11 @@ class Run {
   /// Loads data_ (text encoded with `tokenizer` when given) and the loader, or the loader of
   /// data.task's synthetic task (data_ stays empty); returns the vocabulary size.
   int64_t load_training_data(const std::optional<Tokenizer>& tokenizer);
+  /// load_training_data with the tokenizer of the checkpoint at `path`; a failure (a character
+  /// its char vocabulary lacks) names that checkpoint and data.path (ConfigError unchanged).
+  int64_t load_resume_data(const std::optional<Tokenizer>& tokenizer, const std::string& path);
+  /// The step this run stops at: train.stop_at when set (and below max_steps), else max_steps.
+  int64_t end_step() const;
   /// model_ (from init_from's weights when fine-tuning), frozen_, optimizer_ and schedule_.
   ModelSetup build_model(int64_t vocab_size, const std::optional<ModelWeights>& init);
   /// Weights, optimizer state, generator and counters of the checkpoint `resume` read from

@@ -251,7 +251,7 @@ TrainSummary Run::run() {
   set_num_threads(training_threads(train_.threads, dist_.default_threads()));
   prepare(shared_resume_source());
 
-  const int64_t end = train_.stop_at > 0 ? std::min(train_.stop_at, train_.max_steps) : train_.max_steps;
+  const int64_t end = end_step();
   if (step_ >= end) {
     log("nothing to do: the checkpoint is at step " + std::to_string(step_) + ", the run ends at step " +
         std::to_string(end) + (train_.stop_at > 0 ? " (train.stop_at)" : " (train.max_steps)"));

@@ -94,7 +94,7 @@ void Run::prepare(const std::optional<std::string>& resume_path) {
     if (config_.data.task == "none")
       tokenizer = finetune_tokenizer(init->checkpoint, config_.data, config_.init_from_strict);
   }
-  const int64_t vocab_size = load_training_data(tokenizer);
+  const int64_t vocab_size = resume_path ? load_resume_data(tokenizer, *resume_path) : load_training_data(tokenizer);
   // Before the model's pages are touched: a step that cannot fit is refused here, not after
   // minutes of swapping or in the out-of-memory killer.
   step_memory_ = estimate_step_memory(config_, vocab_size, rows_.end - rows_.begin);
@@ -106,8 +106,8 @@ void Run::prepare(const std::optional<std::string>& resume_path) {
   move_parameters(*model_, device_);
   summary_.start_step = step_;
   // Only now, with the checkpoint read and checked whole, may out_dir change (metrics.jsonl
-  // trimmed to its step, stale files removed).
-  if (dist_.is_root()) open_out_dir();
+  // trimmed to its step, stale files removed); a finished run changes nothing.
+  if (dist_.is_root() && step_ < end_step()) open_out_dir();
   log_start(resume_path, vocab_size, setup);
   // The starting point of a fine-tuning run, so that metrics.jsonl shows the val loss moving.
   if (init) periodic_eval(0);
@@ -129,12 +129,29 @@ Run::ResumeCheckpoint Run::read_resume_checkpoint(const std::string& path) const
     check_no_newer_checkpoint(ckpt.step, path, out_dir_.string(), named_by_user);
   }
   const Config saved = parse_config(ckpt.config_yaml, path);
+  check_resume_consistency(ckpt, saved.train, path);
   const std::vector<std::string> keys = resume_incompatible_keys(saved, config_);
   if (!keys.empty())
     throw ConfigError("resume: " + path + " was trained with another config; these keys may not change " +
                       "on resume: " + join(keys, ", ") +
                       " (restore them, or start a new run with another train.out_dir)");
   return {std::move(ckpt), saved.train};
+}
+
+int64_t Run::end_step() const {
+  return train_.stop_at > 0 ? std::min(train_.stop_at, train_.max_steps) : train_.max_steps;
+}
+
+int64_t Run::load_resume_data(const std::optional<Tokenizer>& tokenizer, const std::string& path) {
+  try {
+    return load_training_data(tokenizer);
+  } catch (const ConfigError&) {
+    throw;  // a data.* key of the config, named already
+  } catch (const Error& e) {
+    // The text may hold a character the checkpoint's tokenizer lacks: say which model it is.
+    const std::string with = tokenizer ? " with the checkpoint's " + tokenizer->type() + " tokenizer" : "";
+    throw Error("resume: '" + path + "': reading data.path '" + config_.data.path + "'" + with + ": " + e.what());
+  }
 }
 
 int64_t Run::load_training_data(const std::optional<Tokenizer>& tokenizer) {
@@ -194,7 +211,12 @@ void Run::restore(const ResumeCheckpoint& resume, const std::string& path) {
   else
     log("warning: " + path + " holds " + (ckpt.optimizer.type.empty() ? "no" : ckpt.optimizer.type) +
         " optimizer state; " + optimizer_->type() + " starts from fresh state");
-  if (!ckpt.rng_state.empty()) gen_.set_state(ckpt.rng_state);
+  try {
+    gen_.set_state(ckpt.rng_state);
+  } catch (const Error& e) {
+    throw ConfigError("resume: '" + path + "': /rng: " + e.what() +
+                      " (a damaged checkpoint; nothing in train.out_dir was changed)");
+  }
   if (ckpt.data.state != loader_->sampler())
     log("warning: " + path + " was written with data sampler '" + ckpt.data.state + "', this lat uses '" +
         loader_->sampler() + "': the batches after the resume differ from an uninterrupted run");

@@ -93,6 +93,15 @@ void TrainOptimizer::load_from(const Checkpoint& ckpt, const TrainConfig& writer
             "resume: '" << source << "' holds no optimizer state (a weights-only checkpoint)");
   LAT_CHECK(ckpt.optimizer.type == type(), "resume: '" << source << "' holds " << ckpt.optimizer.type
                                                        << " state but train.optimizer is " << type());
+  // A group for a parameter this run does not train (an empty one passes restore()) means
+  // the file is not what this run wrote.
+  for (const CheckpointParamState& saved : ckpt.optimizer.params)
+    if (std::none_of(optimizer_->parameters().begin(), optimizer_->parameters().end(),
+                     [&](const NamedParameter& p) { return p.name == saved.name; }))
+      throw ConfigError("resume: '" + source + "': /optimizer/" + saved.name +
+                        ": optimizer state for no trainable parameter of this model; expected groups only for its " +
+                        std::to_string(optimizer_->parameters().size()) +
+                        " trainable parameters (a damaged checkpoint; nothing in train.out_dir was changed)");
   // restore() takes whatever state there is; a parameter left without it would silently
   // restart from zeros while the others continue.
   if (ckpt.optimizer.step > 0 && keeps_state(writer)) {
