@@ -17,6 +17,10 @@ namespace lat {
 /// or the token id that ends each document of bin and h5 token data.
 using DocSeparator = std::variant<std::monostate, std::string, int64_t>;
 
+/// `text` as a YAML double-quoted scalar, with escapes for quotes, backslashes and control
+/// characters ("\n\n" reads as it is written in a config), for messages.
+std::string double_quoted(const std::string& text);
+
 /// The separator as YAML writes it, for messages: "\n\n" (double-quoted, escaped), 50256, or
 /// none.
 std::string describe_doc_separator(const DocSeparator& separator);

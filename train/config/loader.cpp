@@ -1,6 +1,8 @@
 // Defaults, a document and overrides into a Config (loader.h).
 #include "train/config/loader.h"
 
+#include <vector>
+
 #include "train/config/suggest.h"
 #include "train/config/yaml_value.h"
 
@@ -20,12 +22,16 @@ void Loader::apply_override(const std::string& assignment) {
   std::string key = assignment.substr(0, eq);
   if (eq == std::string::npos || key.empty()) throw ConfigError("--set '" + assignment + "': expected key=value");
   const std::string location = "--set " + key;
-  YAML::Node value;
+  std::vector<YAML::Node> documents;
   try {
-    value = YAML::Load(assignment.substr(eq + 1));
+    documents = YAML::LoadAll(assignment.substr(eq + 1));
   } catch (const YAML::Exception& e) {
     throw ConfigError(key + ": cannot parse the value as YAML: " + e.msg + " (" + location + ")");
   }
+  if (documents.size() > 1)
+    throw ConfigError(key + ": the value holds a second YAML document (a '---' line), expected one value (" + location +
+                      ")");
+  const YAML::Node value = documents.empty() ? YAML::Node() : documents.front();
   if (is_section(key) && !value.IsMap())
     throw ConfigError(key + ": expected a map of keys, got " + describe(value) + " (" + location + ")");
   apply_key(key, value, location, Origin{"", nullptr, location});
