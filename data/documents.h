@@ -51,6 +51,8 @@ class DocumentIndex {
   std::span<const int64_t> starts_in(int64_t begin, int64_t end) const;
   /// How many documents start after the first token of the stream.
   int64_t num_starts() const { return static_cast<int64_t>(starts_.size()); }
+  /// How many documents the stream holds: the one it starts with and one per later start.
+  int64_t num_documents() const { return num_starts() + 1; }
 
  private:
   std::vector<int64_t> starts_;  // positions right after a separator, in (0, n), increasing
