@@ -382,6 +382,31 @@ TEST_F(TrainerTest, TruncatedCheckpointIsAnErrorNamingItAndIsLeftUntouched) {
   EXPECT_FALSE(fs::exists(run_dir() / "ckpt_00000008.h5"));
 }
 
+TEST_F(TrainerTest, DataBannerShowsPackingAndTheDocumentCount) {
+  run({"train.max_steps=1"});
+  EXPECT_TRUE(contains(log_text(), "val tokens, block 16, packing off\n")) << log_text();
+  fs::remove_all(run_dir());
+  // 300 lines, each ending at its "\n": 300 documents.
+  run({"train.max_steps=1", "data.doc_separator=\"\\n\"", "data.packing=true"});
+  EXPECT_TRUE(contains(log_text(), "val tokens, block 16, packing on: 300 documents ending at \"\\n\"\n")) << log_text();
+}
+
+// tokens_per_s counts batch_size x grad_accum x block_size input tokens per step, also for a
+// synthetic task whose targets (tokens_seen) are its answers only. time_s covers at least the
+// step that tokens_per_s is measured over, so tokens_per_s * time_s >= the step's tokens.
+TEST_F(TrainerTest, TokensPerSecondCountsEveryInputTokenOfTheStep) {
+  run({"train.max_steps=1", "train.grad_accum=2", "data.path=null", "data.task=mqar", "data.mqar.vocab=32",
+       "data.mqar.pairs=2"});
+  const std::vector<nlohmann::ordered_json> records = read_metrics(run_dir() / "metrics.jsonl");
+  ASSERT_FALSE(records.empty());
+  const nlohmann::ordered_json& first = records.front();
+  ASSERT_EQ(first["step"], 1);
+  const int64_t step_tokens = 4 * 2 * 16;  // batch_size x grad_accum x block_size
+  EXPECT_GT(first["tokens_seen"].get<int64_t>(), 0);
+  EXPECT_LT(first["tokens_seen"].get<int64_t>(), step_tokens / 4);  // the answers only
+  EXPECT_GE(first["tokens_per_s"].get<double>() * first["time_s"].get<double>(), step_tokens * (1 - 1e-9));
+}
+
 TEST_F(TrainerTest, LossDecreasesOnALearnableStream) {
   TrainSummary s = run({"train.max_steps=40", "train.eval_every=0", "train.ckpt_every=0"});
   const auto records = read_metrics(run_dir() / "metrics.jsonl");
