@@ -155,12 +155,11 @@ LoadedData load_data(const DataOptions& options, const std::optional<Tokenizer>&
   // Every token a separator leaves nothing to predict inside a document: the loss would be
   // 0 / 0 at the first step.
   for (Split split : {Split::train, Split::val})
-    LAT_CHECK(packed.num_targets(split) > 0, "load_data: " << options.path << ": no targets in the " << split_name(split)
-                                                           << " split (" << packed.split_size(split)
-                                                           << " tokens): every token after its first is "
-                                                           << "data.doc_separator "
-                                                           << describe_doc_separator(options.doc_separator)
-                                                           << ", so each document ends where it starts");
+    LAT_CHECK(packed.num_targets(split) > 0,
+              "load_data: " << options.path << ": no targets in the " << split_name(split) << " split ("
+                            << packed.split_size(split) << " tokens): every token after its first is "
+                            << "data.doc_separator " << describe_doc_separator(options.doc_separator)
+                            << ", so each document ends where it starts");
   return LoadedData{std::move(packed), used, format};
 }
 

@@ -61,7 +61,8 @@ std::vector<int32_t> doc_separator_ids(const DocSeparator& separator, const std:
   if (const auto* id = std::get_if<int64_t>(&separator)) return {static_cast<int32_t>(*id)};
   const std::string& text = std::get<std::string>(separator);
   LAT_CHECK(tokenizer.has_value(), "doc_separator_ids: data.doc_separator: the string "
-                                       << double_quoted(text) << " needs the text's tokenizer; token data takes a token id");
+                                       << double_quoted(text)
+                                       << " needs the text's tokenizer; token data takes a token id");
   std::vector<int64_t> ids;
   try {
     ids = tokenizer->encode(text);

@@ -469,7 +469,8 @@ TEST(Config, QuotedNumbersAndBoolsAreRefused) {
   expect_parse_error("model.tie_embeddings: \"true\"\n",
                      "model.tie_embeddings: expected true or false, got the string \"true\" (remove the quotes) "
                      "(run.yaml:2)");
-  expect_parse_error("data.packing: \"yes\"\n", "data.packing: expected true or false, got the string \"yes\" (run.yaml:2)");
+  expect_parse_error("data.packing: \"yes\"\n",
+                     "data.packing: expected true or false, got the string \"yes\" (run.yaml:2)");
   expect_parse_error("train.betas: [0.9, \"0.95\"]\n",
                      "train.betas: expected a float, got the string \"0.95\" (remove the quotes) (run.yaml:2)");
   expect_parse_error("data.mqar.pairs: [4, \"8\"]\n",
@@ -480,8 +481,8 @@ TEST(Config, QuotedNumbersAndBoolsAreRefused) {
   expect_parse_error("", {"model.d_model=\"32\""},
                      "model.d_model: expected an int, got the string \"32\" (remove the quotes) (--set model.d_model)");
 
-  const lat::Config tagged =
-      parse("model: {d_model: !!int \"48\", n_heads: 2, norm_eps: !!float \"1e-5\", tie_embeddings: !!bool \"true\"}\n");
+  const lat::Config tagged = parse(
+      "model: {d_model: !!int \"48\", n_heads: 2, norm_eps: !!float \"1e-5\", tie_embeddings: !!bool \"true\"}\n");
   EXPECT_EQ(tagged.model.d_model, 48);
   EXPECT_EQ(tagged.model.norm_eps, 1e-5);
   EXPECT_TRUE(tagged.model.tie_embeddings);
@@ -500,13 +501,16 @@ TEST(Config, EmptyListNamesTheKeyAndAsksForANonEmptyOne) {
 
 TEST_F(ConfigTest, ASecondYamlDocumentIsRefusedNamingItsLine) {
   const std::string two = write("two.yaml", "data.path: x.txt\ntrain:\n  lr: 0.01\n---\ntrain:\n  lr: 0.5\n");
-  const std::string expected = "config: a second YAML document, expected one per file: remove the '---' and what "
-                               "follows, or merge it into the first (" + two + ":4)";
+  const std::string expected =
+      "config: a second YAML document, expected one per file: remove the '---' and what "
+      "follows, or merge it into the first (" +
+      two + ":4)";
   EXPECT_EQ(expect_error<lat::ConfigError>([&] { lat::load_config(two); }, {expected}), expected);
   // A file that opens with '---' holds one document; an empty second one is refused all the same.
   EXPECT_EQ(lat::load_config(write("one.yaml", "---\ndata.path: x.txt\n")).data.path, "x.txt");
   const std::string empty_second = write("empty_second.yaml", "---\ndata.path: x.txt\n---\n");
-  expect_error<lat::ConfigError>([&] { lat::load_config(empty_second); }, {"a second YAML document", empty_second + ":3)"});
+  expect_error<lat::ConfigError>([&] { lat::load_config(empty_second); },
+                                 {"a second YAML document", empty_second + ":3)"});
   expect_parse_error("", {"train.lr=0.1\n---\n0.2"},
                      "train.lr: the value holds a second YAML document (a '---' line), expected one value (--set "
                      "train.lr)");

@@ -280,9 +280,10 @@ TEST_F(PackingFiles, SeparatorErrorsNameTheKey) {
 // at load, naming the file and the split, instead of a nan loss at the first step.
 TEST_F(PackingFiles, ASplitOfSeparatorsOnlyHasNoTargetsAndIsRefused) {
   const std::vector<uint16_t> separators(80, 50);
-  const std::string bin =
-      write("seps.bin", std::string(reinterpret_cast<const char*>(separators.data()), separators.size() * 2));
-  const std::string expected = "load_data: " + bin + ": no targets in the train split (72 tokens): every token after "
+  const std::string bin = write("seps.bin",
+                                std::string(reinterpret_cast<const char*>(separators.data()), separators.size() * 2));
+  const std::string expected = "load_data: " + bin +
+                               ": no targets in the train split (72 tokens): every token after "
                                "its first is data.doc_separator 50, so each document ends where it starts";
   expect_error([&] { load_data({.path = bin, .block_size = 4, .doc_separator = int64_t{50}, .packing = true}); },
                {expected});

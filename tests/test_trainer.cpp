@@ -388,7 +388,8 @@ TEST_F(TrainerTest, DataBannerShowsPackingAndTheDocumentCount) {
   fs::remove_all(run_dir());
   // 300 lines, each ending at its "\n": 300 documents.
   run({"train.max_steps=1", "data.doc_separator=\"\\n\"", "data.packing=true"});
-  EXPECT_TRUE(contains(log_text(), "val tokens, block 16, packing on: 300 documents ending at \"\\n\"\n")) << log_text();
+  EXPECT_TRUE(contains(log_text(), "val tokens, block 16, packing on: 300 documents ending at \"\\n\"\n"))
+      << log_text();
 }
 
 // tokens_per_s counts batch_size x grad_accum x block_size input tokens per step, also for a

@@ -46,9 +46,10 @@ YAML::Node parse_text(const std::string& text, const std::string& source) {
     throw ConfigError("config: cannot parse: " + e.msg + " (" + source + ")");
   }
   if (documents.size() > 1)
-    throw ConfigError("config: a second YAML document, expected one per file: remove the '---' and what follows, "
-                      "or merge it into the first (" + source + ":" +
-                      std::to_string(second_document_line(text, documents)) + ")");
+    throw ConfigError(
+        "config: a second YAML document, expected one per file: remove the '---' and what follows, "
+        "or merge it into the first (" +
+        source + ":" + std::to_string(second_document_line(text, documents)) + ")");
   return documents.empty() ? YAML::Node() : documents.front();
 }
 

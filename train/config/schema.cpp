@@ -269,8 +269,8 @@ constexpr double kMaxExpandV = 64.0;
 // Upper bounds of the other floats: far above any setting that trains, and low enough that a
 // mistyped exponent (1e300) is an error naming the key instead of an inf or nan mid-run.
 constexpr double kMaxRopeTheta = 1e12;
-constexpr double kMaxMqarAlpha = 10.0;      // (gap + 1)^(alpha - 1) stays finite up to kMaxBlockSize
-constexpr double kMaxLearningRate = 10.0;   // train.lr, min_lr
+constexpr double kMaxMqarAlpha = 10.0;     // (gap + 1)^(alpha - 1) stays finite up to kMaxBlockSize
+constexpr double kMaxLearningRate = 10.0;  // train.lr, min_lr
 constexpr double kMaxWeightDecay = 10.0;
 constexpr double kMaxLrMultiplier = 100.0;  // lr_mult
 constexpr int64_t kMaxConvSize = 64;
@@ -374,7 +374,8 @@ const std::vector<KeySpec>& schema() {
       {LAT_KEY(init_from), .rule = check_init_from, .nullable = true},
       {LAT_KEY(init_from_strict)},
       {LAT_KEY(freeze), .bounds = non_empty("expected a non-empty pattern")},
-      {LAT_KEY(lr_mult), .bounds = {.range = FloatRange{.low = 0, .high = kMaxLrMultiplier}, .if_empty = "expected a non-empty pattern"}},
+      {LAT_KEY(lr_mult),
+       .bounds = {.range = FloatRange{.low = 0, .high = kMaxLrMultiplier}, .if_empty = "expected a non-empty pattern"}},
   };
   return keys;
 }

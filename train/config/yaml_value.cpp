@@ -41,9 +41,9 @@ bool parse_int_text(std::string text, int64_t& out) {
 bool parse_bool_text(const std::string& text, bool& out) {
   static const std::vector<std::string> yes = {"true", "True", "TRUE"}, no = {"false", "False", "FALSE"};
   const bool is_yes = std::find(yes.begin(), yes.end(), text) != yes.end();
-  const bool is_no = std::find(no.begin(), no.end(), text) != no.end();
+  if (!is_yes && std::find(no.begin(), no.end(), text) == no.end()) return false;
   out = is_yes;
-  return is_yes || is_no;
+  return true;
 }
 
 /// Reads the value of one key; `key` and `source` name it in errors.
