@@ -500,20 +500,23 @@ TEST(Config, EmptyListNamesTheKeyAndAsksForANonEmptyOne) {
 }
 
 TEST_F(ConfigTest, ASecondYamlDocumentIsRefusedNamingItsLine) {
+  const std::string message = "config: a second YAML document (or text after the first that YAML cannot read), "
+                              "expected one per file: remove it or merge it into the first (";
   const std::string two = write("two.yaml", "data.path: x.txt\ntrain:\n  lr: 0.01\n---\ntrain:\n  lr: 0.5\n");
-  const std::string expected =
-      "config: a second YAML document, expected one per file: remove the '---' and what "
-      "follows, or merge it into the first (" +
-      two + ":4)";
-  EXPECT_EQ(expect_error<lat::ConfigError>([&] { lat::load_config(two); }, {expected}), expected);
+  EXPECT_EQ(expect_error<lat::ConfigError>([&] { lat::load_config(two); }, {message + two + ":4)"}),
+            message + two + ":4)");
   // A file that opens with '---' holds one document; an empty second one is refused all the same.
   EXPECT_EQ(lat::load_config(write("one.yaml", "---\ndata.path: x.txt\n")).data.path, "x.txt");
   const std::string empty_second = write("empty_second.yaml", "---\ndata.path: x.txt\n---\n");
-  expect_error<lat::ConfigError>([&] { lat::load_config(empty_second); },
-                                 {"a second YAML document", empty_second + ":3)"});
+  expect_error<lat::ConfigError>([&] { lat::load_config(empty_second); }, {message + empty_second + ":3)"});
+  // A stray ',' is text YAML::Load skipped silently (and YAML::LoadAll loops on forever).
+  const std::string comma = write("comma.yaml", ",\n");
+  expect_error<lat::ConfigError>([&] { lat::load_config(comma); }, {message + comma + ":1)"});
+  // The end-of-document marker '...' alone is no second document.
+  EXPECT_EQ(lat::load_config(write("dots.yaml", "data.path: x.txt\n...\n")).data.path, "x.txt");
   expect_parse_error("", {"train.lr=0.1\n---\n0.2"},
-                     "train.lr: the value holds a second YAML document (a '---' line), expected one value (--set "
-                     "train.lr)");
+                     "train.lr: the value holds a second YAML document (or text after the first that YAML cannot "
+                     "read), expected one value (--set train.lr)");
 }
 
 TEST(Config, SetOverridesAnyKey) {

@@ -36,21 +36,23 @@ Config build(const YAML::Node* root, const std::string& source, const std::vecto
 
 /// The YAML document of `text`; a syntax error or a second document names `source` and the line.
 YAML::Node parse_text(const std::string& text, const std::string& source) {
-  std::vector<YAML::Node> documents;
+  std::optional<int> second_line;
+  YAML::Node root;
   try {
-    documents = YAML::LoadAll(text);
+    root = YAML::Load(text);
+    second_line = second_document_line(text);
   } catch (const YAML::ParserException& e) {
     throw ConfigError("config: YAML syntax error: " + e.msg + " (" + source + ":" + std::to_string(e.mark.line + 1) +
                       ")");
   } catch (const YAML::Exception& e) {
     throw ConfigError("config: cannot parse: " + e.msg + " (" + source + ")");
   }
-  if (documents.size() > 1)
+  if (second_line)
     throw ConfigError(
-        "config: a second YAML document, expected one per file: remove the '---' and what follows, "
-        "or merge it into the first (" +
-        source + ":" + std::to_string(second_document_line(text, documents)) + ")");
-  return documents.empty() ? YAML::Node() : documents.front();
+        "config: a second YAML document (or text after the first that YAML cannot read), expected one per file: "
+        "remove it or merge it into the first (" +
+        source + ":" + std::to_string(*second_line) + ")");
+  return root;
 }
 
 }  // namespace

@@ -3,19 +3,38 @@
 
 #include <sstream>
 
-namespace lat {
+#include <yaml-cpp/eventhandler.h>
+#include <yaml-cpp/yaml.h>
 
-int second_document_line(const std::string& text, const std::vector<YAML::Node>& documents) {
-  // yaml-cpp marks a document at its content (0-based lines; an empty document on the line
-  // after its '---'): the last line starting with "---" after the first document's content
-  // and not below that mark is where the second begins.
-  const int first = documents[0].Mark().line, mark = documents[1].Mark().line;
-  int start = mark + 1;
-  std::istringstream lines(text);
-  std::string line;
-  for (int i = 0; i <= mark && std::getline(lines, line); ++i)
-    if (i > first && line.rfind("---", 0) == 0) start = i + 1;
-  return start;
+namespace lat {
+namespace {
+
+/// Parser events that keep only where the last document started.
+class DocumentStart : public YAML::EventHandler {
+ public:
+  YAML::Mark mark;
+
+  void OnDocumentStart(const YAML::Mark& at) override { mark = at; }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+};
+
+}  // namespace
+
+std::optional<int> second_document_line(const std::string& text) {
+  // Two documents at most, not YAML::LoadAll: on text it cannot read after a document,
+  // yaml-cpp 0.7 returns empty documents at the same place forever.
+  std::istringstream stream(text);
+  YAML::Parser parser(stream);
+  DocumentStart start;
+  if (!parser.HandleNextDocument(start) || !parser.HandleNextDocument(start)) return std::nullopt;
+  return start.mark.line + 1;
 }
 
 }  // namespace lat
