@@ -500,8 +500,9 @@ TEST(Config, EmptyListNamesTheKeyAndAsksForANonEmptyOne) {
 }
 
 TEST_F(ConfigTest, ASecondYamlDocumentIsRefusedNamingItsLine) {
-  const std::string message = "config: a second YAML document (or text after the first that YAML cannot read), "
-                              "expected one per file: remove it or merge it into the first (";
+  const std::string message =
+      "config: a second YAML document (or text after the first that YAML cannot read), "
+      "expected one per file: remove it or merge it into the first (";
   const std::string two = write("two.yaml", "data.path: x.txt\ntrain:\n  lr: 0.01\n---\ntrain:\n  lr: 0.5\n");
   EXPECT_EQ(expect_error<lat::ConfigError>([&] { lat::load_config(two); }, {message + two + ":4)"}),
             message + two + ":4)");

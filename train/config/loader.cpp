@@ -33,8 +33,10 @@ void Loader::apply_override(const std::string& assignment) {
     throw ConfigError(key + ": cannot parse the value as YAML: " + e.msg + " (" + location + ")");
   }
   if (second_line)
-    throw ConfigError(key + ": the value holds a second YAML document (or text after the first that YAML cannot "
-                            "read), expected one value (" + location + ")");
+    throw ConfigError(key +
+                      ": the value holds a second YAML document (or text after the first that YAML cannot "
+                      "read), expected one value (" +
+                      location + ")");
   if (is_section(key) && !value.IsMap())
     throw ConfigError(key + ": expected a map of keys, got " + describe(value) + " (" + location + ")");
   apply_key(key, value, location, Origin{"", nullptr, location});
