@@ -65,6 +65,13 @@ Dataset::Dataset(std::vector<int32_t> tokens, double val_fraction, int64_t block
   documents_.emplace(tokens_, separator);
 }
 
+int64_t Dataset::num_targets(Split split) const {
+  const int64_t begin = split_begin(split), last = begin + split_size(split) - 1;
+  // Token p (begin < p <= last) is the target of token p - 1 unless a document starts at p.
+  const int64_t starts = documents_ ? static_cast<int64_t>(documents_->starts_in(begin, last).size()) : 0;
+  return last - begin - starts;
+}
+
 int32_t Dataset::max_id() const { return *std::max_element(tokens_.begin(), tokens_.end()); }
 
 void check_token_ids(const std::vector<int32_t>& tokens, int64_t vocab_size, const std::string& source) {
@@ -145,6 +152,14 @@ LoadedData load_data(const DataOptions& options, const std::optional<Tokenizer>&
   LAT_CHECK(packed.documents()->num_starts() > 0, "load_data: data.doc_separator "
                                                       << describe_doc_separator(options.doc_separator)
                                                       << " separates no two documents of " << options.path);
+  // Every token a separator leaves nothing to predict inside a document: the loss would be
+  // 0 / 0 at the first step.
+  for (Split split : {Split::train, Split::val})
+    LAT_CHECK(packed.num_targets(split) > 0,
+              "load_data: " << options.path << ": no targets in the " << split_name(split) << " split ("
+                            << packed.split_size(split) << " tokens): every token after its first is "
+                            << "data.doc_separator " << describe_doc_separator(options.doc_separator)
+                            << ", so each document ends where it starts");
   return LoadedData{std::move(packed), used, format};
 }
 

@@ -64,6 +64,9 @@ class Dataset {
   const int32_t* split_data(Split split) const { return tokens_.data() + split_begin(split); }
   /// Where documents start when packing; nullopt otherwise.
   const std::optional<DocumentIndex>& documents() const { return documents_; }
+  /// How many tokens of `split` are targets: each but the first, less (packed) each first
+  /// token of a document, whose previous token has no target (kIgnoreIndex).
+  int64_t num_targets(Split split) const;
   /// The largest id (for a vocab_size taken from the data).
   int32_t max_id() const;
   /// Throws lat::Error naming the first id >= vocab_size, its offset in the stream and `source`.
@@ -104,7 +107,8 @@ std::string resolve_format(const std::string& path, const std::string& format);
 /// tokenizer for text). Throws lat::Error naming the path (missing file, bad content) or the
 /// key at fault: data.doc_separator of the wrong kind for the format (a string for bin or h5,
 /// an int for text) or one that separates no two documents of the file, data.packing
-/// without data.doc_separator.
+/// without data.doc_separator; and, packed, the path and the split that has no targets (each
+/// of its tokens after the first is the separator).
 LoadedData load_data(const DataOptions& options, const std::optional<Tokenizer>& tokenizer = std::nullopt);
 
 }  // namespace lat

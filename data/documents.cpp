@@ -8,11 +8,8 @@
 #include "lat/error.h"
 
 namespace lat {
-namespace {
 
-// `text` double-quoted with YAML's escapes for quotes, backslashes and control characters, so
-// that "\n\n" reads as it is written in a config.
-std::string quoted(const std::string& text) {
+std::string double_quoted(const std::string& text) {
   std::string out = "\"";
   for (unsigned char ch : text) {
     switch (ch) {
@@ -34,10 +31,8 @@ std::string quoted(const std::string& text) {
   return out + "\"";
 }
 
-}  // namespace
-
 std::string describe_doc_separator(const DocSeparator& separator) {
-  if (const auto* text = std::get_if<std::string>(&separator)) return quoted(*text);
+  if (const auto* text = std::get_if<std::string>(&separator)) return double_quoted(*text);
   if (const auto* id = std::get_if<int64_t>(&separator)) return std::to_string(*id);
   return "none";
 }
@@ -46,7 +41,7 @@ std::string doc_separator_mismatch(const DocSeparator& separator, const std::str
   if (const auto* text = std::get_if<std::string>(&separator)) {
     if (format == "bin" || format == "h5")
       return format + " data takes the token id that ends each document (an unquoted int), got the string " +
-             quoted(*text);
+             double_quoted(*text);
     if (text->empty()) return "expected a non-empty separator string, got \"\"";
   } else if (const auto* id = std::get_if<int64_t>(&separator)) {
     if (format == "text")
@@ -66,12 +61,13 @@ std::vector<int32_t> doc_separator_ids(const DocSeparator& separator, const std:
   if (const auto* id = std::get_if<int64_t>(&separator)) return {static_cast<int32_t>(*id)};
   const std::string& text = std::get<std::string>(separator);
   LAT_CHECK(tokenizer.has_value(), "doc_separator_ids: data.doc_separator: the string "
-                                       << quoted(text) << " needs the text's tokenizer; token data takes a token id");
+                                       << double_quoted(text)
+                                       << " needs the text's tokenizer; token data takes a token id");
   std::vector<int64_t> ids;
   try {
     ids = tokenizer->encode(text);
   } catch (const Error& e) {
-    LAT_CHECK(false, "doc_separator_ids: data.doc_separator " << quoted(text) << " does not occur in " << source
+    LAT_CHECK(false, "doc_separator_ids: data.doc_separator " << double_quoted(text) << " does not occur in " << source
                                                               << ": its " << tokenizer->type()
                                                               << " tokenizer cannot encode it (" << e.what() << ")");
   }

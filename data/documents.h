@@ -17,6 +17,10 @@ namespace lat {
 /// or the token id that ends each document of bin and h5 token data.
 using DocSeparator = std::variant<std::monostate, std::string, int64_t>;
 
+/// `text` as a YAML double-quoted scalar, with escapes for quotes, backslashes and control
+/// characters ("\n\n" reads as it is written in a config), for messages.
+std::string double_quoted(const std::string& text);
+
 /// The separator as YAML writes it, for messages: "\n\n" (double-quoted, escaped), 50256, or
 /// none.
 std::string describe_doc_separator(const DocSeparator& separator);
@@ -47,6 +51,8 @@ class DocumentIndex {
   std::span<const int64_t> starts_in(int64_t begin, int64_t end) const;
   /// How many documents start after the first token of the stream.
   int64_t num_starts() const { return static_cast<int64_t>(starts_.size()); }
+  /// How many documents the stream holds: the one it starts with and one per later start.
+  int64_t num_documents() const { return num_starts() + 1; }
 
  private:
   std::vector<int64_t> starts_;  // positions right after a separator, in (0, n), increasing

@@ -136,14 +136,7 @@ SequentialEval::SequentialEval(const Dataset& dataset, int64_t batch_size)
   num_windows_ = (dataset.split_size(Split::val) - 1 + T - 1) / T;
 }
 
-int64_t SequentialEval::num_targets() const {
-  const int64_t begin = dataset_->split_begin(Split::val);
-  const int64_t end = begin + dataset_->split_size(Split::val);
-  if (!dataset_->documents()) return end - begin - 1;
-  // A document start p makes the target of token p - 1 kIgnoreIndex; p >= begin + 1 keeps
-  // that token in the split.
-  return end - begin - 1 - static_cast<int64_t>(dataset_->documents()->starts_in(begin, end).size());
-}
+int64_t SequentialEval::num_targets() const { return dataset_->num_targets(Split::val); }
 
 Batch SequentialEval::batch(int64_t index) const {
   LAT_CHECK(index >= 0 && index < num_batches(),

@@ -350,7 +350,7 @@ TEST(Config, ImpossibleValues) {
        "data.format: unknown value 'txt', did you mean 'text'? (expected one of auto, text, bin, h5) (run.yaml:2)"},
       {"data.tokenizer: word\n",
        "data.tokenizer: unknown value 'word' (expected one of char, byte) (run.yaml:2)"},
-      {"train.lr: -0.001\n", "train.lr: expected a float > 0, got -0.001 (run.yaml:2)"},
+      {"train.lr: -0.001\n", "train.lr: expected a float in (0, 10], got -0.001 (run.yaml:2)"},
       {"train.min_lr: 0.01\n", "train.min_lr: min_lr (0.01) is above train.lr (0.001) (run.yaml:2)"},
       {"data.val_fraction: 0\n", "data.val_fraction: expected a float in (0, 1), got 0 (run.yaml:2)"},
       {"data.val_fraction: 1\n", "data.val_fraction: expected a float in (0, 1), got 1 (run.yaml:2)"},
@@ -416,6 +416,108 @@ TEST(Config, SizesAboveTheirBoundsAreErrors) {
   EXPECT_EQ(at_bounds.data.block_size, 1048576);
   EXPECT_EQ(at_bounds.train.batch_size, 65536);
   EXPECT_EQ(at_bounds.train.threads, 1024);
+}
+
+// Every float key has an upper bound too, so that a mistyped exponent is an error naming the
+// key rather than an inf or nan in the middle of a run; the bound itself is accepted.
+TEST(Config, FloatsOutsideTheirRangesAreErrors) {
+  struct Case {
+    std::string yaml;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {"model.expand_v: 65\n", "model.expand_v: expected a float in (0, 64], got 65"},
+      {"model.norm_eps: 1e300\n", "model.norm_eps: expected a float in (0, 1], got 1e+300"},
+      {"model.norm_eps: 0\n", "model.norm_eps: expected a float in (0, 1], got 0"},
+      {"model.attn.rope_theta: 1.5e12\n", "model.attn.rope_theta: expected a float in (0, 1e+12], got 1.5e+12"},
+      {"data.mqar.alpha: 10.5\n", "data.mqar.alpha: expected a float in (0, 10], got 10.5"},
+      {"train.lr: 11\n", "train.lr: expected a float in (0, 10], got 11"},
+      {"train.min_lr: -1\n", "train.min_lr: expected a float in [0, 10], got -1"},
+      {"train.eps: 2\n", "train.eps: expected a float in (0, 1], got 2"},
+      {"train.weight_decay: 1e3\n", "train.weight_decay: expected a float in [0, 10], got 1000"},
+      {"train.weight_decay: -0.1\n", "train.weight_decay: expected a float in [0, 10], got -0.1"},
+      {"lr_mult: {\"a.*\": 101}\n", "lr_mult: expected multipliers in [0, 100], got 101"},
+  };
+  for (const Case& c : cases) expect_parse_error(c.yaml, c.expected + " (run.yaml:2)");
+
+  const lat::Config at_bounds = parse(
+      "model: {layers: attn, expand_v: 64, norm_eps: 1, attn: {rope_theta: 1e12}}\ndata.mqar.alpha: 10\n"
+      "train: {lr: 10, min_lr: 10, eps: 1, weight_decay: 10}\nlr_mult: {\"a.*\": 100}\n");
+  EXPECT_EQ(at_bounds.model.expand_v, 64.0);
+  EXPECT_EQ(at_bounds.model.norm_eps, 1.0);
+  EXPECT_EQ(at_bounds.model.attn.rope_theta, 1e12);
+  EXPECT_EQ(at_bounds.data.mqar.alpha, 10.0);
+  EXPECT_EQ(at_bounds.train.lr, 10.0);
+  EXPECT_EQ(at_bounds.train.min_lr, 10.0);
+  EXPECT_EQ(at_bounds.train.eps, 1.0);
+  EXPECT_EQ(at_bounds.train.weight_decay, 10.0);
+  EXPECT_EQ(at_bounds.lr_mult[0].second, 100.0);
+}
+
+// A quoted scalar is a string in YAML: an int, float or bool key refuses it whatever its text,
+// with the hint when the text is a valid value unquoted; an explicit type tag is the value.
+TEST(Config, QuotedNumbersAndBoolsAreRefused) {
+  expect_parse_error("model.d_model: \"32\"\n",
+                     "model.d_model: expected an int, got the string \"32\" (remove the quotes) (run.yaml:2)");
+  expect_parse_error("model.d_model: '32'\n",
+                     "model.d_model: expected an int, got the string \"32\" (remove the quotes) (run.yaml:2)");
+  expect_parse_error("model.d_model: !!str 32\n",
+                     "model.d_model: expected an int, got the string \"32\" (remove the quotes) (run.yaml:2)");
+  expect_parse_error("model.d_model: \"big\"\n", "model.d_model: expected an int, got the string \"big\" (run.yaml:2)");
+  expect_parse_error("train:\n  lr: \"1e-3\"\n",
+                     "train.lr: expected a float, got the string \"1e-3\" (remove the quotes) (run.yaml:3)");
+  expect_parse_error("model.tie_embeddings: \"true\"\n",
+                     "model.tie_embeddings: expected true or false, got the string \"true\" (remove the quotes) "
+                     "(run.yaml:2)");
+  expect_parse_error("data.packing: \"yes\"\n",
+                     "data.packing: expected true or false, got the string \"yes\" (run.yaml:2)");
+  expect_parse_error("train.betas: [0.9, \"0.95\"]\n",
+                     "train.betas: expected a float, got the string \"0.95\" (remove the quotes) (run.yaml:2)");
+  expect_parse_error("data.mqar.pairs: [4, \"8\"]\n",
+                     "data.mqar.pairs: expected an int or a non-empty list of ints, got the string \"8\" (remove the "
+                     "quotes) (run.yaml:2)");
+  expect_parse_error("lr_mult:\n  \"a.*\": \"0.5\"\n",
+                     "lr_mult: expected a float, got the string \"0.5\" (remove the quotes) (run.yaml:3)");
+  expect_parse_error("", {"model.d_model=\"32\""},
+                     "model.d_model: expected an int, got the string \"32\" (remove the quotes) (--set model.d_model)");
+
+  const lat::Config tagged = parse(
+      "model: {d_model: !!int \"48\", n_heads: 2, norm_eps: !!float \"1e-5\", tie_embeddings: !!bool \"true\"}\n");
+  EXPECT_EQ(tagged.model.d_model, 48);
+  EXPECT_EQ(tagged.model.norm_eps, 1e-5);
+  EXPECT_TRUE(tagged.model.tie_embeddings);
+  // String keys take quoted text as before.
+  EXPECT_EQ(parse("model.layers: \"gdn\"\n").model.layers, "gdn");
+}
+
+TEST(Config, EmptyListNamesTheKeyAndAsksForANonEmptyOne) {
+  expect_parse_error("data:\n  task: mqar\n  mqar:\n    pairs: []\n",
+                     "data.mqar.pairs: expected an int or a non-empty list of ints, got an empty list (run.yaml:5)");
+  expect_parse_error("", {"data.mqar.pairs=[]"},
+                     "data.mqar.pairs: expected an int or a non-empty list of ints, got an empty list (--set "
+                     "data.mqar.pairs)");
+  expect_parse_error("train.betas: []\n", "train.betas: expected a list of 2 floats, got an empty list (run.yaml:2)");
+}
+
+TEST_F(ConfigTest, ASecondYamlDocumentIsRefusedNamingItsLine) {
+  const std::string message =
+      "config: a second YAML document (or text after the first that YAML cannot read), "
+      "expected one per file: remove it or merge it into the first (";
+  const std::string two = write("two.yaml", "data.path: x.txt\ntrain:\n  lr: 0.01\n---\ntrain:\n  lr: 0.5\n");
+  EXPECT_EQ(expect_error<lat::ConfigError>([&] { lat::load_config(two); }, {message + two + ":4)"}),
+            message + two + ":4)");
+  // A file that opens with '---' holds one document; an empty second one is refused all the same.
+  EXPECT_EQ(lat::load_config(write("one.yaml", "---\ndata.path: x.txt\n")).data.path, "x.txt");
+  const std::string empty_second = write("empty_second.yaml", "---\ndata.path: x.txt\n---\n");
+  expect_error<lat::ConfigError>([&] { lat::load_config(empty_second); }, {message + empty_second + ":3)"});
+  // A stray ',' is text YAML::Load skipped silently (and YAML::LoadAll loops on forever).
+  const std::string comma = write("comma.yaml", ",\n");
+  expect_error<lat::ConfigError>([&] { lat::load_config(comma); }, {message + comma + ":1)"});
+  // The end-of-document marker '...' alone is no second document.
+  EXPECT_EQ(lat::load_config(write("dots.yaml", "data.path: x.txt\n...\n")).data.path, "x.txt");
+  expect_parse_error("", {"train.lr=0.1\n---\n0.2"},
+                     "train.lr: the value holds a second YAML document (or text after the first that YAML cannot "
+                     "read), expected one value (--set train.lr)");
 }
 
 TEST(Config, SetOverridesAnyKey) {

@@ -276,6 +276,35 @@ TEST_F(PackingFiles, SeparatorErrorsNameTheKey) {
                {"data.doc_separator \"\\n\\n\" does not occur in", text, "char tokenizer cannot encode it"});
 }
 
+// A split whose tokens after the first are all the separator has nothing to predict: refused
+// at load, naming the file and the split, instead of a nan loss at the first step.
+TEST_F(PackingFiles, ASplitOfSeparatorsOnlyHasNoTargetsAndIsRefused) {
+  const std::vector<uint16_t> separators(80, 50);
+  const std::string bin = write("seps.bin",
+                                std::string(reinterpret_cast<const char*>(separators.data()), separators.size() * 2));
+  const std::string expected = "load_data: " + bin +
+                               ": no targets in the train split (72 tokens): every token after "
+                               "its first is data.doc_separator 50, so each document ends where it starts";
+  expect_error([&] { load_data({.path = bin, .block_size = 4, .doc_separator = int64_t{50}, .packing = true}); },
+               {expected});
+  // Separators only in the val split (the last 8 of 80 tokens): the val split is named.
+  std::vector<uint16_t> ids(80, 3);
+  for (size_t i = 70; i < ids.size(); ++i) ids[i] = 50;
+  const std::string tail = write("tail.bin", std::string(reinterpret_cast<const char*>(ids.data()), ids.size() * 2));
+  expect_error([&] { load_data({.path = tail, .block_size = 4, .doc_separator = int64_t{50}, .packing = true}); },
+               {"load_data: " + tail + ": no targets in the val split (8 tokens)"});
+  // One token that is not a separator in the val split gives it a target, and the load succeeds.
+  ids[78] = 3;
+  const std::string one = write("one.bin", std::string(reinterpret_cast<const char*>(ids.data()), ids.size() * 2));
+  const LoadedData data = load_data({.path = one, .block_size = 4, .doc_separator = int64_t{50}, .packing = true});
+  // val = tokens [72, 80) = 50 x6, 3, 50: token 79 (50) follows 78 (3) inside a document.
+  EXPECT_EQ(data.dataset.num_targets(Split::val), 1);
+  // train = [0, 72): 3 x70 then 50 50; documents start at 71 and 72, so of the 71 targets
+  // (tokens 1..71) token 71 is none.
+  EXPECT_EQ(data.dataset.num_targets(Split::train), 70);
+  EXPECT_EQ(data.dataset.documents()->num_documents(), 9);  // starts at 71..78, plus the first
+}
+
 // ---- config -------------------------------------------------------------------------------
 
 Config parse(const std::string& yaml, const std::vector<std::string>& overrides = {}) {

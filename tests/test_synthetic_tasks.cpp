@@ -258,8 +258,9 @@ TEST(TaskConfig, BadValuesAreErrorsNamingTheKey) {
         {"data.mqar.pairs=[16, 65]"});
   error("  task: mqar\n  block_size: 32\n  mqar: {pairs: 16}\n", {"data.mqar.pairs"});
   error("  task: mqar\n  mqar: {pairs: 0}\n", {"data.mqar.pairs"});
-  error("  task: mqar\n  mqar: {pairs: [4, x]}\n", {"data.mqar.pairs: expected an int or a list"});
-  error("  task: mqar\n  mqar: {pairs: []}\n", {"data.mqar.pairs: expected an int or a list"});
+  error("  task: mqar\n  mqar: {pairs: [4, x]}\n", {"data.mqar.pairs: expected an int or a non-empty list of ints"});
+  error("  task: mqar\n  mqar: {pairs: []}\n",
+        {"data.mqar.pairs: expected an int or a non-empty list of ints, got an empty list"});
   error("  task: mqar\n  mqar: {alpha: -1}\n", {"data.mqar.alpha"});
   error("  task: mqar\n  mqar: {vocab: 2}\n", {"data.mqar.vocab"});
   error("  task: mqar\n  mqar: {pair: 4}\n", {"did you mean 'data.mqar.pairs'"});

@@ -15,6 +15,7 @@
 #include "train/config/loader.h"
 #include "train/config/schema.h"
 #include "train/config/validate.h"
+#include "train/config/yaml_document.h"
 #include "train/text/format.h"
 
 namespace lat {
@@ -33,16 +34,25 @@ Config build(const YAML::Node* root, const std::string& source, const std::vecto
   return loader.config();
 }
 
-/// The YAML document of `text`; a syntax error names `source` and the line.
+/// The YAML document of `text`; a syntax error or a second document names `source` and the line.
 YAML::Node parse_text(const std::string& text, const std::string& source) {
+  std::optional<int> second_line;
+  YAML::Node root;
   try {
-    return YAML::Load(text);
+    root = YAML::Load(text);
+    second_line = second_document_line(text);
   } catch (const YAML::ParserException& e) {
     throw ConfigError("config: YAML syntax error: " + e.msg + " (" + source + ":" + std::to_string(e.mark.line + 1) +
                       ")");
   } catch (const YAML::Exception& e) {
     throw ConfigError("config: cannot parse: " + e.msg + " (" + source + ")");
   }
+  if (second_line)
+    throw ConfigError(
+        "config: a second YAML document (or text after the first that YAML cannot read), expected one per file: "
+        "remove it or merge it into the first (" +
+        source + ":" + std::to_string(*second_line) + ")");
+  return root;
 }
 
 }  // namespace

@@ -1,7 +1,10 @@
 // Defaults, a document and overrides into a Config (loader.h).
 #include "train/config/loader.h"
 
+#include <optional>
+
 #include "train/config/suggest.h"
+#include "train/config/yaml_document.h"
 #include "train/config/yaml_value.h"
 
 namespace lat {
@@ -20,12 +23,20 @@ void Loader::apply_override(const std::string& assignment) {
   std::string key = assignment.substr(0, eq);
   if (eq == std::string::npos || key.empty()) throw ConfigError("--set '" + assignment + "': expected key=value");
   const std::string location = "--set " + key;
+  const std::string text = assignment.substr(eq + 1);
   YAML::Node value;
+  std::optional<int> second_line;
   try {
-    value = YAML::Load(assignment.substr(eq + 1));
+    value = YAML::Load(text);
+    second_line = second_document_line(text);
   } catch (const YAML::Exception& e) {
     throw ConfigError(key + ": cannot parse the value as YAML: " + e.msg + " (" + location + ")");
   }
+  if (second_line)
+    throw ConfigError(key +
+                      ": the value holds a second YAML document (or text after the first that YAML cannot "
+                      "read), expected one value (" +
+                      location + ")");
   if (is_section(key) && !value.IsMap())
     throw ConfigError(key + ": expected a map of keys, got " + describe(value) + " (" + location + ")");
   apply_key(key, value, location, Origin{"", nullptr, location});

@@ -265,6 +265,14 @@ void check_init_from(Validation& v) {
 constexpr int64_t kMaxWidth = int64_t{1} << 16;  // model.d_model
 constexpr int64_t kMaxCount = 1024;              // layers, heads, head dims, threads, chunk
 constexpr double kMaxMlpRatio = 64.0;
+constexpr double kMaxExpandV = 64.0;
+// Upper bounds of the other floats: far above any setting that trains, and low enough that a
+// mistyped exponent (1e300) is an error naming the key instead of an inf or nan mid-run.
+constexpr double kMaxRopeTheta = 1e12;
+constexpr double kMaxMqarAlpha = 10.0;     // (gap + 1)^(alpha - 1) stays finite up to kMaxBlockSize
+constexpr double kMaxLearningRate = 10.0;  // train.lr, min_lr
+constexpr double kMaxWeightDecay = 10.0;
+constexpr double kMaxLrMultiplier = 100.0;  // lr_mult
 constexpr int64_t kMaxConvSize = 64;
 constexpr int64_t kMaxBatchSize = int64_t{1} << 16;  // sequences per micro-batch
 
@@ -274,12 +282,13 @@ constexpr int64_t kMaxBatchSize = int64_t{1} << 16;  // sequences per micro-batc
 Bounds ints_from(int64_t low) { return {.min_int = low}; }
 /// [low, high]
 Bounds ints_in(int64_t low, int64_t high) { return {.min_int = low, .max_int = high}; }
-Bounds floats_above(double low) { return {.range = FloatRange{.low = low, .low_open = true}}; }
 /// (low, high]
 Bounds floats_above_up_to(double low, double high) {
   return {.range = FloatRange{.low = low, .low_open = true, .high = high}};
 }
 Bounds floats_from(double low, const char* note = "") { return {.range = FloatRange{.low = low, .note = note}}; }
+/// [low, high]
+Bounds floats_in(double low, double high) { return {.range = FloatRange{.low = low, .high = high}}; }
 /// [low, high)
 Bounds floats_from_below(double low, double high) {
   return {.range = FloatRange{.low = low, .high = high, .high_open = true}};
@@ -301,7 +310,7 @@ const std::vector<KeySpec>& schema() {
       {LAT_KEY(model.n_heads), .bounds = ints_in(1, kMaxCount)},
       {LAT_KEY(model.head_dim), .bounds = ints_in(0, kMaxCount), .rule = resolve_head_dim},
       {LAT_KEY(model.layers), .rule = check_layers},
-      {LAT_KEY(model.expand_v), .bounds = floats_above(0), .rule = check_head_dims},
+      {LAT_KEY(model.expand_v), .bounds = floats_above_up_to(0, kMaxExpandV), .rule = check_head_dims},
       {LAT_KEY(model.mlp_ratio), .bounds = floats_above_up_to(0, kMaxMlpRatio)},
       {LAT_KEY(model.intermediate_size), .bounds = ints_in(0, kMaxWidth * 64)},
       {LAT_KEY(model.norm_eps), .bounds = floats_above_up_to(0, kMaxNormEps)},
@@ -311,7 +320,7 @@ const std::vector<KeySpec>& schema() {
       {LAT_KEY(model.attn.n_heads), .bounds = ints_in(0, kMaxCount), .rule = resolve_attn_heads},
       {LAT_KEY(model.attn.head_dim), .bounds = ints_in(0, kMaxCount), .rule = resolve_attn_head_dim},
       {LAT_KEY(model.attn.n_kv_heads), .bounds = ints_in(0, kMaxCount), .rule = resolve_kv_heads},
-      {LAT_KEY(model.attn.rope_theta), .bounds = floats_above(0)},
+      {LAT_KEY(model.attn.rope_theta), .bounds = floats_above_up_to(0, kMaxRopeTheta)},
       {LAT_KEY(model.attn.output_gate)},
       {LAT_KEY(model.attn.qk_norm)},
       {LAT_KEY(model.attn.rope_fraction), .bounds = floats_above_up_to(0, 1), .rule = check_rope_fraction},
@@ -334,7 +343,7 @@ const std::vector<KeySpec>& schema() {
       {LAT_KEY(data.task), .bounds = one_of({"none", "mqar", "copy"}), .rule = check_task_source},
       {LAT_KEY(data.mqar.vocab), .bounds = ints_in(4, kMaxVocabSize)},
       {LAT_KEY(data.mqar.pairs), .bounds = ints_from(1), .rule = check_mqar_pairs_fit},
-      {LAT_KEY(data.mqar.alpha), .bounds = floats_above(0)},
+      {LAT_KEY(data.mqar.alpha), .bounds = floats_above_up_to(0, kMaxMqarAlpha)},
       {LAT_KEY(data.copy.length), .bounds = ints_from(1), .rule = check_copy_and_task_vocab},
       {LAT_KEY(train.precision), .bounds = one_of({"fp32", "bf16"})},
       {LAT_KEY(train.batch_size), .bounds = ints_in(1, kMaxBatchSize)},
@@ -342,13 +351,13 @@ const std::vector<KeySpec>& schema() {
       {LAT_KEY(train.max_steps), .bounds = ints_from(1)},
       {LAT_KEY(train.stop_at), .bounds = ints_from(0)},
       {LAT_KEY(train.optimizer), .bounds = one_of({"adamw", "sgd"})},
-      {LAT_KEY(train.lr), .bounds = floats_above(0)},
-      {LAT_KEY(train.min_lr), .bounds = floats_from(0), .rule = check_min_lr},
+      {LAT_KEY(train.lr), .bounds = floats_above_up_to(0, kMaxLearningRate)},
+      {LAT_KEY(train.min_lr), .bounds = floats_in(0, kMaxLearningRate), .rule = check_min_lr},
       {LAT_KEY(train.warmup), .bounds = ints_from(0)},
       {LAT_KEY(train.schedule), .bounds = one_of({"cosine", "linear", "constant"})},
       {LAT_KEY(train.betas), .bounds = floats_from_below(0, 1)},
-      {LAT_KEY(train.eps), .bounds = floats_above(0)},
-      {LAT_KEY(train.weight_decay), .bounds = floats_from(0)},
+      {LAT_KEY(train.eps), .bounds = floats_above_up_to(0, 1)},
+      {LAT_KEY(train.weight_decay), .bounds = floats_in(0, kMaxWeightDecay)},
       {LAT_KEY(train.momentum), .bounds = floats_from_below(0, 1)},
       {LAT_KEY(train.grad_clip), .bounds = floats_from(0, " (0 = off)")},
       {LAT_KEY(train.eval_every), .bounds = ints_from(0)},
@@ -365,7 +374,8 @@ const std::vector<KeySpec>& schema() {
       {LAT_KEY(init_from), .rule = check_init_from, .nullable = true},
       {LAT_KEY(init_from_strict)},
       {LAT_KEY(freeze), .bounds = non_empty("expected a non-empty pattern")},
-      {LAT_KEY(lr_mult), .bounds = {.range = FloatRange{.low = 0}, .if_empty = "expected a non-empty pattern"}},
+      {LAT_KEY(lr_mult),
+       .bounds = {.range = FloatRange{.low = 0, .high = kMaxLrMultiplier}, .if_empty = "expected a non-empty pattern"}},
   };
   return keys;
 }

@@ -7,8 +7,16 @@
 #include <type_traits>
 #include <vector>
 
+#include "data/documents.h"
+
 namespace lat {
 namespace {
+
+/// Whether `value` is a scalar written as a string: quoted ('32', "32") or tagged !!str. An
+/// untagged plain scalar has the tag "?", and `!!int "48"` names its type explicitly.
+bool is_string_scalar(const YAML::Node& value) {
+  return value.IsScalar() && (value.Tag() == "!" || value.Tag() == "tag:yaml.org,2002:str");
+}
 
 bool parse_double_text(std::string text, double& out) {
   if (!text.empty() && text[0] == '+') text.erase(0, 1);
@@ -29,25 +37,30 @@ bool parse_int_text(std::string text, int64_t& out) {
   return true;
 }
 
+/// true, True, TRUE, false, False or FALSE (YAML 1.2's booleans) into `out`.
+bool parse_bool_text(const std::string& text, bool& out) {
+  static const std::vector<std::string> yes = {"true", "True", "TRUE"}, no = {"false", "False", "FALSE"};
+  const bool is_yes = std::find(yes.begin(), yes.end(), text) != yes.end();
+  if (!is_yes && std::find(no.begin(), no.end(), text) == no.end()) return false;
+  out = is_yes;
+  return true;
+}
+
 /// Reads the value of one key; `key` and `source` name it in errors.
 class ValueReader {
  public:
   ValueReader(const std::string& key, const ValueSource& source) : key_(key), source_(source) {}
 
-  void read(const YAML::Node& value, int64_t& out) const {
-    if (!value.IsScalar() || !parse_int_text(value.Scalar(), out)) type_error("an int", value, source_.location);
-  }
+  void read(const YAML::Node& value, int64_t& out) const { out = to_int("an int", value, source_.location); }
 
   void read(const YAML::Node& value, double& out) const { out = to_float(value, source_.location); }
 
   void read(const YAML::Node& value, bool& out) const {
-    static const std::vector<std::string> yes = {"true", "True", "TRUE"}, no = {"false", "False", "FALSE"};
-    const std::string text = value.IsScalar() ? value.Scalar() : "";
-    if (std::find(yes.begin(), yes.end(), text) != yes.end())
-      out = true;
-    else if (std::find(no.begin(), no.end(), text) != no.end())
-      out = false;
-    else
+    refuse_string(value, "true or false", source_.location, [](const std::string& text) {
+      bool unused = false;
+      return parse_bool_text(text, unused);
+    });
+    if (!value.IsScalar() || !parse_bool_text(value.Scalar(), out))
       type_error("true or false", value, source_.location);
   }
 
@@ -78,18 +91,14 @@ class ValueReader {
 
   /// An int, or a non-empty list of ints.
   void read(const YAML::Node& value, std::vector<int64_t>& out) const {
+    static const std::string expected = "an int or a non-empty list of ints";
     out.clear();
-    int64_t number = 0;
-    if (value.IsScalar() && parse_int_text(value.Scalar(), number)) {
-      out.push_back(number);
+    if (!value.IsSequence()) {
+      out.push_back(to_int(expected, value, source_.location));
       return;
     }
-    if (!value.IsSequence() || value.size() == 0) type_error("an int or a list of ints", value, source_.location);
-    for (const YAML::Node& item : value) {
-      if (!item.IsScalar() || !parse_int_text(item.Scalar(), number))
-        type_error("an int or a list of ints", item, item_location(item));
-      out.push_back(number);
-    }
+    if (value.size() == 0) type_error(expected, value, source_.location);
+    for (const YAML::Node& item : value) out.push_back(to_int(expected, item, item_location(item)));
   }
 
   /// Whether `text` is an integer written as one (digits and a sign: not 65.0 or 1e3), into `id`.
@@ -113,9 +122,9 @@ class ValueReader {
       out = std::monostate{};
     else if (!value.IsScalar())
       type_error("a string or a token id", value, source_.location);
-    else if (value.Tag() != "!" && is_integer_text(value.Scalar(), id))
+    else if (!is_string_scalar(value) && is_integer_text(value.Scalar(), id))
       out = id;
-    else if (value.Tag() != "!" && reads_as_bool_or_float(value))
+    else if (!is_string_scalar(value) && reads_as_bool_or_float(value))
       // `true` or `1.5` unquoted is most likely a mistake, not the text "true" or "1.5".
       type_error("a quoted string or an int token id", value, source_.location);
     else
@@ -142,8 +151,27 @@ class ValueReader {
     throw ConfigError(key_ + ": expected " + expected + ", got " + describe(value) + " (" + location + ")");
   }
 
+  /// A quoted scalar is a string in YAML, not a number or a bool: refused for those keys
+  /// whatever its text (so `"32"` and `"yes"` fail alike), with a hint when `parses` takes the
+  /// text unquoted.
+  template <class Parses>
+  void refuse_string(const YAML::Node& value, const std::string& expected, const std::string& location,
+                     const Parses& parses) const {
+    if (!is_string_scalar(value)) return;
+    throw ConfigError(key_ + ": expected " + expected + ", got the string " + double_quoted(value.Scalar()) +
+                      (parses(value.Scalar()) ? " (remove the quotes)" : "") + " (" + location + ")");
+  }
+
+  int64_t to_int(const std::string& expected, const YAML::Node& value, const std::string& location) const {
+    int64_t out = 0;
+    refuse_string(value, expected, location, [&](const std::string& text) { return parse_int_text(text, out); });
+    if (!value.IsScalar() || !parse_int_text(value.Scalar(), out)) type_error(expected, value, location);
+    return out;
+  }
+
   double to_float(const YAML::Node& value, const std::string& location) const {
     double out = 0;
+    refuse_string(value, "a float", location, [&](const std::string& text) { return parse_double_text(text, out); });
     if (!value.IsScalar() || !parse_double_text(value.Scalar(), out)) type_error("a float", value, location);
     return out;
   }
@@ -162,8 +190,8 @@ class ValueReader {
 std::string describe(const YAML::Node& node) {
   switch (node.Type()) {
     case YAML::NodeType::Scalar: return "'" + node.Scalar() + "'";
-    case YAML::NodeType::Sequence: return "a list";
-    case YAML::NodeType::Map: return "a map";
+    case YAML::NodeType::Sequence: return node.size() == 0 ? "an empty list" : "a list";
+    case YAML::NodeType::Map: return node.size() == 0 ? "an empty map" : "a map";
     default: return "nothing (null)";
   }
 }

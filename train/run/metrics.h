@@ -14,8 +14,9 @@ struct LogRecord {
   double lr = 0.0;          // learning rate of this step
   double grad_norm = 0.0;   // global norm before clipping (null in JSON when not finite)
   int64_t tokens_seen = 0;  // training targets so far, over the whole run (resumes included)
-  double tokens_per_s = 0;  // over the training steps since the previous log record (evals and
-                            // checkpoint writes excluded)
+  double tokens_per_s = 0;  // input tokens (batch_size x grad_accum x block_size per step, targets
+                            // or not) per second over the training steps since the previous log
+                            // record (evals and checkpoint writes excluded)
   double time_s = 0;        // wall time since this process started its first step (evals included)
 };
 

@@ -269,7 +269,6 @@ TrainSummary Run::run() {
   while (step_ < end) {
     const int64_t step = step_ + 1;
     const double lr = schedule_.at(step);
-    const int64_t tokens_before = tokens_seen_;
     const auto t0 = Clock::now();
     GradNorm norm;
     const double loss = train_step(step, lr, norm);
@@ -277,7 +276,8 @@ TrainSummary Run::run() {
     step_ = step;
     window_seconds += dt;
     train_seconds += dt;
-    window_tokens += tokens_seen_ - tokens_before;
+    // Throughput counts every input token of the step, whatever carries a loss (tokens_seen).
+    window_tokens += train_.batch_size * train_.grad_accum * loader_->block_size();
 
     const bool log_step = step % train_.log_every == 0;
     const double tokens_per_s = window_seconds > 0 ? static_cast<double>(window_tokens) / window_seconds : 0.0;

@@ -259,10 +259,14 @@ void Run::log_start(const std::optional<std::string>& resume_path, int64_t vocab
   if (data_) {
     const Dataset& dataset = data_->dataset;
     const int64_t n_train = dataset.split_size(Split::train), n_val = dataset.split_size(Split::val);
+    const std::string packing = dataset.documents()
+                                    ? "packing on: " + std::to_string(dataset.documents()->num_documents()) +
+                                          " documents ending at " + describe_doc_separator(config_.data.doc_separator)
+                                    : std::string("packing off");
     log("data: " + config_.data.path + " (" + data_->format +
         (data_->tokenizer ? ", " + data_->tokenizer->type() + " tokenizer" : std::string()) + ", vocab " +
         std::to_string(vocab_size) + "): " + std::to_string(n_train) + " train / " + std::to_string(n_val) +
-        " val tokens, block " + std::to_string(config_.data.block_size));
+        " val tokens, block " + std::to_string(config_.data.block_size) + ", " + packing);
   } else {
     log("data: synthetic task " + synthetic_task(config_).describe() + ", sequences of " +
         std::to_string(config_.data.block_size) + " tokens generated from train.seed, vocab " +
