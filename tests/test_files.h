@@ -101,6 +101,22 @@ inline void overwrite_int64_attribute(const std::string& path, const char* name,
   H5Fclose(file);
 }
 
+/// Overwrites the existing int64 attribute `name` of the object at `object` (e.g. "/data") of
+/// the HDF5 file at `path`. Call under ASSERT_NO_FATAL_FAILURE.
+inline void overwrite_object_attribute(const std::string& path, const char* object, const char* name, int64_t value) {
+  const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(file, 0) << path;
+  // The object opened first: HDF5 1.10.8's H5Aopen_by_name writes into the root group's
+  // attribute of the same name when the root keeps its attributes in dense storage.
+  const hid_t loc = H5Oopen(file, object, H5P_DEFAULT);
+  const hid_t attr = loc >= 0 ? H5Aopen(loc, name, H5P_DEFAULT) : -1;
+  const herr_t written = attr >= 0 ? H5Awrite(attr, H5T_NATIVE_INT64, &value) : -1;
+  if (attr >= 0) H5Aclose(attr);
+  if (loc >= 0) H5Oclose(loc);
+  ASSERT_GE(H5Fclose(file), 0) << path;
+  ASSERT_GE(written, 0) << path << ": " << object << " attribute " << name;
+}
+
 /// True when `part` occurs in `text`.
 inline bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;

@@ -271,21 +271,6 @@ TEST_F(Hdf5DamageTest, NonFiniteValuesAreErrorsNamingTheTensor) {
   EXPECT_EQ(lat::load_checkpoint(file, lat::CheckpointParts::weights_only).model.size(), 2u);
 }
 
-/// Overwrites the int64 attribute `name` of object `object` (e.g. "/optimizer").
-void overwrite_object_attribute(const std::string& path, const char* object, const char* name, int64_t value) {
-  edit_hdf5(path, [&](hid_t file) {
-    // The object opened first: HDF5 1.10.8's H5Aopen_by_name wrote into the root group's
-    // attribute of the same name when the root keeps its attributes in dense storage.
-    const hid_t loc = H5Oopen(file, object, H5P_DEFAULT);
-    ASSERT_GE(loc, 0) << object;
-    const hid_t attr = H5Aopen(loc, name, H5P_DEFAULT);
-    ASSERT_GE(attr, 0) << object << " " << name;
-    ASSERT_GE(H5Awrite(attr, H5T_NATIVE_INT64, &value), 0);
-    H5Aclose(attr);
-    H5Oclose(loc);
-  });
-}
-
 TEST_F(Hdf5DamageTest, ImpossibleCountersAreErrorsNamingTheAttribute) {
   struct Case {
     const char* object;

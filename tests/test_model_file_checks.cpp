@@ -199,10 +199,10 @@ TEST_F(HfFilesTest, TokenizerLargerThanTheEmbeddingsIsRefusedNamingBothSizesAndF
   expect_error([&] { lat::load_model_weights(path("qwen")); },
                {"load_model_weights: '" + path("qwen/model.safetensors") + "': the char tokenizer ('" +
                 path("qwen/tokenizer.json") +
-                "') has 12 tokens, but 'embeddings.weight' [8, 16] has 8 rows: expected at most as many tokens as rows"});
+                "') has 12 tokens, but 'model.embed_tokens.weight' [8, 16] has 8 rows: expected at most as many tokens as rows"});
   std::string out;
   EXPECT_EQ(run_lat("info '" + path("qwen") + "'", out, dir_), 1);
-  EXPECT_TRUE(contains(out, "has 12 tokens, but 'embeddings.weight' [8, 16] has 8 rows")) << out;
+  EXPECT_TRUE(contains(out, "has 12 tokens, but 'model.embed_tokens.weight' [8, 16] has 8 rows")) << out;
 }
 
 // ---- lat's export directories ------------------------------------------------------------

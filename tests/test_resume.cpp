@@ -36,6 +36,7 @@ namespace {
 
 using testing::expect_error;
 using testing::overwrite_int64_attribute;
+using testing::overwrite_object_attribute;
 using testing::read_bytes;
 using testing::RunDirSnapshot;
 using testing::write_bytes;
@@ -50,21 +51,6 @@ void edit_hdf5(const std::string& path, const Edit& edit) {
   ASSERT_GE(file, 0) << path;
   edit(file);
   ASSERT_GE(H5Fclose(file), 0) << path;
-}
-
-/// Overwrites the int64 attribute `name` of the object at `object` (e.g. "/data").
-void overwrite_object_attribute(const std::string& path, const char* object, const char* name, int64_t value) {
-  edit_hdf5(path, [&](hid_t file) {
-    // The object opened first: HDF5 1.10.8's H5Aopen_by_name writes into the root group's
-    // attribute of the same name when the root keeps its attributes in dense storage.
-    const hid_t loc = H5Oopen(file, object, H5P_DEFAULT);
-    ASSERT_GE(loc, 0) << object;
-    const hid_t attr = H5Aopen(loc, name, H5P_DEFAULT);
-    ASSERT_GE(attr, 0) << object << " " << name;
-    EXPECT_GE(H5Awrite(attr, H5T_NATIVE_INT64, &value), 0);
-    H5Aclose(attr);
-    H5Oclose(loc);
-  });
 }
 
 /// Copies every attribute of `from` to `to` in its stored type.
