@@ -20,10 +20,11 @@ TEST(ThreadCount, OmpNumThreadsIsItsFirstEntryAndUnsetWhenEmpty) {
   EXPECT_EQ(parse_omp_num_threads("4"), 4);
   EXPECT_EQ(parse_omp_num_threads("4,2"), 4);  // one count per nesting level; lat runs the first
   EXPECT_EQ(parse_omp_num_threads("1024"), 1024);
+  EXPECT_EQ(parse_omp_num_threads(" 4 ,2"), 4);  // blanks around the entry, as libgomp allows
 }
 
 TEST(ThreadCount, BadOmpNumThreadsIsAConfigErrorNamingIt) {
-  for (const char* text : {"0", "-1", "1025", "four", "4x", " 4", ",4", "99999999999"})
+  for (const char* text : {"0", "-1", "1025", "four", "4x", " ", "4 4", ",4", "99999999999"})
     lat::testing::expect_error<lat::ConfigError>(
         [&] { parse_omp_num_threads(std::string(text)); },
         {"OMP_NUM_THREADS: expected an int in [1, 1024] (or a comma list of them), got '" + std::string(text) + "'"});
@@ -55,6 +56,9 @@ TEST(ThreadCount, TrainingThreadsAreTheConfiguredCountElseOmpNumThreadsElseTheFa
   lat::testing::expect_error<lat::ConfigError>([] { lat::training_threads(0, 2); },
                                                {"OMP_NUM_THREADS: expected an int in [1, 1024] (or a comma list of "
                                                 "them), got 'two'"});
+  // An explicit count decides alone: the variable is then not read, bad or not.
+  EXPECT_EQ(lat::training_threads(1, 2), 1);
+  EXPECT_EQ(lat::inference_threads(2), 2);
   if (saved) setenv("OMP_NUM_THREADS", saved->c_str(), 1);
   else unsetenv("OMP_NUM_THREADS");
 }

@@ -496,6 +496,19 @@ TEST_F(TrainerTest, OutDirInUseByAnotherRunIsAConfigErrorAndNothingChanges) {
   EXPECT_EQ(run().step, 12);  // the lock is gone with its holder: the run resumes
 }
 
+TEST_F(TrainerTest, EvalWithoutDataOfACheckpointWhoseDataIsGoneAsksForData) {
+  run({"train.stop_at=4"});
+  fs::rename(dir_ / "toy.txt", dir_ / "moved.txt");
+  expect_error<ConfigError>([&] { evaluate_checkpoint(run_dir().string(), ""); },
+                            {"eval: '" + (run_dir() / checkpoint_file_name(4)).string() + "': its data.path '" +
+                             (dir_ / "toy.txt").string() + "' does not exist: give the text to evaluate with --data FILE"});
+  EXPECT_GT(evaluate_checkpoint(run_dir().string(), (dir_ / "moved.txt").string()).result.tokens, 0);
+  // Text holding a character the checkpoint's tokenizer never saw: the error names the file.
+  write_bytes((dir_ / "other.txt").string(), "# THE QUICK BROWN FOX\n");
+  expect_error([&] { evaluate_checkpoint(run_dir().string(), (dir_ / "other.txt").string()); },
+               {"eval: '" + (dir_ / "other.txt").string() + "': ", "Tokenizer::encode"});
+}
+
 TEST_F(TrainerTest, EvalOnDataOfAnotherKindIsAConfigError) {
   run({"train.stop_at=4"});
   // Token ids (uint16, as nanoGPT writes them) for a model trained on text: refused.
@@ -546,11 +559,25 @@ TEST_F(TrainerTest, ResumeRefusesAnOlderCheckpointWhileANewerOneExistsNamingBoth
   before.expect_unchanged();
 }
 
+// A run killed after renaming ckpt_8.h5 into place but before pointing `latest` at it leaves
+// `latest` older than that file: the same command resumes from ckpt_8 (with a warning).
+TEST_F(TrainerTest, ARunKilledBeforeUpdatingLatestResumesFromTheCheckpointWrittenAfterIt) {
+  ASSERT_NO_FATAL_FAILURE(run_to_step_8());
+  write_latest(run_dir().string(), checkpoint_file_name(4));
+  fs::last_write_time(run_dir() / "latest", fs::last_write_time(ckpt(8)) - std::chrono::seconds(5));
+  const TrainSummary resumed = run();
+  EXPECT_EQ(resumed.start_step, 8);
+  EXPECT_EQ(resumed.step, 12);
+  EXPECT_EQ(read_bytes((run_dir() / "latest").string()), checkpoint_file_name(12) + "\n");
+}
+
 TEST_F(TrainerTest, ResumeBesideANewerDamagedCheckpointDoesNotAdviseResumingFromIt) {
   ASSERT_NO_FATAL_FAILURE(run_to_step_8());
   write_latest(run_dir().string(), checkpoint_file_name(4));
   const std::string whole = read_bytes(ckpt(8));
   write_bytes(ckpt(8), whole.substr(0, whole.size() / 2));  // truncated, as by a full disk
+  // `latest` pointed back after that (not a run killed before updating it, which resumes).
+  fs::last_write_time(run_dir() / "latest", fs::last_write_time(ckpt(8)) + std::chrono::seconds(5));
   const RunDirSnapshot before(run_dir());
   const std::string what = expect_error<ConfigError>(
       [&] { run(); }, {"train.out_dir holds the newer '" + ckpt(8) + "' (step 8)", "it cannot be read (",

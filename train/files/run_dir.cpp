@@ -102,6 +102,31 @@ void write_latest(const std::string& out_dir, const std::string& file_name) {
   write_text_atomically((fs::path(out_dir) / kLatest).string(), file_name + "\n", "write_latest");
 }
 
+namespace {
+
+/// The one checkpoint newer than the one `latest` names, when it was written after `latest`
+/// was: a run saves ckpt_<step>.h5 (renamed into place whole) and only then points `latest`
+/// at it, so a run killed between the two leaves exactly this. Two newer files, or one older
+/// than `latest` (`latest` edited back by hand), are not that, and stay for the resume checks
+/// to refuse.
+std::optional<std::string> checkpoint_published_after_latest(const std::string& out_dir,
+                                                             const CheckpointListing& found,
+                                                             const std::string& latest) {
+  const std::optional<int64_t> latest_step = checkpoint_step(latest);
+  if (!latest_step || found.checkpoints.empty()) return std::nullopt;
+  const auto& [newest_step, newest_name] = found.checkpoints.back();
+  const size_t n = found.checkpoints.size();
+  const bool one_newer = newest_step > *latest_step && (n < 2 || found.checkpoints[n - 2].first <= *latest_step);
+  if (!one_newer) return std::nullopt;
+  std::error_code ec_newest, ec_latest;
+  const auto newest_time = fs::last_write_time(fs::path(out_dir) / newest_name, ec_newest);
+  const auto latest_time = fs::last_write_time(fs::path(out_dir) / kLatest, ec_latest);
+  if (ec_newest || ec_latest || newest_time < latest_time) return std::nullopt;
+  return newest_name;
+}
+
+}  // namespace
+
 std::optional<std::string> find_latest_checkpoint(const std::string& out_dir, const WarningSink& warn) {
   const CheckpointListing found = list_checkpoints(out_dir);
   for (const std::string& name : found.ignored) warn(ignored_checkpoint_warning(out_dir, name));
@@ -110,6 +135,12 @@ std::optional<std::string> find_latest_checkpoint(const std::string& out_dir, co
     const fs::path path = fs::path(out_dir) / latest;
     LAT_CHECK(fs::is_regular_file(path), "find_latest_checkpoint: '" << (fs::path(out_dir) / kLatest).string()
                                              << "' names '" << latest << "', which does not exist");
+    if (std::optional<std::string> unrecorded = checkpoint_published_after_latest(out_dir, found, latest)) {
+      warn("'" + (fs::path(out_dir) / kLatest).string() + "' names " + latest + ", but " + *unrecorded +
+           " was written after it (a run ended between publishing a checkpoint and updating 'latest'): using " +
+           *unrecorded);
+      return (fs::path(out_dir) / *unrecorded).string();
+    }
     return path.string();
   }
   if (found.checkpoints.empty()) return std::nullopt;

@@ -41,7 +41,10 @@ void warn_on_stderr(const std::string& line);
 void write_latest(const std::string& out_dir, const std::string& file_name);
 
 /// The newest checkpoint of a run directory: the one `latest` names, or, when there is no
-/// `latest` (a run killed between the two renames), the ckpt_*.h5 with the highest step.
+/// `latest` (a run killed between the two renames), the ckpt_*.h5 with the highest step; or,
+/// when exactly one ckpt_*.h5 is newer than the one `latest` names and was written after
+/// `latest` (a run killed between publishing it and updating `latest`), that one, with a
+/// warning to `warn`.
 /// nullopt when the directory holds none. A ckpt_*.h5 whose name carries no int64 step in
 /// checkpoint_file_name's form (a stray copy, ckpt_99999999999999999999.h5) is ignored with a
 /// warning to `warn`. Throws lat::Error when `latest` is not a regular file (a FIFO would

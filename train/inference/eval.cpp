@@ -2,6 +2,7 @@
 #include "train/inference/eval.h"
 
 #include <cmath>
+#include <filesystem>
 #include <numbers>
 
 #include "data/dataset.h"
@@ -61,6 +62,14 @@ CheckpointEval evaluate_checkpoint(const std::string& checkpoint, const std::str
   set_num_threads(inference_threads(threads));
   DataOptions options = data_options(config);
   options.vocab_size = trained.model->vocab_size();
+  std::error_code ec;
+  if (data_path.empty() && !std::filesystem::exists(options.path, ec)) {
+    // A Hugging Face directory's config stands in "(none: ...)" for the path it never had.
+    const bool has_none = options.path.rfind("(none", 0) == 0;
+    throw ConfigError("eval: '" + trained.path + "'" +
+                      (has_none ? " names no training data" : ": its data.path '" + options.path + "' does not exist") +
+                      ": give the text to evaluate with --data FILE");
+  }
   if (!data_path.empty()) {
     options.path = data_path;
     // Ids must mean what they meant in training: text goes through the checkpoint's own
@@ -75,7 +84,18 @@ CheckpointEval evaluate_checkpoint(const std::string& checkpoint, const std::str
                         trained.path + "' was trained on text with a " + trained.tokenizer->type() +
                         " tokenizer: give a text file");
   }
-  LoadedData data = load_data(options, trained.tokenizer);
+  LoadedData data = [&] {
+    try {
+      return load_data(options, trained.tokenizer);
+    } catch (const ConfigError&) {
+      throw;
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      // The tokenizer's error names a character, not the file it came from.
+      if (what.find(options.path) != std::string::npos) throw;
+      throw Error("eval: '" + options.path + "': " + what);
+    }
+  }();
   CheckpointEval e;
   e.checkpoint = trained.path;
   e.step = trained.step;

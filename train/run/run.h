@@ -121,6 +121,8 @@ class Run {
   void save(int64_t step);
   /// The run's closing log lines.
   void log_end(int stopped_by, double train_seconds);
+  /// How to continue a run that ended before max_steps (the end line's last words), else "".
+  std::string continue_hint() const;
 
   /// A line of the run's log (rank 0 alone writes it).
   void log(const std::string& text) {

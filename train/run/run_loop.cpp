@@ -221,13 +221,20 @@ void Run::save(int64_t step) {
   save_seconds_ += seconds_since(t0);
 }
 
+std::string Run::continue_hint() const {
+  if (step_ >= train_.max_steps) return "";
+  if (train_.stop_at > 0 && step_ >= train_.stop_at)
+    return " (to continue, run the same command with train.stop_at raised or removed)";
+  return " (run the same command to resume)";
+}
+
 void Run::log_end(int stopped_by, double train_seconds) {
   const std::string how = stopped_by != 0 ? "stopped by " + summary_.end_reason + " after step "
                                           : "finished at step ";
   log(how + std::to_string(step_) + " in " + format_duration(seconds_since(created_)) + " (training " +
       format_duration(train_seconds) + ", evals " + format_duration(eval_seconds_) + ", checkpoints " +
       format_duration(save_seconds_) + "); checkpoint " + summary_.checkpoint +
-      (step_ < train_.max_steps ? " (run the same command to resume)" : ""));
+      continue_hint());
   if (summary_.skipped_steps > 0)
     log("warning: " + std::to_string(summary_.skipped_steps) + " steps were skipped for a non-finite gradient norm");
   if (dist_.world_size() > 1) {

@@ -61,6 +61,9 @@ std::optional<std::string> Run::resume_source() {
   if (resume != "auto" && resume != "never") return resolve_checkpoint(resume, warn);
   std::error_code ec;
   if (!fs::is_directory(out_dir_, ec)) return std::nullopt;
+  // Before `latest` and the checkpoints are read: a run writing here meanwhile would make
+  // them disagree, and the refusal would then blame the files instead of the other run.
+  out_dir_lock_.emplace(out_dir_.string());
   std::optional<std::string> latest = find_latest_checkpoint(out_dir_.string(), warn);
   if (resume == "auto" || !latest) return latest;
   throw ConfigError("train.resume: never, but train.out_dir '" + out_dir_.string() + "' already holds " +
@@ -242,7 +245,7 @@ void Run::open_out_dir() {
   std::error_code ec;
   fs::create_directories(out_dir_, ec);
   LAT_CHECK(!ec, "train.out_dir: cannot create '" << out_dir_.string() << "': " << ec.message());
-  out_dir_lock_.emplace(out_dir_.string());  // before anything in out_dir changes
+  if (!out_dir_lock_) out_dir_lock_.emplace(out_dir_.string());  // before anything in out_dir changes
   for (const std::string& name : clean_stale_tmp(out_dir_.string())) log("removed stale " + name);
   const fs::path metrics_path = out_dir_ / "metrics.jsonl";
   const int64_t dropped = truncate_metrics(metrics_path.string(), step_);
