@@ -95,7 +95,11 @@ nlohmann::json parse_json_text(const std::string& text, const std::string& subje
     return nlohmann::json::parse(text, check);
   } catch (const nlohmann::json::exception& e) {
     // Room for nlohmann's explanation; the token it quotes can be a whole huge string or number.
-    throw Error(subject + " is not valid JSON: " + excerpt(e.what(), kParseErrorChars));
+    // Without nlohmann's "[json.exception.<kind>.<id>] " tag: the user needs the reason only.
+    std::string reason = e.what();
+    if (reason.rfind("[json.exception.", 0) == 0 && reason.find("] ") != std::string::npos)
+      reason.erase(0, reason.find("] ") + 2);
+    throw Error(subject + " is not valid JSON: " + excerpt(reason, kParseErrorChars));
   }
 }
 
