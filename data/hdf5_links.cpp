@@ -14,6 +14,9 @@ std::string link_kind(hid_t group, const char* name, const H5L_info_t& info) {
   if (info.type != H5L_TYPE_SOFT && info.type != H5L_TYPE_EXTERNAL)
     return "a user-defined link (class " + std::to_string(static_cast<int>(info.type)) + ")";
   const std::string plain = info.type == H5L_TYPE_SOFT ? "a soft link" : "an external link";
+  // The size comes from the file: a damaged one must not make the message allocate gigabytes.
+  constexpr size_t kMaxShownValue = 4096;
+  if (info.u.val_size > kMaxShownValue) return plain;
   std::vector<char> value(info.u.val_size + 1, '\0');
   if (H5Lget_val(group, name, value.data(), value.size(), H5P_DEFAULT) < 0) {
     H5Eclear2(H5E_DEFAULT);
