@@ -29,9 +29,10 @@ struct CliResult {
 
 class TokenizerCliTest : public TempDirTest {
  protected:
-  /// build/lat with `args` (shell words), stdout and stderr captured apart, stdin empty.
-  CliResult lat(const std::string& args) const {
-    const std::string command = std::string("'") + LAT_BINARY_DIR + "/lat' " + args + " </dev/null >'" +
+  /// build/lat with `args` (shell words), stdout and stderr captured apart, stdin from the file
+  /// `stdin_path` (empty by default).
+  CliResult lat(const std::string& args, const std::string& stdin_path = "/dev/null") const {
+    const std::string command = std::string("'") + LAT_BINARY_DIR + "/lat' " + args + " <'" + stdin_path + "' >'" +
                                 path("out") + "' 2>'" + path("err") + "'";
     const int status = std::system(command.c_str());
     return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_bytes(path("out")), read_bytes(path("err"))};
@@ -105,6 +106,14 @@ TEST_F(TokenizerCliTest, ByteIdsAreTheUtf8Bytes) {
   EXPECT_TRUE(contains(expected, "240 159 153 130 10")) << expected;
 }
 
+TEST_F(TokenizerCliTest, EncodeReadsStandardInputWithoutTextOrFile) {
+  EXPECT_EQ(ids_of(lat("tokenizer encode --tokenizer byte", write("stdin.txt", "Hi\n"))), "72 105 10");
+  // Nothing to encode: an empty line.
+  const CliResult empty = lat("tokenizer encode --tokenizer byte");
+  EXPECT_EQ(empty.exit_code, 0) << empty.err;
+  EXPECT_EQ(empty.out, "\n");
+}
+
 TEST_F(TokenizerCliTest, RoundTripsThroughCharAndByte) {
   write("data.txt", kMultilingual);
   expect_round_trip("char --data '" + path("data.txt") + "'", kMultilingual);
@@ -139,12 +148,17 @@ TEST_F(TokenizerCliTest, RoundTripsThroughACheckpointARunAndAnExport) {
   // The ids are those of the char vocabulary of the training text.
   const std::string char_ids =
       ids_of(lat("tokenizer encode --tokenizer char --data '" + path("corpus.txt") + "' --text 'naïve 中文'"));
+  const std::string checkpoint_bytes = read_bytes(path("run/ckpt_00000002.h5"));
+  const std::string latest = read_bytes(path("run/latest"));
   for (const std::string& source : std::vector<std::string>{path("run"), path("run/ckpt_00000002.h5"), path("export"),
                                    path("export/model.safetensors"), path("export/tokenizer.json")}) {
     SCOPED_TRACE(source);
     expect_round_trip("'" + source + "'", kMultilingual);
     EXPECT_EQ(ids_of(lat("tokenizer encode --tokenizer '" + source + "' --text 'naïve 中文'")), char_ids);
   }
+  // Reading a run changes nothing in it.
+  EXPECT_EQ(read_bytes(path("run/ckpt_00000002.h5")), checkpoint_bytes);
+  EXPECT_EQ(read_bytes(path("run/latest")), latest);
 }
 
 TEST_F(TokenizerCliTest, UsageErrorsExitTwo) {
