@@ -4,6 +4,7 @@
 #include <iostream>
 #include <iterator>
 #include <memory>
+#include <optional>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -50,10 +51,11 @@ std::vector<int64_t> parse_ids(const std::vector<std::string>& words, const Toke
   return ids;
 }
 
-int run_encode(const TokenizerArgs& args, const std::string* text_option, const std::string& file) {
+/// Prints the ids of `text_option`, else of the file `file`, else of standard input.
+int run_encode(const TokenizerArgs& args, const std::optional<std::string>& text_option, const std::string& file) {
   const Tokenizer tokenizer = load_tokenizer_source(args.spec, args.data);
   std::string text;
-  if (text_option != nullptr) {
+  if (text_option) {
     text = *text_option;
   } else if (!file.empty()) {
     text = read_text_file(file);
@@ -97,7 +99,7 @@ Command add_tokenizer_command(CLI::App& app) {
   decode->add_option("ids", *words, "token ids")->required()->allow_extra_args();
 
   return {sub, [=] {
-            if (encode->parsed()) return run_encode(*encode_args, text_option->count() ? text.get() : nullptr, *file);
+            if (encode->parsed()) return run_encode(*encode_args, text_option->count() ? std::optional(*text) : std::nullopt, *file);
             const Tokenizer tokenizer = load_tokenizer_source(decode_args->spec, decode_args->data);
             std::cout << tokenizer.decode(parse_ids(*words, tokenizer));
             return 0;

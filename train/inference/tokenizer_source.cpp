@@ -55,9 +55,10 @@ Tokenizer from_checkpoint(const std::string& path) {
   return *tokenizer;
 }
 
-/// An export directory (its tokenizer.json, else its model.h5) or a run directory (its latest
-/// checkpoint).
+/// A run directory (its latest checkpoint; first, as load_model_weights looks), else an export
+/// or Hugging Face directory (its tokenizer.json, else its model.h5).
 Tokenizer from_directory(const std::string& dir) {
+  if (std::optional<std::string> latest = find_latest_checkpoint(dir)) return from_checkpoint(*latest);
   const fs::path tokenizer_json = fs::path(dir) / export_layout::kTokenizerFile;
   if (fs::exists(tokenizer_json)) return from_tokenizer_json(tokenizer_json.string());
   const fs::path weights = fs::path(dir) / export_layout::kWeightsFile;
