@@ -198,6 +198,12 @@ TEST_F(TokenizerCliTest, UnreadableOrForeignFilesExitOne) {
   const std::string not_h5 = write("fake.h5", "not hdf5");
   expect_cli_error(lat("tokenizer encode --tokenizer '" + not_h5 + "' --text a"), 1, not_h5);
   expect_cli_error(lat("tokenizer encode --tokenizer byte '" + path("no_such_text.txt") + "'"), 1, "no_such_text.txt");
+  const std::string with_nul = write("nul.txt", std::string("ab\0c", 4));
+  expect_cli_error(lat("tokenizer encode --tokenizer char --data '" + with_nul + "' --text a"), 1,
+                   "lat tokenizer: --data '" + with_nul + "': NUL byte at offset 2: not text for the char tokenizer");
+  const std::string empty = write("empty.txt", "");
+  expect_cli_error(lat("tokenizer encode --tokenizer char --data '" + empty + "' --text a"), 1,
+                   "lat tokenizer: --data '" + empty + "' is empty");
   // A model trained on token ids (the mqar task): its run, its checkpoint and its export.
   write("mqar.yaml", "model: {d_model: 16, n_layers: 1, n_heads: 1, layers: \"attn\"}\n"
                      "data: {task: mqar, block_size: 16, mqar: {vocab: 16, pairs: [2]}}\n"

@@ -77,6 +77,10 @@ Tokenizer load_tokenizer_source(const std::string& spec, const std::string& data
                         "the vocabulary");
     const std::string text = read_text_file(data_path);
     if (text.empty()) throw Error(std::string(kWho) + ": --data '" + data_path + "' is empty");
+    // lat train refuses it too: a char vocabulary is stored as one C string.
+    if (const size_t nul = text.find('\0'); nul != std::string::npos)
+      throw Error(std::string(kWho) + ": --data '" + data_path + "': NUL byte at offset " + std::to_string(nul) +
+                  ": not text for the char tokenizer");
     return Tokenizer::char_from_text(text);
   }
   if (!data_path.empty())
