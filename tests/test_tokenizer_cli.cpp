@@ -74,10 +74,14 @@ class TokenizerCliTest : public TempDirTest {
   /// validation split of a block) in dir_/run.
   void train_tiny_run(const std::string& corpus) const {
     write("corpus.txt", corpus);
-    write("config.yaml", "model: {d_model: 16, n_layers: 2, n_heads: 2, layers: \"gdn,attn\"}\n"
-                         "data: {path: '" + path("corpus.txt") + "', block_size: 16}\n"
-                         "train: {threads: 1, batch_size: 2, max_steps: 2, eval_every: 2, eval_batches: 1, "
-                         "ckpt_every: 2, out_dir: '" + path("run") + "'}\n");
+    write("config.yaml",
+          "model: {d_model: 16, n_layers: 2, n_heads: 2, layers: \"gdn,attn\"}\n"
+          "data: {path: '" +
+              path("corpus.txt") +
+              "', block_size: 16}\n"
+              "train: {threads: 1, batch_size: 2, max_steps: 2, eval_every: 2, eval_batches: 1, "
+              "ckpt_every: 2, out_dir: '" +
+              path("run") + "'}\n");
     const CliResult r = lat("train '" + path("config.yaml") + "'");
     ASSERT_EQ(r.exit_code, 0) << r.err;
   }
@@ -146,12 +150,13 @@ TEST_F(TokenizerCliTest, RoundTripsThroughACheckpointARunAndAnExport) {
                                  path("export") + "'");
   ASSERT_EQ(exported.exit_code, 0) << exported.err;
   // The ids are those of the char vocabulary of the training text.
-  const std::string char_ids =
-      ids_of(lat("tokenizer encode --tokenizer char --data '" + path("corpus.txt") + "' --text 'naïve 中文'"));
+  const std::string char_ids = ids_of(
+      lat("tokenizer encode --tokenizer char --data '" + path("corpus.txt") + "' --text 'naïve 中文'"));
   const std::string checkpoint_bytes = read_bytes(path("run/ckpt_00000002.h5"));
   const std::string latest = read_bytes(path("run/latest"));
-  for (const std::string& source : std::vector<std::string>{path("run"), path("run/ckpt_00000002.h5"), path("export"),
-                                   path("export/model.safetensors"), path("export/tokenizer.json")}) {
+  for (const std::string& source :
+       std::vector<std::string>{path("run"), path("run/ckpt_00000002.h5"), path("export"),
+                                path("export/model.safetensors"), path("export/tokenizer.json")}) {
     SCOPED_TRACE(source);
     expect_round_trip("'" + source + "'", kMultilingual);
     EXPECT_EQ(ids_of(lat("tokenizer encode --tokenizer '" + source + "' --text 'naïve 中文'")), char_ids);
@@ -166,35 +171,37 @@ TEST_F(TokenizerCliTest, UsageErrorsExitTwo) {
   const std::string data = " --data '" + path("data.txt") + "'";
   expect_cli_error(lat("tokenizer encode --text abc"), 2, "--tokenizer is required");
   expect_cli_error(lat("tokenizer encode --tokenizer byte --text abc '" + path("data.txt") + "'"), 2,
-               "--text excludes file");
+                   "--text excludes file");
   expect_cli_error(lat("tokenizer encode --tokenizer char --text abc"), 2, "--tokenizer char: needs --data FILE");
   expect_cli_error(lat("tokenizer encode --tokenizer byte --text abc" + data), 2,
-               "--data: only --tokenizer char takes a text, got --tokenizer 'byte'");
+                   "--data: only --tokenizer char takes a text, got --tokenizer 'byte'");
   expect_cli_error(lat("tokenizer decode --tokenizer byte"), 2, "ids is required");
-  expect_cli_error(lat("tokenizer decode --tokenizer byte 65 x7"), 2, "lat tokenizer decode: id 'x7' is not an integer");
+  expect_cli_error(lat("tokenizer decode --tokenizer byte 65 x7"), 2,
+                   "lat tokenizer decode: id 'x7' is not an integer");
   expect_cli_error(lat("tokenizer decode --tokenizer byte 65 99999999999999999999"), 2,
-               "id '99999999999999999999' is not an integer");
-  expect_cli_error(lat("tokenizer decode --tokenizer byte 65 256"), 2,
-               "lat tokenizer decode: id 256 is outside the vocabulary of the byte tokenizer (256 tokens: ids 0..255)");
+                   "id '99999999999999999999' is not an integer");
+  expect_cli_error(
+      lat("tokenizer decode --tokenizer byte 65 256"), 2,
+      "lat tokenizer decode: id 256 is outside the vocabulary of the byte tokenizer (256 tokens: ids 0..255)");
   expect_cli_error(lat("tokenizer decode --tokenizer char" + data + " 3"), 2,
-               "id 3 is outside the vocabulary of the char tokenizer (3 tokens: ids 0..2)");
+                   "id 3 is outside the vocabulary of the char tokenizer (3 tokens: ids 0..2)");
   expect_cli_error(lat("tokenizer decode --tokenizer byte -- -1"), 2, "id -1 is outside the vocabulary");
   expect_cli_error(lat("tokenizer encode --tokenizer char" + data + " --text 'abxc'"), 2,
-               "character 'x' (U+0078) at byte offset 2 is not in the char vocabulary (3 characters)");
+                   "character 'x' (U+0078) at byte offset 2 is not in the char vocabulary (3 characters)");
   expect_cli_error(lat("tokenizer encode --tokenizer char" + data + " --text 'ab中'"), 2, "at byte offset 2");
   expect_cli_error(lat("tokenizer encode --tokenizer '" + path("missing") + "' --text a"), 2,
-               "--tokenizer '" + path("missing") + "': no such file or directory");
+                   "--tokenizer '" + path("missing") + "': no such file or directory");
 }
 
 TEST_F(TokenizerCliTest, UnreadableOrForeignFilesExitOne) {
   const std::string not_json = write("not_json.json", "hello");
   expect_cli_error(lat("tokenizer encode --tokenizer '" + not_json + "' --text a"), 1,
-               "lat tokenizer: '" + not_json + "' is not valid JSON");
+                   "lat tokenizer: '" + not_json + "' is not valid JSON");
   nlohmann::ordered_json bpe = lat::hf_tokenizer_json(lat::Tokenizer::byte());
   bpe["model"]["merges"] = nlohmann::json::array({"a b"});
   const std::string with_merges = write("bpe.json", bpe.dump());
   expect_cli_error(lat("tokenizer encode --tokenizer '" + with_merges + "' --text a"), 1,
-               "'" + with_merges + "': not a char or byte tokenizer lat reads: model.merges is not empty");
+                   "'" + with_merges + "': not a char or byte tokenizer lat reads: model.merges is not empty");
   const std::string not_h5 = write("fake.h5", "not hdf5");
   expect_cli_error(lat("tokenizer encode --tokenizer '" + not_h5 + "' --text a"), 1, not_h5);
   expect_cli_error(lat("tokenizer encode --tokenizer byte '" + path("no_such_text.txt") + "'"), 1, "no_such_text.txt");
@@ -205,17 +212,19 @@ TEST_F(TokenizerCliTest, UnreadableOrForeignFilesExitOne) {
   expect_cli_error(lat("tokenizer encode --tokenizer char --data '" + empty + "' --text a"), 1,
                    "lat tokenizer: --data '" + empty + "' is empty");
   // A model trained on token ids (the mqar task): its run, its checkpoint and its export.
-  write("mqar.yaml", "model: {d_model: 16, n_layers: 1, n_heads: 1, layers: \"attn\"}\n"
-                     "data: {task: mqar, block_size: 16, mqar: {vocab: 16, pairs: [2]}}\n"
-                     "train: {threads: 1, batch_size: 1, max_steps: 1, eval_every: 1, eval_batches: 1, "
-                     "ckpt_every: 1, out_dir: '" + path("mqar") + "'}\n");
+  write("mqar.yaml",
+        "model: {d_model: 16, n_layers: 1, n_heads: 1, layers: \"attn\"}\n"
+        "data: {task: mqar, block_size: 16, mqar: {vocab: 16, pairs: [2]}}\n"
+        "train: {threads: 1, batch_size: 1, max_steps: 1, eval_every: 1, eval_batches: 1, "
+        "ckpt_every: 1, out_dir: '" +
+            path("mqar") + "'}\n");
   ASSERT_EQ(lat("train '" + path("mqar.yaml") + "'").exit_code, 0);
   ASSERT_EQ(lat("export --checkpoint '" + path("mqar") + "' --format safetensors --out '" + path("mqar_export") + "'")
                 .exit_code,
             0);
   for (const std::string& source : std::vector<std::string>{path("mqar"), path("mqar_export")}) {
     expect_cli_error(lat("tokenizer encode --tokenizer '" + source + "' --text a"), 1,
-                 "carries no tokenizer: the model was trained on token ids");
+                     "carries no tokenizer: the model was trained on token ids");
     expect_cli_error(lat("tokenizer decode --tokenizer '" + source + "' 1"), 1, "carries no tokenizer");
   }
   // An empty directory: neither a tokenizer nor a checkpoint (resolve_checkpoint's usage error).

@@ -99,7 +99,8 @@ Command add_tokenizer_command(CLI::App& app) {
   decode->add_option("ids", *words, "token ids")->required()->allow_extra_args();
 
   return {sub, [=] {
-            if (encode->parsed()) return run_encode(*encode_args, text_option->count() ? std::optional(*text) : std::nullopt, *file);
+            if (encode->parsed())
+              return run_encode(*encode_args, text_option->count() ? std::optional(*text) : std::nullopt, *file);
             const Tokenizer tokenizer = load_tokenizer_source(decode_args->spec, decode_args->data);
             std::cout << tokenizer.decode(parse_ids(*words, tokenizer));
             return 0;

@@ -30,8 +30,8 @@ constexpr const char* kWho = "lat tokenizer";
 
 /// A tokenizer.json: lat's form ({"type": ...}) or a Hugging Face char/byte form.
 Tokenizer from_tokenizer_json(const std::string& path) {
-  const nlohmann::json json =
-      parse_json_text(read_json_file_text(path, "tokenizer file"), std::string(kWho) + ": '" + path + "'");
+  const nlohmann::json json = parse_json_text(read_json_file_text(path, "tokenizer file"),
+                                              std::string(kWho) + ": '" + path + "'");
   if (json.is_object() && json.contains("type") && !json.contains("model")) {
     Checkpoint ckpt;
     read_tokenizer_json(path, ckpt);
@@ -73,7 +73,8 @@ Tokenizer from_directory(const std::string& dir) {
 Tokenizer load_tokenizer_source(const std::string& spec, const std::string& data_path) {
   if (spec == "char") {
     if (data_path.empty())
-      throw ConfigError(std::string(kWho) + ": --tokenizer char: needs --data FILE, the text whose characters are "
+      throw ConfigError(std::string(kWho) +
+                        ": --tokenizer char: needs --data FILE, the text whose characters are "
                         "the vocabulary");
     const std::string text = read_text_file(data_path);
     if (text.empty()) throw Error(std::string(kWho) + ": --data '" + data_path + "' is empty");
@@ -97,7 +98,8 @@ Tokenizer load_tokenizer_source(const std::string& spec, const std::string& data
   const fs::path path(spec);
   if (path.extension() == ".h5") return from_checkpoint(spec);
   // An exported model.safetensors: its tokenizer.json lies beside it.
-  if (path.extension() == ".safetensors") return from_directory(path.parent_path().empty() ? "." : path.parent_path().string());
+  if (path.extension() == ".safetensors")
+    return from_directory(path.parent_path().empty() ? "." : path.parent_path().string());
   return from_tokenizer_json(spec);
 }
 
