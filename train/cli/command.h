@@ -52,5 +52,7 @@ Command add_export_command(CLI::App& app);
 Command add_info_command(CLI::App& app);
 /// `lat plot RUN_DIR [RUN_DIR ...] [--out FILE.png] [--x step|tokens|time]` (train/cli/plot.cpp).
 Command add_plot_command(CLI::App& app);
+/// `lat tokenizer encode|decode --tokenizer SPEC ...` (train/cli/tokenizer.cpp).
+Command add_tokenizer_command(CLI::App& app);
 
 }  // namespace lat::cli

@@ -47,6 +47,7 @@ int main(int argc, char** argv) {
   commands.push_back(lat::cli::add_export_command(app));
   commands.push_back(lat::cli::add_info_command(app));
   commands.push_back(lat::cli::add_plot_command(app));
+  commands.push_back(lat::cli::add_tokenizer_command(app));
 
   try {
     app.parse(argc, argv);

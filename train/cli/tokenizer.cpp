@@ -1,0 +1,110 @@
+// `lat tokenizer encode --tokenizer SPEC [--text TEXT | FILE]` and
+// `lat tokenizer decode --tokenizer SPEC IDS...` (DESIGN.md, "Tokenizers").
+#include <charconv>
+#include <iostream>
+#include <iterator>
+#include <memory>
+#include <optional>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "data/token_files.h"
+#include "lat/error.h"
+#include "train/cli/command.h"
+#include "train/config/config_types.h"
+#include "train/inference/tokenizer_source.h"
+
+namespace lat::cli {
+
+namespace {
+
+constexpr const char* kTokenizerHelp =
+    "char (with --data FILE), byte, a tokenizer.json, a checkpoint (.h5), a run or an export directory";
+
+/// What both subcommands take: the tokenizer and, for char, its text.
+struct TokenizerArgs {
+  std::string spec, data;
+};
+
+void add_tokenizer_options(CLI::App& sub, TokenizerArgs& args) {
+  sub.add_option("--tokenizer", args.spec, kTokenizerHelp)->required();
+  sub.add_option("--data", args.data, "the text whose characters are the char vocabulary (as lat train builds it)");
+}
+
+/// The ids of `words` (decimal int64 each, in [0, vocab_size)). Throws ConfigError naming the
+/// first word that is not one.
+std::vector<int64_t> parse_ids(const std::vector<std::string>& words, const Tokenizer& tokenizer) {
+  std::vector<int64_t> ids;
+  ids.reserve(words.size());
+  for (const std::string& word : words) {
+    int64_t id = 0;
+    const auto [end, error] = std::from_chars(word.data(), word.data() + word.size(), id);
+    if (error != std::errc() || end != word.data() + word.size() || word.empty())
+      throw ConfigError("lat tokenizer decode: id '" + word + "' is not an integer");
+    if (id < 0 || id >= tokenizer.vocab_size())
+      throw ConfigError("lat tokenizer decode: id " + word + " is outside the vocabulary of the " + tokenizer.type() +
+                        " tokenizer (" + std::to_string(tokenizer.vocab_size()) + " tokens: ids 0.." +
+                        std::to_string(tokenizer.vocab_size() - 1) + ")");
+    ids.push_back(id);
+  }
+  return ids;
+}
+
+/// Prints the ids of `text_option`, else of the file `file`, else of standard input.
+int run_encode(const TokenizerArgs& args, const std::optional<std::string>& text_option, const std::string& file) {
+  const Tokenizer tokenizer = load_tokenizer_source(args.spec, args.data);
+  std::string text;
+  if (text_option) {
+    text = *text_option;
+  } else if (!file.empty()) {
+    text = read_text_file(file);
+  } else {
+    text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+  }
+  std::vector<int64_t> ids;
+  try {
+    ids = tokenizer.encode(text);
+  } catch (const ConfigError&) {
+    throw;
+  } catch (const Error& e) {
+    // The text is the user's input: a character outside the vocabulary is a usage error.
+    throw ConfigError(std::string("lat tokenizer encode: ") + e.what());
+  }
+  std::string line;
+  for (size_t i = 0; i < ids.size(); ++i) line += (i ? " " : "") + std::to_string(ids[i]);
+  std::cout << line << "\n";
+  return 0;
+}
+
+}  // namespace
+
+Command add_tokenizer_command(CLI::App& app) {
+  CLI::App* sub = app.add_subcommand("tokenizer", "Encode text to token ids and decode ids to text");
+  sub->require_subcommand(1);
+
+  auto encode_args = std::make_shared<TokenizerArgs>();
+  auto text = std::make_shared<std::string>();
+  auto file = std::make_shared<std::string>();
+  CLI::App* encode = sub->add_subcommand("encode", "Print the ids of a text, space-separated, on one line");
+  add_tokenizer_options(*encode, *encode_args);
+  CLI::Option* text_option = encode->add_option("--text", *text, "the text (else FILE, else standard input)");
+  encode->add_option("file", *file, "a file holding the text")->excludes(text_option);
+
+  auto decode_args = std::make_shared<TokenizerArgs>();
+  auto words = std::make_shared<std::vector<std::string>>();
+  CLI::App* decode = sub->add_subcommand("decode", "Print the text of ids, exactly (no newline added)");
+  add_tokenizer_options(*decode, *decode_args);
+  // Strings, not ints: a bad id is named by the message of parse_ids, with the vocabulary size.
+  decode->add_option("ids", *words, "token ids")->required()->allow_extra_args();
+
+  return {sub, [=] {
+            if (encode->parsed())
+              return run_encode(*encode_args, text_option->count() ? std::optional(*text) : std::nullopt, *file);
+            const Tokenizer tokenizer = load_tokenizer_source(decode_args->spec, decode_args->data);
+            std::cout << tokenizer.decode(parse_ids(*words, tokenizer));
+            return 0;
+          }};
+}
+
+}  // namespace lat::cli

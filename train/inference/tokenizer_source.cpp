@@ -1,0 +1,106 @@
+#include "train/inference/tokenizer_source.h"
+
+#include <filesystem>
+#include <optional>
+
+#include <nlohmann/json.hpp>
+
+#include "data/token_files.h"
+#include "lat/error.h"
+#include "train/config/config_types.h"
+#include "train/files/checkpoint.h"
+#include "train/files/export_layout.h"
+#include "train/files/hf_tokenizer.h"
+#include "train/files/json_file.h"
+#include "train/files/run_dir.h"
+#include "train/files/tokenizer_files.h"
+
+namespace lat {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kWho = "lat tokenizer";
+
+[[noreturn]] void no_tokenizer(const std::string& path) {
+  throw Error(std::string(kWho) + ": '" + path +
+              "' carries no tokenizer: the model was trained on token ids (give ids, not text)");
+}
+
+/// A tokenizer.json: lat's form ({"type": ...}) or a Hugging Face char/byte form.
+Tokenizer from_tokenizer_json(const std::string& path) {
+  const nlohmann::json json = parse_json_text(read_json_file_text(path, "tokenizer file"),
+                                              std::string(kWho) + ": '" + path + "'");
+  if (json.is_object() && json.contains("type") && !json.contains("model")) {
+    Checkpoint ckpt;
+    read_tokenizer_json(path, ckpt);
+    const std::optional<Tokenizer> tokenizer = checkpoint_tokenizer(ckpt);
+    if (!tokenizer) no_tokenizer(path);
+    return *tokenizer;
+  }
+  std::string why_not;
+  std::optional<Tokenizer> tokenizer = tokenizer_from_hf_json(json, why_not);
+  if (!tokenizer)
+    throw Error(std::string(kWho) + ": '" + path + "': not a char or byte tokenizer lat reads: " + why_not);
+  return *tokenizer;
+}
+
+/// A checkpoint's /tokenizer (the weights are read and checked too: load_checkpoint has no
+/// tokenizer-only part, and a damaged file is better refused than half trusted).
+Tokenizer from_checkpoint(const std::string& path) {
+  const Checkpoint ckpt = load_checkpoint(path, CheckpointParts::weights_only);
+  const std::optional<Tokenizer> tokenizer = checkpoint_tokenizer(ckpt);
+  if (!tokenizer) no_tokenizer(path);
+  return *tokenizer;
+}
+
+/// A run directory (its latest checkpoint; first, as load_model_weights looks), else an export
+/// or Hugging Face directory (its tokenizer.json, else its model.h5).
+Tokenizer from_directory(const std::string& dir) {
+  if (std::optional<std::string> latest = find_latest_checkpoint(dir)) return from_checkpoint(*latest);
+  const fs::path tokenizer_json = fs::path(dir) / export_layout::kTokenizerFile;
+  if (fs::exists(tokenizer_json)) return from_tokenizer_json(tokenizer_json.string());
+  const fs::path weights = fs::path(dir) / export_layout::kWeightsFile;
+  if (fs::exists(weights)) return from_checkpoint(weights.string());
+  // An export of a model trained on token ids has its config.json and no tokenizer.json.
+  if (fs::exists(fs::path(dir) / export_layout::kConfigFile)) no_tokenizer(dir);
+  return from_checkpoint(resolve_checkpoint(dir));
+}
+
+}  // namespace
+
+Tokenizer load_tokenizer_source(const std::string& spec, const std::string& data_path) {
+  if (spec == "char") {
+    if (data_path.empty())
+      throw ConfigError(std::string(kWho) +
+                        ": --tokenizer char: needs --data FILE, the text whose characters are "
+                        "the vocabulary");
+    const std::string text = read_text_file(data_path);
+    if (text.empty()) throw Error(std::string(kWho) + ": --data '" + data_path + "' is empty");
+    // lat train refuses it too: a char vocabulary is stored as one C string.
+    if (const size_t nul = text.find('\0'); nul != std::string::npos)
+      throw Error(std::string(kWho) + ": --data '" + data_path + "': NUL byte at offset " + std::to_string(nul) +
+                  ": not text for the char tokenizer");
+    return Tokenizer::char_from_text(text);
+  }
+  if (!data_path.empty())
+    throw ConfigError(std::string(kWho) + ": --data: only --tokenizer char takes a text, got --tokenizer '" + spec +
+                      "'");
+  if (spec == "byte") return Tokenizer::byte();
+  std::error_code ec;
+  const fs::file_status status = fs::status(spec, ec);
+  if (!fs::exists(status))
+    throw ConfigError(std::string(kWho) + ": --tokenizer '" + spec +
+                      "': no such file or directory (expected char, byte, a tokenizer.json, a checkpoint, or a "
+                      "run or export directory)");
+  if (fs::is_directory(status)) return from_directory(spec);
+  const fs::path path(spec);
+  if (path.extension() == ".h5") return from_checkpoint(spec);
+  // An exported model.safetensors: its tokenizer.json lies beside it.
+  if (path.extension() == ".safetensors")
+    return from_directory(path.parent_path().empty() ? "." : path.parent_path().string());
+  return from_tokenizer_json(spec);
+}
+
+}  // namespace lat

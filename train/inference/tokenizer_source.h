@@ -1,0 +1,22 @@
+// The tokenizer a `--tokenizer` argument names (DESIGN.md, "Tokenizers"): `char` (built from a
+// text exactly as the trainer builds it), `byte`, a tokenizer.json (lat's own form or a
+// Hugging Face char/byte form, hf_tokenizer.h), or a model file that carries its tokenizer: a
+// checkpoint (.h5), a run directory, an export directory or its model.safetensors.
+#pragma once
+#include <string>
+
+#include "data/tokenizer.h"
+
+namespace lat {
+
+/// The tokenizer `spec` names; `data_path` is the text `char` builds its vocabulary from ("" for
+/// none; only `char` takes one). Reads no model weights where the tokenizer sits in its own
+/// file (tokenizer.json); a checkpoint is read without its optimizer state.
+/// Throws ConfigError (usage: exit 2) for `char` without `data_path`, `data_path` with another
+/// spec, a path that does not exist, or a directory holding neither a tokenizer.json nor a
+/// checkpoint. Throws lat::Error naming the file when it cannot be read or parsed, holds a
+/// tokenizer lat does not read (the first difference from the char/byte forms), or carries no
+/// tokenizer (a model trained on token ids).
+Tokenizer load_tokenizer_source(const std::string& spec, const std::string& data_path);
+
+}  // namespace lat
