@@ -1,3 +1,4 @@
+// Resolving a --tokenizer argument to a Tokenizer (tokenizer_source.h).
 #include "train/inference/tokenizer_source.h"
 
 #include <filesystem>
