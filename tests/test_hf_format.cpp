@@ -20,6 +20,7 @@
 #include "lat/tape.h"
 #include "tests/expect_error.h"
 #include "tests/hf_test_model.h"
+#include "tests/lat_command.h"
 #include "tests/test_files.h"
 #include "train/config/model_config.h"
 #include "train/files/checkpoint.h"
@@ -361,16 +362,6 @@ TEST_F(HfDirTest, ConfigKeysLatCannotHonourAreAnErrorOfTheReader) {
 
 // ---- models and the CLI (these build the model: gated attention, grouped value heads and
 // zero-centred norms in the layers) ----------------------------------------------------------
-
-/// Runs build/lat with `args`; returns the exit code, stdout in `out`.
-int run_lat(const std::string& args, std::string& out, const fs::path& capture) {
-  const std::string command = std::string("'") + LAT_BINARY_DIR + "/lat' " + args + " >'" +
-                              (capture / "out").string() + "' 2>'" + (capture / "err").string() + "'";
-  const int status = std::system(command.c_str());
-  out = read_bytes(capture / "out");
-  if (status != 0) out += read_bytes(capture / "err");
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
 
 class HfCliTest : public TempDirTest {
  protected:

@@ -17,6 +17,7 @@
 
 #include "lat/tape.h"
 #include "tests/expect_error.h"
+#include "tests/lat_command.h"
 #include "tests/test_files.h"
 #include "train/config/model_config.h"
 #include "train/files/checkpoint.h"
@@ -43,16 +44,6 @@ const std::string kShape =
 
 // 12 characters, one of them two bytes in UTF-8.
 const std::string kVocab = "\n abcdefghi\xc3\xa9";
-
-/// Runs build/lat with `args`; returns the exit code, stdout (and stderr on failure) in `out`.
-int run_lat(const std::string& args, std::string& out, const fs::path& capture) {
-  const std::string command = std::string("'") + LAT_BINARY_DIR + "/lat' " + args + " >'" +
-                              (capture / "out").string() + "' 2>'" + (capture / "err").string() + "'";
-  const int status = std::system(command.c_str());
-  out = read_bytes(capture / "out");
-  if (status != 0) out += read_bytes(capture / "err");
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
 
 nlohmann::json hf_config_of_shape() {
   return lat::hf_config_json(model_config(kShape).model, 50, lat::SafetensorsDType::f32);

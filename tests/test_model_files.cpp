@@ -27,6 +27,7 @@
 #include "layers/hybrid_lm.h"
 #include "layers/swiglu.h"
 #include "tests/expect_error.h"
+#include "tests/lat_command.h"
 #include "tests/test_files.h"
 #include "train/config/model_config.h"
 #include "train/files/checkpoint.h"
@@ -47,12 +48,6 @@ using namespace lat::testing;
 // 13 characters: the model below has 13 embedding rows.
 const std::string kVocab = "abcdefgh ijk\n";
 constexpr int64_t kRows = 13;
-
-/// What `lat` printed and returned.
-struct CliResult {
-  int exit_code = -1;
-  std::string out, err;
-};
 
 class ModelFilesTest : public TempDirTest {
  protected:
@@ -118,13 +113,7 @@ class ModelFilesTest : public TempDirTest {
   CliResult run_lat(const std::string& args) const {
     const fs::path capture = dir_.string() + "_capture";
     fs::create_directories(capture);
-    const std::string command = std::string("'") + LAT_BINARY_DIR + "/lat' " + args + " >'" +
-                                (capture / "out").string() + "' 2>'" + (capture / "err").string() + "'";
-    const int status = std::system(command.c_str());
-    CliResult r;
-    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    r.out = read_bytes(capture / "out");
-    r.err = read_bytes(capture / "err");
+    CliResult r = run_lat_captured(args, capture);
     fs::remove_all(capture);
     return r;
   }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "data/tokenizer.h"
+#include "tests/lat_command.h"
 #include "tests/test_files.h"
 #include "train/files/hf_tokenizer.h"
 
@@ -22,20 +23,13 @@ using namespace lat::testing;
 // Accents, CJK, an emoji (4 UTF-8 bytes) and a newline.
 const std::string kMultilingual = "café naïve 中文 🙂\n";
 
-struct CliResult {
-  int exit_code = -1;
-  std::string out, err;
-};
 
 class TokenizerCliTest : public TempDirTest {
  protected:
   /// build/lat with `args` (shell words), stdout and stderr captured apart, stdin from the file
   /// `stdin_path` (empty by default).
   CliResult lat(const std::string& args, const std::string& stdin_path = "/dev/null") const {
-    const std::string command = std::string("'") + LAT_BINARY_DIR + "/lat' " + args + " <'" + stdin_path + "' >'" +
-                                path("out") + "' 2>'" + path("err") + "'";
-    const int status = std::system(command.c_str());
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_bytes(path("out")), read_bytes(path("err"))};
+    return run_lat_captured(args, dir_, stdin_path);
   }
 
   /// `lat tokenizer encode --tokenizer <tokenizer> FILE` of `text` (from a file: any bytes).
