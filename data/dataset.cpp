@@ -132,7 +132,12 @@ LoadedData load_data(const DataOptions& options, const std::optional<Tokenizer>&
                   ": not text for the char tokenizer (token ids? set data.format: bin; binary text? "
                   "data.tokenizer: byte)");
     used = tokenizer ? *tokenizer : Tokenizer::create(options.tokenizer, text);
-    std::vector<int64_t> ids = used->encode(text);
+    std::vector<int64_t> ids;
+    try {
+      ids = used->encode(text);
+    } catch (const Error& e) {  // the tokenizer names a character, not the file it came from
+      throw Error("load_data: " + options.path + ": " + e.what());
+    }
     tokens.assign(ids.begin(), ids.end());
   } else if (format == "bin") {
     tokens = read_bin_tokens(options.path, options.bin_dtype);

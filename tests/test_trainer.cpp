@@ -506,7 +506,7 @@ TEST_F(TrainerTest, EvalWithoutDataOfACheckpointWhoseDataIsGoneAsksForData) {
   // Text holding a character the checkpoint's tokenizer never saw: the error names the file.
   write_bytes((dir_ / "other.txt").string(), "# THE QUICK BROWN FOX\n");
   expect_error([&] { evaluate_checkpoint(run_dir().string(), (dir_ / "other.txt").string()); },
-               {"eval: '" + (dir_ / "other.txt").string() + "': ", "Tokenizer::encode"});
+               {"load_data: " + (dir_ / "other.txt").string() + ": ", "Tokenizer::encode"});
 }
 
 TEST_F(TrainerTest, EvalOnDataOfAnotherKindIsAConfigError) {

@@ -84,18 +84,7 @@ CheckpointEval evaluate_checkpoint(const std::string& checkpoint, const std::str
                         trained.path + "' was trained on text with a " + trained.tokenizer->type() +
                         " tokenizer: give a text file");
   }
-  LoadedData data = [&] {
-    try {
-      return load_data(options, trained.tokenizer);
-    } catch (const ConfigError&) {
-      throw;
-    } catch (const Error& e) {
-      const std::string what = e.what();
-      // The tokenizer's error names a character, not the file it came from.
-      if (what.find(options.path) != std::string::npos) throw;
-      throw Error("eval: '" + options.path + "': " + what);
-    }
-  }();
+  LoadedData data = load_data(options, trained.tokenizer);
   CheckpointEval e;
   e.checkpoint = trained.path;
   e.step = trained.step;
