@@ -279,6 +279,7 @@ class CheckpointReader {
   Checkpoint read(CheckpointParts parts) {
     Checkpoint ckpt;
     read_root(ckpt);
+    if (parts == CheckpointParts::tokenizer_only) return ckpt;
     read_model(ckpt);
     if (parts == CheckpointParts::weights_only) return ckpt;
     if (has_link(file_, "optimizer")) read_optimizer(ckpt.optimizer);

@@ -86,6 +86,7 @@ enum class CheckpointParts {
   all,           // everything, for resuming a run
   weights_only,  // root attributes, /config, /tokenizer and /model, for inference, export and
                  // fine-tuning: /optimizer, /rng and /data are never opened (and stay empty)
+  tokenizer_only,  // root attributes, /config and /tokenizer (`lat tokenizer`): no tensor is read
 };
 
 /// Reads a checkpoint (tensors on the CPU, in the saved order). Throws lat::Error naming the

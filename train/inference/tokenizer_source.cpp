@@ -47,10 +47,9 @@ Tokenizer from_tokenizer_json(const std::string& path) {
   return *tokenizer;
 }
 
-/// A checkpoint's /tokenizer (the weights are read and checked too: load_checkpoint has no
-/// tokenizer-only part, and a damaged file is better refused than half trusted).
+/// A checkpoint's /tokenizer (its tensors are not read).
 Tokenizer from_checkpoint(const std::string& path) {
-  const Checkpoint ckpt = load_checkpoint(path, CheckpointParts::weights_only);
+  const Checkpoint ckpt = load_checkpoint(path, CheckpointParts::tokenizer_only);
   const std::optional<Tokenizer> tokenizer = checkpoint_tokenizer(ckpt);
   if (!tokenizer) no_tokenizer(path);
   return *tokenizer;

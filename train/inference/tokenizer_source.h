@@ -11,7 +11,7 @@ namespace lat {
 
 /// The tokenizer `spec` names; `data_path` is the text `char` builds its vocabulary from ("" for
 /// none; only `char` takes one). Reads no model weights where the tokenizer sits in its own
-/// file (tokenizer.json); a checkpoint is read without its optimizer state.
+/// file (tokenizer.json); of a checkpoint only the root attributes, /config and /tokenizer are read.
 /// Throws ConfigError (usage: exit 2) for `char` without `data_path`, `data_path` with another
 /// spec, a path that does not exist, or a directory holding neither a tokenizer.json nor a
 /// checkpoint. Throws lat::Error naming the file when it cannot be read or parsed, holds a
