@@ -13,6 +13,7 @@
 #include "layers/linear_attention/common.h"
 #include "layers/mixer.h"
 #include "train/config/suggest.h"
+#include "train/config/thread_count.h"
 #include "train/config/validation.h"
 #include "train/text/format.h"
 
@@ -263,7 +264,7 @@ void check_init_from(Validation& v) {
 // a damaged value (a config stored in a checkpoint or an export) cannot ask for terabytes of
 // memory or 10^5 threads before the weights are compared with it.
 constexpr int64_t kMaxWidth = int64_t{1} << 16;  // model.d_model
-constexpr int64_t kMaxCount = 1024;              // layers, heads, head dims, threads, chunk
+constexpr int64_t kMaxCount = 1024;              // layers, heads, head dims, chunk
 constexpr double kMaxMlpRatio = 64.0;
 constexpr double kMaxExpandV = 64.0;
 // Upper bounds of the other floats: far above any setting that trains, and low enough that a
@@ -370,7 +371,7 @@ const std::vector<KeySpec>& schema() {
        .rule = check_resume_path},
       {LAT_KEY(train.seed), .bounds = ints_from(0)},
       {LAT_KEY(train.device), .rule = check_device},
-      {LAT_KEY(train.threads), .bounds = ints_in(0, kMaxCount)},
+      {LAT_KEY(train.threads), .bounds = ints_in(0, kMaxThreads)},
       {LAT_KEY(init_from), .rule = check_init_from, .nullable = true},
       {LAT_KEY(init_from_strict)},
       {LAT_KEY(freeze), .bounds = non_empty("expected a non-empty pattern")},
