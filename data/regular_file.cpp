@@ -1,8 +1,13 @@
 // The regular-file check of readers (regular_file.h).
 #include "data/regular_file.h"
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <system_error>
+
+#include "lat/error.h"
 
 namespace fs = std::filesystem;
 
@@ -20,6 +25,25 @@ std::optional<std::string> non_regular_file_kind(const std::string& path) {
     case fs::file_type::socket: return "is a socket";
     default: return ec ? "cannot be examined (" + ec.message() + ")" : "is not a regular file";
   }
+}
+
+std::string read_bounded_file(const std::string& path, size_t max_bytes, const std::string& what) {
+  const std::string subject = "'" + path + "' (" + what + ")";
+  if (const std::optional<std::string> kind = non_regular_file_kind(path))
+    throw Error(subject + " " + *kind + ", expected a regular file");
+  std::error_code ec;
+  const uintmax_t size = fs::file_size(path, ec);
+  if (ec) throw Error(subject + ": cannot open: " + ec.message());
+  if (size > max_bytes)
+    throw Error(subject + ": " + std::to_string(size) + " bytes, more than the " + std::to_string(max_bytes) +
+                " lat reads");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(subject + ": cannot open: " + std::strerror(errno));
+  std::string bytes(size, '\0');
+  in.read(bytes.data(), static_cast<std::streamsize>(size));
+  if (in.gcount() != static_cast<std::streamsize>(size))
+    throw Error(subject + ": reading " + std::to_string(size) + " bytes failed");
+  return bytes;
 }
 
 }  // namespace lat

@@ -2,6 +2,7 @@
 // device such as /dev/zero never ends, so a path naming either would hang a command instead of
 // failing. The check runs before the file is opened.
 #pragma once
+#include <cstddef>
 #include <optional>
 #include <string>
 
@@ -12,5 +13,10 @@ namespace lat {
 /// block device", "is a socket" or "is not a regular file". nullopt for a regular file and for
 /// a missing path (the reader's open reports that in its own words).
 std::optional<std::string> non_regular_file_kind(const std::string& path);
+
+/// The bytes of the regular file `path`, which must hold at most `max_bytes` (checked before
+/// reading). Throws lat::Error "'<path>' (<what>): ..." when it is missing, unreadable, not a
+/// regular file, or larger.
+std::string read_bounded_file(const std::string& path, size_t max_bytes, const std::string& what);
 
 }  // namespace lat

@@ -1,67 +1,14 @@
-// Byte and char tokenizers, with a strict UTF-8 decoder for the char vocabulary.
+// Byte and char tokenizers, and the subword models behind bpe and sentencepiece.
 #include "data/tokenizer.h"
 
 #include <algorithm>
 #include <cstdio>
+#include <utility>
 
+#include "data/utf8.h"
 #include "lat/error.h"
 
 namespace lat {
-namespace {
-
-constexpr char32_t kMaxCodePoint = 0x10FFFF;
-
-// Decodes the code point starting at text[pos] and advances pos. Rejects truncated
-// sequences, stray continuation bytes, overlong forms, surrogates and values > U+10FFFF.
-char32_t next_code_point(const std::string& text, size_t& pos, const char* fn) {
-  const size_t start = pos;
-  auto byte_at = [&](size_t i) { return static_cast<unsigned char>(text[i]); };
-  unsigned char lead = byte_at(pos++);
-  if (lead < 0x80) return lead;
-  int extra = lead >= 0xF0 && lead <= 0xF4 ? 3 : lead >= 0xE0 && lead < 0xF0 ? 2 : lead >= 0xC2 && lead < 0xE0 ? 1 : -1;
-  LAT_CHECK(extra > 0, fn << ": invalid UTF-8 at byte offset " << start << " (byte 0x" << std::hex
-                          << static_cast<int>(lead) << ")");
-  char32_t cp = lead & (0x3F >> extra);
-  for (int i = 0; i < extra; ++i) {
-    LAT_CHECK(pos < text.size() && (byte_at(pos) & 0xC0) == 0x80,
-              fn << ": invalid UTF-8 at byte offset " << start << " (truncated sequence)");
-    cp = (cp << 6) | (byte_at(pos++) & 0x3F);
-  }
-  static constexpr char32_t kMin[4] = {0, 0x80, 0x800, 0x10000};
-  LAT_CHECK(cp >= kMin[extra] && cp <= kMaxCodePoint && !(cp >= 0xD800 && cp <= 0xDFFF),
-            fn << ": invalid UTF-8 at byte offset " << start << " (overlong form, surrogate or out of range)");
-  return cp;
-}
-
-void append_utf8(std::string& out, char32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
-
-// "'a' (U+0061)", or just "U+000A" for a control character.
-std::string describe_char(char32_t cp) {
-  char code[16];
-  std::snprintf(code, sizeof(code), "U+%04X", static_cast<unsigned>(cp));
-  if (cp < 0x20 || cp == 0x7F) return code;
-  std::string s = "'";
-  append_utf8(s, cp);
-  return s + "' (" + code + ")";
-}
-
-}  // namespace
 
 Tokenizer Tokenizer::byte() {
   Tokenizer t;
@@ -101,8 +48,22 @@ Tokenizer Tokenizer::create(const std::string& type, const std::string& text) {
   return char_from_text(text);
 }
 
+Tokenizer Tokenizer::subword(std::shared_ptr<const SubwordModel> model) {
+  LAT_CHECK(model != nullptr, "Tokenizer::subword: expected a subword model, got none");
+  Tokenizer t;
+  t.type_ = model->type();
+  t.subword_ = std::move(model);
+  return t;
+}
+
 int64_t Tokenizer::vocab_size() const {
+  if (subword_) return subword_->vocab_size();
   return type_ == "byte" ? 256 : static_cast<int64_t>(chars_.size());
+}
+
+bool Tokenizer::has_token(int64_t id) const {
+  if (subword_) return subword_->has_token(id);
+  return id >= 0 && id < vocab_size();
 }
 
 std::string Tokenizer::vocab_string() const {
@@ -114,6 +75,7 @@ std::string Tokenizer::vocab_string() const {
 }
 
 std::vector<int64_t> Tokenizer::encode(const std::string& text) const {
+  if (subword_) return subword_->encode(text);
   std::vector<int64_t> ids;
   ids.reserve(text.size());
   if (type_ == "byte") {
@@ -135,6 +97,7 @@ std::vector<int64_t> Tokenizer::encode(const std::string& text) const {
 std::string Tokenizer::decode_one(int64_t id) const {
   LAT_CHECK(id >= 0 && id < vocab_size(), "Tokenizer::decode: id " << id << " is outside [0, " << vocab_size()
                                                                     << ") of the " << type_ << " tokenizer");
+  if (subword_) return subword_->decode({id});
   if (type_ == "byte") return std::string(1, static_cast<char>(id));
   std::string out;
   append_utf8(out, chars_[id]);
@@ -142,6 +105,7 @@ std::string Tokenizer::decode_one(int64_t id) const {
 }
 
 std::string Tokenizer::decode(const std::vector<int64_t>& ids) const {
+  if (subword_) return subword_->decode(ids);
   std::string out;
   out.reserve(ids.size());
   for (int64_t id : ids) out += decode_one(id);

@@ -10,6 +10,7 @@ packages=(
   build-essential cmake ccache
   libdnnl-dev ocl-icd-opencl-dev libhdf5-dev zlib1g-dev libyaml-cpp-dev
   libgtest-dev libgmock-dev libcli11-dev libfmt-dev nlohmann-json3-dev
+  libpcre2-dev libutf8proc-dev libsentencepiece-dev
   openmpi-bin libopenmpi-dev
   python3-torch python3-numpy python3-h5py
   gnuplot-nox

@@ -2,9 +2,13 @@
 #include "train/files/tokenizer_files.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <map>
 
+#include "data/regular_file.h"
+#include "data/sentencepiece_tokenizer.h"
 #include "lat/error.h"
+#include "train/files/hf_tokenizer.h"
 #include "train/files/json_file.h"
 
 namespace lat {
@@ -76,6 +80,45 @@ void read_tokenizer_json(const std::string& path, Checkpoint& ckpt) {
     throw Error(where + e.what());
   }
   ckpt.tokenizer_vocab = vocab;
+}
+
+namespace {
+
+/// A tokenizer.json: lat's form or a Hugging Face form.
+std::optional<Tokenizer> read_tokenizer_json_file(const std::string& path, const std::string& who) {
+  const nlohmann::json json =
+      parse_json_text(read_json_file_text(path, "tokenizer file"), who + ": '" + path + "'");
+  if (json.is_object() && json.contains("type") && !json.contains("model")) {
+    Checkpoint ckpt;
+    read_tokenizer_json(path, ckpt);
+    return checkpoint_tokenizer(ckpt);
+  }
+  std::string why_not;
+  std::optional<Tokenizer> tokenizer = tokenizer_from_hf_json(json, why_not);
+  if (!tokenizer) throw Error(who + ": '" + path + "': not a char or byte tokenizer lat reads: " + why_not);
+  return tokenizer;
+}
+
+}  // namespace
+
+std::optional<Tokenizer> read_tokenizer_file(const std::string& path, const std::string& who) {
+  namespace fs = std::filesystem;
+  if (fs::is_directory(path)) {
+    const fs::path json = fs::path(path) / "tokenizer.json";
+    const fs::path model = fs::path(path) / "tokenizer.model";
+    if (fs::exists(json)) return read_tokenizer_json_file(json.string(), who);
+    if (fs::exists(model)) return read_tokenizer_file(model.string(), who);
+    throw Error(who + ": '" + path + "': a directory with neither a tokenizer.json nor a tokenizer.model");
+  }
+  if (fs::path(path).extension() == ".model") {
+    try {
+      return Tokenizer::subword(
+          sentencepiece_model(read_bounded_file(path, kMaxSentencePieceModelBytes, "SentencePiece model"), path));
+    } catch (const Error& e) {
+      throw Error(who + ": " + e.what());
+    }
+  }
+  return read_tokenizer_json_file(path, who);
 }
 
 }  // namespace lat

@@ -32,4 +32,13 @@ nlohmann::ordered_json tokenizer_json(const Checkpoint& ckpt);
 /// excerpt) that is not a string, not exactly one character, or repeats an earlier entry.
 void read_tokenizer_json(const std::string& path, Checkpoint& ckpt);
 
+/// The tokenizer in the file `path` (DESIGN.md, "Tokenizers"): a SentencePiece `.model`, or a
+/// tokenizer.json: lat's own form ({"type": ...}), a Hugging Face char or byte form
+/// (hf_tokenizer.h) or a Hugging Face byte-level BPE. A directory stands for its
+/// tokenizer.json, else its tokenizer.model. `who` starts every error message. Throws
+/// lat::Error naming the file when it cannot be read or parsed, or describes a tokenizer lat
+/// does not read (the first feature it cannot honour); nullopt for lat's form of a model
+/// trained on token ids (type none).
+std::optional<Tokenizer> read_tokenizer_file(const std::string& path, const std::string& who);
+
 }  // namespace lat

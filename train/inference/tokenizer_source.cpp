@@ -4,15 +4,11 @@
 #include <filesystem>
 #include <optional>
 
-#include <nlohmann/json.hpp>
-
 #include "data/token_files.h"
 #include "lat/error.h"
 #include "train/config/config_types.h"
 #include "train/files/checkpoint.h"
 #include "train/files/export_layout.h"
-#include "train/files/hf_tokenizer.h"
-#include "train/files/json_file.h"
 #include "train/files/run_dir.h"
 #include "train/files/tokenizer_files.h"
 
@@ -29,21 +25,10 @@ constexpr const char* kWho = "lat tokenizer";
               "' carries no tokenizer: the model was trained on token ids (give ids, not text)");
 }
 
-/// A tokenizer.json: lat's form ({"type": ...}) or a Hugging Face char/byte form.
-Tokenizer from_tokenizer_json(const std::string& path) {
-  const nlohmann::json json = parse_json_text(read_json_file_text(path, "tokenizer file"),
-                                              std::string(kWho) + ": '" + path + "'");
-  if (json.is_object() && json.contains("type") && !json.contains("model")) {
-    Checkpoint ckpt;
-    read_tokenizer_json(path, ckpt);
-    const std::optional<Tokenizer> tokenizer = checkpoint_tokenizer(ckpt);
-    if (!tokenizer) no_tokenizer(path);
-    return *tokenizer;
-  }
-  std::string why_not;
-  std::optional<Tokenizer> tokenizer = tokenizer_from_hf_json(json, why_not);
-  if (!tokenizer)
-    throw Error(std::string(kWho) + ": '" + path + "': not a char or byte tokenizer lat reads: " + why_not);
+/// A tokenizer file (tokenizer.json or a SentencePiece .model).
+Tokenizer from_tokenizer_file(const std::string& path) {
+  const std::optional<Tokenizer> tokenizer = read_tokenizer_file(path, kWho);
+  if (!tokenizer) no_tokenizer(path);
   return *tokenizer;
 }
 
@@ -56,11 +41,13 @@ Tokenizer from_checkpoint(const std::string& path) {
 }
 
 /// A run directory (its latest checkpoint; first, as load_model_weights looks), else an export
-/// or Hugging Face directory (its tokenizer.json, else its model.h5).
+/// or Hugging Face directory (its tokenizer.json, else its tokenizer.model, else its model.h5).
 Tokenizer from_directory(const std::string& dir) {
   if (std::optional<std::string> latest = find_latest_checkpoint(dir)) return from_checkpoint(*latest);
   const fs::path tokenizer_json = fs::path(dir) / export_layout::kTokenizerFile;
-  if (fs::exists(tokenizer_json)) return from_tokenizer_json(tokenizer_json.string());
+  if (fs::exists(tokenizer_json)) return from_tokenizer_file(tokenizer_json.string());
+  const fs::path tokenizer_model = fs::path(dir) / "tokenizer.model";
+  if (fs::exists(tokenizer_model)) return from_tokenizer_file(tokenizer_model.string());
   const fs::path weights = fs::path(dir) / export_layout::kWeightsFile;
   if (fs::exists(weights)) return from_checkpoint(weights.string());
   // An export of a model trained on token ids has its config.json and no tokenizer.json.
@@ -100,7 +87,7 @@ Tokenizer load_tokenizer_source(const std::string& spec, const std::string& data
   // An exported model.safetensors: its tokenizer.json lies beside it.
   if (path.extension() == ".safetensors")
     return from_directory(path.parent_path().empty() ? "." : path.parent_path().string());
-  return from_tokenizer_json(spec);
+  return from_tokenizer_file(spec);
 }
 
 }  // namespace lat
