@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <map>
 
+#include "data/bpe_tokenizer.h"
 #include "data/regular_file.h"
 #include "data/sentencepiece_tokenizer.h"
 #include "lat/error.h"
@@ -86,8 +87,8 @@ namespace {
 
 /// A tokenizer.json: lat's form or a Hugging Face form.
 std::optional<Tokenizer> read_tokenizer_json_file(const std::string& path, const std::string& who) {
-  const nlohmann::json json =
-      parse_json_text(read_json_file_text(path, "tokenizer file"), who + ": '" + path + "'");
+  std::string text = read_json_file_text(path, "tokenizer file");
+  const nlohmann::json json = parse_json_text(text, who + ": '" + path + "'");
   if (json.is_object() && json.contains("type") && !json.contains("model")) {
     Checkpoint ckpt;
     read_tokenizer_json(path, ckpt);
@@ -95,8 +96,13 @@ std::optional<Tokenizer> read_tokenizer_json_file(const std::string& path, const
   }
   std::string why_not;
   std::optional<Tokenizer> tokenizer = tokenizer_from_hf_json(json, why_not);
-  if (!tokenizer) throw Error(who + ": '" + path + "': not a char or byte tokenizer lat reads: " + why_not);
-  return tokenizer;
+  if (tokenizer) return tokenizer;
+  // Any other Hugging Face tokenizer.json: a byte-level BPE, or refused naming what lat cannot honour.
+  try {
+    return Tokenizer::subword(bpe_model_from_json(text, path));
+  } catch (const Error& e) {
+    throw Error(who + ": " + e.what());
+  }
 }
 
 }  // namespace
