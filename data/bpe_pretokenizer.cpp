@@ -78,7 +78,7 @@ class CompiledRegex {
   CompiledRegex(const std::string& pattern, bool literal, const std::string& origin, const std::string& key) {
     int error = 0;
     PCRE2_SIZE offset = 0;
-    const uint32_t options = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0);
+    const uint32_t options = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);  // UCP is not allowed with LITERAL
     code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options, &error, &offset,
                           nullptr);
     if (!code_) {
@@ -293,8 +293,9 @@ void BpePretokenizer::split(std::string_view text, const std::function<void(std:
   for (std::string_view piece : pieces) {
     if (piece.empty()) continue;
     if (add_prefix_space_ && piece.front() != ' ') {
-      prefixed = " ";
-      prefixed += piece;
+      prefixed.clear();
+      prefixed.push_back(' ');
+      prefixed.append(piece.data(), piece.size());
       piece = prefixed;
     }
     if (!byte_level_regex_) {

@@ -317,6 +317,7 @@ class BpeModel final : public SubwordModel {
     if (added.is_null()) return;
     if (!added.is_array()) throw_tokenizer_json_error(origin, "added_tokens", "expected an array");
     StringMap<size_t> seen;
+    int64_t largest_added = -1;
     for (size_t i = 0; i < added.size(); ++i) {
       const json& t = added[i];
       const std::string key = "added_tokens[" + std::to_string(i) + "]";
@@ -330,7 +331,7 @@ class BpeModel final : public SubwordModel {
       };
       AddedToken token;
       token.content = t["content"].get<std::string>();
-      token.id = read_id(member(t, "id"), origin, key + ".id");
+      read_id(member(t, "id"), origin, key + ".id");
       token.single_word = flag("single_word", false);
       token.lstrip = flag("lstrip", false);
       token.rstrip = flag("rstrip", false);
@@ -340,9 +341,17 @@ class BpeModel final : public SubwordModel {
       if (const auto [it, added_now] = seen.emplace(token.content, i); !added_now)
         throw_tokenizer_json_error(origin, key + ".content",
                                    tokenizer_json_excerpt(token.content) + " repeats added_tokens[" + std::to_string(it->second) + "]");
-      if (const auto it = vocab.find(token.content); it != vocab.end() && it->second != token.id)
-        throw_tokenizer_json_error(origin, key + ".id", "token " + tokenizer_json_excerpt(token.content) + " has id " +
-                                                            std::to_string(it->second) + " in model.vocab, got " + std::to_string(token.id));
+      // The id tokenizers gives it, whatever 'id' says (it only warns): a token of model.vocab
+      // keeps its id; a new one takes the next id after the vocabulary's entry count or the
+      // largest added id.
+      const int64_t entries = static_cast<int64_t>(vocab.size());
+      if (const auto it = vocab.find(token.content); it != vocab.end())
+        token.id = it->second;
+      else
+        token.id = largest_added >= entries || entries == 0 ? largest_added + 1 : entries;
+      if (token.id > kMaxBpeTokenId)
+        throw_tokenizer_json_error(origin, key + ".id", "more ids than the " + std::to_string(kMaxBpeTokenId + 1) + " lat reads");
+      largest_added = std::max(largest_added, token.id);
       // The id decodes to the added token's text (tokenizers looks added tokens up first).
       define(token.id, from_byte_level(token.content));
       if (normalized) {
