@@ -195,7 +195,7 @@ TEST_F(TokenizerCliTest, UnreadableOrForeignFilesExitOne) {
   bpe["model"]["merges"] = nlohmann::json::array({"a b"});
   const std::string with_merges = write("bpe.json", bpe.dump());
   expect_cli_error(lat("tokenizer encode --tokenizer '" + with_merges + "' --text a"), 1,
-                   "'" + with_merges + "': not a char or byte tokenizer lat reads: model.merges is not empty");
+                   "lat tokenizer: '" + with_merges + "': model.merges[0]: token \"ab\" is not in model.vocab");
   const std::string not_h5 = write("fake.h5", "not hdf5");
   expect_cli_error(lat("tokenizer encode --tokenizer '" + not_h5 + "' --text a"), 1, not_h5);
   expect_cli_error(lat("tokenizer encode --tokenizer byte '" + path("no_such_text.txt") + "'"), 1, "no_such_text.txt");
