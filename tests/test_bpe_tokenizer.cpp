@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -325,6 +326,21 @@ TEST(BpeTokenizer, SplitsAfterNewline) {
   const std::string text = shakespeare();
   if (text.empty()) GTEST_SKIP() << "data/tinyshakespeare.txt is absent (tools/fetch_data.sh puts it there)";
   EXPECT_EQ(encode_in_pieces(*llama3, text), llama3->encode(text));
+}
+
+// encode is const and shares its word cache: threads encoding at once get the ids of one.
+TEST(BpeTokenizer, EncodesFromSeveralThreadsAtOnce) {
+  const auto model = load(tiny_tokenizer());
+  const std::string text = kMultilingual + kMultilingual + "the cat in the hat\n";
+  const Ids expected = load(tiny_tokenizer())->encode(text);
+  std::vector<Ids> got(4);
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < got.size(); ++t)
+    threads.emplace_back([&, t] {
+      for (int repeat = 0; repeat < 20; ++repeat) got[t] = model->encode(text);
+    });
+  for (std::thread& thread : threads) thread.join();
+  for (const Ids& ids : got) EXPECT_EQ(ids, expected);
 }
 
 TEST(ByteLevel, AlphabetAndLossyUtf8) {
