@@ -263,8 +263,13 @@ class BpeModel final : public SubwordModel {
     if (!vocab.is_object()) throw_tokenizer_json_error(origin, "model.vocab", "expected an object {token: id}");
     StringMap<int32_t> ids;
     std::unordered_map<int64_t, const std::string*> token_of_id;
+    ids.reserve(vocab.size());
+    token_of_id.reserve(vocab.size());
+    word_ids_.reserve(vocab.size());
+    token_bytes_.reserve(vocab.size());
     for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-      const int64_t id = read_id(it.value(), origin, "model.vocab[" + tokenizer_json_excerpt(it.key()) + "]");
+      const int64_t id =
+          read_id(it.value(), origin, [&] { return "model.vocab[" + tokenizer_json_excerpt(it.key()) + "]"; });
       if (const auto [other, added] = token_of_id.emplace(id, &it.key()); !added)
         throw_tokenizer_json_error(origin, "model.vocab", "tokens " + tokenizer_json_excerpt(*other->second) + " and " +
                                                               tokenizer_json_excerpt(it.key()) + " both have id " + std::to_string(id));
@@ -285,6 +290,7 @@ class BpeModel final : public SubwordModel {
     if (!merges.is_array() && !merges.is_null())
       throw_tokenizer_json_error(origin, "model.merges", "expected an array of \"a b\" strings or [a, b] pairs");
     if (merges.is_null()) return ids;
+    merges_.reserve(merges.size());
     for (size_t rank = 0; rank < merges.size(); ++rank) {
       const json& m = merges[rank];
       const std::string key = "model.merges[" + std::to_string(rank) + "]";
@@ -303,10 +309,11 @@ class BpeModel final : public SubwordModel {
         throw_tokenizer_json_error(origin, key, "expected \"a b\" or [a, b], got " + tokenizer_json_excerpt(m));
       }
       const std::string joined = left + right;
-      for (const std::string* part : std::array<const std::string*, 3>{&left, &right, &joined})
-        if (!ids.count(*part))
-          throw_tokenizer_json_error(origin, key, "token " + tokenizer_json_excerpt(*part) + " is not in model.vocab");
       const auto l = ids.find(left), r = ids.find(right), merged = ids.find(joined);
+      using Lookup = std::pair<StringMap<int32_t>::const_iterator, const std::string*>;
+      for (const auto& [it, part] : {Lookup{l, &left}, Lookup{r, &right}, Lookup{merged, &joined}})
+        if (it == ids.end())
+          throw_tokenizer_json_error(origin, key, "token " + tokenizer_json_excerpt(*part) + " is not in model.vocab");
       // A repeated pair takes its last rank, as tokenizers' map of merges does.
       merges_[pair_key(l->second, r->second)] = Merge{static_cast<int32_t>(rank), merged->second};
     }
@@ -331,7 +338,7 @@ class BpeModel final : public SubwordModel {
       };
       AddedToken token;
       token.content = t["content"].get<std::string>();
-      read_id(member(t, "id"), origin, key + ".id");
+      read_id(member(t, "id"), origin, [&] { return key + ".id"; });
       token.single_word = flag("single_word", false);
       token.lstrip = flag("lstrip", false);
       token.rstrip = flag("rstrip", false);
@@ -388,10 +395,12 @@ class BpeModel final : public SubwordModel {
                                                 tokenizer_json_excerpt(type.is_null() ? p : type));
   }
 
-  static int64_t read_id(const json& value, const std::string& origin, const std::string& key) {
+  // `key` makes the key path only for the error: a vocabulary has 10^5 entries.
+  template <class KeyFn>
+  static int64_t read_id(const json& value, const std::string& origin, KeyFn key) {
     if (!value.is_number_integer() || value.get<int64_t>() < 0 || value.get<int64_t>() > kMaxBpeTokenId)
-      throw_tokenizer_json_error(origin, key, "expected an id in [0, " + std::to_string(kMaxBpeTokenId) + "], got " +
-                                                  tokenizer_json_excerpt(value));
+      throw_tokenizer_json_error(origin, key(), "expected an id in [0, " + std::to_string(kMaxBpeTokenId) + "], got " +
+                                                    tokenizer_json_excerpt(value));
     return value.get<int64_t>();
   }
 
