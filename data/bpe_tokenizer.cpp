@@ -371,7 +371,7 @@ class BpeModel final : public SubwordModel {
   }
 
   static void check_decoder(const json& decoder, const std::string& origin) {
-    const json& type = decoder.is_object() ? member(decoder, "type") : decoder;
+    const json& type = decoder.is_object() ? member(decoder, "type") : json();
     if (type == "ByteLevel") return;
     if (type == "Sequence" && member(decoder, "decoders").is_array() && member(decoder, "decoders").size() == 1) {
       check_decoder(decoder["decoders"][0], origin);
@@ -384,7 +384,7 @@ class BpeModel final : public SubwordModel {
   // encode never does; one lat does not know may do more, so it is refused.
   static void check_post_processor(const json& p, const std::string& key, const std::string& origin) {
     if (p.is_null()) return;
-    const json& type = p.is_object() ? member(p, "type") : p;
+    const json& type = p.is_object() ? member(p, "type") : json();
     if (type == "ByteLevel" || type == "TemplateProcessing") return;
     if (type == "Sequence" && member(p, "processors").is_array()) {
       for (size_t i = 0; i < p["processors"].size(); ++i)
