@@ -70,6 +70,49 @@ char32_t code_point_at(std::string_view text, size_t pos, size_t& length) {
   return n > 0 ? static_cast<char32_t>(cp) : 0xFFFD;
 }
 
+// Unicode's White_Space characters, what Oniguruma's \s matches; PCRE2's \s also matches
+// U+180E (whitespace before Unicode 6.3), where tokenizers then splits differently.
+constexpr const char* kWhiteSpaceClassBody = R"(\t-\r \x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000})";
+
+// `pattern` with each \s and \S outside a character class, and each \s inside one, spelled
+// as Unicode's White_Space (\S inside a class is left to PCRE2).
+std::string with_oniguruma_spaces(const std::string& pattern) {
+  const std::string body = kWhiteSpaceClassBody;
+  std::string out;
+  bool in_class = false;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    const char c = pattern[i];
+    if (c == '\\' && i + 1 < pattern.size()) {
+      const char e = pattern[++i];
+      if (e == 's')
+        out += in_class ? body : "[" + body + "]";
+      else if (e == 'S' && !in_class)
+        out += "[^" + body + "]";
+      else
+        out += {c, e};
+      continue;
+    }
+    if (!in_class && c == '[') {
+      in_class = true;
+      out += c;
+      if (i + 1 < pattern.size() && pattern[i + 1] == '^') out += pattern[++i];
+      if (i + 1 < pattern.size() && pattern[i + 1] == ']') out += pattern[++i];  // a literal ']' first
+      continue;
+    }
+    if (in_class && c == '[' && i + 1 < pattern.size() && pattern[i + 1] == ':') {
+      const size_t end = pattern.find(":]", i + 2);  // a POSIX class such as [:alpha:]
+      if (end != std::string::npos) {
+        out.append(pattern, i, end + 2 - i);
+        i = end + 1;
+        continue;
+      }
+    }
+    if (in_class && c == ']') in_class = false;
+    out += c;
+  }
+  return out;
+}
+
 }  // namespace
 
 /// A PCRE2 pattern compiled with UTF, Unicode properties and (where available) JIT.
@@ -78,8 +121,9 @@ class CompiledRegex {
   CompiledRegex(const std::string& pattern, bool literal, const std::string& origin, const std::string& key) {
     int error = 0;
     PCRE2_SIZE offset = 0;
+    const std::string source = literal ? pattern : with_oniguruma_spaces(pattern);
     const uint32_t options = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);  // UCP is not allowed with LITERAL
-    code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options, &error, &offset,
+    code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(source.data()), source.size(), options, &error, &offset,
                           nullptr);
     if (!code_) {
       PCRE2_UCHAR message[256];

@@ -94,6 +94,13 @@ TEST(BpeTokenizer, Gpt2ByteLevelRegexMergesByRank) {
   EXPECT_EQ(model->encode(""), Ids{});
 }
 
+// \s is Unicode's White_Space, as in Oniguruma: U+180E is not a space (PCRE2's own \s has
+// it), so "\u180e'" is one word of punctuation; U+0085 and U+2028 are spaces.
+TEST(BpeTokenizer, RegexSpacesAreOniguruma) {
+  EXPECT_EQ(load(tiny_tokenizer())->encode("a\u180e's b\u0085 \u2028c"),
+            (Ids{97, 225, 160, 142, 39, 115, 32, 98, 194, 133, 32, 226, 128, 168, 99}));
+}
+
 TEST(BpeTokenizer, FileContentsAreTheJsonByteForByte) {
   const std::string text = tiny_tokenizer().dump(2) + "\n";
   EXPECT_EQ(lat::bpe_model_from_json(text, "t.json")->file_contents(), text);
