@@ -81,7 +81,6 @@ class AddedTokenMatcher {
     std::stable_sort(by_first_byte_[first].begin(), by_first_byte_[first].end(),
                      [&](size_t a, size_t b) { return tokens_[a].content.size() > tokens_[b].content.size(); });
   }
-  bool empty() const { return tokens_.empty(); }
   const std::vector<AddedToken>& tokens() const { return tokens_; }
 
   /// Calls piece(text, -1) for the text between matches and piece(text, id) for each match
