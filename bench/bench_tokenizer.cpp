@@ -50,6 +50,8 @@ int main(int argc, char** argv) {
     std::printf("  warm cache: %.3f s  %.0f tokens/s  %.2f MB/s\n", warm, tokens / warm, mb / warm);
     const bool round_trip = tokenizer->decode(ids) == text;
     std::printf("  decode(encode(text)) == text: %s\n", round_trip ? "yes" : "NO");
+    if (const lat::SubwordModel* model = tokenizer->subword_model())
+      std::printf("  splits_after_newline: %s\n", model->splits_after_newline() ? "yes" : "no");
     if (!ids_path.empty()) {
       std::ofstream out(ids_path);
       for (size_t i = 0; i < ids.size(); ++i) out << (i ? " " : "") << ids[i];
