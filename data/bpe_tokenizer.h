@@ -4,7 +4,8 @@
 //
 //   1. added_tokens are cut out of the text first, leftmost-longest (special or not; single_word,
 //      lstrip, rstrip as tokenizers honours them); those with normalized=false are matched in
-//      the raw text, the others in the normalized text;
+//      the raw text, the others in the normalized text. Each takes the id tokenizers gives it
+//      (a model.vocab token's id, else the next after the vocabulary), whatever its 'id' says;
 //   2. the rest is normalized and pre-tokenized into words (data/bpe_pretokenizer.h);
 //   3. each word's bytes, in the byte-level alphabet (data/byte_level.h), start as one symbol
 //      per byte (a byte without a token is dropped, as tokenizers does without unk_token) and
@@ -33,8 +34,9 @@ inline constexpr int64_t kMaxBpeTokenId = (int64_t{1} << 24) - 1;
 /// decoder ByteLevel; post_processor null, ByteLevel, TemplateProcessing or a Sequence of
 /// them; truncation and padding null. Throws lat::Error "'<origin>': <key>: <why>" (one line)
 /// for anything else, e.g. "'t.json': model.byte_fallback: lat reads false, got true", for
-/// invalid JSON, for a merge whose parts or result are not tokens, for an id outside
-/// [0, kMaxBpeTokenId] and for two tokens with one id.
+/// invalid JSON or nesting deeper than 64, for a merge whose parts or result are not tokens,
+/// for an id outside [0, kMaxBpeTokenId], for two tokens with one id and for an added token
+/// given twice.
 std::shared_ptr<const SubwordModel> bpe_model_from_json(const std::string& json_text, const std::string& origin);
 
 }  // namespace lat
