@@ -1,0 +1,212 @@
+// Training a SentencePiece tokenizer with libsentencepiece's trainer (tokenizer_train.h).
+#include "train/inference/tokenizer_train.h"
+
+#include <sentencepiece_trainer.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <memory>
+#include <random>
+#include <string_view>
+#include <unordered_map>
+
+#include "data/regular_file.h"
+#include "data/sentencepiece_tokenizer.h"
+#include "data/utf8.h"
+#include "lat/error.h"
+#include "train/config/config_types.h"
+#include "train/files/atomic_file.h"
+
+namespace lat {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kWho = "lat tokenizer train";
+
+/// The largest text file read (the trainer keeps every line in memory as well).
+constexpr size_t kMaxTextFileBytes = size_t{1} << 34;
+
+/// A text to train on: its path (for messages) and its bytes.
+struct TrainingText {
+  std::string path, bytes;
+};
+
+/// The lines of `texts` (without their '\n'), one after another, as sentencepiece's trainer
+/// reads sentences. Line breaks are not pieces: a newline is encoded by byte fallback.
+class LineIterator final : public sentencepiece::SentenceIterator {
+ public:
+  explicit LineIterator(const std::vector<TrainingText>& texts) : texts_(texts) { load_line(); }
+
+  bool done() const override { return text_ >= texts_.size(); }
+  void Next() override {
+    pos_ = end_ + 1;
+    load_line();
+  }
+  const std::string& value() const override { return line_; }
+  sentencepiece::util::Status status() const override { return {}; }
+
+ private:
+  /// Moves to the next line at or after pos_, into line_ (done() when there is none).
+  void load_line() {
+    while (text_ < texts_.size() && pos_ >= texts_[text_].bytes.size()) {
+      ++text_;
+      pos_ = 0;
+    }
+    if (done()) return;
+    const std::string& bytes = texts_[text_].bytes;
+    end_ = std::min(bytes.find('\n', pos_), bytes.size());
+    line_.assign(bytes, pos_, end_ - pos_);
+  }
+
+  const std::vector<TrainingText>& texts_;
+  size_t text_ = 0, pos_ = 0, end_ = 0;
+  std::string line_;
+};
+
+/// Each file's bytes, refused when unreadable, empty or not UTF-8.
+std::vector<TrainingText> read_texts(const std::vector<std::string>& paths) {
+  std::vector<TrainingText> texts;
+  for (const std::string& path : paths) {
+    std::error_code ec;
+    if (!fs::exists(path, ec)) throw Error(std::string(kWho) + ": '" + path + "': no such file");
+    TrainingText text{path, read_bounded_file(path, kMaxTextFileBytes, "text to train a tokenizer on")};
+    if (text.bytes.find_first_not_of('\n') == std::string::npos)
+      throw Error(std::string(kWho) + ": '" + path + "' is empty" + (text.bytes.empty() ? "" : " but for line breaks") +
+                  ", expected text");
+    check_utf8(text.bytes, (std::string(kWho) + ": '" + path + "'").c_str());
+    texts.push_back(std::move(text));
+  }
+  return texts;
+}
+
+/// Refuses an --out that exists and is not an empty directory (nothing is ever overwritten).
+void check_out_dir(const std::string& out_dir) {
+  std::error_code ec;
+  const fs::file_status status = fs::symlink_status(out_dir, ec);
+  if (!fs::exists(status)) return;
+  if (!fs::is_directory(status))
+    throw ConfigError(std::string(kWho) + ": --out '" + out_dir + "' exists and is not a directory");
+  if (!fs::is_empty(out_dir, ec))
+    throw ConfigError(std::string(kWho) + ": --out '" + out_dir +
+                      "' is a directory that is not empty (give a new or empty directory; nothing is overwritten)");
+}
+
+/// The trainer's options: byte fallback and character_coverage 1 make every character
+/// encodable (those never seen as their UTF-8 bytes); the identity rule, no dummy prefix and
+/// no whitespace clean-up keep the text as it is, so that decode(encode(text)) == text.
+std::unordered_map<std::string, std::string> trainer_options(const TokenizerTrainOptions& options) {
+  return {
+      {"model_type", options.model_type},
+      {"vocab_size", std::to_string(options.vocab_size)},
+      {"byte_fallback", "true"},
+      {"character_coverage", "1"},
+      {"normalization_rule_name", "identity"},
+      {"add_dummy_prefix", "false"},
+      {"remove_extra_whitespaces", "false"},
+      {"split_digits", "true"},
+      {"allow_whitespace_only_pieces", "true"},
+      {"max_sentence_length", std::to_string(kMaxTrainingLineBytes)},
+      {"hard_vocab_limit", "true"},
+      {"num_threads", std::to_string(options.threads)},
+      // Progress lines are sentencepiece's, not lat's: only its errors are shown.
+      {"minloglevel", "2"},
+  };
+}
+
+/// `message` (sentencepiece's refusal) in terms of --vocab-size where it is about the size.
+[[noreturn]] void refuse_training(const std::string& message, int64_t vocab_size) {
+  const std::string too_small = "Vocabulary size is smaller than required_chars. ";
+  if (size_t at = message.find(too_small); at != std::string::npos) {
+    // "... required_chars. <vocab> vs <needed>. ..."
+    const std::string rest = message.substr(at + too_small.size());
+    const std::string needed = rest.substr(rest.find(" vs ") + 4, rest.find('.', rest.find(" vs ")) - rest.find(" vs ") - 4);
+    throw ConfigError(std::string(kWho) + ": --vocab-size " + std::to_string(vocab_size) +
+                      " is too small: the text needs at least " + needed +
+                      " (a piece per character, 256 byte pieces, <unk>, <s> and </s>)");
+  }
+  const std::string too_high = "Vocabulary size too high (";
+  if (size_t at = message.find(too_high); at != std::string::npos) {
+    const std::string rest = message.substr(at);
+    const size_t le = rest.find("<= ");
+    const std::string most = le == std::string::npos ? "fewer" : rest.substr(le + 3, rest.find_first_not_of("0123456789", le + 3) - le - 3);
+    throw ConfigError(std::string(kWho) + ": --vocab-size " + std::to_string(vocab_size) +
+                      " is too large: the text gives at most " + most + " pieces");
+  }
+  throw Error(std::string(kWho) + ": sentencepiece refused to train: " + message);
+}
+
+/// tokenizer_config.json for transformers: LlamaTokenizer runs a bpe .model exactly as
+/// sentencepiece does once told to add nothing (no BOS/EOS, no prefix "▁", not the legacy
+/// handling) and to read "<s>" in a text as characters, as sentencepiece does.
+std::string tokenizer_config_json() {
+  return "{\n"
+         "  \"tokenizer_class\": \"LlamaTokenizer\",\n"
+         "  \"add_bos_token\": false,\n"
+         "  \"add_eos_token\": false,\n"
+         "  \"add_prefix_space\": false,\n"
+         "  \"legacy\": false,\n"
+         "  \"split_special_tokens\": true,\n"
+         "  \"clean_up_tokenization_spaces\": false,\n"
+         "  \"unk_token\": \"<unk>\",\n"
+         "  \"bos_token\": \"<s>\",\n"
+         "  \"eos_token\": \"</s>\"\n"
+         "}\n";
+}
+
+/// A new empty directory beside `out_dir` that rename() can move onto it.
+fs::path make_staging_dir(const std::string& out_dir) {
+  const fs::path out = fs::absolute(out_dir).lexically_normal();
+  const fs::path parent = out.has_filename() ? out.parent_path() : out.parent_path().parent_path();
+  const std::string name = (out.has_filename() ? out.filename() : out.parent_path().filename()).string();
+  std::random_device entropy;
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    const fs::path staging = parent / ("." + name + ".tmp-" + std::to_string(entropy()));
+    std::error_code ec;
+    if (fs::create_directory(staging, ec)) return staging;
+    if (ec) throw Error(std::string(kWho) + ": cannot create '" + staging.string() + "': " + ec.message());
+  }
+  throw Error(std::string(kWho) + ": cannot create a temporary directory in '" + parent.string() + "'");
+}
+
+}  // namespace
+
+void train_tokenizer(const TokenizerTrainOptions& options) {
+  if (std::find(kTrainableModelTypes.begin(), kTrainableModelTypes.end(), options.model_type) ==
+      kTrainableModelTypes.end())
+    throw ConfigError(std::string(kWho) + ": --model-type '" + options.model_type + "': expected bpe or unigram");
+  LAT_CHECK(options.vocab_size > 0 && options.threads > 0, kWho << ": vocab_size and threads must be positive");
+  check_out_dir(options.out_dir);
+  const std::vector<TrainingText> texts = read_texts(options.text_files);
+
+  LineIterator lines(texts);
+  std::string model;
+  const sentencepiece::util::Status status =
+      sentencepiece::SentencePieceTrainer::Train(trainer_options(options), &lines, &model);
+  if (!status.ok()) refuse_training(status.ToString(), options.vocab_size);
+  const int64_t pieces = sentencepiece_model(model, "the trained model")->vocab_size();
+  if (pieces != options.vocab_size)
+    throw ConfigError(std::string(kWho) + ": --vocab-size " + std::to_string(options.vocab_size) +
+                      " is too large: the text gives at most " + std::to_string(pieces) + " pieces");
+
+  const fs::path staging = make_staging_dir(options.out_dir);
+  try {
+    write_text_atomically((staging / "tokenizer.model").string(), model, kWho);
+    // transformers has no class that runs a unigram .model as sentencepiece does (its
+    // conversion adds a "▁" prefix, splits at whitespace and appends </s>): no config then.
+    if (options.model_type == "bpe")
+      write_text_atomically((staging / "tokenizer_config.json").string(), tokenizer_config_json(), kWho);
+    std::error_code ec;
+    fs::rename(staging, options.out_dir, ec);
+    if (ec)
+      throw Error(std::string(kWho) + ": cannot rename '" + staging.string() + "' to '" + options.out_dir +
+                  "': " + ec.message());
+  } catch (...) {
+    std::error_code ignored;
+    fs::remove_all(staging, ignored);
+    throw;
+  }
+}
+
+}  // namespace lat
