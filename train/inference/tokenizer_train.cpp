@@ -34,13 +34,24 @@ struct TrainingText {
 };
 
 /// The lines of `texts` (without their '\n'), one after another, as sentencepiece's trainer
-/// reads sentences. Line breaks are not pieces: a newline is encoded by byte fallback.
+/// reads sentences (a newline is no piece: it is encoded by byte fallback), then a line " "
+/// when no text holds a space. sentencepiece writes a space as "▁" before encoding; were "▁"
+/// no piece, a space would fall back to the bytes of "▁" and decode as "▁", not " ".
 class LineIterator final : public sentencepiece::SentenceIterator {
  public:
-  explicit LineIterator(const std::vector<TrainingText>& texts) : texts_(texts) { load_line(); }
+  explicit LineIterator(const std::vector<TrainingText>& texts)
+      : texts_(texts), space_line_pending_(std::none_of(texts.begin(), texts.end(), [](const TrainingText& text) {
+          return text.bytes.find(' ') != std::string::npos;
+        })) {
+    load_line();
+  }
 
-  bool done() const override { return text_ >= texts_.size(); }
+  bool done() const override { return text_ >= texts_.size() && !space_line_pending_; }
   void Next() override {
+    if (text_ >= texts_.size()) {
+      space_line_pending_ = false;
+      return;
+    }
     pos_ = end_ + 1;
     load_line();
   }
@@ -54,13 +65,17 @@ class LineIterator final : public sentencepiece::SentenceIterator {
       ++text_;
       pos_ = 0;
     }
-    if (done()) return;
+    if (text_ >= texts_.size()) {
+      line_.assign(1, ' ');
+      return;
+    }
     const std::string& bytes = texts_[text_].bytes;
     end_ = std::min(bytes.find('\n', pos_), bytes.size());
     line_.assign(bytes, pos_, end_ - pos_);
   }
 
   const std::vector<TrainingText>& texts_;
+  bool space_line_pending_;
   size_t text_ = 0, pos_ = 0, end_ = 0;
   std::string line_;
 };
