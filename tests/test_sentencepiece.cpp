@@ -150,6 +150,23 @@ TEST_F(SentencePieceTest, IdsAreSentencePiecesAndTextComesBackExactly) {
   EXPECT_EQ(read("english").encode("☃"), (std::vector<int64_t>{3 + 0xE2, 3 + 0x98, 3 + 0x83}));
 }
 
+TEST_F(SentencePieceTest, BpePiecesAreTheSameAtEveryThreadCount) {
+  lat::TokenizerTrainOptions options;
+  options.text_files = {write("english.txt", english_text()), write("multilingual.txt", kMultilingual)};
+  options.vocab_size = 600;
+  std::vector<sentencepiece::SentencePieceProcessor> processors(2);
+  for (int threads : {1, 3}) {
+    options.threads = threads;
+    options.out_dir = path("threads" + std::to_string(threads));
+    lat::train_tokenizer(options);
+    ASSERT_TRUE(processors[threads / 2].Load(options.out_dir + "/tokenizer.model").ok());
+  }
+  for (int id = 0; id < 600; ++id) {
+    EXPECT_EQ(processors[0].IdToPiece(id), processors[1].IdToPiece(id)) << id;
+    EXPECT_EQ(processors[0].GetScore(id), processors[1].GetScore(id)) << id;
+  }
+}
+
 TEST_F(SentencePieceTest, ASpaceComesBackWhenTheTextHeldNone) {
   train({write("words.txt", "abc\ndef\nabcdef\n")}, 270, "tok");
   EXPECT_EQ(read("tok").decode(read("tok").encode("abc def  x")), "abc def  x");
@@ -163,17 +180,19 @@ TEST_F(SentencePieceTest, AnEmptyOutDirectoryIsFilled) {
 
 TEST_F(SentencePieceTest, RefusesAVocabularySizeTheTextCannotGive) {
   const std::string text = write("a.txt", "aaaa\naaaa\n");
-  // The text needs 261 pieces; after the merge "aa" it gives no other pair: at most 263.
+  // The text needs 261 pieces; its lines "aaaa" give 3 merges at most: 264 (trained below).
   expect_error<lat::ConfigError>([&] { train({text}, 260, "tok"); },
                                  {"lat tokenizer train: --vocab-size 260 is too small: the text needs at least 261 "
                                   "(a piece per character, 256 byte pieces, <unk>, <s> and </s>)"});
   expect_error<lat::ConfigError>(
       [&] { train({text}, 300, "tok"); },
-      {"lat tokenizer train: --vocab-size 300 is too large: the text gives at most "});
+      {"lat tokenizer train: --vocab-size 300 is too large: the text gives at most 264 pieces"});
   expect_error<lat::ConfigError>(
       [&] { train({write("english.txt", english_text())}, 5000, "tok", "unigram"); },
       {"lat tokenizer train: --vocab-size 5000 is too large: the text gives at most "});
   EXPECT_FALSE(fs::exists(dir_ / "tok"));
+  train({text}, 264, "most");
+  EXPECT_EQ(read("most").vocab_size(), 264);
 }
 
 TEST_F(SentencePieceTest, RefusesBadTextFiles) {
