@@ -172,10 +172,13 @@ TEST_F(SentencePieceTest, ASpaceComesBackWhenTheTextHeldNone) {
   EXPECT_EQ(read("tok").decode(read("tok").encode("abc def  x")), "abc def  x");
 }
 
-TEST_F(SentencePieceTest, AnEmptyOutDirectoryIsFilled) {
+TEST_F(SentencePieceTest, AnEmptyOrNewOutDirectoryIsFilled) {
   fs::create_directory(dir_ / "empty");
   train({write("english.txt", english_text())}, 300, "empty");
   EXPECT_EQ(read("empty").vocab_size(), 300);
+  // A trailing '/' names the same directory.
+  train({path("english.txt")}, 300, "slash/");
+  EXPECT_EQ(read("slash").vocab_size(), 300);
 }
 
 TEST_F(SentencePieceTest, RefusesAVocabularySizeTheTextCannotGive) {
@@ -223,6 +226,9 @@ TEST_F(SentencePieceTest, RefusesAnOutThatHoldsSomethingAndAnUnknownModelType) {
   expect_error<lat::ConfigError>([&] { train({text}, 300, "english.txt"); },
                                  {"lat tokenizer train: --out '" + path("english.txt") +
                                   "' exists and is not a directory"});
+  expect_error<lat::ConfigError>([&] { train({text}, 300, "missing/tok"); },
+                                 {"lat tokenizer train: --out '" + path("missing/tok") + "': no directory '" +
+                                  path("missing") + "' to create it in"});
   expect_error<lat::ConfigError>([&] { train({text}, 300, "tok", "wordpiece"); },
                                  {"lat tokenizer train: --model-type 'wordpiece': expected bpe or unigram"});
   // Nothing but the test's own files: no half-written or temporary directory.

@@ -96,11 +96,23 @@ std::vector<TrainingText> read_texts(const std::vector<std::string>& paths) {
   return texts;
 }
 
+/// `out_dir` absolute, normalized, without a trailing '/' ("tok/" names the directory tok).
+fs::path absolute_out_dir(const std::string& out_dir) {
+  const fs::path out = fs::absolute(out_dir).lexically_normal();
+  return out.has_filename() ? out : out.parent_path();
+}
+
 /// Refuses an --out that exists and is not an empty directory (nothing is ever overwritten).
 void check_out_dir(const std::string& out_dir) {
   std::error_code ec;
   const fs::file_status status = fs::symlink_status(out_dir, ec);
-  if (!fs::exists(status)) return;
+  if (!fs::exists(status)) {
+    const fs::path parent = absolute_out_dir(out_dir).parent_path();
+    if (!fs::is_directory(parent, ec))
+      throw ConfigError(std::string(kWho) + ": --out '" + out_dir + "': no directory '" + parent.string() +
+                        "' to create it in");
+    return;
+  }
   if (!fs::is_directory(status))
     throw ConfigError(std::string(kWho) + ": --out '" + out_dir + "' exists and is not a directory");
   if (!fs::is_empty(out_dir, ec))
@@ -172,9 +184,9 @@ std::string tokenizer_config_json() {
 
 /// A new empty directory beside `out_dir` that rename() can move onto it.
 fs::path make_staging_dir(const std::string& out_dir) {
-  const fs::path out = fs::absolute(out_dir).lexically_normal();
-  const fs::path parent = out.has_filename() ? out.parent_path() : out.parent_path().parent_path();
-  const std::string name = (out.has_filename() ? out.filename() : out.parent_path().filename()).string();
+  const fs::path out = absolute_out_dir(out_dir);
+  const fs::path parent = out.parent_path();
+  const std::string name = out.filename().string();
   std::random_device entropy;
   for (int attempt = 0; attempt < 100; ++attempt) {
     const fs::path staging = parent / ("." + name + ".tmp-" + std::to_string(entropy()));
@@ -195,18 +207,18 @@ void train_tokenizer(const TokenizerTrainOptions& options) {
   check_out_dir(options.out_dir);
   const std::vector<TrainingText> texts = read_texts(options.text_files);
 
-  LineIterator lines(texts);
-  std::string model;
-  const sentencepiece::util::Status status =
-      sentencepiece::SentencePieceTrainer::Train(trainer_options(options), &lines, &model);
-  if (!status.ok()) refuse_training(status.ToString(), options.vocab_size);
-  const int64_t pieces = sentencepiece_model(model, "the trained model")->vocab_size();
-  if (pieces != options.vocab_size)
-    throw ConfigError(std::string(kWho) + ": --vocab-size " + std::to_string(options.vocab_size) +
-                      " is too large: the text gives at most " + std::to_string(pieces) + " pieces");
-
+  // Made before training, so that an --out whose parent cannot take it fails at once.
   const fs::path staging = make_staging_dir(options.out_dir);
   try {
+    LineIterator lines(texts);
+    std::string model;
+    const sentencepiece::util::Status status =
+        sentencepiece::SentencePieceTrainer::Train(trainer_options(options), &lines, &model);
+    if (!status.ok()) refuse_training(status.ToString(), options.vocab_size);
+    const int64_t pieces = sentencepiece_model(model, "the trained model")->vocab_size();
+    if (pieces != options.vocab_size)
+      throw ConfigError(std::string(kWho) + ": --vocab-size " + std::to_string(options.vocab_size) +
+                        " is too large: the text gives at most " + std::to_string(pieces) + " pieces");
     write_text_atomically((staging / "tokenizer.model").string(), model, kWho);
     // transformers has no class that runs a unigram .model as sentencepiece does (its
     // conversion adds a "▁" prefix, splits at whitespace and appends </s>): no config then.
