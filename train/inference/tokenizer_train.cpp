@@ -1,13 +1,12 @@
 // Training a SentencePiece tokenizer with libsentencepiece's trainer (tokenizer_train.h).
 #include "train/inference/tokenizer_train.h"
 
+#include <nlohmann/json.hpp>
 #include <sentencepiece_trainer.h>
 
 #include <algorithm>
 #include <filesystem>
-#include <memory>
 #include <random>
-#include <string_view>
 #include <unordered_map>
 
 #include "data/regular_file.h"
@@ -142,24 +141,28 @@ std::unordered_map<std::string, std::string> trainer_options(const TokenizerTrai
   };
 }
 
+/// The digits that follow the first `marker` in `message` ("" when there are none).
+std::string number_after(const std::string& message, const std::string& marker) {
+  const size_t at = message.find(marker);
+  if (at == std::string::npos) return "";
+  const size_t begin = at + marker.size();
+  return message.substr(begin, message.find_first_not_of("0123456789", begin) - begin);
+}
+
 /// `message` (sentencepiece's refusal) in terms of --vocab-size where it is about the size.
+/// sentencepiece says "Vocabulary size is smaller than required_chars. <N> vs <needed>." and,
+/// for unigram, "Vocabulary size too high (<N>). Please set it to a value <= <most>.".
 [[noreturn]] void refuse_training(const std::string& message, int64_t vocab_size) {
-  const std::string too_small = "Vocabulary size is smaller than required_chars. ";
-  if (size_t at = message.find(too_small); at != std::string::npos) {
-    // "... required_chars. <vocab> vs <needed>. ..."
-    const std::string rest = message.substr(at + too_small.size());
-    const std::string needed = rest.substr(rest.find(" vs ") + 4, rest.find('.', rest.find(" vs ")) - rest.find(" vs ") - 4);
-    throw ConfigError(std::string(kWho) + ": --vocab-size " + std::to_string(vocab_size) +
-                      " is too small: the text needs at least " + needed +
-                      " (a piece per character, 256 byte pieces, <unk>, <s> and </s>)");
+  const std::string flag = std::string(kWho) + ": --vocab-size " + std::to_string(vocab_size);
+  if (message.find("smaller than required_chars") != std::string::npos) {
+    const std::string needed = number_after(message, " vs ");
+    if (!needed.empty())
+      throw ConfigError(flag + " is too small: the text needs at least " + needed +
+                        " (a piece per character, 256 byte pieces, <unk>, <s> and </s>)");
   }
-  const std::string too_high = "Vocabulary size too high (";
-  if (size_t at = message.find(too_high); at != std::string::npos) {
-    const std::string rest = message.substr(at);
-    const size_t le = rest.find("<= ");
-    const std::string most = le == std::string::npos ? "fewer" : rest.substr(le + 3, rest.find_first_not_of("0123456789", le + 3) - le - 3);
-    throw ConfigError(std::string(kWho) + ": --vocab-size " + std::to_string(vocab_size) +
-                      " is too large: the text gives at most " + most + " pieces");
+  if (message.find("Vocabulary size too high") != std::string::npos) {
+    const std::string most = number_after(message, "<= ");
+    if (!most.empty()) throw ConfigError(flag + " is too large: the text gives at most " + most + " pieces");
   }
   throw Error(std::string(kWho) + ": sentencepiece refused to train: " + message);
 }
@@ -168,18 +171,14 @@ std::unordered_map<std::string, std::string> trainer_options(const TokenizerTrai
 /// sentencepiece does once told to add nothing (no BOS/EOS, no prefix "▁", not the legacy
 /// handling) and to read "<s>" in a text as characters, as sentencepiece does.
 std::string tokenizer_config_json() {
-  return "{\n"
-         "  \"tokenizer_class\": \"LlamaTokenizer\",\n"
-         "  \"add_bos_token\": false,\n"
-         "  \"add_eos_token\": false,\n"
-         "  \"add_prefix_space\": false,\n"
-         "  \"legacy\": false,\n"
-         "  \"split_special_tokens\": true,\n"
-         "  \"clean_up_tokenization_spaces\": false,\n"
-         "  \"unk_token\": \"<unk>\",\n"
-         "  \"bos_token\": \"<s>\",\n"
-         "  \"eos_token\": \"</s>\"\n"
-         "}\n";
+  nlohmann::ordered_json config = {
+      {"tokenizer_class", "LlamaTokenizer"}, {"add_bos_token", false},
+      {"add_eos_token", false},              {"add_prefix_space", false},
+      {"legacy", false},                     {"split_special_tokens", true},
+      {"clean_up_tokenization_spaces", false}, {"unk_token", "<unk>"},
+      {"bos_token", "<s>"},                  {"eos_token", "</s>"},
+  };
+  return config.dump(2) + "\n";
 }
 
 /// A new empty directory beside `out_dir` that rename() can move onto it.
