@@ -249,6 +249,15 @@ TEST_F(SentencePieceTest, ADamagedModelIsRefusedInOneLine) {
         expect_error([&] { lat::sentencepiece_model(damaged, "bad.model"); }, {"'bad.model': "});
     EXPECT_EQ(message.find('\n'), std::string::npos) << message;
   }
+  // A unigram model with an empty piece, on which sentencepiece's trie builder throws its own
+  // exception (found by fuzz_sentencepiece).
+  expect_error(
+      [&] {
+        lat::sentencepiece_model(
+            read_bytes(std::string(LAT_SOURCE_DIR) + "/tests/fuzz/corpus/sentencepiece/fixed-crash-empty-piece.model"),
+            "empty_piece.model");
+      },
+      {"'empty_piece.model': not a SentencePiece model sentencepiece loads: ", "zero-length key"});
   write("bad.model", model.substr(0, model.size() / 2));
   expect_error([&] { lat::read_tokenizer_file(path("bad.model"), "test"); }, {path("bad.model")});
 }
