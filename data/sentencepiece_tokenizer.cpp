@@ -3,6 +3,8 @@
 
 #include <sentencepiece_processor.h>
 
+#include <exception>
+
 #include "data/utf8.h"
 #include "lat/error.h"
 
@@ -15,7 +17,13 @@ class SentencePieceModel final : public SubwordModel {
     LAT_CHECK(contents_.size() <= kMaxSentencePieceModelBytes,
               "'" << origin << "': a SentencePiece model of " << contents_.size() << " bytes, more than the "
                   << kMaxSentencePieceModelBytes << " lat reads");
-    const sentencepiece::util::Status status = processor_.LoadFromSerializedProto(contents_);
+    sentencepiece::util::Status status;
+    try {
+      status = processor_.LoadFromSerializedProto(contents_);
+    } catch (const std::exception& e) {
+      // Its trie builder (darts-clone) throws on some damaged models, e.g. an empty piece.
+      LAT_CHECK(false, "'" << origin << "': not a SentencePiece model sentencepiece loads: " << e.what());
+    }
     LAT_CHECK(status.ok(), "'" << origin << "': not a SentencePiece model sentencepiece loads: " << status.ToString());
     vocab_size_ = processor_.GetPieceSize();
     LAT_CHECK(vocab_size_ > 0, "'" << origin << "': a SentencePiece model without pieces");

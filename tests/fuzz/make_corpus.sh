@@ -17,6 +17,7 @@
 #                     tied gdn model) and the hybrid's in transformers 4's older form
 # corpus/hf_tokenizer: tokenizer.json of --format hf (char, byte), of --format safetensors
 #                     (lat's char and byte forms) and a foreign WordPiece one
+# corpus/sentencepiece: tokenizer.model of `lat tokenizer train` (bpe and unigram, byte fallback)
 set -euo pipefail
 lat=$(realpath "${1:?usage: make_corpus.sh LAT_BINARY}")
 src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -62,8 +63,13 @@ train_tiny qwen gdn,attn adamw "$(printf 'model.norm_zero_centered: true\nmodel.
 "$lat" export --checkpoint tied_byte --format safetensors --out tied_byte_f32 > /dev/null
 "$lat" export --checkpoint qwen --format hf --out qwen_hf > /dev/null
 "$lat" export --checkpoint tied_byte --format hf --out tied_byte_hf > /dev/null
+printf 'Caf\xc3\xa9 na\xc3\xafve \xe4\xb8\xad\xe6\x96\x87 \xf0\x9f\x99\x82\n' > multilingual.txt
+"$lat" tokenizer train --vocab-size 300 --out spm_bpe tiny.txt multilingual.txt > /dev/null
+"$lat" tokenizer train --vocab-size 294 --model-type unigram --out spm_unigram tiny.txt multilingual.txt > /dev/null
 
-mkdir -p "$corpus"/{config,checkpoint,safetensors,token_files,hf_config,hf_tokenizer}
+mkdir -p "$corpus"/{config,checkpoint,safetensors,token_files,hf_config,hf_tokenizer,sentencepiece}
+cp spm_bpe/tokenizer.model "$corpus/sentencepiece/bpe.model"
+cp spm_unigram/tokenizer.model "$corpus/sentencepiece/unigram.model"
 cp qwen_hf/config.json "$corpus/hf_config/qwen_hybrid.json"
 cp tied_byte_hf/config.json "$corpus/hf_config/tied_gdn.json"
 cp qwen_hf/tokenizer.json "$corpus/hf_tokenizer/char_hf.json"

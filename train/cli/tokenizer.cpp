@@ -1,6 +1,9 @@
-// `lat tokenizer encode --tokenizer SPEC [--text TEXT | FILE]` and
-// `lat tokenizer decode --tokenizer SPEC IDS...` (DESIGN.md, "Tokenizers").
+// `lat tokenizer encode --tokenizer SPEC [--text TEXT | FILE]`,
+// `lat tokenizer decode --tokenizer SPEC IDS...` and
+// `lat tokenizer train --vocab-size N --out DIR [--model-type bpe|unigram] TEXT_FILE...`
+// (DESIGN.md, "Tokenizers").
 #include <charconv>
+#include <filesystem>
 #include <iostream>
 #include <iterator>
 #include <memory>
@@ -9,11 +12,14 @@
 #include <system_error>
 #include <vector>
 
+#include "data/dataset.h"
 #include "data/token_files.h"
 #include "lat/error.h"
 #include "train/cli/command.h"
 #include "train/config/config_types.h"
+#include "train/config/thread_count.h"
 #include "train/inference/tokenizer_source.h"
+#include "train/inference/tokenizer_train.h"
 
 namespace lat::cli {
 
@@ -98,7 +104,27 @@ Command add_tokenizer_command(CLI::App& app) {
   // Strings, not ints: a bad id is named by the message of parse_ids, with the vocabulary size.
   decode->add_option("ids", *words, "token ids")->required()->allow_extra_args();
 
+  auto train_options = std::make_shared<TokenizerTrainOptions>();
+  auto train_threads = std::make_shared<int>(0);
+  CLI::App* train = sub->add_subcommand("train", "Train a SentencePiece tokenizer on text files into a new directory");
+  train->add_option("--vocab-size", train_options->vocab_size, "the vocabulary size (exactly)")
+      ->required()
+      ->check(int_in(1, kMaxVocabSize));
+  train->add_option("--out", train_options->out_dir, "the directory to write (new or empty)")->required();
+  train->add_option("--model-type", train_options->model_type, "bpe (default) or unigram");
+  train->add_option("--threads", *train_threads, "threads (default: OMP_NUM_THREADS, else all cores)")
+      ->check(int_in(1, kMaxThreads));
+  train->add_option("text_files", train_options->text_files, "UTF-8 text files")->required();
+
   return {sub, [=] {
+            if (train->parsed()) {
+              TokenizerTrainOptions options = *train_options;
+              options.threads = inference_threads(*train_threads);
+              train_tokenizer(options);
+              std::cout << "wrote " << (std::filesystem::path(options.out_dir) / "tokenizer.model").string() << " ("
+                        << options.model_type << ", " << options.vocab_size << " pieces)\n";
+              return 0;
+            }
             if (encode->parsed())
               return run_encode(*encode_args, text_option->count() ? std::optional(*text) : std::nullopt, *file);
             const Tokenizer tokenizer = load_tokenizer_source(decode_args->spec, decode_args->data);
