@@ -5,7 +5,7 @@ Usage (inside the virtualenv `make interop` creates):
   .venv-interop/bin/python tools/check_hf_export.py [--lat build/lat] [--text data/tinyshakespeare.txt]
                                                     [--keep DIR]
 
-Three checks, all on CPU in float32, each printing one line with its measured figures:
+Four checks, all on CPU in float32, each printing one line with its measured figures:
   (a) lat -> transformers: trains tiny lat models (gdn and gated attention layers, GVA value
       heads, attention heads and head size apart from the linear layers', partial RoPE; zero-
       centred norms with tied embeddings, plain norms with untied ones), exports them with
