@@ -468,7 +468,7 @@ TEST_F(CheckpointTest, AnUnknownTokenizerTypeIsAnErrorNamingTheFileAndTheType) {
   for (lat::CheckpointParts parts : {lat::CheckpointParts::all, lat::CheckpointParts::weights_only})
     expect_error([&] { lat::load_checkpoint(file_path, parts); },
                  {"load_checkpoint: '" + file_path + "': /tokenizer attribute 'type'",
-                  "expected char, byte or none, got 'wordpiece'"});
+                  "expected char, byte, bpe, sentencepiece or none, got 'wordpiece'"});
   c.tokenizer_type = "none";
   c.tokenizer_vocab.clear();
   lat::save_checkpoint(path("none.h5"), c);

@@ -5,7 +5,7 @@ Usage (inside the virtualenv `make interop` creates):
   .venv-interop/bin/python tools/check_hf_export.py [--lat build/lat] [--text data/tinyshakespeare.txt]
                                                     [--keep DIR]
 
-Three checks, all on CPU in float32, each printing one line with its measured figures:
+Four checks, all on CPU in float32, each printing one line with its measured figures:
   (a) lat -> transformers: trains tiny lat models (gdn and gated attention layers, GVA value
       heads, attention heads and head size apart from the linear layers', partial RoPE; zero-
       centred norms with tied embeddings, plain norms with untied ones), exports them with
@@ -20,6 +20,12 @@ Three checks, all on CPU in float32, each printing one line with its measured fi
       and the same logits and greedy comparisons run the other way.
   (c) round trip: lat's export of the directory of (b) holds every tensor of it bit for bit
       (same names, dtypes and shapes) and the same config.
+  (d) subword tokenizers: a Qwen3_5ForCausalLM directory with a SentencePiece tokenizer.model
+      (trained by sentencepiece) or a byte-level BPE tokenizer.json (trained by tokenizers,
+      and the same loaded and saved again by transformers); lat reads it (`--checkpoint
+      DIR`): `lat tokenizer encode` gives the library's own ids on every prompt, `lat generate`
+      continues a text prompt, and `lat export --format hf` carries the tokenizer file byte
+      for byte with a tokenizer_config.json that makes AutoTokenizer give lat's ids.
 
 Logits match when max|lat - transformers| / max|transformers| < 1e-4. Exit 0 when every check
 passes; otherwise 1 with one line naming the first failure. transformers runs its PyTorch
@@ -339,6 +345,85 @@ def check_round_trip(lat, work, hf_dir):
     return name, f"{len(original)} tensors bit for bit, {len(a)} config fields equal"
 
 
+SUBWORD_PROMPTS = PROMPTS + ["  two  spaces\n\n12345 the end", "中文 🙂 tabs\tand\r\n"]
+
+
+def train_sentencepiece(directory, text):
+    """A SentencePiece BPE model of `text` (identity normalization, spaces kept, byte fallback:
+    decode(encode(text)) == text) as DIR/tokenizer.model; returns (encode, size)."""
+    import sentencepiece as spm
+
+    corpus = Path(directory) / "corpus.txt"
+    corpus.write_text(text + "".join(SUBWORD_PROMPTS), encoding="utf-8")
+    prefix = Path(directory) / "sp"
+    spm.SentencePieceTrainer.train(input=str(corpus), model_prefix=str(prefix), vocab_size=400, model_type="bpe",
+                                   byte_fallback=True, character_coverage=1.0, normalization_rule_name="identity",
+                                   remove_extra_whitespaces=False, num_threads=1, minloglevel=2)
+    shutil.copyfile(f"{prefix}.model", Path(directory) / "tokenizer.model")
+    processor = spm.SentencePieceProcessor(model_file=f"{prefix}.model")
+    return processor.encode, processor.get_piece_size()
+
+
+def train_byte_level_bpe(directory, text, resave):
+    """A byte-level BPE of `text` as DIR/tokenizer.json (GPT-2's alphabet, one special token);
+    `resave`: as transformers writes it after loading it (a TemplateProcessing post_processor
+    and its own tokenizer_config.json). Returns (encode, size)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import AutoTokenizer
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=400, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  special_tokens=["<|endoftext|>"])
+    tokenizer.train_from_iterator([text], trainer)
+    tokenizer.save(str(Path(directory) / "tokenizer.json"))
+    if resave:
+        config = {"tokenizer_class": "PreTrainedTokenizerFast", "clean_up_tokenization_spaces": False}
+        (Path(directory) / "tokenizer_config.json").write_text(json.dumps(config) + "\n", encoding="utf-8")
+        AutoTokenizer.from_pretrained(directory).save_pretrained(directory)
+    return (lambda s: tokenizer.encode(s, add_special_tokens=False).ids), tokenizer.get_vocab_size()
+
+
+def check_subword_tokenizer(lat, work, text, kind):
+    import torch
+    from transformers import AutoTokenizer, Qwen3_5ForCausalLM
+
+    name = f"subword tokenizer ({kind})"
+    base = work / ("d_" + kind.replace(", ", "_").replace(" ", "_"))
+    hf_dir = base / "hf"
+    hf_dir.mkdir(parents=True, exist_ok=True)
+    if kind == "sentencepiece":
+        encode, size = train_sentencepiece(base, text)
+        shutil.move(str(base / "tokenizer.model"), hf_dir / "tokenizer.model")
+        file_name = "tokenizer.model"
+    else:
+        encode, size = train_byte_level_bpe(hf_dir, text, resave=kind == "bpe, saved by transformers")
+        file_name = "tokenizer.json"
+    torch.manual_seed(SEED)
+    model = Qwen3_5ForCausalLM(qwen35_config(size, tie=True)).float().eval()
+    spread_weights(model)
+    model.save_pretrained(hf_dir)
+    out = base / "lat_hf"
+    lat("export", "--checkpoint", hf_dir, "--format", "hf", "--out", out)
+    if not (out / file_name).is_file() or (out / file_name).read_bytes() != (hf_dir / file_name).read_bytes():
+        raise CheckFailed(f"{name}: {out / file_name} is missing or differs from {hf_dir / file_name}")
+    exported = AutoTokenizer.from_pretrained(out)
+    for prompt in SUBWORD_PROMPTS:
+        ids = [int(x) for x in lat("tokenizer", "encode", "--tokenizer", hf_dir, "--text", prompt).split()]
+        if ids != encode(prompt):
+            raise CheckFailed(f"{name}: ids of {prompt!r}: the library's {encode(prompt)} vs lat {ids}")
+        if exported.encode(prompt) != ids:
+            raise CheckFailed(f"{name}: AutoTokenizer of lat's export gives {exported.encode(prompt)} for "
+                              f"{prompt!r}, lat {ids}")
+    generated = lat("generate", "--checkpoint", hf_dir, "--prompt", PROMPTS[0], "--max-new-tokens", 20,
+                    "--temperature", 0)
+    if not generated.startswith(PROMPTS[0]) or len(generated) <= len(PROMPTS[0]) + 1:
+        raise CheckFailed(f"{name}: lat generate: expected the prompt and a continuation, got {generated!r}")
+    return name, (f"{size} tokens; ids equal on {len(SUBWORD_PROMPTS)} prompts (lat, the library, AutoTokenizer of "
+                  f"lat's export); {file_name} exported byte for byte; generate continues a text prompt")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--lat", default="build/lat", help="the lat executable (default build/lat)")
@@ -372,6 +457,9 @@ def main():
                 name, figures, hf_dir = check_transformers_to_lat(lat, work, sorted(set(text)), tie)
                 print(f"ok  {name}: {figures}", flush=True)
                 name, figures = check_round_trip(lat, work, hf_dir)
+                print(f"ok  {name}: {figures}", flush=True)
+            for kind in ("sentencepiece", "bpe", "bpe, saved by transformers"):
+                name, figures = check_subword_tokenizer(lat, work, text, kind)
                 print(f"ok  {name}: {figures}", flush=True)
         finally:
             if not args.keep:

@@ -23,6 +23,7 @@
 #include "lat/version.h"
 #include "train/files/checksum.h"
 #include "train/files/json_file.h"
+#include "train/files/tokenizer_files.h"
 
 namespace lat {
 namespace {
@@ -119,6 +120,18 @@ void write_string_dataset(hid_t loc, const std::string& name, const std::string&
   write_attr_crc32(dataset, crc32_of(value.data(), value.size()), "dataset '" + name + "'");
 }
 
+/// Bytes that may hold NUL (a SentencePiece .model is binary) as a 1-D uint8 dataset.
+void write_bytes_dataset(hid_t loc, const std::string& name, const std::string& bytes) {
+  const hsize_t n = bytes.size();
+  Hdf5Handle space(H5Screate_simple(1, &n, nullptr), H5Sclose, "cannot create a dataspace");
+  Hdf5Handle dataset(H5Dcreate2(loc, name.c_str(), H5T_STD_U8LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                     H5Dclose, "cannot create dataset '" + name + "'");
+  if (n > 0)
+    check_hdf5(H5Dwrite(dataset, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, bytes.data()),
+               "cannot write dataset '" + name + "'");
+  write_attr_crc32(dataset, crc32_of(bytes.data(), bytes.size()), "dataset '" + name + "'");
+}
+
 /// One f32 dataset in the tensor's shape (a scalar dataspace for shape {}).
 void write_tensor(hid_t loc, const std::string& name, const Tensor& tensor, const std::string& what) {
   // Checked here, not up front, so that a failure in the middle of writing is one code path.
@@ -171,6 +184,7 @@ void write_contents(hid_t file, const Checkpoint& ckpt) {
                          "cannot create group 'tokenizer'");
     write_attr_string(tokenizer, "type", ckpt.tokenizer_type);
     if (ckpt.tokenizer_type == "char") write_string_dataset(tokenizer, "vocab", ckpt.tokenizer_vocab);
+    if (is_subword_type(ckpt.tokenizer_type)) write_bytes_dataset(tokenizer, "file", ckpt.tokenizer_file);
   }
 
   {
@@ -313,14 +327,25 @@ class CheckpointReader {
     Hdf5Handle tokenizer(H5Gopen2(file_, "tokenizer", H5P_DEFAULT), H5Gclose, "cannot open group 'tokenizer'");
     ckpt.tokenizer_type = read_attr_string(tokenizer, "type", "/tokenizer");
     // Another type would read as "none" (a model of token ids) and its text come out as ids.
-    if (ckpt.tokenizer_type != "char" && ckpt.tokenizer_type != "byte" && ckpt.tokenizer_type != "none")
-      fail("/tokenizer attribute 'type': expected char, byte or none, got '" + excerpt(ckpt.tokenizer_type) + "'");
+    if (ckpt.tokenizer_type != "char" && ckpt.tokenizer_type != "byte" && ckpt.tokenizer_type != "none" &&
+        !is_subword_type(ckpt.tokenizer_type))
+      fail("/tokenizer attribute 'type': expected char, byte, bpe, sentencepiece or none, got '" +
+           excerpt(ckpt.tokenizer_type) + "'");
     if (has_link(tokenizer, "vocab")) ckpt.tokenizer_vocab = read_string_dataset(tokenizer, "vocab");
     if (ckpt.tokenizer_type == "char") {
       try {  // checked here, where the file is known: a repeated character gives two ids one meaning
         Tokenizer::char_from_vocab(ckpt.tokenizer_vocab);
       } catch (const Error& e) {
         fail(std::string("/tokenizer/vocab: ") + e.what());
+      }
+    }
+    if (is_subword_type(ckpt.tokenizer_type)) {
+      const uint64_t max_bytes = max_tokenizer_file_bytes(ckpt.tokenizer_type);
+      ckpt.tokenizer_file = read_bytes_dataset(tokenizer, "file", "/tokenizer/file", max_bytes);
+      try {  // checked here, where the checkpoint is known: its ids mean nothing without it
+        subword_tokenizer(ckpt.tokenizer_type, ckpt.tokenizer_file, "/tokenizer/file");
+      } catch (const Error& e) {
+        fail(e.what());
       }
     }
   }
@@ -477,6 +502,26 @@ class CheckpointReader {
     if (values.size() != 1) fail(what + ": expected one string");
     verify_checksum(dataset, crc32_of(values[0].data(), values[0].size()), what);
     return values[0];
+  }
+
+  /// A 1-D uint8 dataset of at most `max_bytes` bytes (checked on its header, before anything
+  /// is allocated), its checksum verified.
+  std::string read_bytes_dataset(hid_t loc, const char* name, const std::string& what, uint64_t max_bytes) {
+    if (!has_link(loc, name)) fail(what + ": missing dataset");
+    Hdf5Handle dataset(H5Dopen2(loc, name, H5P_DEFAULT), H5Dclose, "cannot open " + what);
+    Hdf5Handle type(H5Dget_type(dataset), H5Tclose, "cannot read the type of " + what);
+    if (H5Tget_class(type) != H5T_INTEGER || H5Tget_size(type) != 1 || H5Tget_sign(type) != H5T_SGN_NONE)
+      fail(what + ": expected a uint8 dataset");
+    const DatasetExtent extent = checked_dataset_extent(dataset, file_bytes_, what);
+    if (extent.dims.size() != 1) fail(what + ": expected a 1-D dataset, got " + std::to_string(extent.dims.size()) + " dimensions");
+    if (static_cast<uint64_t>(extent.count) > max_bytes)
+      fail(what + ": " + std::to_string(extent.count) + " bytes, more than the " + std::to_string(max_bytes) +
+           " lat reads");
+    std::string bytes(static_cast<size_t>(extent.count), '\0');
+    if (extent.count > 0)
+      check_hdf5(H5Dread(dataset, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, bytes.data()), "cannot read " + what);
+    verify_checksum(dataset, crc32_of(bytes.data(), bytes.size()), what);
+    return bytes;
   }
 
   /// A float dataset as an f32 tensor: its header checked before the tensor is allocated,

@@ -8,7 +8,9 @@
 //                     val_loss, best_val_loss (float64), lat_version, created (ISO 8601),
 //                     frozen (1-D string array), world_size (int64)
 //   /config           string dataset: the resolved YAML
-//   /tokenizer        attr type (char|byte); string dataset `vocab` (char only)
+//   /tokenizer        attr type (char|byte|bpe|sentencepiece|none); string dataset `vocab` (char
+//                     only); uint8 dataset `file` (bpe, sentencepiece: the tokenizer.json or
+//                     .model the tokenizer was read from, byte for byte)
 //   /model/<name>     f32 dataset per parameter, in the tensor's shape (flat group, dotted names)
 //   /optimizer        attrs type, step (int64); /optimizer/<name>/<buffer> f32 datasets
 //                     (exp_avg, exp_avg_sq for AdamW; momentum_buffer for SGD)
@@ -66,8 +68,9 @@ struct Checkpoint {
   std::vector<std::string> frozen;  // names of frozen parameters
   int64_t world_size = 1;
   std::string config_yaml;  // the resolved config (to_yaml)
-  std::string tokenizer_type;   // "char" or "byte"
+  std::string tokenizer_type;   // "char", "byte", "bpe", "sentencepiece" or "none"
   std::string tokenizer_vocab;  // char: the vocabulary's characters in id order (UTF-8)
+  std::string tokenizer_file;   // bpe, sentencepiece: the tokenizer file's bytes
   std::vector<std::pair<std::string, Tensor>> model;  // parameters in module order, f32
   CheckpointOptimizer optimizer;
   std::string rng_state;
@@ -93,9 +96,11 @@ enum class CheckpointParts {
 /// file when it is missing, not a regular file (a FIFO, a device, a directory), not HDF5
 /// (another format or truncated), damaged where HDF5 checks its metadata, not a lat checkpoint
 /// (format attribute), from a newer layout version ("checkpoint version 3 is newer than this
-/// lat supports (2)") or missing a required part; a /tokenizer type other than char, byte or
-/// none, or a char vocabulary that Tokenizer::char_from_vocab refuses (empty, not UTF-8, a
-/// character twice); naming the attribute when step, tokens_seen, the optimizer's step or a
+/// lat supports (2)") or missing a required part; a /tokenizer type other than char, byte,
+/// bpe, sentencepiece or none, a char vocabulary that Tokenizer::char_from_vocab refuses
+/// (empty, not UTF-8, a character twice), a /tokenizer/file that is not a 1-D uint8 dataset,
+/// is larger than its type's reader accepts (max_tokenizer_file_bytes, checked before reading)
+/// or that reader refuses; naming the attribute when step, tokens_seen, the optimizer's step or a
 /// /data counter is negative or world_size below 1; naming the dataset when its header fails
 /// checked_dataset_extent (data/hdf5_dataset.h: a count that overflows, more data than the file
 /// holds, data never or partly written), its crc32 is missing (version >= 2) or does not match

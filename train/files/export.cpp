@@ -67,9 +67,15 @@ void write_safetensors_export(const ModelWeights& w, const Config& config, int64
   write_text_atomically(config_path, config_json.dump(2) + "\n", "export");
   written.push_back(config_path);
   const std::string tokenizer_path = (dir / kTokenizerFile).string();
-  if (w.checkpoint.tokenizer_type != "char" && w.checkpoint.tokenizer_type != "byte") {
-    std::error_code ec;
-    fs::remove(tokenizer_path, ec);  // a stale one from an earlier export would describe another model
+  const std::optional<Tokenizer> tokenizer = checkpoint_tokenizer(w.checkpoint);
+  if (tokenizer && tokenizer->subword_model() != nullptr) {
+    written.push_back(write_subword_tokenizer_file(*tokenizer->subword_model(), options.out_dir, "export"));
+    return;
+  }
+  std::error_code ec;
+  fs::remove(dir / kSentencePieceFile, ec);  // a stale one from an earlier export would describe another model
+  if (!tokenizer) {
+    fs::remove(tokenizer_path, ec);
   } else {
     write_text_atomically(tokenizer_path, tokenizer_json(w.checkpoint).dump(2) + "\n", "export");
     written.push_back(tokenizer_path);

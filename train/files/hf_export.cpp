@@ -30,12 +30,19 @@ void write_hf_export(const ModelWeights& w, int64_t vocab_size, SafetensorsDType
   written.push_back(weights_path);
   write_json(kConfigFile, hf_config_json(m, vocab_size, dtype));
   write_json(kGenerationConfigFile, {{"_from_model_config", true}, {"use_cache", true}});
-  if (const std::optional<Tokenizer> tokenizer = checkpoint_tokenizer(w.checkpoint)) {
+  const std::optional<Tokenizer> tokenizer = checkpoint_tokenizer(w.checkpoint);
+  if (tokenizer && tokenizer->subword_model() != nullptr) {
+    written.push_back(write_subword_tokenizer_file(*tokenizer->subword_model(), out_dir, "export"));
+    write_json(kTokenizerConfigFile, hf_subword_tokenizer_config_json(*tokenizer->subword_model()));
+    return;
+  }
+  // Stale tokenizer files from an earlier export would describe another model.
+  std::error_code ec;
+  fs::remove(dir / export_layout::kSentencePieceFile, ec);
+  if (tokenizer) {
     write_json(kTokenizerFile, hf_tokenizer_json(*tokenizer));
     write_json(kTokenizerConfigFile, hf_tokenizer_config_json());
   } else {
-    // Stale tokenizer files from an earlier export would describe another model.
-    std::error_code ec;
     fs::remove(dir / kTokenizerFile, ec);
     fs::remove(dir / kTokenizerConfigFile, ec);
   }

@@ -4,8 +4,10 @@
 //   DIR/config.json               Qwen3_5ForCausalLM's config (hf_config.h)
 //   DIR/model.safetensors         transformers' names and layouts (hf_weights.h); __metadata__ format=pt
 //   DIR/generation_config.json    no special tokens
-//   DIR/tokenizer.json            char or byte tokenizer (hf_tokenizer.h); absent for a model
-//   DIR/tokenizer_config.json     trained on token ids
+//   DIR/tokenizer.json            char or byte tokenizer (hf_tokenizer.h), or a bpe tokenizer's own
+//                                 file; absent for a model trained on token ids
+//   DIR/tokenizer.model           a sentencepiece tokenizer's own file (then no tokenizer.json)
+//   DIR/tokenizer_config.json     for AutoTokenizer (hf_tokenizer.h); absent for token ids
 // Reading such a directory back is hf_import.h's job.
 #pragma once
 #include <cstdint>

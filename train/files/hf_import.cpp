@@ -23,25 +23,51 @@ namespace {
 
 using namespace hf_layout;
 
-/// The lat tokenizer of DIR/tokenizer.json into `ckpt`: "none" (token ids, with a note) when
-/// there is none or it is not one of lat's forms.
-void read_hf_tokenizer(const fs::path& dir, Checkpoint& ckpt) {
-  const std::string path = (dir / kTokenizerFile).string();
+/// The tokenizer DIR/tokenizer.json describes (lat's char or byte form, else a byte-level
+/// BPE); nullopt with the reasons in `why_not` when lat reads neither.
+std::optional<Tokenizer> hf_json_tokenizer(const std::string& path, std::string& why_not) {
+  const std::string text = read_json_file_text(path, "the tokenizer file");
+  std::optional<Tokenizer> tokenizer =
+      tokenizer_from_hf_json(parse_json_text(text, "load_model_weights: '" + path + "'"), why_not);
+  if (tokenizer) return tokenizer;
+  try {
+    return subword_tokenizer("bpe", text, path);
+  } catch (const Error& e) {
+    why_not = "not lat's char or byte form (" + why_not + "), and " + e.what();
+    return std::nullopt;
+  }
+}
+
+/// The tokenizer of DIR into `ckpt` (load_hf_model) and the file it came from into `path`:
+/// "none" (token ids, with a note) when there is none lat reads.
+void read_hf_tokenizer(const fs::path& dir, Checkpoint& ckpt, std::string& path) {
   set_checkpoint_tokenizer(ckpt, std::nullopt);
-  if (!fs::exists(path)) {
-    const std::string dir_name = dir.string();
-    warn_on_stderr("'" + dir_name + "' has no tokenizer.json: the model reads and writes token ids");
-    return;
-  }
+  const std::string json_path = (dir / kTokenizerFile).string();
+  const std::string model_path = (dir / export_layout::kSentencePieceFile).string();
   std::string why_not;
-  const std::optional<Tokenizer> tokenizer =
-      tokenizer_from_hf_json(read_json_file(path, "the tokenizer file"), why_not);
-  if (!tokenizer) {
-    warn_on_stderr("'" + path + "' is not lat's char or byte tokenizer (" + why_not +
-                   "): the model reads and writes token ids");
+  if (fs::exists(json_path)) {
+    path = json_path;
+    if (std::optional<Tokenizer> tokenizer = hf_json_tokenizer(json_path, why_not)) {
+      set_checkpoint_tokenizer(ckpt, tokenizer);
+      return;
+    }
+  }
+  // A SentencePiece model gives its own ids whatever the tokenizer.json beside it converts it to.
+  if (fs::exists(model_path)) {
+    path = model_path;
+    try {
+      set_checkpoint_tokenizer(
+          ckpt, read_tokenizer_file(model_path, "load_model_weights"));
+      return;
+    } catch (const Error& e) {
+      why_not += (why_not.empty() ? "" : "; ") + std::string(e.what());
+    }
+  }
+  if (why_not.empty()) {
+    warn_on_stderr("'" + dir.string() + "' has no tokenizer.json or tokenizer.model: the model reads and writes token ids");
     return;
   }
-  set_checkpoint_tokenizer(ckpt, tokenizer);
+  warn_on_stderr("'" + path + "' is not a tokenizer lat reads (" + why_not + "): the model reads and writes token ids");
 }
 
 }  // namespace
@@ -70,7 +96,7 @@ HfModel load_hf_model(const std::string& dir_name) {
   config.model = model_config_from_hf(read_json_file(hf.config_path, "the model config"), hf.config_path);
 
   Checkpoint& ckpt = hf.checkpoint;
-  read_hf_tokenizer(dir, ckpt);
+  read_hf_tokenizer(dir, ckpt, hf.tokenizer_path);
   // The stored config describes the model; a run's data comes from its own config or --data.
   config.data.path = "(none: '" + dir.string() + "' is a Hugging Face model without training data)";
   if (ckpt.tokenizer_type == "byte") config.data.tokenizer = "byte";

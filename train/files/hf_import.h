@@ -22,6 +22,7 @@ std::optional<std::string> hf_model_dir(const std::string& path);
 struct HfModel {
   std::string config_path;   // DIR/config.json
   std::string weights_path;  // DIR/model.safetensors or DIR/model.safetensors.index.json
+  std::string tokenizer_path;  // the tokenizer file read: DIR/tokenizer.json or DIR/tokenizer.model
   /// config_yaml: a lat config whose model.* keys are config.json's (model_config_from_hf; the
   /// rest defaults, data.path a placeholder naming the directory); tokenizer from
   /// tokenizer.json; model tensors under lat's names (f32). Step 0, no training state.
@@ -31,8 +32,9 @@ struct HfModel {
 };
 
 /// Reads the directory `dir` (hf_model_dir). The tokenizer is DIR/tokenizer.json when it is one
-/// of lat's two forms (hf_tokenizer.h); otherwise, or without one, the model reads and writes
-/// token ids and a one-line note says so on stderr. Weights: model.safetensors, or the shards
+/// of lat's two forms (hf_tokenizer.h) or a byte-level BPE lat reads; else DIR/tokenizer.model
+/// when it is a SentencePiece model; otherwise, or without either, the model reads and writes
+/// token ids and a one-line note on stderr says why. Weights: model.safetensors, or the shards
 /// a model.safetensors.index.json names in the same directory (F32, BF16 or F16). Throws
 /// lat::Error naming the file and the key or tensor: config.json keys lat cannot honour
 /// (model_config_from_hf), a bad tokenizer.json (not JSON), missing weights, an index that

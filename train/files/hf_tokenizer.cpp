@@ -101,6 +101,29 @@ nlohmann::ordered_json hf_tokenizer_config_json() {
   return j;
 }
 
+nlohmann::ordered_json hf_subword_tokenizer_config_json(const SubwordModel& model) {
+  nlohmann::ordered_json j;
+  if (model.type() == "sentencepiece") {
+    j["tokenizer_class"] = "SentencePieceBackend";
+  } else {
+    j["tokenizer_class"] = "PreTrainedTokenizerFast";
+    nlohmann::ordered_json special = nlohmann::ordered_json::array();
+    // The file was parsed when the model was built; a second parse here is one file at export.
+    const nlohmann::json file = nlohmann::json::parse(model.file_contents(), nullptr, false);
+    if (file.is_object() && file.contains("added_tokens") && file["added_tokens"].is_array())
+      for (const nlohmann::json& token : file["added_tokens"])
+        if (token.is_object() && token.value("special", false) && token.contains("content") &&
+            token["content"].is_string())
+          special.push_back(token["content"].get<std::string>());
+    j["extra_special_tokens"] = special;
+  }
+  j["add_bos_token"] = false;
+  j["add_eos_token"] = false;
+  j["clean_up_tokenization_spaces"] = false;
+  j["model_input_names"] = {"input_ids", "attention_mask"};
+  return j;
+}
+
 std::optional<Tokenizer> tokenizer_from_hf_json(const nlohmann::json& j, std::string& why_not) {
   if (!j.is_object() || !j.contains("model")) {
     why_not = "no model";

@@ -23,6 +23,15 @@ nlohmann::ordered_json hf_tokenizer_json(const Tokenizer& tokenizer);
 /// clean-up of spaces on decoding (ids and text stay one to one).
 nlohmann::ordered_json hf_tokenizer_config_json();
 
+/// tokenizer_config.json beside a subword tokenizer's own file, so that AutoTokenizer gives
+/// lat's ids: for bpe (tokenizer.json) PreTrainedTokenizerFast with no BOS/EOS added, no
+/// clean-up of spaces, and the tokens the file's added_tokens mark special named in
+/// extra_special_tokens; for sentencepiece (tokenizer.model) SentencePieceBackend, which runs
+/// libsentencepiece itself (a converted fast tokenizer rewrites the model's normalizer), with
+/// no special tokens named (transformers would split "<s>" out of the text, sentencepiece
+/// does not).
+nlohmann::ordered_json hf_subword_tokenizer_config_json(const SubwordModel& model);
+
 /// The lat tokenizer a tokenizer.json of one of the two forms above describes; nullopt for any
 /// other tokenizer, with the first difference in `why_not` (e.g. "model.merges is not empty").
 std::optional<Tokenizer> tokenizer_from_hf_json(const nlohmann::json& tokenizer_json, std::string& why_not);

@@ -119,10 +119,14 @@ ModelWeights load_exported_safetensors(const std::string& path, PartSources& sou
                 "': expected the tensor checksums lat export writes beside lat_config ('" + config_path + "')");
   nlohmann::json config_json = read_export_config_json(config_path, path);
   ckpt.config_yaml = config_json["lat_config"].get<std::string>();
-  const std::string tokenizer_path = (dir / kTokenizerFile).string();
+  // A sentencepiece model's export has its tokenizer.model instead of a tokenizer.json.
+  std::string tokenizer_path = (dir / kTokenizerFile).string();
+  if (!fs::exists(tokenizer_path) && fs::exists(dir / kSentencePieceFile))
+    tokenizer_path = (dir / kSentencePieceFile).string();
   sources = {config_path, "lat_config", "'" + tokenizer_path + "'", std::move(config_json)};
   ckpt.tokenizer_type = "none";  // as the trainer saves a model trained on token ids
-  if (fs::exists(tokenizer_path)) read_tokenizer_json(tokenizer_path, ckpt);
+  if (fs::exists(tokenizer_path))
+    set_checkpoint_tokenizer(ckpt, read_tokenizer_file(tokenizer_path, "load_model_weights"));
   read_export_metadata(file, ckpt);
   ckpt.model = file.tensors;
   return w;
@@ -142,7 +146,8 @@ ModelWeights load_hf_from(const std::string& dir, PartSources& sources) {
   w.format = ModelFormat::hf;
   w.checkpoint = std::move(hf.checkpoint);
   w.tensor_labels = std::move(hf.tensor_labels);
-  const std::string tokenizer_path = (fs::path(dir) / hf_layout::kTokenizerFile).string();
+  const std::string tokenizer_path =
+      hf.tokenizer_path.empty() ? (fs::path(dir) / hf_layout::kTokenizerFile).string() : hf.tokenizer_path;
   sources = {hf.config_path, kHfConfigPart, "'" + tokenizer_path + "'"};
   return w;
 }

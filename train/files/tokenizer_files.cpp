@@ -9,25 +9,43 @@
 #include "data/regular_file.h"
 #include "data/sentencepiece_tokenizer.h"
 #include "lat/error.h"
+#include "train/files/atomic_file.h"
+#include "train/files/export_layout.h"
 #include "train/files/hf_tokenizer.h"
 #include "train/files/json_file.h"
 
 namespace lat {
 
+bool is_subword_type(const std::string& type) { return type == "bpe" || type == "sentencepiece"; }
+
+uint64_t max_tokenizer_file_bytes(const std::string& type) {
+  LAT_CHECK(is_subword_type(type), "max_tokenizer_file_bytes: expected bpe or sentencepiece, got '" << type << "'");
+  return type == "bpe" ? kMaxJsonFileBytes : kMaxSentencePieceModelBytes;
+}
+
+Tokenizer subword_tokenizer(const std::string& type, const std::string& contents, const std::string& origin) {
+  if (type == "sentencepiece") return Tokenizer::subword(sentencepiece_model(contents, origin));
+  throw Error("'" + origin + "': a " + type + " tokenizer, which this lat cannot read");
+}
+
 std::optional<Tokenizer> checkpoint_tokenizer(const Checkpoint& ckpt) {
   if (ckpt.tokenizer_type == "char") return Tokenizer::char_from_vocab(ckpt.tokenizer_vocab);
   if (ckpt.tokenizer_type == "byte") return Tokenizer::byte();
+  if (is_subword_type(ckpt.tokenizer_type))
+    return subword_tokenizer(ckpt.tokenizer_type, ckpt.tokenizer_file, "/tokenizer/file");
   return std::nullopt;
 }
 
 void set_checkpoint_tokenizer(Checkpoint& ckpt, const std::optional<Tokenizer>& tokenizer) {
   ckpt.tokenizer_vocab.clear();
+  ckpt.tokenizer_file.clear();
   if (!tokenizer) {
     ckpt.tokenizer_type = "none";  // bin/h5 token ids: no tokenizer to save
     return;
   }
   ckpt.tokenizer_type = tokenizer->type();
   if (ckpt.tokenizer_type == "char") ckpt.tokenizer_vocab = tokenizer->vocab_string();
+  if (const SubwordModel* model = tokenizer->subword_model()) ckpt.tokenizer_file = model->file_contents();
 }
 
 nlohmann::ordered_json tokenizer_json(const Checkpoint& ckpt) {
@@ -42,6 +60,18 @@ nlohmann::ordered_json tokenizer_json(const Checkpoint& ckpt) {
   for (int64_t id = 0; id < tokenizer.vocab_size(); ++id) vocab.push_back(tokenizer.decode_one(id));
   j["vocab"] = vocab;
   return j;
+}
+
+std::string write_subword_tokenizer_file(const SubwordModel& model, const std::string& dir, const std::string& who) {
+  namespace fs = std::filesystem;
+  const std::string path = (fs::path(dir) / model.file_name()).string();
+  write_text_atomically(path, model.file_contents(), who);
+  for (const char* name : {export_layout::kTokenizerFile, export_layout::kSentencePieceFile}) {
+    if (std::string(name) == model.file_name()) continue;
+    std::error_code ignored;
+    fs::remove(fs::path(dir) / name, ignored);
+  }
+  return path;
 }
 
 void read_tokenizer_json(const std::string& path, Checkpoint& ckpt) {

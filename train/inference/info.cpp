@@ -170,8 +170,11 @@ ModelInfo inspect(const std::string& path, int64_t context) {
                                   : std::string();
   info.checkpoint = ModelInfo::CheckpointFacts{w.path,      c.step,          c.tokens_seen, c.val_loss, c.best_val_loss,
                                                c.created,   c.lat_version,   c.frozen,      hf_config};
-  if (const std::optional<Tokenizer> tokenizer = checkpoint_tokenizer(c))
+  info.checkpoint->tokenizer_type = c.tokenizer_type;
+  if (const std::optional<Tokenizer> tokenizer = checkpoint_tokenizer(c)) {
     info.checkpoint->tokenizer_tokens = tokenizer->vocab_size();
+    if (const SubwordModel* subword = tokenizer->subword_model()) info.checkpoint->tokenizer_file = subword->file_name();
+  }
   return info;
 }
 
@@ -235,6 +238,11 @@ std::string format_info(const ModelInfo& info) {
         << "\n  frozen " << (c.frozen.empty() ? std::string("none") : std::to_string(c.frozen.size()) + " parameters")
         << "\n";
     for (const std::string& name : c.frozen) out << "    " << name << "\n";
+    out << "  tokenizer " << (c.tokenizer_type.empty() ? std::string("none") : c.tokenizer_type);
+    if (c.tokenizer_tokens > 0) out << ", " << grouped(c.tokenizer_tokens) << " tokens";
+    if (!c.tokenizer_file.empty()) out << " (" << c.tokenizer_file << ")";
+    if (c.tokenizer_tokens == 0) out << " (the model reads and writes token ids)";
+    out << "\n";
     if (c.tokenizer_tokens > 0 && c.tokenizer_tokens < info.vocab_size)
       out << "  tokenizer " << c.tokenizer_tokens << " tokens, embeddings " << info.vocab_size << " rows: ids "
           << c.tokenizer_tokens << ".." << info.vocab_size - 1

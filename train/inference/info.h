@@ -58,6 +58,11 @@ struct ModelInfo {
     /// The tokenizer's tokens (0: none). Fewer than vocab_size: the embeddings are padded
     /// beyond the tokenizer (ids it cannot decode, which generate never draws).
     int64_t tokenizer_tokens = 0;
+    /// "char", "byte", "bpe", "sentencepiece" or "none" (token ids).
+    std::string tokenizer_type;
+    /// The name a subword tokenizer's file has in exports ("tokenizer.json", "tokenizer.model");
+    /// empty for char, byte and none.
+    std::string tokenizer_file;
   };
   std::optional<CheckpointFacts> checkpoint;
 };

@@ -11,6 +11,7 @@
 
 #include "data/dataset.h"
 #include "data/token_files.h"
+#include "train/files/tokenizer_files.h"
 #include "train/text/format.h"
 
 namespace lat {
@@ -143,8 +144,35 @@ InitReport init_from_weights(const Module& model, const ModelWeights& init, bool
   return report;
 }
 
+namespace {
+
+/// finetune_tokenizer for a checkpoint whose tokenizer was read from a file: only a
+/// data.tokenizer file with the same bytes keeps every id's meaning.
+std::optional<Tokenizer> finetune_subword_tokenizer(const Checkpoint& init, const DataConfig& data, bool strict) {
+  const std::string base = "init_from: the checkpoint's tokenizer is " + init.tokenizer_type + " (" +
+                           std::to_string(init.tokenizer_file.size()) + " bytes of tokenizer file), data.tokenizer is '" +
+                           data.tokenizer + "'";
+  const std::string remedy = " (init_from_strict: false starts a new vocabulary)";
+  if (data.tokenizer == "char" || data.tokenizer == "byte") {
+    if (!strict) return std::nullopt;
+    throw ConfigError(base + remedy);
+  }
+  const std::optional<Tokenizer> named = read_tokenizer_file(data.tokenizer, "data.tokenizer");
+  const SubwordModel* model = named ? named->subword_model() : nullptr;
+  if (model != nullptr && model->type() == init.tokenizer_type && model->file_contents() == init.tokenizer_file)
+    return checkpoint_tokenizer(init);
+  if (!strict) return std::nullopt;
+  throw ConfigError(base + ", a different tokenizer (" +
+                    (model == nullptr ? (named ? named->type() : std::string("none"))
+                                      : model->type() + ", " + std::to_string(model->file_contents().size()) + " bytes") +
+                    "): its ids would mean other tokens" + remedy);
+}
+
+}  // namespace
+
 std::optional<Tokenizer> finetune_tokenizer(const Checkpoint& init, const DataConfig& data, bool strict) {
   if (resolve_format(data.path, data.format) != "text") return std::nullopt;
+  if (is_subword_type(init.tokenizer_type)) return finetune_subword_tokenizer(init, data, strict);
   if (init.tokenizer_type != data.tokenizer) {
     if (!strict) return std::nullopt;
     throw ConfigError("init_from: the checkpoint's tokenizer is '" + init.tokenizer_type + "', data.tokenizer is '" +

@@ -64,6 +64,9 @@ InitReport init_from_weights(const Module& model, const ModelWeights& init, bool
 /// embeddings stay valid). nullopt when the data is not text (token ids are used as they
 /// are) or when, not strict, the checkpoint has another tokenizer type or none. Throws
 /// ConfigError (strict) for a different tokenizer type; lat::Error when the text cannot be read.
+/// A bpe or sentencepiece checkpoint: data.tokenizer must be a file with the same bytes as the
+/// checkpoint's tokenizer file (then that tokenizer); char, byte or another file -> ConfigError
+/// naming both (strict) or nullopt (not strict).
 std::optional<Tokenizer> finetune_tokenizer(const Checkpoint& init, const DataConfig& data, bool strict);
 
 }  // namespace lat
