@@ -100,6 +100,16 @@ TEST(TokenCache, DamagedOrForeignBytesAreRefused) {
   expect_error([&] { parse(bad); }, {"id 360 at offset 0 is outside the vocabulary of 256"});
 }
 
+// The fuzz harness's seeds are caches of its text: the whole one must parse, or the fuzzer
+// would start from nothing but refusals.
+TEST(TokenCache, TheFuzzSeedIsAWholeCacheOfTheHarnessText) {
+  const std::string text = "fuzz the token cache\n";
+  const TokenCacheKey key = TokenCacheKey::of(text, Tokenizer::byte());
+  const std::vector<int32_t> ids =
+      lat::parse_token_cache(read_bytes(std::string(LAT_SOURCE_DIR) + "/tests/fuzz/corpus/token_cache/narrow.bin"), key);
+  EXPECT_EQ(ids, std::vector<int32_t>(text.begin(), text.end()));
+}
+
 using TokenCacheFiles = TempDirTest;
 
 // load_data with a cache directory: encodes and says where to write; then reads the file back;
