@@ -19,7 +19,7 @@ struct SamplingOptions {
   int64_t drawable_ids = 0;
   /// Ids below drawable_ids that are never drawn: holes in a sparse subword vocabulary, which
   /// decode to no token.
-  std::vector<int64_t> excluded_ids;
+  std::vector<int64_t> excluded_ids{};
 };
 
 /// Throws lat::Error naming the flag: temperature < 0, top_k < 0, top_p outside (0, 1],
