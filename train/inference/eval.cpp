@@ -110,7 +110,10 @@ CheckpointEval evaluate_checkpoint(const std::string& checkpoint, const std::str
                         trained.path + "' was trained on text with a " + trained.tokenizer->type() +
                         " tokenizer: give a text file");
   }
-  LoadedData data = load_data(options, trained.tokenizer);
+  // A run directory's token cache (written by lat train) spares encoding its text again.
+  const bool subword = trained.tokenizer && trained.tokenizer->subword_model();
+  const std::string run_dir = std::filesystem::path(trained.path).parent_path().string();
+  LoadedData data = load_data(options, trained.tokenizer, subword && !run_dir.empty() ? run_dir : std::string());
   CheckpointEval e;
   e.checkpoint = trained.path;
   e.step = trained.step;

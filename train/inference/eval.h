@@ -46,9 +46,11 @@ struct CheckpointEval {
   EvalResult result;
 };
 
-/// `lat eval`: the loss (and, with a subword tokenizer, the text bytes of its targets) of a checkpoint (.h5 or run directory) on the whole val split of its
-/// data (data.path, or `data_path` when not empty; split and block size from its config; text
-/// encoded with the checkpoint's tokenizer), on the CPU with `threads` threads (--threads; 0 =
+/// `lat eval`: the loss (and, with a subword tokenizer, the text bytes of its targets) of a
+/// checkpoint (.h5 or run directory) on the whole val split of its data (data.path, or
+/// `data_path` when not empty; split and block size from its config; text encoded with the
+/// checkpoint's tokenizer, a subword tokenizer's ids read from the token cache beside the
+/// checkpoint when it holds this text's), on the CPU with `threads` threads (--threads; 0 =
 /// OMP_NUM_THREADS, else all cores: config/thread_count.h, inference_threads). Throws
 /// ConfigError when `data_path` does not fit the checkpoint: text for a model trained on token
 /// ids, or a token file for a model trained on text, or a bad OMP_NUM_THREADS; lat::Error when
