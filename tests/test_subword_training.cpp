@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <numbers>
 #include <sstream>
 
@@ -153,6 +154,17 @@ TEST_F(SubwordTraining, EvalReportsBitsPerByteOfTheValTargetsText) {
   for (std::string line; std::getline(metrics, line);) last = nlohmann::json::parse(line);
   EXPECT_EQ(last["whole_split"], true);
   EXPECT_NEAR(last["val_bpb"].get<double>(), j["val_bpb"].get<double>(), 1e-6);
+
+  // eval reads the run's token cache: one holding the first 4000 ids (whole and for this text
+  // and tokenizer) shows in the targets scored.
+  const lat::TokenCacheKey key = lat::TokenCacheKey::of(read_bytes(corpus_), *tokenizer_);
+  {
+    std::ofstream out(path("run") + "/" + key.file_name(), std::ios::binary);
+    lat::write_token_cache(out, key, std::vector<int32_t>(ids.begin(), ids.begin() + 4000));
+  }
+  const auto cached = lat("eval --checkpoint " + path("run") + " --threads 1");
+  ASSERT_EQ(cached.exit_code, 0) << cached.err;
+  EXPECT_EQ(nlohmann::json::parse(cached.out)["tokens"].get<int64_t>(), 4000 - 3600 - 1);
 }
 
 // lat generate --prompt: the prompt's text, then the continuation, which is the decoding of the
