@@ -5,6 +5,7 @@
 #include <cstring>
 #include <optional>
 
+#include "data/parallel_encode.h"
 #include "data/regular_file.h"
 #include "data/token_files.h"
 #include "lat/error.h"
@@ -112,7 +113,8 @@ std::string resolve_format(const std::string& path, const std::string& format) {
   return "text";
 }
 
-LoadedData load_data(const DataOptions& options, const std::optional<Tokenizer>& tokenizer) {
+LoadedData load_data(const DataOptions& options, const std::optional<Tokenizer>& tokenizer,
+                     const std::string& token_cache_dir) {
   LAT_CHECK(!options.path.empty(), "load_data: data.path: expected a file path, got an empty string");
   std::string format = resolve_format(options.path, options.format);
   const std::string mismatch = doc_separator_mismatch(options.doc_separator, format);
@@ -122,6 +124,7 @@ LoadedData load_data(const DataOptions& options, const std::optional<Tokenizer>&
             "each document");
   std::vector<int32_t> tokens;
   std::optional<Tokenizer> used;
+  std::optional<TokenCacheLookup> cache;
   if (format == "text") {
     std::string text = read_text_file(options.path);
     LAT_CHECK(!text.empty(), "load_data: " << options.path << " is empty");
@@ -132,13 +135,16 @@ LoadedData load_data(const DataOptions& options, const std::optional<Tokenizer>&
                   ": not text for the char tokenizer (token ids? set data.format: bin; binary text? "
                   "data.tokenizer: byte)");
     used = tokenizer ? *tokenizer : Tokenizer::create(options.tokenizer, text);
-    std::vector<int64_t> ids;
-    try {
-      ids = used->encode(text);
-    } catch (const Error& e) {  // the tokenizer names a character, not the file it came from
-      throw Error("load_data: " + options.path + ": " + e.what());
+    if (!token_cache_dir.empty()) cache = find_token_cache(token_cache_dir, TokenCacheKey::of(text, *used), tokens);
+    if (!cache || !cache->reused) {
+      std::vector<int64_t> ids;
+      try {
+        ids = parallel_encode(*used, text);
+      } catch (const Error& e) {  // the tokenizer names a character, not the file it came from
+        throw Error("load_data: " + options.path + ": " + e.what());
+      }
+      tokens.assign(ids.begin(), ids.end());
     }
-    tokens.assign(ids.begin(), ids.end());
   } else if (format == "bin") {
     tokens = read_bin_tokens(options.path, options.bin_dtype);
   } else {
@@ -149,7 +155,7 @@ LoadedData load_data(const DataOptions& options, const std::optional<Tokenizer>&
   else if (format != "text")
     check_ids_for_data_vocabulary(tokens, options, format);
   if (!options.packing)
-    return LoadedData{Dataset(std::move(tokens), options.val_fraction, options.block_size), used, format};
+    return LoadedData{Dataset(std::move(tokens), options.val_fraction, options.block_size), used, format, cache};
   Dataset packed(std::move(tokens), options.val_fraction, options.block_size,
                  doc_separator_ids(options.doc_separator, used, options.path));
   // A separator that never splits the stream would silently train on one long document:
@@ -165,7 +171,7 @@ LoadedData load_data(const DataOptions& options, const std::optional<Tokenizer>&
                             << packed.split_size(split) << " tokens): every token after its first is "
                             << "data.doc_separator " << describe_doc_separator(options.doc_separator)
                             << ", so each document ends where it starts");
-  return LoadedData{std::move(packed), used, format};
+  return LoadedData{std::move(packed), used, format, cache};
 }
 
 }  // namespace lat

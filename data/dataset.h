@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "data/documents.h"
+#include "data/token_cache.h"
 #include "data/tokenizer.h"
 
 namespace lat {
@@ -26,7 +27,7 @@ inline constexpr int64_t kMaxDataVocabSize = int64_t{1} << 20;
 struct DataOptions {
   std::string path;                   ///< data.path
   std::string format = "auto";        ///< auto, text, bin, h5
-  std::string tokenizer = "char";     ///< char or byte (text only)
+  std::string tokenizer = "char";     ///< char, byte or a tokenizer file's path (text only)
   std::string bin_dtype = "uint16";   ///< uint16 or uint32 (raw .bin without llm.c header)
   std::string h5_dataset = "tokens";  ///< dataset name inside an .h5 file
   int64_t block_size = 256;           ///< tokens per training window (inputs)
@@ -82,12 +83,13 @@ class Dataset {
 /// Throws lat::Error naming the first id >= vocab_size, its offset in `tokens` and `source`.
 void check_token_ids(const std::vector<int32_t>& tokens, int64_t vocab_size, const std::string& source);
 
-/// A loaded corpus: the dataset, the tokenizer of a text corpus (none for bin/h5) and the
-/// format actually read.
+/// A loaded corpus: the dataset, the tokenizer of a text corpus (none for bin/h5), the
+/// format actually read, and for text loaded with a cache directory what the token cache did.
 struct LoadedData {
   Dataset dataset;
   std::optional<Tokenizer> tokenizer;
   std::string format;
+  std::optional<TokenCacheLookup> token_cache;
 };
 
 /// "text", "bin" or "h5" by the extension of `path` (.txt, .bin, .h5/.hdf5); "" for another
@@ -100,8 +102,11 @@ std::string format_by_extension(const std::string& path);
 std::string resolve_format(const std::string& path, const std::string& format);
 
 /// Reads options.path. A text corpus is encoded with `tokenizer` when given (a resumed
-/// run's saved vocabulary), else with a new tokenizer of type options.tokenizer built
-/// from the whole text. When options.vocab_size > 0 every id is checked below it; when it is 0
+/// run's saved vocabulary, a tokenizer read from a file), else with a new tokenizer of type
+/// options.tokenizer (char or byte) built from the whole text; on get_num_threads() threads
+/// where the tokenizer allows (parallel_encode.h). With a `token_cache_dir` the ids are read
+/// from its token cache when one for this text and tokenizer is whole there (token_cache.h),
+/// and the result's token_cache says so or where the caller is to write it. When options.vocab_size > 0 every id is checked below it; when it is 0
 /// (the vocabulary taken from the data), every bin or h5 id below kMaxDataVocabSize. With
 /// options.packing the dataset is packed at options.doc_separator (encoded with the
 /// tokenizer for text). Throws lat::Error naming the path (missing file, bad content) or the
@@ -109,6 +114,7 @@ std::string resolve_format(const std::string& path, const std::string& format);
 /// an int for text) or one that separates no two documents of the file, data.packing
 /// without data.doc_separator; and, packed, the path and the split that has no targets (each
 /// of its tokens after the first is the separator).
-LoadedData load_data(const DataOptions& options, const std::optional<Tokenizer>& tokenizer = std::nullopt);
+LoadedData load_data(const DataOptions& options, const std::optional<Tokenizer>& tokenizer = std::nullopt,
+                     const std::string& token_cache_dir = "");
 
 }  // namespace lat

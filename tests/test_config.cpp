@@ -349,7 +349,11 @@ TEST(Config, ImpossibleValues) {
       {"data.format: txt\n",
        "data.format: unknown value 'txt', did you mean 'text'? (expected one of auto, text, bin, h5) (run.yaml:2)"},
       {"data.tokenizer: word\n",
-       "data.tokenizer: unknown value 'word' (expected one of char, byte) (run.yaml:2)"},
+       "data.tokenizer: no such file or directory: 'word' (expected char, byte or the path of a tokenizer.json, a "
+       "SentencePiece .model or a directory holding one) (run.yaml:2)"},
+      {"data.tokenizer: chr\n",
+       "data.tokenizer: no such file or directory: 'chr', did you mean 'char'? (expected char, byte or the path of a "
+       "tokenizer.json, a SentencePiece .model or a directory holding one) (run.yaml:2)"},
       {"train.lr: -0.001\n", "train.lr: expected a float in (0, 10], got -0.001 (run.yaml:2)"},
       {"train.min_lr: 0.01\n", "train.min_lr: min_lr (0.01) is above train.lr (0.001) (run.yaml:2)"},
       {"data.val_fraction: 0\n", "data.val_fraction: expected a float in (0, 1), got 0 (run.yaml:2)"},

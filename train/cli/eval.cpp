@@ -18,7 +18,7 @@ namespace lat::cli {
 
 Command add_eval_command(CLI::App& app) {
   CLI::App* sub = app.add_subcommand(
-      "eval", "Validation loss and bits per character on the whole val split, or recall accuracy on a synthetic task");
+      "eval", "Validation loss and bits per character (or byte) on the whole val split, or recall accuracy on a synthetic task");
   auto checkpoint = std::make_shared<std::string>();
   auto data = std::make_shared<std::string>();
   auto task = std::make_shared<TaskEvalOptions>();
@@ -60,7 +60,9 @@ Command add_eval_command(CLI::App& app) {
       ->needs(task_option);
   sub->add_option("--threads", task->threads, kThreadsHelp)->check(int_in(1, kMaxThreads));
   sub->footer("Without --task: prints one JSON object: checkpoint, step, data, tokens, val_loss (nats per token), "
-              "val_bpc (val_loss / ln 2: bits per character for the char tokenizer).\n"
+              "val_bpc (val_loss / ln 2: bits per character for the char tokenizer, per byte for byte); with a subword "
+              "tokenizer also text_bytes (UTF-8 bytes of the scored targets' text) and val_bpb (bits per byte: "
+              "val_loss x tokens / (ln 2 x text_bytes)).\n"
               "With --task: prints one line `task=mqar pairs=N seq_len=T samples=S accuracy=A seq_accuracy=B` "
               "(copy: `task=copy length=L ...`): accuracy over answer tokens (greedy), seq_accuracy the share of "
               "sequences with every answer right; --json prints the same fields as one JSON object.");
@@ -79,6 +81,10 @@ Command add_eval_command(CLI::App& app) {
             j["tokens"] = e.result.tokens;
             j["val_loss"] = e.result.loss;
             j["val_bpc"] = e.result.bpc();
+            if (e.result.text_bytes > 0) {  // a subword tokenizer: bits per byte compare across vocabularies
+              j["text_bytes"] = e.result.text_bytes;
+              j["val_bpb"] = e.result.bits_per_byte();
+            }
             std::cout << j.dump() << std::endl;
             return 0;
           }};

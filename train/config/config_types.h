@@ -68,7 +68,7 @@ struct ModelConfig {
 struct DataConfig {
   std::string path;               // required unless task is set; relative to the working directory
   std::string format = "auto";    // auto, text, bin, h5
-  std::string tokenizer = "char"; // char, byte (text only)
+  std::string tokenizer = "char"; // char, byte or a tokenizer file's path (text only)
   std::string bin_dtype = "uint16";
   std::string h5_dataset = "tokens";
   int64_t block_size = 256;

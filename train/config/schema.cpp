@@ -145,6 +145,21 @@ void require_data_path(Validation& v) {
   if (d.path.empty() && d.task == "none") v.fail("data.path", "required: the text or token file to train on");
 }
 
+/// data.tokenizer: char, byte, or the path of a tokenizer file or a directory holding one,
+/// which must exist when paths are checked (run start reads it and names this key when it is
+/// not a tokenizer lat reads).
+void check_tokenizer(Validation& v) {
+  const std::string& tokenizer = v.config().data.tokenizer;
+  if (tokenizer.empty())
+    v.fail("data.tokenizer", "expected char, byte or the path of a tokenizer.json, a SentencePiece .model or a "
+                             "directory holding one, got ''");
+  std::error_code ec;
+  if (tokenizer == "char" || tokenizer == "byte" || !v.check_paths() || std::filesystem::exists(tokenizer, ec)) return;
+  v.fail("data.tokenizer", "no such file or directory: '" + tokenizer + "'" + did_you_mean(tokenizer, {"char", "byte"}) +
+                               " (expected char, byte or the path of a tokenizer.json, a SentencePiece .model or a "
+                               "directory holding one)");
+}
+
 /// data.doc_separator: the kind the data's format takes (a string for text, a token id for bin
 /// and h5) when the format is known without reading the file (data.format, or the extension
 /// of data.path); load_data checks a format found from the file's content.
@@ -334,7 +349,7 @@ const std::vector<KeySpec>& schema() {
       {LAT_KEY(model.linear.n_v_heads), .bounds = ints_in(0, kMaxCount), .rule = resolve_v_heads},
       {LAT_KEY(data.path), .rule = require_data_path, .nullable = true},
       {LAT_KEY(data.format), .bounds = one_of({"auto", "text", "bin", "h5"})},
-      {LAT_KEY(data.tokenizer), .bounds = one_of({"char", "byte"})},
+      {LAT_KEY(data.tokenizer), .rule = check_tokenizer},
       {LAT_KEY(data.bin_dtype), .bounds = one_of({"uint16", "uint32"})},
       {LAT_KEY(data.h5_dataset), .bounds = non_empty("expected a dataset name, got ''")},
       {LAT_KEY(data.block_size), .bounds = ints_in(1, kMaxBlockSize)},

@@ -17,6 +17,32 @@ namespace lat {
 
 double EvalResult::bpc() const { return loss / std::numbers::ln2; }
 
+double EvalResult::bits_per_byte() const {
+  LAT_CHECK(text_bytes > 0, "EvalResult::bits_per_byte: no text bytes counted");
+  return loss * static_cast<double>(tokens) / (std::numbers::ln2 * static_cast<double>(text_bytes));
+}
+
+int64_t target_text_bytes(const Dataset& dataset, Split split, const Tokenizer& tokenizer) {
+  const int64_t begin = dataset.split_begin(split), end = begin + dataset.split_size(split);
+  const int32_t* tokens = dataset.tokens().data();
+  int64_t bytes = 0;
+  // The targets' text run by run: [begin + 1, end) cut at each document start, a token that is
+  // no target.
+  int64_t run_begin = begin + 1;
+  const auto add_run = [&](int64_t run_end) {
+    if (run_begin < run_end)
+      bytes += static_cast<int64_t>(tokenizer.decode(std::vector<int64_t>(tokens + run_begin, tokens + run_end)).size());
+  };
+  if (dataset.documents()) {
+    for (int64_t start : dataset.documents()->starts_in(begin, end - 1)) {
+      add_run(start);
+      run_begin = start + 1;
+    }
+  }
+  add_run(end);
+  return bytes;
+}
+
 double batch_loss_sum(const HybridLM& model, const Batch& batch, Device device) {
   if (batch.tokens == 0) return 0.0;
   NoGradGuard no_grad;
@@ -84,12 +110,17 @@ CheckpointEval evaluate_checkpoint(const std::string& checkpoint, const std::str
                         trained.path + "' was trained on text with a " + trained.tokenizer->type() +
                         " tokenizer: give a text file");
   }
-  LoadedData data = load_data(options, trained.tokenizer);
+  // A run directory's token cache (written by lat train) spares encoding its text again.
+  const bool subword = trained.tokenizer && trained.tokenizer->subword_model();
+  const std::string run_dir = std::filesystem::path(trained.path).parent_path().string();
+  LoadedData data = load_data(options, trained.tokenizer, subword && !run_dir.empty() ? run_dir : std::string());
   CheckpointEval e;
   e.checkpoint = trained.path;
   e.step = trained.step;
   e.data_path = options.path;
   e.result = evaluate_val_split(*trained.model, data.dataset, config.train.batch_size, Device::cpu());
+  if (data.tokenizer && data.tokenizer->subword_model())
+    e.result.text_bytes = target_text_bytes(data.dataset, Split::val, *data.tokenizer);
   // Finite weights can still overflow the logits (e.g. 3e38): no loss to report then.
   if (!std::isfinite(e.result.loss))
     throw Error("eval: '" + trained.path + "': the loss on '" + options.path + "' is " + std::to_string(e.result.loss) +

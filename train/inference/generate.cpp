@@ -1,11 +1,15 @@
 // Prompt -> states -> sampled tokens, streamed.
 #include "train/inference/generate.h"
 
+#include <limits>
+#include <optional>
+
 #include "lat/ops.h"
 #include "train/config/config.h"
 #include "train/config/thread_count.h"
 #include "train/files/trained_model.h"
 #include "train/inference/finite_logits.h"
+#include "train/inference/text_stream.h"
 
 namespace lat {
 
@@ -21,12 +25,20 @@ std::vector<int64_t> generate_tokens(const HybridLM& model, const std::vector<in
                                             << " ids, got " << sampling.drawable_ids);
   // The logits of ids at and above drawable_ids (padding rows) are never looked at.
   const int64_t drawable = sampling.drawable_ids > 0 ? sampling.drawable_ids : V;
+  for (int64_t id : sampling.excluded_ids)
+    LAT_CHECK(id >= 0 && id < drawable, "generate_tokens: excluded_ids: " << id << " is not below " << drawable);
+  std::vector<float> masked;  // the last logits with excluded ids at -inf
   std::vector<int64_t> out;
   Tensor ids = Tensor::from_vector(prompt, {1, static_cast<int64_t>(prompt.size())});
   for (int64_t i = 0; i < max_new_tokens; ++i) {
     Tensor logits = model.step(ids, state);  // [1, T, V]: the last row predicts the next token
     const float* last = logits.data<float>() + (logits.size(1) - 1) * V;
     check_finite_logits(last, drawable, static_cast<int64_t>(prompt.size()) + i - 1);
+    if (!sampling.excluded_ids.empty()) {
+      masked.assign(last, last + drawable);
+      for (int64_t id : sampling.excluded_ids) masked[id] = -std::numeric_limits<float>::infinity();
+      last = masked.data();
+    }
     const int64_t next = sample_token(last, drawable, sampling, gen);
     out.push_back(next);
     if (on_token) on_token(next);
@@ -56,18 +68,25 @@ void generate(const GenerateOptions& options, std::ostream& out) {
     try {
       prompt = tokenizer.encode("\n");
     } catch (const Error&) {
-      prompt = {0};
+      prompt.clear();
     }
+    if (prompt.empty()) prompt = {0};  // a vocabulary without a newline
   }
-  out << options.prompt;
+  // A subword token's text depends on its neighbours: print what decoding the whole sequence
+  // adds (TextStream); a char or byte token is its own text.
+  std::optional<TextStream> stream;
+  if (tokenizer.subword_model()) stream.emplace(tokenizer, prompt);
+  out << (stream && !options.prompt.empty() ? stream->printed_prompt() : options.prompt);
   out.flush();
   Generator gen(options.seed);
   SamplingOptions sampling = options.sampling;
   sampling.drawable_ids = tokenizer.vocab_size();  // load_model_weights: at most the model's ids
+  for (int64_t id = 0; id < sampling.drawable_ids; ++id)
+    if (!tokenizer.has_token(id)) sampling.excluded_ids.push_back(id);
   bool wrote = !options.prompt.empty();
   try {
     generate_tokens(*trained.model, prompt, options.max_new_tokens, sampling, gen, [&](int64_t id) {
-      out << tokenizer.decode_one(id);
+      out << (stream ? stream->push(id) : tokenizer.decode_one(id));
       out.flush();
       wrote = true;
     });
@@ -76,6 +95,7 @@ void generate(const GenerateOptions& options, std::ostream& out) {
     out.flush();
     throw Error(forward_overflow_message("generate", trained.path, e));
   }
+  if (stream) out << stream->finish();
   out << '\n';
   out.flush();
 }

@@ -1,6 +1,7 @@
 // Drawing the next token from logits: temperature, top-k and nucleus (top-p) sampling.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "lat/tensor.h"
 
@@ -16,6 +17,9 @@ struct SamplingOptions {
   /// padded beyond its vocabulary (Hugging Face models round vocab_size up to a multiple of
   /// 64 or 128); 0: every id of the model.
   int64_t drawable_ids = 0;
+  /// Ids below drawable_ids that are never drawn: holes in a sparse subword vocabulary, which
+  /// decode to no token.
+  std::vector<int64_t> excluded_ids{};
 };
 
 /// Throws lat::Error naming the flag: temperature < 0, top_k < 0, top_p outside (0, 1],

@@ -28,12 +28,13 @@ void MetricsWriter::log(const LogRecord& r) {
   write_line(j.dump());
 }
 
-void MetricsWriter::eval(int64_t step, double val_loss, ValScope scope) {
+void MetricsWriter::eval(int64_t step, double val_loss, ValScope scope, std::optional<double> bits_per_byte) {
   nlohmann::ordered_json j;
   j["step"] = step;
   j["val_loss"] = val_loss;
   j["val_bpc"] = val_loss / std::numbers::ln2;
   if (scope == ValScope::whole_split) j["whole_split"] = true;
+  if (bits_per_byte) j["val_bpb"] = *bits_per_byte;
   write_line(j.dump());
 }
 

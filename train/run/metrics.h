@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <fstream>
+#include <optional>
 #include <string>
 
 namespace lat {
@@ -32,8 +33,10 @@ class MetricsWriter {
 
   void log(const LogRecord& r);
   /// {"step", "val_loss", "val_bpc"}, val_bpc = val_loss / ln 2 (bits per token: per
-  /// character for the char tokenizer); ValScope::whole_split adds "whole_split": true.
-  void eval(int64_t step, double val_loss, ValScope scope = ValScope::batches);
+  /// character for the char tokenizer); ValScope::whole_split adds "whole_split": true, and
+  /// `bits_per_byte` (a subword tokenizer's whole split) adds "val_bpb".
+  void eval(int64_t step, double val_loss, ValScope scope = ValScope::batches,
+            std::optional<double> bits_per_byte = std::nullopt);
 
  private:
   void write_line(const std::string& line);

@@ -83,6 +83,10 @@ class Run {
   /// load_training_data with the tokenizer of the checkpoint at `path`; a failure (a character
   /// its char vocabulary lacks) names that checkpoint and data.path (ConfigError unchanged).
   int64_t load_resume_data(const std::optional<Tokenizer>& tokenizer, const std::string& path);
+  /// The tokenizer data.tokenizer names when it is a file's path (nullopt for char and byte,
+  /// which load_data builds). Throws ConfigError naming data.tokenizer and the path when the
+  /// file is not a tokenizer lat reads.
+  std::optional<Tokenizer> tokenizer_from_file() const;
   /// The step this run stops at: train.stop_at when set (and below max_steps), else max_steps.
   int64_t end_step() const;
   /// model_ (from init_from's weights when fine-tuning), frozen_, optimizer_ and schedule_.
@@ -95,6 +99,9 @@ class Run {
   /// Rank 0: creates and locks out_dir, drops what an interrupted run left there, writes
   /// config.yaml and opens metrics.jsonl.
   void open_out_dir();
+  /// Rank 0, out_dir open: writes the token cache load_data did not find whole (`cache`),
+  /// removes the stale ones, and logs what it did.
+  void write_token_cache_file(const TokenCacheLookup& cache);
   /// The run's description in the log: where it starts, data, model, optimizer, fine-tuning.
   void log_start(const std::optional<std::string>& resume_path, int64_t vocab_size, const ModelSetup& setup);
 

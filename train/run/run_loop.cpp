@@ -179,10 +179,16 @@ void Run::final_eval() {
   val_loss_ = r.loss;
   best_val_loss_ = std::isnan(best_val_loss_) ? r.loss : std::min(best_val_loss_, r.loss);
   summary_.val_loss = r.loss;
-  if (metrics_) metrics_->eval(step_, r.loss, ValScope::whole_split);
+  // A subword token is no character: bits per byte compare it with other vocabularies.
+  std::optional<double> bpb;
+  if (data_->tokenizer && data_->tokenizer->subword_model()) {
+    r.text_bytes = target_text_bytes(data_->dataset, Split::val, *data_->tokenizer);
+    bpb = r.bits_per_byte();
+  }
+  if (metrics_) metrics_->eval(step_, r.loss, ValScope::whole_split, bpb);
   log("step " + std::to_string(step_) + ": val loss " + format_fixed(r.loss, 4) + " (" + format_fixed(r.bpc(), 4) +
-      " bpc) on the whole val split (" + std::to_string(r.tokens) + " tokens, " + format_fixed(seconds_since(t0), 1) +
-      " s)");
+      " bpc" + (bpb ? ", " + format_fixed(*bpb, 4) + " bits per byte" : std::string()) + ") on the whole val split (" +
+      std::to_string(r.tokens) + " tokens, " + format_fixed(seconds_since(t0), 1) + " s)");
   eval_seconds_ += seconds_since(t0);
 }
 

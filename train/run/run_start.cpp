@@ -97,6 +97,7 @@ void Run::prepare(const std::optional<std::string>& resume_path) {
     if (config_.data.task == "none")
       tokenizer = finetune_tokenizer(init->checkpoint, config_.data, config_.init_from_strict);
   }
+  if (!tokenizer && config_.data.task == "none") tokenizer = tokenizer_from_file();
   const int64_t vocab_size = resume_path ? load_resume_data(tokenizer, *resume_path) : load_training_data(tokenizer);
   // Before the model's pages are touched: a step that cannot fit is refused here, not after
   // minutes of swapping or in the out-of-memory killer.
@@ -110,8 +111,10 @@ void Run::prepare(const std::optional<std::string>& resume_path) {
   summary_.start_step = step_;
   // Only now, with the checkpoint read and checked whole, may out_dir change (metrics.jsonl
   // trimmed to its step, stale files removed); a finished run changes nothing.
-  if (dist_.is_root() && step_ < end_step()) open_out_dir();
+  const bool writes = dist_.is_root() && step_ < end_step();
+  if (writes) open_out_dir();
   log_start(resume_path, vocab_size, setup);
+  if (writes && data_ && data_->token_cache) write_token_cache_file(*data_->token_cache);
   // The starting point of a fine-tuning run, so that metrics.jsonl shows the val loss moving.
   if (init) periodic_eval(0);
 }
@@ -141,6 +144,20 @@ Run::ResumeCheckpoint Run::read_resume_checkpoint(const std::string& path) const
   return {std::move(ckpt), saved.train};
 }
 
+std::optional<Tokenizer> Run::tokenizer_from_file() const {
+  const std::string& spec = config_.data.tokenizer;
+  if (spec == "char" || spec == "byte") return std::nullopt;  // built from the text by load_data
+  std::optional<Tokenizer> tokenizer;
+  try {
+    tokenizer = read_tokenizer_file(spec, "data.tokenizer");
+  } catch (const Error& e) {
+    throw ConfigError(e.what());  // names the key and the file already
+  }
+  if (!tokenizer)
+    throw ConfigError("data.tokenizer: '" + spec + "' describes no tokenizer (type none: a model trained on token ids)");
+  return tokenizer;
+}
+
 int64_t Run::end_step() const {
   return train_.stop_at > 0 ? std::min(train_.stop_at, train_.max_steps) : train_.max_steps;
 }
@@ -163,7 +180,10 @@ int64_t Run::load_training_data(const std::optional<Tokenizer>& tokenizer) {
     loader_ = std::make_unique<BatchLoader>(task, static_cast<uint64_t>(train_.seed));
     return config_.model.vocab_size > 0 ? config_.model.vocab_size : task.vocab_size();
   }
-  data_.emplace(load_data(data_options(config_), tokenizer));
+  // Subword encoding is what takes time (char and byte ids are a pass over the bytes): its ids
+  // are cached in out_dir. Only rank 0 writes the cache; every rank reads it when it is there.
+  const bool cached = tokenizer && tokenizer->subword_model() != nullptr;
+  data_.emplace(load_data(data_options(config_), tokenizer, cached ? out_dir_.string() : std::string()));
   loader_ = std::make_unique<BatchLoader>(data_->dataset, static_cast<uint64_t>(train_.seed));
   return run_vocab_size(config_.model, *data_);
 }
@@ -253,6 +273,19 @@ void Run::open_out_dir() {
     log("metrics.jsonl: dropped " + std::to_string(dropped) + " records after step " + std::to_string(step_));
   write_text_atomically((out_dir_ / "config.yaml").string(), to_yaml(config_), "train");
   metrics_ = std::make_unique<MetricsWriter>(metrics_path.string());
+}
+
+void Run::write_token_cache_file(const TokenCacheLookup& cache) {
+  if (cache.reused) {
+    log("token cache: read " + std::to_string(data_->dataset.size()) + " tokens from " + cache.path);
+    return;
+  }
+  if (!cache.note.empty()) log("token cache: " + cache.note + ": encoded the text again");
+  write_file_atomically(
+      cache.path, [&](std::ostream& out) { write_token_cache(out, cache.key, data_->dataset.tokens()); }, "train");
+  std::error_code ec;
+  for (const std::string& stale : cache.stale) std::filesystem::remove(stale, ec);
+  log("token cache: wrote " + cache.path + " (" + std::to_string(data_->dataset.size()) + " tokens)");
 }
 
 void Run::log_start(const std::optional<std::string>& resume_path, int64_t vocab_size, const ModelSetup& setup) {
