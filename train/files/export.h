@@ -10,9 +10,9 @@ namespace lat {
 /// `lat export`'s flags.
 struct ExportOptions {
   std::string checkpoint;              // anything load_model_weights accepts
-  std::string format = "safetensors";  // safetensors, h5-weights or hf (hf_export.h)
-  std::string out_dir;                 // created when missing
-  std::string dtype = "f32";           // f32 or bf16 (safetensors and hf)
+  std::string format = "safetensors";  // safetensors, h5-weights, hf (hf_export.h) or gguf (gguf_export.h)
+  std::string out_dir;                 // created when missing; gguf: the .gguf file
+  std::string dtype = "f32";           // f32 or bf16 (safetensors and hf); gguf also f16, q8_0
   /// When not empty, also DIR/check_logits.safetensors for tools/check_export.py: "tokens"
   /// [T] (the ids as f32), "logits" [T, vocab] (HybridLM::forward, the training path) and
   /// "logits_step" [T, vocab] (HybridLM::step one token at a time, the generation path), both
