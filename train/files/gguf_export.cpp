@@ -181,9 +181,14 @@ void write_gguf_export(const ModelWeights& w, int64_t vocab_size, GgmlType dtype
   out.add_bools(a + "attention.recurrent_layers", recurrent);
   add_gguf_vocabulary(out, vocab);
 
+  // hf_tensors_from_lat checks every lat tensor and gives hf_tensor_layout's order.
   const NamedTensors hf = hf_tensors_from_lat(m, vocab_size, w.checkpoint.model, w.path);
+  const std::vector<HfTensorSpec> specs = hf_tensor_layout(m, vocab_size);
+  std::map<std::string, const Tensor*> lat_tensors;
+  for (const auto& [name, t] : w.checkpoint.model) lat_tensors[name] = &t;
   const int64_t H = m.n_heads, Hv = m.linear.n_v_heads, key_rows = 2 * m.n_heads * m.head_dim;
-  for (const auto& [hf_name, tensor] : hf) {
+  for (size_t k = 0; k < hf.size(); ++k) {
+    const auto& [hf_name, tensor] = hf[k];
     const auto [prefix, local] = split_layer_name(hf_name);
     const auto rule_it = tensor_rules().find(local);
     LAT_CHECK(rule_it != tensor_rules().end(), "export --format gguf: no llama.cpp tensor for '" << hf_name << "'");
@@ -191,8 +196,12 @@ void write_gguf_export(const ModelWeights& w, int64_t vocab_size, GgmlType dtype
     std::vector<int64_t> shape = tensor.shape();
     std::vector<float> data = tensor.to_vector<float>();
     if (local == "linear_attn.conv1d.weight") shape = {shape[0], shape[2]};  // [C, 1, k] -> [C, k]
-    if (rule.values == GgufValues::norm)
-      for (float& x : data) x += 1.0f;  // transformers stores w - 1 (hf_weights.h), llama.cpp w
+    if (rule.values == GgufValues::norm) {
+      // llama.cpp scales by the stored weight: lat's w, or 1 + w where lat's norms are zero-centred.
+      data = lat_tensors.at(specs[k].parts.front().lat_name)->to_vector<float>();
+      if (m.norm_zero_centered)
+        for (float& x : data) x += 1.0f;
+    }
     if (rule.values == GgufValues::negative_exp)
       for (float& x : data) x = -std::exp(x);
     if (rule.heads != HeadAxis::none && Hv != H) {
