@@ -15,8 +15,10 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "autograd/cpu/bf16.h"
+#include "data/subword_model.h"
 #include "tests/expect_error.h"
 #include "tests/test_files.h"
 #include "train/config/model_config.h"
@@ -383,7 +385,7 @@ TEST_F(GgufExportTest, HalfBf16AndQ8ZeroHoldTheF32ValuesWithinTheirRounding) {
 }
 
 TEST_F(GgufExportTest, ByteTokenizerIsGptTwoBytesWithoutMerges) {
-  const lat::GgufVocabulary v = lat::gguf_vocabulary(lat::Tokenizer::byte());
+  const lat::GgufVocabulary v = lat::gguf_vocabulary(lat::Tokenizer::byte(), 256);
   EXPECT_EQ(v.model, "gpt2");
   ASSERT_EQ(v.tokens.size(), 257u);
   EXPECT_EQ(v.tokens['a'], "a");
@@ -393,6 +395,55 @@ TEST_F(GgufExportTest, ByteTokenizerIsGptTwoBytesWithoutMerges) {
   EXPECT_EQ(v.tokens[256], "<|endoftext|>");
   EXPECT_EQ(v.end_of_text_id, 256);
   EXPECT_TRUE(v.merges.empty());
+}
+
+/// A subword model that only carries its tokenizer.json (gguf_vocabulary reads nothing else).
+class TokenizerJsonModel : public lat::SubwordModel {
+ public:
+  TokenizerJsonModel(std::string json, int64_t vocab_size) : json_(std::move(json)), vocab_size_(vocab_size) {}
+  const std::string& type() const override { return type_; }
+  int64_t vocab_size() const override { return vocab_size_; }
+  std::vector<int64_t> encode(std::string_view) const override { return {}; }
+  std::string decode(const std::vector<int64_t>&) const override { return ""; }
+  bool splits_after_newline() const override { return false; }
+  bool has_token(int64_t id) const override { return id >= 0 && id < vocab_size_; }
+  const std::string& file_contents() const override { return json_; }
+  const char* file_name() const override { return "tokenizer.json"; }
+
+ private:
+  std::string type_ = "bpe", json_;
+  int64_t vocab_size_;
+};
+
+lat::Tokenizer bpe_tokenizer(const std::string& pattern) {
+  const nlohmann::json j = {
+      {"model", {{"type", "BPE"}, {"vocab", {{"a", 0}, {"b", 1}, {"ab", 2}, {"\xc4\xa0", 3}}},
+                 {"merges", nlohmann::json::array({"a b", nlohmann::json::array({"\xc4\xa0", "a"})})}}},
+      {"added_tokens", nlohmann::json::array({{{"id", 5}, {"content", "<|im_end|>"}, {"special", true}},
+                                              {{"id", 6}, {"content", "<think>"}, {"special", false}}})},
+      {"pre_tokenizer", {{"type", "Sequence"},
+                         {"pretokenizers", nlohmann::json::array({{{"type", "Split"}, {"pattern", {{"Regex", pattern}}}},
+                                                                  {{"type", "ByteLevel"}}})}}}};
+  return lat::Tokenizer::subword(std::make_shared<TokenizerJsonModel>(j.dump(), 7));
+}
+
+TEST_F(GgufExportTest, BpeTokenizerJsonKeepsTokensInIdOrderMergesInRankOrderAndNamesItsPreTokenizer) {
+  const std::string qwen2 =
+      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+  const lat::GgufVocabulary v = lat::gguf_vocabulary(bpe_tokenizer(qwen2), 8);  // one embedding row more
+  EXPECT_EQ(v.model, "gpt2");
+  EXPECT_EQ(v.pre, "qwen2");
+  EXPECT_EQ(v.tokens, (std::vector<std::string>{"a", "b", "ab", "\xc4\xa0", "[PAD4]", "<|im_end|>", "<think>",
+                                                "[PAD7]", "<|endoftext|>"}));
+  EXPECT_EQ(v.token_types, (std::vector<int32_t>{1, 1, 1, 1, 5, 3, 4, 5, 3}));
+  EXPECT_EQ(v.merges, (std::vector<std::string>{"a b", "\xc4\xa0 a"}));
+  EXPECT_EQ(v.end_of_text_id, 8);
+  lat::testing::expect_error<lat::ConfigError>(
+      [] { lat::gguf_vocabulary(bpe_tokenizer("\\w+"), 7); },
+      {"export --format gguf: tokenizer bpe: pre-tokenizer pattern '\\w+' is none of llama.cpp's"});
+  lat::testing::expect_error<lat::ConfigError>(
+      [] { lat::gguf_vocabulary(lat::Tokenizer::byte(), 100); },
+      {"export --format gguf: tokenizer byte: 256 tokens, more than the model's 100 embedding rows"});
 }
 
 TEST_F(GgufExportTest, RefusalsNameTheFeatureAndWriteNothing) {
@@ -423,7 +474,7 @@ TEST_F(GgufExportTest, RefusalsNameTheFeatureAndWriteNothing) {
                       {"export: --out '" + path("a.bin") + "': expected a file name ending in .gguf for --format gguf"});
   EXPECT_FALSE(fs::exists(path("a.gguf")));
   EXPECT_FALSE(fs::exists(path("a.bin")));
-  lat::testing::expect_error<lat::ConfigError>([] { lat::gguf_vocabulary(lat::Tokenizer::char_from_vocab("ab\xe2\x96\x81")); },
+  lat::testing::expect_error<lat::ConfigError>([] { lat::gguf_vocabulary(lat::Tokenizer::char_from_vocab("ab\xe2\x96\x81"), 3); },
                       {"export --format gguf: tokenizer char: the vocabulary holds", "escaped space"});
 }
 

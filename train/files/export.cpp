@@ -163,7 +163,7 @@ std::vector<std::string> export_gguf(const ExportOptions& options) {
     throw ConfigError("export: --out '" + options.out_dir + "' is a directory: expected a .gguf file name");
   const ModelWeights w = load_model_weights(options.checkpoint);
   const int64_t vocab_size = model_from_weights(w)->vocab_size();
-  check_gguf_expressible(w.config.model, checkpoint_tokenizer(w.checkpoint));  // before any file is written
+  check_gguf_expressible(w.config.model, checkpoint_tokenizer(w.checkpoint), vocab_size);  // before any file is written
   if (fs::exists(out, ec) && fs::equivalent(out, w.path, ec))
     throw ConfigError("export: --out '" + options.out_dir + "' is the model being exported: expected another file");
   if (out.has_parent_path()) {

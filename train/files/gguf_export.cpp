@@ -106,7 +106,7 @@ GgmlType parse_gguf_dtype(const std::string& name) {
   throw ConfigError("export: --dtype: expected f32, f16, bf16 or q8_0 for --format gguf, got '" + name + "'");
 }
 
-void check_gguf_expressible(const ModelConfig& m, const std::optional<Tokenizer>& tokenizer) {
+void check_gguf_expressible(const ModelConfig& m, const std::optional<Tokenizer>& tokenizer, int64_t vocab_size) {
   try {
     check_hf_expressible(m);
   } catch (const ConfigError& e) {
@@ -130,18 +130,15 @@ void check_gguf_expressible(const ModelConfig& m, const std::optional<Tokenizer>
   if (!tokenizer)
     throw ConfigError("export --format gguf: the model has no tokenizer (it was trained on token ids): llama.cpp "
                       "needs a vocabulary (expected a model trained with data.tokenizer set)");
-  gguf_vocabulary(*tokenizer);
+  gguf_vocabulary(*tokenizer, vocab_size);
 }
 
 void write_gguf_export(const ModelWeights& w, int64_t vocab_size, GgmlType dtype, const std::string& path) {
   const ModelConfig& m = w.config.model;
   const std::optional<Tokenizer> tokenizer = checkpoint_tokenizer(w.checkpoint);
   LAT_CHECK(tokenizer, "export --format gguf: '" << w.path << "' has no tokenizer");
-  const GgufVocabulary vocab = gguf_vocabulary(*tokenizer);
-  const int64_t n_tokens = static_cast<int64_t>(vocab.tokens.size());
-  LAT_CHECK(n_tokens >= vocab_size, "export --format gguf: '" << w.path << "': the tokenizer has " << n_tokens
-                                                              << " tokens, fewer than the model's " << vocab_size
-                                                              << " embedding rows");
+  const GgufVocabulary vocab = gguf_vocabulary(*tokenizer, vocab_size);
+  const int64_t n_tokens = static_cast<int64_t>(vocab.tokens.size());  // >= vocab_size
   const int64_t rotary_dim = rotary_dim_of(m.attn.head_dim, m.attn.rope_fraction);
 
   GgufWriter out;

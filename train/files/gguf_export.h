@@ -39,10 +39,10 @@ namespace lat {
 GgmlType parse_gguf_dtype(const std::string& name);
 
 /// Throws ConfigError "export --format gguf: ..." for the first thing of `model` (resolved)
-/// and `tokenizer` that llama.cpp's qwen35 cannot express: what Qwen3.5 cannot
+/// and `tokenizer` (for `vocab_size` embedding rows) that llama.cpp's qwen35 cannot express: what Qwen3.5 cannot
 /// (check_hf_expressible), a gdn value head dim other than its key head dim, layers of one kind
 /// only (gdn or attn: llama.cpp aborts on them), a model without a tokenizer (trained on token ids), or a tokenizer gguf_vocabulary refuses.
-void check_gguf_expressible(const ModelConfig& model, const std::optional<Tokenizer>& tokenizer);
+void check_gguf_expressible(const ModelConfig& model, const std::optional<Tokenizer>& tokenizer, int64_t vocab_size);
 
 /// Writes `w` (check_gguf_expressible first) with `vocab_size` embedding rows as the GGUF file
 /// `path`, weight matrices in `dtype`. Throws lat::Error naming a tensor of `w` that is missing

@@ -29,6 +29,16 @@ std::vector<std::string> byte_level_alphabet() {
   return alphabet;
 }
 
+/// Pads `v` to `model_vocab_size` tokens ("[PAD<id>]", UNUSED: embedding rows the tokenizer
+/// never produces, which llama.cpp still needs a token for).
+void pad_to_model(GgufVocabulary& v, int64_t model_vocab_size) {
+  for (auto id = static_cast<int64_t>(v.tokens.size()); id < model_vocab_size; ++id) {
+    v.tokens.push_back("[PAD" + std::to_string(id) + "]");
+    v.token_types.push_back(static_cast<int32_t>(GgufTokenType::unused));
+    if (!v.scores.empty()) v.scores.push_back(0.0f);
+  }
+}
+
 /// Appends the end-of-text control token that BOS, EOS and padding name, or names the
 /// vocabulary's own (a byte-level BPE's "<|endoftext|>": llama.cpp needs distinct token texts).
 void append_end_of_text(GgufVocabulary& v) {
@@ -61,7 +71,6 @@ GgufVocabulary char_vocabulary(const Tokenizer& tokenizer) {
     v.token_types.push_back(static_cast<int32_t>(GgufTokenType::normal));
     v.scores.push_back(0.0f);
   }
-  append_end_of_text(v);
   return v;
 }
 
@@ -71,7 +80,6 @@ GgufVocabulary byte_vocabulary() {
   v.pre = "qwen2";  // any byte-level pre-tokenizer: with no merges every byte is its own token
   v.tokens = byte_level_alphabet();
   v.token_types.assign(v.tokens.size(), static_cast<int32_t>(GgufTokenType::normal));
-  append_end_of_text(v);
   return v;
 }
 
@@ -143,19 +151,29 @@ GgufVocabulary bpe_vocabulary(const SubwordModel& model) {
       else
         throw bad("has a merge " + m.dump() + " (expected \"left right\" or [left, right])");
     }
-  append_end_of_text(v);
   return v;
 }
 
 }  // namespace
 
-GgufVocabulary gguf_vocabulary(const Tokenizer& tokenizer) {
-  if (tokenizer.type() == "char") return char_vocabulary(tokenizer);
-  if (tokenizer.type() == "byte") return byte_vocabulary();
-  if (tokenizer.type() == "bpe" && tokenizer.subword_model() != nullptr)
-    return bpe_vocabulary(*tokenizer.subword_model());
-  throw ConfigError(std::string(kWho) + tokenizer.type() +
-                    ": not written yet (lat's GGUF export writes char, byte and byte-level BPE tokenizers)");
+GgufVocabulary gguf_vocabulary(const Tokenizer& tokenizer, int64_t model_vocab_size) {
+  if (tokenizer.vocab_size() > model_vocab_size)
+    throw ConfigError(std::string(kWho) + tokenizer.type() + ": " + std::to_string(tokenizer.vocab_size()) +
+                      " tokens, more than the model's " + std::to_string(model_vocab_size) +
+                      " embedding rows (expected at most as many)");
+  GgufVocabulary v;
+  if (tokenizer.type() == "char")
+    v = char_vocabulary(tokenizer);
+  else if (tokenizer.type() == "byte")
+    v = byte_vocabulary();
+  else if (tokenizer.type() == "bpe" && tokenizer.subword_model() != nullptr)
+    v = bpe_vocabulary(*tokenizer.subword_model());
+  else
+    throw ConfigError(std::string(kWho) + tokenizer.type() +
+                      ": not written yet (lat's GGUF export writes char, byte and byte-level BPE tokenizers)");
+  pad_to_model(v, model_vocab_size);
+  append_end_of_text(v);
+  return v;
 }
 
 void add_gguf_vocabulary(GgufWriter& writer, const GgufVocabulary& v) {

@@ -13,9 +13,10 @@
 //          (gpt-2, llama-bpe, qwen2, qwen35).
 // lat's models end no text with a special token, while llama.cpp stops generating at its EOS
 // and defaults it to a real token (11 for gpt2, 2 for llama). So one CONTROL token
-// "<|endoftext|>" is appended after lat's vocabulary (id = vocab size) and named BOS, EOS and
-// padding; add_bos_token and add_eos_token are false. The export gives it zero embedding and
-// output rows.
+// "<|endoftext|>" is appended after lat's vocabulary (id = the model's vocab size; a BPE
+// vocabulary's own "<|endoftext|>" instead, as llama.cpp needs distinct token texts) and named
+// BOS, EOS and padding; add_bos_token and add_eos_token are false. The export gives an appended
+// token zero embedding and output rows.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -40,11 +41,13 @@ struct GgufVocabulary {
   int64_t end_of_text_id = 0;         // BOS, EOS and padding
 };
 
-/// The metadata for `tokenizer` (DESIGN.md "Export formats"). Throws ConfigError
-/// "export --format gguf: tokenizer ...: ..." for what llama.cpp cannot reproduce: a char
-/// vocabulary holding U+2581 (llama.cpp's escaped space), a sentencepiece tokenizer, a
-/// tokenizer.json that is not a byte-level BPE or whose pre-tokenizer llama.cpp lacks.
-GgufVocabulary gguf_vocabulary(const Tokenizer& tokenizer);
+/// The metadata for `tokenizer` in a model of `model_vocab_size` embedding rows (DESIGN.md
+/// "Interop (llama.cpp, GGUF)"): ids the tokenizer lacks up to that size become "[PAD<id>]",
+/// UNUSED. Throws ConfigError "export --format gguf: tokenizer <type>: ..." for what llama.cpp
+/// cannot reproduce: more tokens than embedding rows, a char vocabulary holding U+2581
+/// (llama.cpp's escaped space), a sentencepiece tokenizer, a tokenizer.json that is not a BPE
+/// or whose pre-tokenizer llama.cpp lacks.
+GgufVocabulary gguf_vocabulary(const Tokenizer& tokenizer, int64_t model_vocab_size);
 
 /// Adds tokenizer.ggml.* for `vocab` to `writer`.
 void add_gguf_vocabulary(GgufWriter& writer, const GgufVocabulary& vocab);
