@@ -68,7 +68,7 @@ data:
   val_fraction: 0.1
 train:
   batch_size: 8
-  max_steps: 60
+  max_steps: 40
   lr: 1.0e-2
   warmup: 5
   eval_every: 0
@@ -186,11 +186,13 @@ def check_model(model, lat_exe, text, work):
         diffs.append(f"{dtype} {diff:.1e}")
     figures.append("logits " + ", ".join(diffs))
 
-    for dtype in ("f32", "f16"):
-        for k, prompt in enumerate(PROMPTS):
-            out = lat("generate", "--checkpoint", "run", "--prompt", prompt, "--max-new-tokens", NEW_TOKENS,
-                      "--temperature", 0)
-            lat_text = out[len(prompt):-1]
+    for k, prompt in enumerate(PROMPTS):
+        out = lat("generate", "--checkpoint", "run", "--prompt", prompt, "--max-new-tokens", NEW_TOKENS,
+                  "--temperature", 0)
+        if not out.startswith(prompt) or not out.endswith("\n"):
+            raise CheckFailed(f"lat generate: expected the prompt, the continuation and a newline, got {out!r}")
+        lat_text = out[len(prompt):-1]
+        for dtype in ("f32", "f16"):
             llms[dtype].reset()
             completion = llms[dtype].create_completion(prompt, max_tokens=NEW_TOKENS, temperature=0.0, top_k=1,
                                                         seed=SEED)
