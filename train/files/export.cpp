@@ -149,7 +149,8 @@ void check_out_dir(const std::string& out_dir, const ModelWeights& w) {
                       std::string(kConfigFile) + "): expected a new or empty directory or an earlier export");
 }
 
-/// `lat export --format gguf`: --out is a new or earlier .gguf file, not the model read.
+/// `lat export --format gguf`: --out is a new or earlier .gguf file (never the model read: lat
+/// reads no GGUF).
 std::vector<std::string> export_gguf(const ExportOptions& options) {
   const GgmlType dtype = parse_gguf_dtype(options.dtype);
   const fs::path out(options.out_dir);
@@ -164,8 +165,6 @@ std::vector<std::string> export_gguf(const ExportOptions& options) {
   const ModelWeights w = load_model_weights(options.checkpoint);
   const int64_t vocab_size = model_from_weights(w)->vocab_size();
   check_gguf_expressible(w.config.model, checkpoint_tokenizer(w.checkpoint), vocab_size);  // before any file is written
-  if (fs::exists(out, ec) && fs::equivalent(out, w.path, ec))
-    throw ConfigError("export: --out '" + options.out_dir + "' is the model being exported: expected another file");
   if (out.has_parent_path()) {
     fs::create_directories(out.parent_path(), ec);
     if (ec) throw Error("export: cannot create the directory of --out '" + options.out_dir + "': " + ec.message());

@@ -20,10 +20,12 @@ struct ExportOptions {
   std::vector<int64_t> check_tokens;
 };
 
-/// Writes the export (export_layout.h; hf_export.h for --format hf) and returns the paths
-/// written. Throws ConfigError for a bad format or dtype (bf16 with h5-weights), a check token
-/// outside the vocabulary, an --out that is the model's own directory or a run directory or,
-/// for hf, a model Qwen3.5 cannot express (check_hf_expressible),
+/// Writes the export (export_layout.h; hf_export.h for --format hf; gguf_export.h for --format
+/// gguf, whose --out is the .gguf file) and returns the paths written. Throws ConfigError for a
+/// bad format or dtype (bf16 with h5-weights), a check token outside the vocabulary, an --out
+/// that is the model's own directory or a run directory or, for hf, a model Qwen3.5 cannot
+/// express (check_hf_expressible), for gguf one llama.cpp cannot (check_gguf_expressible), an
+/// --out not ending in .gguf or --check-tokens,
 /// all before anything is written (--out is not created), lat::Error when the checkpoint cannot be read, its tensors do
 /// not match its config, or a file cannot be written.
 std::vector<std::string> export_model(const ExportOptions& options);
