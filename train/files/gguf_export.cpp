@@ -12,6 +12,7 @@
 #include "train/files/hf_config.h"
 #include "train/files/hf_weights.h"
 #include "train/files/tokenizer_files.h"
+#include "train/text/format.h"
 
 namespace lat {
 namespace {
@@ -119,7 +120,7 @@ void check_gguf_expressible(const ModelConfig& m, const std::optional<Tokenizer>
   for (size_t i = 0; i < kinds.size(); ++i)
     if (kinds[i] == "gdn" && value_head_dim(m) != m.head_dim)
       throw ConfigError("export --format gguf: layer " + std::to_string(i) + " (gdn): value head dim " +
-                        std::to_string(value_head_dim(m)) + " (model.expand_v " + std::to_string(m.expand_v) +
+                        std::to_string(value_head_dim(m)) + " (model.expand_v " + format_significant(m.expand_v) +
                         "): llama.cpp's qwen35 needs it equal to the key head dim " + std::to_string(m.head_dim) +
                         " (expected model.expand_v 1)");
   for (const char* kind : {"gdn", "attn"})

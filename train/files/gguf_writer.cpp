@@ -164,34 +164,35 @@ void GgufWriter::add_tensor(const std::string& name, const std::vector<int64_t>&
   tensors_.push_back({name, shape, type, std::move(data)});
 }
 
-std::string GgufWriter::bytes() const {
-  std::string out;
-  out += "GGUF";
-  append_pod<uint32_t>(out, kGgufVersion);
-  append_pod<uint64_t>(out, tensors_.size());
-  append_pod<uint64_t>(out, kv_count_);
-  out += kv_;
+void GgufWriter::write_to(std::ostream& out) const {
+  std::string head;
+  head += "GGUF";
+  append_pod<uint32_t>(head, kGgufVersion);
+  append_pod<uint64_t>(head, tensors_.size());
+  append_pod<uint64_t>(head, kv_count_);
+  head += kv_;
   uint64_t offset = 0;
   for (const TensorInfo& t : tensors_) {
-    append_string(out, t.name);
-    append_pod<uint32_t>(out, static_cast<uint32_t>(t.shape.size()));
-    for (auto it = t.shape.rbegin(); it != t.shape.rend(); ++it) append_pod<uint64_t>(out, static_cast<uint64_t>(*it));
-    append_pod<uint32_t>(out, static_cast<uint32_t>(t.type));
-    append_pod<uint64_t>(out, offset);
+    append_string(head, t.name);
+    append_pod<uint32_t>(head, static_cast<uint32_t>(t.shape.size()));
+    for (auto it = t.shape.rbegin(); it != t.shape.rend(); ++it) append_pod<uint64_t>(head, static_cast<uint64_t>(*it));
+    append_pod<uint32_t>(head, static_cast<uint32_t>(t.type));
+    append_pod<uint64_t>(head, offset);
     offset += (t.data.size() + kGgufAlignment - 1) / kGgufAlignment * kGgufAlignment;
   }
-  pad_to_alignment(out);
+  pad_to_alignment(head);
+  out.write(head.data(), static_cast<std::streamsize>(head.size()));
+  // The data section starts aligned, so padding each tensor's data aligns the next offset.
+  const std::string zeros(kGgufAlignment, '\0');
   for (const TensorInfo& t : tensors_) {
-    out += t.data;
-    pad_to_alignment(out);
+    out.write(t.data.data(), static_cast<std::streamsize>(t.data.size()));
+    out.write(zeros.data(), static_cast<std::streamsize>((kGgufAlignment - t.data.size() % kGgufAlignment) %
+                                                         kGgufAlignment));
   }
-  return out;
 }
 
 void GgufWriter::write(const std::string& path, const std::string& who) const {
-  const std::string content = bytes();
-  write_file_atomically(
-      path, [&](std::ostream& out) { out.write(content.data(), static_cast<std::streamsize>(content.size())); }, who);
+  write_file_atomically(path, [&](std::ostream& out) { write_to(out); }, who);
 }
 
 }  // namespace lat

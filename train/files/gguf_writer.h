@@ -12,6 +12,7 @@
 // q = round(x / d) (x ~ d * q).
 #pragma once
 #include <cstdint>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -58,10 +59,11 @@ class GgufWriter {
   void add_tensor(const std::string& name, const std::vector<int64_t>& shape, const std::vector<float>& values,
                   GgmlType type);
 
-  /// The whole file's bytes.
-  std::string bytes() const;
+  /// Writes the whole file to `out`: header, metadata and tensor infos, then each tensor's data.
+  void write_to(std::ostream& out) const;
 
-  /// bytes() written atomically to `path`; throws lat::Error naming `who` and the file.
+  /// The file written atomically to `path` (streamed: no second copy of the data); throws
+  /// lat::Error naming `who` and the file.
   void write(const std::string& path, const std::string& who) const;
 
  private:
