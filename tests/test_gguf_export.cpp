@@ -12,12 +12,16 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <sentencepiece_processor.h>
+#include <sentencepiece_trainer.h>
 
 #include "autograd/cpu/bf16.h"
+#include "data/sentencepiece_tokenizer.h"
 #include "data/subword_model.h"
 #include "tests/expect_error.h"
 #include "tests/test_files.h"
@@ -444,6 +448,54 @@ TEST_F(GgufExportTest, BpeTokenizerJsonKeepsTokensInIdOrderMergesInRankOrderAndN
   lat::testing::expect_error<lat::ConfigError>(
       [] { lat::gguf_vocabulary(lat::Tokenizer::byte(), 100); },
       {"export --format gguf: tokenizer byte: 256 tokens, more than the model's 100 embedding rows"});
+}
+
+/// A SentencePiece model trained on a few lines with `options` (key=value over lat's usual ones:
+/// bpe, byte fallback, identity normalization, no dummy prefix), as its serialized bytes.
+std::string train_sentencepiece(const std::string& dir, const std::unordered_map<std::string, std::string>& options) {
+  const std::string input = dir + "/spm_input.txt";
+  std::ofstream(input) << "the cat sat on the mat\nthe dog sat on the log\nnaive cafe ate the rest\n";
+  std::unordered_map<std::string, std::string> args = {
+      {"input", input}, {"model_type", "bpe"}, {"vocab_size", "300"}, {"byte_fallback", "true"},
+      {"character_coverage", "1"}, {"normalization_rule_name", "identity"}, {"add_dummy_prefix", "false"},
+      {"remove_extra_whitespaces", "false"}, {"minloglevel", "2"}, {"hard_vocab_limit", "false"}};
+  for (const auto& [k, v] : options) args[k] = v;
+  std::string model;
+  const auto status = sentencepiece::SentencePieceTrainer::Train(args, nullptr, &model);
+  EXPECT_TRUE(status.ok()) << status.ToString();
+  return model;
+}
+
+TEST_F(GgufExportTest, SentencePieceBpeKeepsPiecesScoresAndTypes) {
+  const std::string contents = train_sentencepiece(path(""), {});
+  const lat::Tokenizer t = lat::Tokenizer::subword(lat::sentencepiece_model(contents, "m.model"));
+  sentencepiece::SentencePieceProcessor sp;
+  ASSERT_TRUE(sp.LoadFromSerializedProto(contents).ok());
+  const lat::GgufVocabulary v = lat::gguf_vocabulary(t, t.vocab_size());
+  EXPECT_EQ(v.model, "llama");
+  ASSERT_EQ(static_cast<int>(v.tokens.size()), sp.GetPieceSize());  // "</s>" is EOS: nothing appended
+  for (int id = 0; id < sp.GetPieceSize(); ++id) {
+    EXPECT_EQ(v.tokens[static_cast<size_t>(id)], sp.IdToPiece(id));
+    EXPECT_EQ(v.scores[static_cast<size_t>(id)], sp.GetScore(id));
+    const int32_t type = sp.IsUnknown(id) ? 2 : sp.IsControl(id) ? 3 : sp.IsByte(id) ? 6 : sp.IsUnused(id) ? 5 : 1;
+    EXPECT_EQ(v.token_types[static_cast<size_t>(id)], type) << id;
+  }
+  EXPECT_EQ(v.token_types[static_cast<size_t>(sp.PieceToId("<0x41>"))], 6);
+  EXPECT_EQ(v.end_of_text_id, sp.eos_id());
+  EXPECT_EQ(v.unknown_id, sp.unk_id());
+  EXPECT_FALSE(v.add_space_prefix);
+  EXPECT_FALSE(v.remove_extra_whitespaces);
+
+  const std::string unigram = train_sentencepiece(path(""), {{"model_type", "unigram"}});
+  lat::testing::expect_error<lat::ConfigError>(
+      [&] { lat::gguf_vocabulary(lat::Tokenizer::subword(lat::sentencepiece_model(unigram, "u.model")), 300); },
+      {"export --format gguf: tokenizer sentencepiece: a unigram model: llama.cpp's llama tokenizer merges pieces by "
+       "score"});
+  const std::string nfkc = train_sentencepiece(path(""), {{"normalization_rule_name", "nmt_nfkc"}});
+  lat::testing::expect_error<lat::ConfigError>(
+      [&] { lat::gguf_vocabulary(lat::Tokenizer::subword(lat::sentencepiece_model(nfkc, "n.model")), 300); },
+      {"export --format gguf: tokenizer sentencepiece: normalization rule 'nmt_nfkc': llama.cpp's llama tokenizer "
+       "does not normalize text (expected identity)"});
 }
 
 TEST_F(GgufExportTest, RefusalsNameTheFeatureAndWriteNothing) {
