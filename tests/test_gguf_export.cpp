@@ -16,9 +16,9 @@
 #include <vector>
 
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
+#include <nlohmann/json.hpp>
 
 #include "autograd/cpu/bf16.h"
 #include "data/sentencepiece_tokenizer.h"
@@ -202,13 +202,13 @@ TEST(GgufWriter, HalfRoundingKnownAnswers) {
   EXPECT_EQ(lat::float_to_f16(0.1f), 0x2E66);
   EXPECT_EQ(lat::float_to_f16(65504.0f), 0x7BFF);
   EXPECT_EQ(lat::float_to_f16(65519.0f), 0x7BFF);
-  EXPECT_EQ(lat::float_to_f16(65520.0f), 0x7C00);  // the tie rounds to even: infinity
-  EXPECT_EQ(lat::float_to_f16(1.0f + 0x1p-11f), 0x3C00);        // tie -> even
-  EXPECT_EQ(lat::float_to_f16(1.0f + 3 * 0x1p-11f), 0x3C02);    // tie -> even
-  EXPECT_EQ(lat::float_to_f16(0x1p-24f), 0x0001);               // smallest subnormal
-  EXPECT_EQ(lat::float_to_f16(0x1p-25f), 0x0000);               // tie -> even (zero)
-  EXPECT_EQ(lat::float_to_f16(3 * 0x1p-25f), 0x0002);           // tie -> even
-  EXPECT_EQ(lat::float_to_f16(0x1p-14f), 0x0400);               // smallest normal
+  EXPECT_EQ(lat::float_to_f16(65520.0f), 0x7C00);             // the tie rounds to even: infinity
+  EXPECT_EQ(lat::float_to_f16(1.0f + 0x1p-11f), 0x3C00);      // tie -> even
+  EXPECT_EQ(lat::float_to_f16(1.0f + 3 * 0x1p-11f), 0x3C02);  // tie -> even
+  EXPECT_EQ(lat::float_to_f16(0x1p-24f), 0x0001);             // smallest subnormal
+  EXPECT_EQ(lat::float_to_f16(0x1p-25f), 0x0000);             // tie -> even (zero)
+  EXPECT_EQ(lat::float_to_f16(3 * 0x1p-25f), 0x0002);         // tie -> even
+  EXPECT_EQ(lat::float_to_f16(0x1p-14f), 0x0400);             // smallest normal
   EXPECT_EQ(lat::float_to_f16(std::nanf("")), 0x7E00);
   for (float x : {0.3f, -1234.5f, 7e-6f, 0.999f})
     EXPECT_NEAR(lat::f16_to_float(lat::float_to_f16(x)), x, std::fabs(x) * 0x1p-11f + 0x1p-25f) << x;
@@ -241,22 +241,24 @@ TEST_F(GgufExportTest, F32FileHoldsEveryKeyAndTensorAsLlamaCppReadsThem) {
   EXPECT_EQ(f.number("general.alignment"), 32);
   EXPECT_EQ(f.number("general.file_type"), 0);
   const std::map<std::string, double> numbers = {
-      {"qwen35.embedding_length", 32}, {"qwen35.block_count", 2}, {"qwen35.feed_forward_length", 64},
-      {"qwen35.attention.head_count", 2}, {"qwen35.attention.head_count_kv", 1},
-      {"qwen35.attention.key_length", 16}, {"qwen35.attention.value_length", 16},
-      {"qwen35.rope.dimension_count", 8}, {"qwen35.ssm.state_size", 8}, {"qwen35.ssm.group_count", 2},
-      {"qwen35.ssm.time_step_rank", 4}, {"qwen35.ssm.inner_size", 32}, {"qwen35.context_length", 32768},
-      {"tokenizer.ggml.bos_token_id", 12}, {"tokenizer.ggml.eos_token_id", 12},
-      {"tokenizer.ggml.padding_token_id", 12}, {"tokenizer.ggml.add_bos_token", 0},
-      {"tokenizer.ggml.add_eos_token", 0}, {"tokenizer.ggml.add_space_prefix", 0}};
+      {"qwen35.embedding_length", 32},       {"qwen35.block_count", 2},
+      {"qwen35.feed_forward_length", 64},    {"qwen35.attention.head_count", 2},
+      {"qwen35.attention.head_count_kv", 1}, {"qwen35.attention.key_length", 16},
+      {"qwen35.attention.value_length", 16}, {"qwen35.rope.dimension_count", 8},
+      {"qwen35.ssm.state_size", 8},          {"qwen35.ssm.group_count", 2},
+      {"qwen35.ssm.time_step_rank", 4},      {"qwen35.ssm.inner_size", 32},
+      {"qwen35.context_length", 32768},      {"tokenizer.ggml.bos_token_id", 12},
+      {"tokenizer.ggml.eos_token_id", 12},   {"tokenizer.ggml.padding_token_id", 12},
+      {"tokenizer.ggml.add_bos_token", 0},   {"tokenizer.ggml.add_eos_token", 0},
+      {"tokenizer.ggml.add_space_prefix", 0}};
   for (const auto& [key, value] : numbers) EXPECT_EQ(f.number(key), value) << key;
   EXPECT_EQ(f.kv.at("qwen35.rope.dimension_sections").numbers, (std::vector<double>{2, 1, 1, 0}));
   EXPECT_EQ(f.kv.at("qwen35.attention.recurrent_layers").element_type, 7u);
   EXPECT_EQ(f.kv.at("qwen35.attention.recurrent_layers").numbers, (std::vector<double>{1, 0}));
   EXPECT_EQ(f.string("tokenizer.ggml.model"), "llama");
   EXPECT_EQ(f.kv.at("tokenizer.ggml.tokens").strings,
-            (std::vector<std::string>{"\n", "\xe2\x96\x81", "a", "b", "c", "d", "e", "f", "g", "h", "i",
-                                      "\xc3\xa9", "<|endoftext|>"}));
+            (std::vector<std::string>{"\n", "\xe2\x96\x81", "a", "b", "c", "d", "e", "f", "g", "h", "i", "\xc3\xa9",
+                                      "<|endoftext|>"}));
   std::vector<double> types(12, 1);
   types.push_back(3);
   EXPECT_EQ(f.kv.at("tokenizer.ggml.token_type").numbers, types);
@@ -265,28 +267,69 @@ TEST_F(GgufExportTest, F32FileHoldsEveryKeyAndTensorAsLlamaCppReadsThem) {
   EXPECT_EQ(f.number("qwen35.ssm.conv_kernel"), 4);
   EXPECT_EQ(f.kv.at("qwen35.attention.layer_norm_rms_epsilon").type, 6u);
   EXPECT_EQ(f.kv.at("qwen35.rope.freq_base").type, 6u);
-  const std::vector<std::string> keys = {
-      "general.architecture", "general.name", "general.alignment", "general.file_type", "qwen35.context_length",
-      "qwen35.embedding_length", "qwen35.block_count", "qwen35.feed_forward_length", "qwen35.attention.head_count",
-      "qwen35.attention.head_count_kv", "qwen35.attention.key_length", "qwen35.attention.value_length",
-      "qwen35.attention.layer_norm_rms_epsilon", "qwen35.rope.freq_base", "qwen35.rope.dimension_count",
-      "qwen35.rope.dimension_sections", "qwen35.ssm.conv_kernel", "qwen35.ssm.state_size", "qwen35.ssm.group_count",
-      "qwen35.ssm.time_step_rank", "qwen35.ssm.inner_size", "qwen35.attention.recurrent_layers",
-      "tokenizer.ggml.model", "tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml.scores",
-      "tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id", "tokenizer.ggml.padding_token_id",
-      "tokenizer.ggml.add_bos_token", "tokenizer.ggml.add_eos_token", "tokenizer.ggml.add_space_prefix",
-      "tokenizer.ggml.remove_extra_whitespaces"};
+  const std::vector<std::string> keys = {"general.architecture",
+                                         "general.name",
+                                         "general.alignment",
+                                         "general.file_type",
+                                         "qwen35.context_length",
+                                         "qwen35.embedding_length",
+                                         "qwen35.block_count",
+                                         "qwen35.feed_forward_length",
+                                         "qwen35.attention.head_count",
+                                         "qwen35.attention.head_count_kv",
+                                         "qwen35.attention.key_length",
+                                         "qwen35.attention.value_length",
+                                         "qwen35.attention.layer_norm_rms_epsilon",
+                                         "qwen35.rope.freq_base",
+                                         "qwen35.rope.dimension_count",
+                                         "qwen35.rope.dimension_sections",
+                                         "qwen35.ssm.conv_kernel",
+                                         "qwen35.ssm.state_size",
+                                         "qwen35.ssm.group_count",
+                                         "qwen35.ssm.time_step_rank",
+                                         "qwen35.ssm.inner_size",
+                                         "qwen35.attention.recurrent_layers",
+                                         "tokenizer.ggml.model",
+                                         "tokenizer.ggml.tokens",
+                                         "tokenizer.ggml.token_type",
+                                         "tokenizer.ggml.scores",
+                                         "tokenizer.ggml.bos_token_id",
+                                         "tokenizer.ggml.eos_token_id",
+                                         "tokenizer.ggml.padding_token_id",
+                                         "tokenizer.ggml.add_bos_token",
+                                         "tokenizer.ggml.add_eos_token",
+                                         "tokenizer.ggml.add_space_prefix",
+                                         "tokenizer.ggml.remove_extra_whitespaces"};
   EXPECT_EQ(f.kv_order, keys);
 
-  const std::vector<std::string> names = {
-      "token_embd.weight", "blk.0.attn_norm.weight", "blk.0.attn_qkv.weight", "blk.0.ssm_conv1d.weight",
-      "blk.0.attn_gate.weight", "blk.0.ssm_alpha.weight", "blk.0.ssm_beta.weight", "blk.0.ssm_a",
-      "blk.0.ssm_dt.bias", "blk.0.ssm_norm.weight", "blk.0.ssm_out.weight", "blk.0.post_attention_norm.weight",
-      "blk.0.ffn_gate.weight", "blk.0.ffn_up.weight", "blk.0.ffn_down.weight", "blk.1.attn_norm.weight",
-      "blk.1.attn_q.weight", "blk.1.attn_k.weight", "blk.1.attn_v.weight", "blk.1.attn_output.weight",
-      "blk.1.attn_q_norm.weight", "blk.1.attn_k_norm.weight", "blk.1.post_attention_norm.weight",
-      "blk.1.ffn_gate.weight", "blk.1.ffn_up.weight", "blk.1.ffn_down.weight", "output_norm.weight",
-      "output.weight"};
+  const std::vector<std::string> names = {"token_embd.weight",
+                                          "blk.0.attn_norm.weight",
+                                          "blk.0.attn_qkv.weight",
+                                          "blk.0.ssm_conv1d.weight",
+                                          "blk.0.attn_gate.weight",
+                                          "blk.0.ssm_alpha.weight",
+                                          "blk.0.ssm_beta.weight",
+                                          "blk.0.ssm_a",
+                                          "blk.0.ssm_dt.bias",
+                                          "blk.0.ssm_norm.weight",
+                                          "blk.0.ssm_out.weight",
+                                          "blk.0.post_attention_norm.weight",
+                                          "blk.0.ffn_gate.weight",
+                                          "blk.0.ffn_up.weight",
+                                          "blk.0.ffn_down.weight",
+                                          "blk.1.attn_norm.weight",
+                                          "blk.1.attn_q.weight",
+                                          "blk.1.attn_k.weight",
+                                          "blk.1.attn_v.weight",
+                                          "blk.1.attn_output.weight",
+                                          "blk.1.attn_q_norm.weight",
+                                          "blk.1.attn_k_norm.weight",
+                                          "blk.1.post_attention_norm.weight",
+                                          "blk.1.ffn_gate.weight",
+                                          "blk.1.ffn_up.weight",
+                                          "blk.1.ffn_down.weight",
+                                          "output_norm.weight",
+                                          "output.weight"};
   EXPECT_EQ(f.tensor_order, names);
   // Offsets: 32-aligned, in order, each tensor right after the previous one's padded data.
   uint64_t offset = 0;
@@ -347,7 +390,8 @@ TEST_F(GgufExportTest, HalfBf16AndQ8ZeroHoldTheF32ValuesWithinTheirRounding) {
   for (const std::string dtype : {"f16", "bf16", "q8_0"}) {
     export_gguf("m.h5", dtype + ".gguf", dtype);
     const GgufFile f(path(dtype + ".gguf"));
-    EXPECT_EQ(f.number("general.file_type"), (std::map<std::string, double>{{"f16", 1}, {"bf16", 32}, {"q8_0", 7}}.at(dtype)));
+    EXPECT_EQ(f.number("general.file_type"),
+              (std::map<std::string, double>{{"f16", 1}, {"bf16", 32}, {"q8_0", 7}}.at(dtype)));
     EXPECT_EQ(f.tensor_order, reference.tensor_order);
     for (const std::string& name : f.tensor_order) {
       const TensorInfo& t = f.tensors.at(name);
@@ -421,13 +465,16 @@ class TokenizerJsonModel : public lat::SubwordModel {
 
 lat::Tokenizer bpe_tokenizer(const std::string& pattern) {
   const nlohmann::json j = {
-      {"model", {{"type", "BPE"}, {"vocab", {{"a", 0}, {"b", 1}, {"ab", 2}, {"\xc4\xa0", 3}}},
-                 {"merges", nlohmann::json::array({"a b", nlohmann::json::array({"\xc4\xa0", "a"})})}}},
+      {"model",
+       {{"type", "BPE"},
+        {"vocab", {{"a", 0}, {"b", 1}, {"ab", 2}, {"\xc4\xa0", 3}}},
+        {"merges", nlohmann::json::array({"a b", nlohmann::json::array({"\xc4\xa0", "a"})})}}},
       {"added_tokens", nlohmann::json::array({{{"id", 5}, {"content", "<|im_end|>"}, {"special", true}},
                                               {{"id", 6}, {"content", "<think>"}, {"special", false}}})},
-      {"pre_tokenizer", {{"type", "Sequence"},
-                         {"pretokenizers", nlohmann::json::array({{{"type", "Split"}, {"pattern", {{"Regex", pattern}}}},
-                                                                  {{"type", "ByteLevel"}}})}}}};
+      {"pre_tokenizer",
+       {{"type", "Sequence"},
+        {"pretokenizers",
+         nlohmann::json::array({{{"type", "Split"}, {"pattern", {{"Regex", pattern}}}}, {{"type", "ByteLevel"}}})}}}};
   return lat::Tokenizer::subword(std::make_shared<TokenizerJsonModel>(j.dump(), 7));
 }
 
@@ -437,8 +484,8 @@ TEST_F(GgufExportTest, BpeTokenizerJsonKeepsTokensInIdOrderMergesInRankOrderAndN
   const lat::GgufVocabulary v = lat::gguf_vocabulary(bpe_tokenizer(qwen2), 8);  // one embedding row more
   EXPECT_EQ(v.model, "gpt2");
   EXPECT_EQ(v.pre, "qwen2");
-  EXPECT_EQ(v.tokens, (std::vector<std::string>{"a", "b", "ab", "\xc4\xa0", "[PAD4]", "<|im_end|>", "<think>",
-                                                "[PAD7]", "<|endoftext|>"}));
+  EXPECT_EQ(v.tokens, (std::vector<std::string>{"a", "b", "ab", "\xc4\xa0", "[PAD4]", "<|im_end|>", "<think>", "[PAD7]",
+                                                "<|endoftext|>"}));
   EXPECT_EQ(v.token_types, (std::vector<int32_t>{1, 1, 1, 1, 5, 3, 4, 5, 3}));
   EXPECT_EQ(v.merges, (std::vector<std::string>{"a b", "\xc4\xa0 a"}));
   EXPECT_EQ(v.end_of_text_id, 8);
@@ -455,10 +502,16 @@ TEST_F(GgufExportTest, BpeTokenizerJsonKeepsTokensInIdOrderMergesInRankOrderAndN
 std::string train_sentencepiece(const std::string& dir, const std::unordered_map<std::string, std::string>& options) {
   const std::string input = dir + "/spm_input.txt";
   std::ofstream(input) << "the cat sat on the mat\nthe dog sat on the log\nnaive cafe ate the rest\n";
-  std::unordered_map<std::string, std::string> args = {
-      {"input", input}, {"model_type", "bpe"}, {"vocab_size", "300"}, {"byte_fallback", "true"},
-      {"character_coverage", "1"}, {"normalization_rule_name", "identity"}, {"add_dummy_prefix", "false"},
-      {"remove_extra_whitespaces", "false"}, {"minloglevel", "2"}, {"hard_vocab_limit", "false"}};
+  std::unordered_map<std::string, std::string> args = {{"input", input},
+                                                       {"model_type", "bpe"},
+                                                       {"vocab_size", "300"},
+                                                       {"byte_fallback", "true"},
+                                                       {"character_coverage", "1"},
+                                                       {"normalization_rule_name", "identity"},
+                                                       {"add_dummy_prefix", "false"},
+                                                       {"remove_extra_whitespaces", "false"},
+                                                       {"minloglevel", "2"},
+                                                       {"hard_vocab_limit", "false"}};
   for (const auto& [k, v] : options) args[k] = v;
   std::string model;
   const auto status = sentencepiece::SentencePieceTrainer::Train(args, nullptr, &model);
@@ -504,30 +557,36 @@ TEST_F(GgufExportTest, RefusalsNameTheFeatureAndWriteNothing) {
     s.replace(s.find("expand_v: 1.0"), 13, "expand_v: 2.0");
     return s;
   }());
-  lat::testing::expect_error<lat::ConfigError>([&] { export_gguf("gva.h5", "a.gguf"); },
-                      {"export --format gguf: layer 0 (gdn): value head dim 16",
-                       "llama.cpp's qwen35 needs it equal to the key head dim 8 (expected model.expand_v 1)"});
+  lat::testing::expect_error<lat::ConfigError>(
+      [&] { export_gguf("gva.h5", "a.gguf"); },
+      {"export --format gguf: layer 0 (gdn): value head dim 16",
+       "llama.cpp's qwen35 needs it equal to the key head dim 8 (expected model.expand_v 1)"});
   save("gdn_only.h5", [] {
     std::string s = kShape;
     s.replace(s.find("\"gdn,attn\""), 10, "\"gdn\"");
     return s;
   }());
-  lat::testing::expect_error<lat::ConfigError>([&] { export_gguf("gdn_only.h5", "a.gguf"); },
-                      {"export --format gguf: model.layers has no attn layer: llama.cpp's qwen35 keeps a recurrent "
-                       "state and a KV cache and aborts on a model without either kind (expected both gdn and attn "
-                       "layers)"});
+  lat::testing::expect_error<lat::ConfigError>(
+      [&] { export_gguf("gdn_only.h5", "a.gguf"); },
+      {"export --format gguf: model.layers has no attn layer: llama.cpp's qwen35 keeps a recurrent "
+       "state and a KV cache and aborts on a model without either kind (expected both gdn and attn "
+       "layers)"});
   save("ids.h5", kShape, "none");
-  lat::testing::expect_error<lat::ConfigError>([&] { export_gguf("ids.h5", "a.gguf"); },
-                      {"export --format gguf: the model has no tokenizer (it was trained on token ids)"});
+  lat::testing::expect_error<lat::ConfigError>(
+      [&] { export_gguf("ids.h5", "a.gguf"); },
+      {"export --format gguf: the model has no tokenizer (it was trained on token ids)"});
   save("m.h5");
-  lat::testing::expect_error<lat::ConfigError>([&] { export_gguf("m.h5", "a.gguf", "q4_0"); },
-                      {"export: --dtype: expected f32, f16, bf16 or q8_0 for --format gguf, got 'q4_0'"});
-  lat::testing::expect_error<lat::ConfigError>([&] { export_gguf("m.h5", "a.bin"); },
-                      {"export: --out '" + path("a.bin") + "': expected a file name ending in .gguf for --format gguf"});
+  lat::testing::expect_error<lat::ConfigError>(
+      [&] { export_gguf("m.h5", "a.gguf", "q4_0"); },
+      {"export: --dtype: expected f32, f16, bf16 or q8_0 for --format gguf, got 'q4_0'"});
+  lat::testing::expect_error<lat::ConfigError>(
+      [&] { export_gguf("m.h5", "a.bin"); },
+      {"export: --out '" + path("a.bin") + "': expected a file name ending in .gguf for --format gguf"});
   EXPECT_FALSE(fs::exists(path("a.gguf")));
   EXPECT_FALSE(fs::exists(path("a.bin")));
-  lat::testing::expect_error<lat::ConfigError>([] { lat::gguf_vocabulary(lat::Tokenizer::char_from_vocab("ab\xe2\x96\x81"), 3); },
-                      {"export --format gguf: tokenizer char: the vocabulary holds", "escaped space"});
+  lat::testing::expect_error<lat::ConfigError>(
+      [] { lat::gguf_vocabulary(lat::Tokenizer::char_from_vocab("ab\xe2\x96\x81"), 3); },
+      {"export --format gguf: tokenizer char: the vocabulary holds", "escaped space"});
 }
 
 }  // namespace

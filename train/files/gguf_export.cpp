@@ -76,8 +76,8 @@ std::pair<std::string, std::string> split_layer_name(const std::string& hf_name)
 /// Permutes value heads from grouped (g * r + j) to tiled (j * H + g) along one axis of the
 /// row-major [rows, cols] matrix `data`: heads of `width` rows starting at row `first_row`
 /// (HeadAxis::rows, qkv_rows), or of `width` columns (HeadAxis::columns).
-void tile_value_heads(std::vector<float>& data, int64_t rows, int64_t cols, HeadAxis axis, int64_t first_row,
-                      int64_t H, int64_t Hv, int64_t width) {
+void tile_value_heads(std::vector<float>& data, int64_t rows, int64_t cols, HeadAxis axis, int64_t first_row, int64_t H,
+                      int64_t Hv, int64_t width) {
   const int64_t r = Hv / H;
   const std::vector<float> source = data;
   for (int64_t g = 0; g < H; ++g)
@@ -129,8 +129,9 @@ void check_gguf_expressible(const ModelConfig& m, const std::optional<Tokenizer>
                         " layer: llama.cpp's qwen35 keeps a recurrent state and a KV cache and aborts on a model "
                         "without either kind (expected both gdn and attn layers)");
   if (!tokenizer)
-    throw ConfigError("export --format gguf: the model has no tokenizer (it was trained on token ids): llama.cpp "
-                      "needs a vocabulary (expected a model trained with data.tokenizer set)");
+    throw ConfigError(
+        "export --format gguf: the model has no tokenizer (it was trained on token ids): llama.cpp "
+        "needs a vocabulary (expected a model trained with data.tokenizer set)");
   gguf_vocabulary(*tokenizer, vocab_size);
 }
 

@@ -132,7 +132,8 @@ GgufVocabulary bpe_vocabulary(const SubwordModel& model) {
   v.token_types.assign(static_cast<size_t>(n), static_cast<int32_t>(GgufTokenType::unused));
   const auto place = [&](const std::string& token, const nlohmann::json& id, GgufTokenType type) {
     if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= n)
-      throw bad("gives token '" + token + "' the id " + id.dump() + " (expected one in [0, " + std::to_string(n) + "))");
+      throw bad("gives token '" + token + "' the id " + id.dump() + " (expected one in [0, " + std::to_string(n) +
+                "))");
     v.tokens[id.get<size_t>()] = token;
     v.token_types[id.get<size_t>()] = static_cast<int32_t>(type);
   };
@@ -164,8 +165,8 @@ class ProtoFields {
 
   struct Field {
     uint32_t number = 0, wire_type = 0;
-    uint64_t value = 0;           // varint, fixed32 or fixed64 bits
-    std::string_view bytes;       // length-delimited
+    uint64_t value = 0;      // varint, fixed32 or fixed64 bits
+    std::string_view bytes;  // length-delimited
   };
 
   /// The next field, or false at the end. Throws lat::Error for malformed bytes.
@@ -272,7 +273,8 @@ GgufVocabulary sentencepiece_vocabulary(const SubwordModel& model) {
     throw ConfigError(who + "normalization rule '" + normalizer +
                       "': llama.cpp's llama tokenizer does not normalize text (expected identity)");
   if (!escape_whitespaces)
-    throw ConfigError(who + "escape_whitespaces false: llama.cpp's llama tokenizer always spells spaces as U+2581 "
+    throw ConfigError(who +
+                      "escape_whitespaces false: llama.cpp's llama tokenizer always spells spaces as U+2581 "
                       "(expected true)");
   for (size_t id = 0; id < v.tokens.size(); ++id) {
     if (v.token_types[id] == static_cast<int32_t>(GgufTokenType::unknown) && v.unknown_id < 0)

@@ -36,15 +36,15 @@ enum class GgufTokenType : int32_t { normal = 1, unknown = 2, control = 3, user_
 
 /// tokenizer.ggml.* of one tokenizer, before it is written.
 struct GgufVocabulary {
-  std::string model;                  // tokenizer.ggml.model: "llama" or "gpt2"
-  std::string pre;                    // tokenizer.ggml.pre (gpt2 only)
-  std::vector<std::string> tokens;    // in id order, the appended end-of-text token last
-  std::vector<int32_t> token_types;   // GgufTokenType per token
-  std::vector<float> scores;          // llama only
-  std::vector<std::string> merges;    // gpt2 only: "left right" in rank order
-  int64_t end_of_text_id = -1;        // BOS, EOS and padding
-  int64_t unknown_id = -1;            // sentencepiece's <unk>; -1: none written
-  bool add_space_prefix = false;      // llama only: SentencePiece's add_dummy_prefix
+  std::string model;                      // tokenizer.ggml.model: "llama" or "gpt2"
+  std::string pre;                        // tokenizer.ggml.pre (gpt2 only)
+  std::vector<std::string> tokens;        // in id order, the appended end-of-text token last
+  std::vector<int32_t> token_types;       // GgufTokenType per token
+  std::vector<float> scores;              // llama only
+  std::vector<std::string> merges;        // gpt2 only: "left right" in rank order
+  int64_t end_of_text_id = -1;            // BOS, EOS and padding
+  int64_t unknown_id = -1;                // sentencepiece's <unk>; -1: none written
+  bool add_space_prefix = false;          // llama only: SentencePiece's add_dummy_prefix
   bool remove_extra_whitespaces = false;  // llama only
 };
 

@@ -37,7 +37,7 @@ uint16_t float_to_f16(float x) {
   std::memcpy(&bits, &x, sizeof(bits));
   const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
   const uint32_t magnitude = bits & 0x7fffffffu;
-  if (magnitude > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
+  if (magnitude > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);   // NaN
   if (magnitude >= 0x47800000u) return static_cast<uint16_t>(sign | 0x7c00u);  // >= 2^16: infinity
   if (magnitude < 0x38800000u) {
     // Below 2^-14, half's subnormals: multiples of 2^-24. The product is exact (a power of
@@ -137,9 +137,9 @@ void GgufWriter::add_tensor(const std::string& name, const std::vector<int64_t>&
                             const std::vector<float>& values, GgmlType type) {
   int64_t numel = 1;
   for (int64_t s : shape) numel *= s;
-  LAT_CHECK(!shape.empty() && static_cast<int64_t>(values.size()) == numel,
-            "GgufWriter: tensor '" << name << "': expected " << numel << " values for its shape, got "
-                                   << values.size());
+  LAT_CHECK(
+      !shape.empty() && static_cast<int64_t>(values.size()) == numel,
+      "GgufWriter: tensor '" << name << "': expected " << numel << " values for its shape, got " << values.size());
   std::string data;
   switch (type) {
     case GgmlType::f32:
@@ -153,9 +153,9 @@ void GgufWriter::add_tensor(const std::string& name, const std::vector<int64_t>&
       for (float v : values) append_pod<uint16_t>(data, cpu::float_to_bf16(v));
       break;
     case GgmlType::q8_0: {
-      LAT_CHECK(shape.back() % kQ8BlockSize == 0, "GgufWriter: tensor '" << name << "': q8_0 needs rows of a multiple of "
-                                                                         << kQ8BlockSize << " values, got "
-                                                                         << shape.back());
+      LAT_CHECK(shape.back() % kQ8BlockSize == 0, "GgufWriter: tensor '"
+                                                      << name << "': q8_0 needs rows of a multiple of " << kQ8BlockSize
+                                                      << " values, got " << shape.back());
       const std::vector<uint8_t> q = quantize_q8_0(values);
       data.assign(q.begin(), q.end());
       break;
@@ -186,13 +186,14 @@ void GgufWriter::write_to(std::ostream& out) const {
   const std::string zeros(kGgufAlignment, '\0');
   for (const TensorInfo& t : tensors_) {
     out.write(t.data.data(), static_cast<std::streamsize>(t.data.size()));
-    out.write(zeros.data(), static_cast<std::streamsize>((kGgufAlignment - t.data.size() % kGgufAlignment) %
-                                                         kGgufAlignment));
+    out.write(zeros.data(),
+              static_cast<std::streamsize>((kGgufAlignment - t.data.size() % kGgufAlignment) % kGgufAlignment));
   }
 }
 
 void GgufWriter::write(const std::string& path, const std::string& who) const {
-  write_file_atomically(path, [&](std::ostream& out) { write_to(out); }, who);
+  write_file_atomically(
+      path, [&](std::ostream& out) { write_to(out); }, who);
 }
 
 }  // namespace lat

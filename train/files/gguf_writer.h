@@ -20,8 +20,19 @@ namespace lat {
 
 /// GGUF metadata value types (gguf.h's gguf_type).
 enum class GgufType : uint32_t {
-  uint8 = 0, int8 = 1, uint16 = 2, int16 = 3, uint32 = 4, int32 = 5, float32 = 6, boolean = 7,
-  string = 8, array = 9, uint64 = 10, int64 = 11, float64 = 12
+  uint8 = 0,
+  int8 = 1,
+  uint16 = 2,
+  int16 = 3,
+  uint32 = 4,
+  int32 = 5,
+  float32 = 6,
+  boolean = 7,
+  string = 8,
+  array = 9,
+  uint64 = 10,
+  int64 = 11,
+  float64 = 12
 };
 
 /// ggml tensor data types this writer stores (ggml.h's ggml_type).
