@@ -73,6 +73,7 @@ interop-venv:
 
 interop: deps build data interop-venv
 	@$(INTEROP_VENV)/bin/python tools/check_hf_export.py --lat $(BUILD_DIR)/lat
+	@$(INTEROP_VENV)/bin/python tools/check_gguf_export.py --lat $(BUILD_DIR)/lat
 
 clean:
 	rm -rf $(BUILD_DIR) $(FUZZ_BUILD_DIR)

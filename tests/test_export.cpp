@@ -289,7 +289,7 @@ TEST_F(ExportTest, CheckTokenOutsideTheVocabularyFailsBeforeAnyFileIsWritten) {
 TEST_F(ExportTest, BadOptionsAreConfigErrors) {
   save("ckpt.h5", model_config(kHybrid));
   expect_error<lat::ConfigError>([&] { lat::export_model({path("ckpt.h5"), "onnx", path("out"), "f32", {}}); },
-                                 {"export: --format: expected safetensors, h5-weights or hf, got 'onnx'"});
+                                 {"export: --format: expected safetensors, h5-weights, hf or gguf, got 'onnx'"});
   expect_error<lat::ConfigError>([&] { lat::export_model({path("ckpt.h5"), "safetensors", path("out"), "f16", {}}); },
                                  {"export: --dtype: expected f32 or bf16, got 'f16'"});
   expect_error<lat::ConfigError>(

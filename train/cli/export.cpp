@@ -1,4 +1,4 @@
-// `lat export --checkpoint CKPT --format safetensors|h5-weights|hf --out DIR [--dtype f32|bf16]`.
+// `lat export --checkpoint CKPT --format safetensors|h5-weights|hf|gguf --out DIR|FILE.gguf [--dtype ...]`.
 #include <iostream>
 #include <memory>
 #include <sstream>
@@ -34,15 +34,16 @@ std::vector<int64_t> parse_ids(const std::string& text) {
 Command add_export_command(CLI::App& app) {
   CLI::App* sub = app.add_subcommand("export", "Write a checkpoint's weights for other tools (safetensors), "
                                                "as a weights-only checkpoint (h5-weights) or as a Hugging Face "
-                                               "Qwen3.5 model directory (hf)");
+                                               "Qwen3.5 model directory (hf), or as one llama.cpp file (gguf)");
   auto o = std::make_shared<ExportOptions>();
   auto check_tokens = std::make_shared<std::string>();
   sub->add_option("--checkpoint", o->checkpoint,
                   "a checkpoint (.h5), an exported model.safetensors, an export, run or Hugging Face directory")
       ->required();
-  sub->add_option("--format", o->format, "safetensors, h5-weights or hf")->capture_default_str();
-  sub->add_option("--out", o->out_dir, "output directory (created when missing)")->required();
-  sub->add_option("--dtype", o->dtype, "f32 or bf16 (round to nearest even; safetensors and hf)")
+  sub->add_option("--format", o->format, "safetensors, h5-weights, hf or gguf")->capture_default_str();
+  sub->add_option("--out", o->out_dir, "output directory (created when missing); for gguf the .gguf file")->required();
+  sub->add_option("--dtype", o->dtype,
+                  "f32 or bf16 (round to nearest even; safetensors and hf); gguf: f32, f16, bf16 or q8_0")
       ->capture_default_str();
   sub->add_option("--check-tokens", *check_tokens,
                   "comma-separated token ids: also write check_logits.safetensors with lat's logits for them "
@@ -56,7 +57,10 @@ Command add_export_command(CLI::App& app) {
       "hf: what transformers' AutoModelForCausalLM and AutoTokenizer load (Qwen3_5ForCausalLM: config.json, "
       "model.safetensors, generation_config.json, tokenizer.json, tokenizer_config.json); only gdn and attn "
       "layers with attn.output_gate and attn.qk_norm, no window, are expressible. "
-      "All load back with `lat generate --checkpoint DIR/model.safetensors` (or DIR/model.h5, or DIR for hf). "
+      "gguf: FILE.gguf for llama.cpp (arch qwen35: the layers hf expresses, with equal gdn key and value head "
+      "dims; tokenizer metadata for char, byte, byte-level BPE and SentencePiece BPE tokenizers); norms, 1-D tensors and the "
+      "convolutions stay f32. "
+      "The others load back with `lat generate --checkpoint DIR/model.safetensors` (or DIR/model.h5, or DIR for hf). "
       "The written paths go to stdout, one per line.");
   return {sub, [o, check_tokens] {
             if (!check_tokens->empty()) o->check_tokens = parse_ids(*check_tokens);

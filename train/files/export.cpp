@@ -14,6 +14,7 @@
 #include "train/files/atomic_file.h"
 #include "train/files/config_json.h"
 #include "train/files/export_layout.h"
+#include "train/files/gguf_export.h"
 #include "train/files/hf_config.h"
 #include "train/files/hf_export.h"
 #include "train/files/model_reader.h"
@@ -154,17 +155,43 @@ void check_out_dir(const std::string& out_dir, const ModelWeights& w) {
                       std::string(kConfigFile) + "): expected a new or empty directory or an earlier export");
 }
 
+/// `lat export --format gguf`: --out is a new or earlier .gguf file (never the model read: lat
+/// reads no GGUF).
+std::vector<std::string> export_gguf(const ExportOptions& options) {
+  const GgmlType dtype = parse_gguf_dtype(options.dtype);
+  const fs::path out(options.out_dir);
+  if (out.extension() != ".gguf")
+    throw ConfigError("export: --out '" + options.out_dir + "': expected a file name ending in .gguf for --format gguf");
+  if (!options.check_tokens.empty())
+    throw ConfigError("export: --check-tokens: lat cannot read a .gguf back (expected --format safetensors, "
+                      "h5-weights or hf)");
+  std::error_code ec;
+  if (fs::is_directory(out, ec))
+    throw ConfigError("export: --out '" + options.out_dir + "' is a directory: expected a .gguf file name");
+  const ModelWeights w = load_model_weights(options.checkpoint);
+  const int64_t vocab_size = model_from_weights(w)->vocab_size();
+  check_gguf_expressible(w.config.model, checkpoint_tokenizer(w.checkpoint), vocab_size);  // before any file is written
+  if (out.has_parent_path()) {
+    fs::create_directories(out.parent_path(), ec);
+    if (ec) throw Error("export: cannot create the directory of --out '" + options.out_dir + "': " + ec.message());
+  }
+  write_gguf_export(w, vocab_size, dtype, options.out_dir);
+  return {options.out_dir};
+}
+
 }  // namespace
 
 std::vector<std::string> export_model(const ExportOptions& options) {
-  if (options.format != "safetensors" && options.format != "h5-weights" && options.format != "hf")
-    throw ConfigError("export: --format: expected safetensors, h5-weights or hf, got '" + options.format + "'");
+  if (options.format != "safetensors" && options.format != "h5-weights" && options.format != "hf" &&
+      options.format != "gguf")
+    throw ConfigError("export: --format: expected safetensors, h5-weights, hf or gguf, got '" + options.format + "'");
+  if (options.out_dir.empty()) throw ConfigError("export: --out: expected a directory");
+  if (options.format == "gguf") return export_gguf(options);
   if (options.dtype != "f32" && options.dtype != "bf16")
     throw ConfigError("export: --dtype: expected f32 or bf16, got '" + options.dtype + "'");
   if (options.format == "h5-weights" && options.dtype != "f32")
     throw ConfigError("export: --dtype " + options.dtype + ": h5-weights stores f32 (checkpoint layout); use "
                       "--format safetensors for bf16");
-  if (options.out_dir.empty()) throw ConfigError("export: --out: expected a directory");
 
   const ModelWeights w = load_model_weights(options.checkpoint);
   const Config& config = w.config;

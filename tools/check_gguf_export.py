@@ -1,0 +1,249 @@
+#!/usr/bin/env python3
+"""Checks `lat export --format gguf` against llama.cpp itself (llama-cpp-python; `make interop`).
+
+Usage (inside the virtualenv `make interop` creates):
+  .venv-interop/bin/python tools/check_gguf_export.py [--lat build/lat] [--text data/tinyshakespeare.txt]
+                                                      [--keep DIR]
+
+For each tiny model lat trains here in seconds (a char tokenizer with plain norms and untied
+embeddings; a byte tokenizer with zero-centred norms and tied embeddings; both with gdn layers
+of 4 value heads over 2 key heads and gated attention with partial RoPE), exported as GGUF in
+f32, f16, bf16 and q8_0 and loaded by llama.cpp on CPU:
+  ids      llama.cpp's tokenization of several prompts (accents and other multi-byte characters,
+           newlines, runs of spaces) equals `lat tokenizer encode`, and detokenizes back to the text;
+  logits   llama.cpp's next-token logits over a 64-token prompt (f32 KV cache) against lat's
+           (`lat export --format hf --check-tokens`, lat's own forward): max|diff| / max|lat| below
+           1e-4 for f32 weights, 1e-2 for f16 and bf16;
+  greedy   llama.cpp's greedy 60-token completion (its sampler, EOS handling included) equals
+           `lat generate --temperature 0`, for f32 and f16;
+  val loss q8_0's loss through llama.cpp on lat's val split (the windows `lat eval` uses) within
+           1% of `lat eval`'s fp32 val loss.
+Logits are compared over lat's vocabulary (llama.cpp's has one more token, the appended
+end-of-text token). Exit 0 when every check passes; otherwise 1 with one line naming the
+first failure.
+"""
+import argparse
+import json
+import math
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REL_TOL = {"f32": 1e-4, "f16": 1e-2, "bf16": 1e-2}
+LOSS_TOL = 0.01
+NEW_TOKENS = 60
+LOGIT_TOKENS = 64
+PROMPTS = ["ROMEO:\nBut soft, what light", "First Citizen:\nWe are  accounted poor", "naïve café — ½ the"]
+TEXT_EXTRA = "\nnaïve café — ½ the rest.\n"
+TEXT_CHARS = 30_000
+SEED = 1234
+
+LAT_CONFIG = """\
+model:
+  d_model: 64
+  n_layers: 4
+  n_heads: 2
+  head_dim: 16
+  expand_v: 1.0
+  layers: "gdn,attn"
+  intermediate_size: 128
+  tie_embeddings: {tie}
+  norm_zero_centered: {zero_centered}
+  attn:
+    n_heads: 4
+    head_dim: 16
+    n_kv_heads: 2
+    output_gate: true
+    qk_norm: true
+    rope_fraction: 0.5
+  linear:
+    n_v_heads: 4
+    chunk_size: 16
+data:
+  path: text.txt
+  tokenizer: {tokenizer}
+  block_size: 64
+  val_fraction: 0.1
+train:
+  batch_size: 8
+  max_steps: 40
+  lr: 1.0e-2
+  warmup: 5
+  eval_every: 0
+  eval_batches: 2
+  log_every: 30
+  ckpt_every: 1000
+  out_dir: run
+  seed: {seed}
+"""
+
+MODELS = [
+    {"name": "char, plain norms, untied", "tokenizer": "char", "tie": False, "zero_centered": False},
+    {"name": "byte, zero-centred norms, tied", "tokenizer": "byte", "tie": True, "zero_centered": True},
+]
+
+
+class CheckFailed(Exception):
+    """One line naming the check, what was expected and what was found."""
+
+
+class Lat:
+    """Runs build/lat in a work directory; a failing command raises CheckFailed with its stderr's last line."""
+
+    def __init__(self, exe, cwd):
+        self.exe, self.cwd = str(Path(exe).resolve()), cwd
+
+    def __call__(self, *args):
+        result = subprocess.run([self.exe, *map(str, args)], cwd=self.cwd, capture_output=True, encoding="utf-8")
+        if result.returncode != 0:
+            last = (result.stderr.strip().splitlines() or ["(no stderr)"])[-1]
+            raise CheckFailed(f"lat {' '.join(map(str, args))}: exit {result.returncode}: {last}")
+        return result.stdout
+
+    def encode(self, text):
+        return [int(x) for x in self("tokenizer", "encode", "--tokenizer", "run", "--text", text).split()]
+
+
+def load_llama(path):
+    from llama_cpp import Llama
+
+    # type_k / type_v 0 = GGML_TYPE_F32: an f32 KV cache, so that f32 weights are compared as f32.
+    return Llama(model_path=str(path), n_ctx=256, n_batch=256, n_threads=2, logits_all=True, verbose=False,
+                 type_k=0, type_v=0, seed=SEED)
+
+
+def llama_logits(llm, ids):
+    """llama.cpp's logits [len(ids), n_vocab] for `ids` from a fresh state (numpy float64)."""
+    import numpy as np
+
+    llm.reset()
+    llm.eval(ids)
+    return np.array(llm.scores[: len(ids)], dtype=np.float64)
+
+
+def lat_logits(lat, ids, out_dir):
+    """lat's logits [T, vocab] for `ids` (its forward), from `lat export --format hf --check-tokens`."""
+    from safetensors.numpy import load_file
+
+    lat("export", "--checkpoint", "run", "--format", "hf", "--out", out_dir, "--check-tokens", ",".join(map(str, ids)))
+    return load_file(str(Path(out_dir) / "check_logits.safetensors"))["logits"].astype("float64")
+
+
+def check_ids(name, lat, llm):
+    for prompt in PROMPTS:
+        ids = lat.encode(prompt)
+        found = llm.tokenize(prompt.encode("utf-8"), add_bos=False, special=False)
+        if found != ids:
+            raise CheckFailed(f"{name}: ids of {prompt!r}: llama.cpp {found} vs lat {ids}")
+        text = llm.detokenize(found).decode("utf-8")
+        if text != prompt:
+            raise CheckFailed(f"{name}: llama.cpp detokenizes {prompt!r} as {text!r}")
+
+
+def check_model(model, lat_exe, text, work):
+    import numpy as np
+
+    name = model["name"]
+    run = work / model["tokenizer"]
+    run.mkdir()
+    (run / "text.txt").write_text(text, encoding="utf-8")
+    (run / "config.yaml").write_text(LAT_CONFIG.format(tokenizer=model["tokenizer"], tie=str(model["tie"]).lower(),
+                                                       zero_centered=str(model["zero_centered"]).lower(), seed=SEED),
+                                     encoding="utf-8")
+    lat = Lat(lat_exe, run)
+    lat("train", "config.yaml")
+    figures = []
+
+    # The 64-token prompt: the start of the val text.
+    tokens = lat.encode(text)
+    n_train = int(len(tokens) * (1.0 - 0.1))
+    val = tokens[n_train:]
+    prompt_ids = val[:LOGIT_TOKENS]
+    reference = lat_logits(lat, prompt_ids, run / "check")
+    vocab = reference.shape[1]
+
+    llms = {}
+    for dtype in ("f32", "f16", "bf16", "q8_0"):
+        path = run / f"model-{dtype}.gguf"
+        lat("export", "--checkpoint", "run", "--format", "gguf", "--dtype", dtype, "--out", path)
+        llms[dtype] = load_llama(path)
+        if llms[dtype].n_vocab() != vocab + 1:
+            raise CheckFailed(f"{name} {dtype}: llama.cpp's vocabulary has {llms[dtype].n_vocab()} tokens, "
+                              f"expected lat's {vocab} and the end-of-text token")
+
+    check_ids(name, lat, llms["f32"])
+    figures.append(f"ids of {len(PROMPTS)} prompts identical")
+
+    diffs = []
+    for dtype, tol in REL_TOL.items():
+        found = llama_logits(llms[dtype], prompt_ids)[:, :vocab]
+        diff = float(np.abs(found - reference).max() / np.abs(reference).max())
+        if not diff < tol:
+            raise CheckFailed(f"{name}: {dtype} logits over {LOGIT_TOKENS} tokens: relative difference {diff:.3g} "
+                              f">= {tol}")
+        diffs.append(f"{dtype} {diff:.1e}")
+    figures.append("logits " + ", ".join(diffs))
+
+    for k, prompt in enumerate(PROMPTS):
+        out = lat("generate", "--checkpoint", "run", "--prompt", prompt, "--max-new-tokens", NEW_TOKENS,
+                  "--temperature", 0)
+        if not out.startswith(prompt) or not out.endswith("\n"):
+            raise CheckFailed(f"lat generate: expected the prompt, the continuation and a newline, got {out!r}")
+        lat_text = out[len(prompt):-1]
+        for dtype in ("f32", "f16"):
+            llms[dtype].reset()
+            completion = llms[dtype].create_completion(prompt, max_tokens=NEW_TOKENS, temperature=0.0, top_k=1,
+                                                        seed=SEED)
+            found = completion["choices"][0]["text"]
+            if found != lat_text:
+                raise CheckFailed(f"{name}: {dtype} greedy continuation of prompt {k}: llama.cpp {found!r} vs "
+                                  f"lat {lat_text!r}")
+    figures.append(f"greedy {NEW_TOKENS} x {len(PROMPTS)} identical (f32, f16)")
+
+    lat_eval = json.loads(lat("eval", "--checkpoint", "run"))
+    total, count = 0.0, 0
+    for start in range(0, len(val) - 1, 64):
+        window = val[start:start + 65]
+        logits = llama_logits(llms["q8_0"], window[:-1])[:, :vocab]
+        shifted = logits - logits.max(axis=1, keepdims=True)
+        log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+        total -= float(sum(log_probs[t, window[t + 1]] for t in range(len(window) - 1)))
+        count += len(window) - 1
+    if count != lat_eval["tokens"]:
+        raise CheckFailed(f"{name}: q8_0 val loss over {count} targets, lat eval's over {lat_eval['tokens']}")
+    q8_loss = total / count
+    rel = abs(q8_loss - lat_eval["val_loss"]) / lat_eval["val_loss"]
+    if not rel < LOSS_TOL:
+        raise CheckFailed(f"{name}: q8_0 val loss {q8_loss:.4f} vs lat eval {lat_eval['val_loss']:.4f}: "
+                          f"relative {rel:.3g} >= {LOSS_TOL}")
+    figures.append(f"val loss q8_0 {q8_loss:.4f} vs lat {lat_eval['val_loss']:.4f} ({rel:.1e})")
+    return name, "; ".join(figures)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lat", default="build/lat", help="the lat executable")
+    parser.add_argument("--text", default="data/tinyshakespeare.txt", help="training text")
+    parser.add_argument("--keep", help="work directory to keep (default: a temporary one, removed)")
+    args = parser.parse_args()
+    text = Path(args.text).read_text(encoding="utf-8")[:TEXT_CHARS] + TEXT_EXTRA
+    work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="check_gguf_"))
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        for model in MODELS:
+            name, line = check_model(model, args.lat, text, work)
+            print(f"gguf {name}: {line}", flush=True)
+    except CheckFailed as e:
+        print(f"FAILED: {e}", file=sys.stderr)
+        return 1
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    print("gguf: all checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
