@@ -351,8 +351,10 @@ def train_sentencepiece(directory: Path, text_file: Path):
         input=str(text_file), model_prefix=str(directory / "tokenizer"), model_type="bpe",
         vocab_size=SPM_VOCAB_SIZE, character_coverage=1.0, byte_fallback=True, normalization_rule_name="identity",
         remove_extra_whitespaces=False, split_digits=True, num_threads=1, minloglevel=2)
-    config = {"tokenizer_class": "LlamaTokenizer", "model_max_length": 1 << 30, "add_bos_token": False,
-              "add_eos_token": False, "legacy": True}
+    # SentencePieceBackend runs libsentencepiece itself; LlamaTokenizer (the fast conversion) splits
+    # runs of spaces differently (" " -> one piece where sentencepiece gives two).
+    config = {"tokenizer_class": "SentencePieceBackend", "model_max_length": 1 << 30, "add_bos_token": False,
+              "add_eos_token": False}
     (directory / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
 
 
