@@ -264,11 +264,11 @@ def describe_mismatch(case, text, expected, actual, expected_name, actual_name, 
 
 def print_table(rows):
     print()
-    header = f"{'vocab':<22} {'texts':<42} {'cases':>6} {'mismatches':>10}"
+    header = f"{'vocab':<22} {'texts':<46} {'cases':>6} {'mismatches':>10}"
     print(header)
     print("-" * len(header))
     for row in rows:
-        print(f"{row.vocab:<22} {row.texts:<42} {row.cases:>6} {row.mismatches:>10}")
+        print(f"{row.vocab:<22} {row.texts:<46} {row.cases:>6} {row.mismatches:>10}")
     for row in rows:
         if row.first:
             print(f"\nfirst mismatch of {row.vocab} / {row.texts}:\n  {row.first}")
