@@ -1,7 +1,8 @@
 # make train | make test | make bench: install missing packages, configure and build into
 # ./build with the default options (DESIGN.md), fetch the data, then run. make fuzz: the file
 # readers' fuzzers, built with clang into ./build-fuzz. make interop: lat's Hugging Face export
-# and import checked against transformers, in a virtualenv of its own (.venv-interop).
+# and import and its tokenizers checked against transformers, HF tokenizers and sentencepiece,
+# in a virtualenv of its own (.venv-interop).
 BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 CONFIG ?= configs/shakespeare_hybrid.yaml
@@ -55,25 +56,29 @@ fuzz:
 	@tests/fuzz/run_fuzz.sh $(FUZZ_BUILD_DIR) $(FUZZ_SECONDS)
 
 # tools/check_hf_export.py: lat -> transformers, transformers -> lat and the round trip, on
-# CPU in float32. The virtualenv holds the pinned torch and transformers from the Python
-# registry (torch's wheel pulls the CUDA libraries, about 3 GB, cached in ~/.cache/pip); it is
-# made anew only when its pins differ from these. It must not hold fla: transformers would call
-# its GPU-only kernels.
+# CPU in float32. tools/check_tokenizers.py: lat's tokenizers against HF tokenizers,
+# sentencepiece and transformers on llama.cpp's test vocabularies (kept in ~/.cache/lat). The
+# virtualenv holds the pinned packages from the Python registry (torch's wheel pulls the CUDA
+# libraries, about 3 GB, cached in ~/.cache/pip; llama-cpp-python builds llama.cpp from source
+# once, minutes, and pip's wheel cache keeps the result); it is made anew only when its pins
+# differ from these. It must not hold fla: transformers would call its GPU-only kernels.
 PYTHON ?= /usr/bin/python3
 INTEROP_VENV ?= .venv-interop
-INTEROP_PINS := torch==2.15.0 transformers==5.24.0
+INTEROP_PINS := torch==2.15.0 transformers==5.24.0 tokenizers==0.23.3 sentencepiece==0.2.3 protobuf==7.36.2 \
+  gguf==0.19.0 llama-cpp-python==0.3.36
 interop-venv:
 	@tools/install_deps.sh interop
 	@if [ "$$(cat $(INTEROP_VENV)/pins 2>/dev/null)" != "$(INTEROP_PINS)" ]; then \
 	  echo "== creating $(INTEROP_VENV) with $(INTEROP_PINS)"; \
 	  rm -rf $(INTEROP_VENV) && $(PYTHON) -m venv $(INTEROP_VENV) && \
-	  $(INTEROP_VENV)/bin/pip install --quiet $(INTEROP_PINS) safetensors tokenizers && \
+	  $(INTEROP_VENV)/bin/pip install --quiet $(INTEROP_PINS) safetensors && \
 	  echo "$(INTEROP_PINS)" > $(INTEROP_VENV)/pins; \
 	fi
 
 interop: deps build data interop-venv
 	@$(INTEROP_VENV)/bin/python tools/check_hf_export.py --lat $(BUILD_DIR)/lat
 	@$(INTEROP_VENV)/bin/python tools/check_gguf_export.py --lat $(BUILD_DIR)/lat
+	@$(INTEROP_VENV)/bin/python tools/check_tokenizers.py --lat $(BUILD_DIR)/lat
 
 clean:
 	rm -rf $(BUILD_DIR) $(FUZZ_BUILD_DIR)
