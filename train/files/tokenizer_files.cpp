@@ -25,7 +25,8 @@ uint64_t max_tokenizer_file_bytes(const std::string& type) {
 
 Tokenizer subword_tokenizer(const std::string& type, const std::string& contents, const std::string& origin) {
   if (type == "sentencepiece") return Tokenizer::subword(sentencepiece_model(contents, origin));
-  throw Error("'" + origin + "': a " + type + " tokenizer, which this lat cannot read");
+  LAT_CHECK(type == "bpe", "'" << origin << "': a " << type << " tokenizer, which this lat cannot read");
+  return Tokenizer::subword(bpe_model_from_json(contents, origin));
 }
 
 std::optional<Tokenizer> checkpoint_tokenizer(const Checkpoint& ckpt) {
