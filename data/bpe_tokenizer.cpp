@@ -177,8 +177,7 @@ const json& member(const json& object, const char* key) {
 
 class BpeModel final : public SubwordModel {
  public:
-  BpeModel(std::string contents, const std::string& origin) : contents_(std::move(contents)) {
-    const json root = parse_tokenizer_json(contents_, origin);
+  BpeModel(std::string contents, const json& root, const std::string& origin) : contents_(std::move(contents)) {
     if (!root.is_object()) throw_tokenizer_json_error(origin, "tokenizer.json", "expected an object");
     for (const char* key : {"truncation", "padding"})
       if (!member(root, key).is_null())
@@ -273,10 +272,10 @@ class BpeModel final : public SubwordModel {
         throw_tokenizer_json_error(origin, "model.vocab", "tokens " + tokenizer_json_excerpt(*other->second) + " and " +
                                                               tokenizer_json_excerpt(it.key()) + " both have id " + std::to_string(id));
       ids.emplace(it.key(), static_cast<int32_t>(id));
-      define(id, from_byte_level(it.key()));
+      std::string bytes = from_byte_level(it.key());
       // A word is looked up by its bytes: only tokens written in the byte-level alphabet can match.
-      const std::string bytes = from_byte_level(it.key());
       if (to_byte_level(bytes) == it.key()) word_ids_.emplace(bytes, static_cast<int32_t>(id));
+      define(id, std::move(bytes));
     }
     byte_ids_.fill(-1);
     for (int b = 0; b < 256; ++b) {
@@ -290,29 +289,30 @@ class BpeModel final : public SubwordModel {
       throw_tokenizer_json_error(origin, "model.merges", "expected an array of \"a b\" strings or [a, b] pairs");
     if (merges.is_null()) return ids;
     merges_.reserve(merges.size());
+    std::string joined;  // reused: a large vocabulary has hundreds of thousands of merges
     for (size_t rank = 0; rank < merges.size(); ++rank) {
       const json& m = merges[rank];
-      const std::string key = "model.merges[" + std::to_string(rank) + "]";
-      std::string left, right;
+      const auto key = [rank] { return "model.merges[" + std::to_string(rank) + "]"; };
+      std::string_view left, right;
       if (m.is_string()) {
         const std::string& s = m.get_ref<const std::string&>();
         const size_t space = s.find(' ');
         if (space == std::string::npos || s.find(' ', space + 1) != std::string::npos)
-          throw_tokenizer_json_error(origin, key, "expected \"a b\" (two tokens and one space), got " + tokenizer_json_excerpt(m));
-        left = s.substr(0, space);
-        right = s.substr(space + 1);
+          throw_tokenizer_json_error(origin, key(), "expected \"a b\" (two tokens and one space), got " + tokenizer_json_excerpt(m));
+        left = std::string_view(s).substr(0, space);
+        right = std::string_view(s).substr(space + 1);
       } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
-        left = m[0].get<std::string>();
-        right = m[1].get<std::string>();
+        left = m[0].get_ref<const std::string&>();
+        right = m[1].get_ref<const std::string&>();
       } else {
-        throw_tokenizer_json_error(origin, key, "expected \"a b\" or [a, b], got " + tokenizer_json_excerpt(m));
+        throw_tokenizer_json_error(origin, key(), "expected \"a b\" or [a, b], got " + tokenizer_json_excerpt(m));
       }
-      const std::string joined = left + right;
-      const auto l = ids.find(left), r = ids.find(right), merged = ids.find(joined);
-      using Lookup = std::pair<StringMap<int32_t>::const_iterator, const std::string*>;
-      for (const auto& [it, part] : {Lookup{l, &left}, Lookup{r, &right}, Lookup{merged, &joined}})
+      joined.assign(left).append(right);
+      const auto l = ids.find(left), r = ids.find(right), merged = ids.find(std::string_view(joined));
+      using Lookup = std::pair<StringMap<int32_t>::const_iterator, std::string_view>;
+      for (const auto& [it, part] : {Lookup{l, left}, Lookup{r, right}, Lookup{merged, joined}})
         if (it == ids.end())
-          throw_tokenizer_json_error(origin, key, "token " + tokenizer_json_excerpt(*part) + " is not in model.vocab");
+          throw_tokenizer_json_error(origin, key(), "token " + tokenizer_json_excerpt(std::string(part)) + " is not in model.vocab");
       // A repeated pair takes its last rank, as tokenizers' map of merges does.
       merges_[pair_key(l->second, r->second)] = Merge{static_cast<int32_t>(rank), merged->second};
     }
@@ -502,7 +502,12 @@ class BpeModel final : public SubwordModel {
 }  // namespace
 
 std::shared_ptr<const SubwordModel> bpe_model_from_json(const std::string& json_text, const std::string& origin) {
-  return std::make_shared<BpeModel>(json_text, origin);
+  return std::make_shared<BpeModel>(json_text, parse_tokenizer_json(json_text, origin), origin);
+}
+
+std::shared_ptr<const SubwordModel> bpe_model_from_json(std::string json_text, const nlohmann::json& root,
+                                                        const std::string& origin) {
+  return std::make_shared<BpeModel>(std::move(json_text), root, origin);
 }
 
 }  // namespace lat

@@ -19,6 +19,8 @@
 #include <memory>
 #include <string>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "data/subword_model.h"
 
 namespace lat {
@@ -38,5 +40,11 @@ inline constexpr int64_t kMaxBpeTokenId = (int64_t{1} << 24) - 1;
 /// for an id outside [0, kMaxBpeTokenId], for two tokens with one id and for an added token
 /// given twice.
 std::shared_ptr<const SubwordModel> bpe_model_from_json(const std::string& json_text, const std::string& origin);
+
+/// bpe_model_from_json for a text its caller has parsed already (`root`, the value of
+/// `json_text`), so that a large vocabulary is parsed once; the same checks and errors but
+/// those of parsing.
+std::shared_ptr<const SubwordModel> bpe_model_from_json(std::string json_text, const nlohmann::json& root,
+                                                        const std::string& origin);
 
 }  // namespace lat

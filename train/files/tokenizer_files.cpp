@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <mutex>
 
 #include "data/bpe_tokenizer.h"
 #include "data/regular_file.h"
@@ -29,11 +30,46 @@ Tokenizer subword_tokenizer(const std::string& type, const std::string& contents
   return Tokenizer::subword(bpe_model_from_json(contents, origin));
 }
 
+namespace {
+
+/// The subword tokenizer last built from or recorded in a checkpoint: loading, exporting and
+/// generating ask for a checkpoint's tokenizer several times, and building a large vocabulary
+/// takes a second. Keyed by the file's bytes, so a checkpoint with another file never gets it.
+class LastSubwordTokenizer {
+ public:
+  std::optional<Tokenizer> find(const std::string& type, const std::string& file) const {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    const SubwordModel* model = tokenizer_ ? tokenizer_->subword_model() : nullptr;
+    if (model && model->type() == type && model->file_contents() == file) return tokenizer_;
+    return std::nullopt;
+  }
+  void remember(const Tokenizer& tokenizer) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    tokenizer_ = tokenizer;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::optional<Tokenizer> tokenizer_;
+};
+
+LastSubwordTokenizer& last_subword_tokenizer() {
+  static LastSubwordTokenizer last;
+  return last;
+}
+
+}  // namespace
+
 std::optional<Tokenizer> checkpoint_tokenizer(const Checkpoint& ckpt) {
   if (ckpt.tokenizer_type == "char") return Tokenizer::char_from_vocab(ckpt.tokenizer_vocab);
   if (ckpt.tokenizer_type == "byte") return Tokenizer::byte();
-  if (is_subword_type(ckpt.tokenizer_type))
-    return subword_tokenizer(ckpt.tokenizer_type, ckpt.tokenizer_file, "/tokenizer/file");
+  if (is_subword_type(ckpt.tokenizer_type)) {
+    if (std::optional<Tokenizer> known = last_subword_tokenizer().find(ckpt.tokenizer_type, ckpt.tokenizer_file))
+      return known;
+    Tokenizer built = subword_tokenizer(ckpt.tokenizer_type, ckpt.tokenizer_file, "/tokenizer/file");
+    last_subword_tokenizer().remember(built);
+    return built;
+  }
   return std::nullopt;
 }
 
@@ -46,7 +82,10 @@ void set_checkpoint_tokenizer(Checkpoint& ckpt, const std::optional<Tokenizer>& 
   }
   ckpt.tokenizer_type = tokenizer->type();
   if (ckpt.tokenizer_type == "char") ckpt.tokenizer_vocab = tokenizer->vocab_string();
-  if (const SubwordModel* model = tokenizer->subword_model()) ckpt.tokenizer_file = model->file_contents();
+  if (const SubwordModel* model = tokenizer->subword_model()) {
+    ckpt.tokenizer_file = model->file_contents();
+    last_subword_tokenizer().remember(*tokenizer);
+  }
 }
 
 nlohmann::ordered_json tokenizer_json(const Checkpoint& ckpt) {
@@ -130,7 +169,7 @@ std::optional<Tokenizer> read_tokenizer_json_file(const std::string& path, const
   if (tokenizer) return tokenizer;
   // Any other Hugging Face tokenizer.json: a byte-level BPE, or refused naming what lat cannot honour.
   try {
-    return Tokenizer::subword(bpe_model_from_json(text, path));
+    return Tokenizer::subword(bpe_model_from_json(std::move(text), json, path));
   } catch (const Error& e) {
     throw Error(who + ": " + e.what());
   }
