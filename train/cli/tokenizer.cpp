@@ -26,7 +26,8 @@ namespace lat::cli {
 namespace {
 
 constexpr const char* kTokenizerHelp =
-    "char (with --data FILE), byte, a tokenizer.json, a checkpoint (.h5), a run or an export directory";
+    "char (with --data FILE), byte, a tokenizer.json, a SentencePiece .model, a checkpoint (.h5), a run or an "
+    "export directory";
 
 /// What both subcommands take: the tokenizer and, for char, its text.
 struct TokenizerArgs {

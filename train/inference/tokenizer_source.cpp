@@ -79,7 +79,7 @@ Tokenizer load_tokenizer_source(const std::string& spec, const std::string& data
   const fs::file_status status = fs::status(spec, ec);
   if (!fs::exists(status))
     throw ConfigError(std::string(kWho) + ": --tokenizer '" + spec +
-                      "': no such file or directory (expected char, byte, a tokenizer.json, a checkpoint, or a "
+                      "': no such file or directory (expected char, byte, a tokenizer.json, a SentencePiece .model, a checkpoint, or a "
                       "run or export directory)");
   if (fs::is_directory(status)) return from_directory(spec);
   const fs::path path(spec);
