@@ -49,6 +49,7 @@ REL_TOL = 1e-4
 MIN_MARGIN = 1e-5
 NEW_TOKENS = 60
 SEED = 1234
+MULTILINGUAL = Path(__file__).resolve().parent.parent / "tests/data/multilingual.txt"
 # Prompts for (a) and (b); every character is in the vocabulary of both (TEXT_EXTRA adds the
 # non-ASCII ones to the training text).
 PROMPTS = ["ROMEO:\nBut soft, what light", "First Citizen:\nWe are accounted poor", "naïve café — ½ the"]
@@ -424,6 +425,132 @@ def check_subword_tokenizer(lat, work, text, kind):
                   f"lat's export); {file_name} exported byte for byte; generate continues a text prompt")
 
 
+# --- (e) a Qwen3.5 directory with its real tokenizer, end to end ---------------------------
+
+QWEN35_VOCAB = "~/.cache/lat/llama-cpp-python-0.3.36"
+QWEN35_PROMPTS = ["ROMEO:\nBut soft, what light", "Größe: naïve café — 中文 🙂 12345"]
+QWEN35_NEW_TOKENS = 24
+FINETUNE_CONFIG = """\
+init_from: {init_from}
+{model_keys}data:
+  path: text.txt
+  block_size: 32
+train:
+  batch_size: 4
+  max_steps: 12
+  lr: 1.0e-2
+  warmup: 2
+  eval_every: 6
+  eval_batches: 2
+  log_every: 1
+  ckpt_every: 1000
+  out_dir: run
+  seed: {seed}
+"""
+
+
+def qwen35_model_dir(hf_dir):
+    """A Qwen3.5-format directory the way a user gets one: Qwen3.5's real byte-level BPE
+    (rebuilt from llama.cpp's ggml-vocab-qwen35.gguf by tools/check_tokenizers.py) loaded and
+    saved again by transformers (AutoTokenizer, save_pretrained), beside a small random
+    Qwen3_5ForCausalLM with the real model's vocabulary size (151936 rows: the tokenizer's
+    151646 tokens and padding rows, which are zero so that greedy decoding never picks one).
+    Returns (model, tokenizer)."""
+    import torch
+    from transformers import AutoTokenizer, Qwen3_5ForCausalLM
+
+    from check_tokenizers import FAMILIES, fetch_vocabularies, rebuild_tokenizer_json, write_tokenizer_dir
+
+    vocab_dir = Path(QWEN35_VOCAB).expanduser()
+    fetch_vocabularies(vocab_dir)
+    gguf_path = vocab_dir / "ggml-vocab-qwen35.gguf"
+    source = hf_dir.parent / "qwen35_tokenizer"
+    write_tokenizer_dir(source, rebuild_tokenizer_json(gguf_path, FAMILIES["qwen35"]))
+    AutoTokenizer.from_pretrained(source).save_pretrained(hf_dir)
+    tokenizer = AutoTokenizer.from_pretrained(hf_dir)
+    import gguf
+
+    rows = len(gguf.GGUFReader(str(gguf_path)).fields["tokenizer.ggml.tokens"].data)  # one entry per token
+    torch.manual_seed(SEED)
+    model = Qwen3_5ForCausalLM(qwen35_config(rows, tie=True)).float().eval()
+    spread_weights(model)
+    with torch.no_grad():
+        model.get_input_embeddings().weight[len(tokenizer):] = 0.0
+    model.save_pretrained(hf_dir)
+    return model, tokenizer
+
+
+def check_greedy_text(name, lat, checkpoint, model, tokenizer):
+    """`lat generate --prompt` on `checkpoint` prints exactly the text transformers' greedy
+    generate decodes (prompt and continuation), on every QWEN35_PROMPTS; returns the smallest
+    top-two margin of transformers' steps."""
+    import torch
+
+    margin = float("inf")
+    for k, prompt in enumerate(QWEN35_PROMPTS):
+        ids = tokenizer.encode(prompt, add_special_tokens=False)
+        lat_ids = [int(x) for x in lat("tokenizer", "encode", "--tokenizer", checkpoint, "--text", prompt).split()]
+        if lat_ids != ids:
+            raise CheckFailed(f"{name}: ids of {prompt!r}: transformers {ids} vs lat {lat_ids}")
+        with torch.no_grad():
+            out = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                                 max_new_tokens=QWEN35_NEW_TOKENS, min_new_tokens=QWEN35_NEW_TOKENS,
+                                 do_sample=False, use_cache=True, output_scores=True, return_dict_in_generate=True)
+        new = out.sequences[0, len(ids):].tolist()
+        if max(new) >= len(tokenizer):
+            raise CheckFailed(f"{name}: transformers chose a padding row (id {max(new)} >= {len(tokenizer)} tokens)")
+        top2 = [s[0].topk(2).values for s in out.scores]
+        margin = min(margin, min(((t[0] - t[1]) / s[0].abs().max()).item() for t, s in zip(top2, out.scores)))
+        expected = tokenizer.decode(ids + new)
+        result = subprocess.run([lat.exe, "generate", "--checkpoint", str(checkpoint), "--prompt", prompt,
+                                 "--max-new-tokens", str(QWEN35_NEW_TOKENS), "--temperature", "0"],
+                                cwd=lat.cwd, capture_output=True)
+        if result.returncode != 0:
+            raise CheckFailed(f"{name}: lat generate: exit {result.returncode}: {result.stderr.decode(errors='replace')}")
+        printed = result.stdout.decode("utf-8", errors="replace")
+        if printed != expected + "\n":
+            raise CheckFailed(f"{name}: prompt {k}: lat generate printed {printed!r}, transformers decodes "
+                              f"{expected!r} (ids {new}; smallest margin {margin:.3g})")
+    return margin
+
+
+def check_qwen35_end_to_end(lat, work, text):
+    """(e): generate from a Qwen3.5 directory with its real tokenizer, fine-tune it on text
+    (data.tokenizer left to init_from's), export the result and compare with transformers."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    name = "Qwen3.5 directory with its real tokenizer"
+    base = work / "e_qwen35"
+    hf_dir = base / "hf"
+    model, tokenizer = qwen35_model_dir(hf_dir)
+    margin = check_greedy_text(name + ", as saved", lat, hf_dir, model, tokenizer)
+
+    run = base / "finetune"
+    run.mkdir()
+    (run / "text.txt").write_text(text[:8000] + Path(MULTILINGUAL).read_text(encoding="utf-8"), encoding="utf-8")
+    # The model keys as `lat info` prints them for a run config (its last block, indented by 2).
+    info = lat("info", hf_dir).split("(copy them into a run config to fine-tune with init_from)\n", 1)[1]
+    model_keys = "".join(line[2:].split("  #")[0] + "\n" for line in info.splitlines() if line.strip())
+    (run / "config.yaml").write_text(FINETUNE_CONFIG.format(init_from=hf_dir, model_keys=model_keys, seed=SEED),
+                                     encoding="utf-8")
+    Lat(lat.exe, run)("train", "config.yaml")
+    losses = [json.loads(line) for line in (run / "run" / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
+    val = [r["val_loss"] for r in losses if "val_loss" in r]
+    if len(val) < 2 or not val[-1] < val[0]:
+        raise CheckFailed(f"{name}: fine-tuning: val loss did not fall: {val}")
+    tuned = base / "tuned_hf"
+    lat("export", "--checkpoint", run / "run", "--format", "hf", "--out", tuned)
+    if (tuned / "tokenizer.json").read_bytes() != (hf_dir / "tokenizer.json").read_bytes():
+        raise CheckFailed(f"{name}: {tuned}/tokenizer.json differs from {hf_dir}/tokenizer.json")
+    tuned_model = AutoModelForCausalLM.from_pretrained(tuned, dtype="float32").eval()
+    tuned_tokenizer = AutoTokenizer.from_pretrained(tuned)
+    tuned_margin = check_greedy_text(name + ", fine-tuned", lat, run / "run", tuned_model, tuned_tokenizer)
+    return name, (f"{len(tokenizer)} tokens, {model.config.vocab_size} rows; generate prints transformers' greedy "
+                  f"text on {len(QWEN35_PROMPTS)} prompts (smallest margin {margin:.2e}); fine-tuned with "
+                  f"data.tokenizer from init_from: val loss {val[0]:.3f} -> {val[-1]:.3f}; its hf export in "
+                  f"transformers gives lat's greedy text (smallest margin {tuned_margin:.2e})")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--lat", default="build/lat", help="the lat executable (default build/lat)")
@@ -461,6 +588,8 @@ def main():
             for kind in ("sentencepiece", "bpe", "bpe, saved by transformers"):
                 name, figures = check_subword_tokenizer(lat, work, text, kind)
                 print(f"ok  {name}: {figures}", flush=True)
+            name, figures = check_qwen35_end_to_end(lat, work, text)
+            print(f"ok  {name}: {figures}", flush=True)
         finally:
             if not args.keep:
                 shutil.rmtree(work, ignore_errors=True)
