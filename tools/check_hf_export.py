@@ -437,10 +437,10 @@ init_from: {init_from}
   block_size: 32
 train:
   batch_size: 4
-  max_steps: 12
+  max_steps: 8
   lr: 1.0e-2
   warmup: 2
-  eval_every: 6
+  eval_every: 4
   eval_batches: 2
   log_every: 1
   ckpt_every: 1000
@@ -480,18 +480,15 @@ def qwen35_model_dir(hf_dir):
     return model, tokenizer
 
 
-def check_greedy_text(name, lat, checkpoint, model, tokenizer):
+def check_greedy_text(name, lat, checkpoint, model, tokenizer, prompts):
     """`lat generate --prompt` on `checkpoint` prints exactly the text transformers' greedy
-    generate decodes (prompt and continuation), on every QWEN35_PROMPTS; returns the smallest
-    top-two margin of transformers' steps."""
+    generate decodes (prompt and continuation), on every one of `prompts`; returns the smallest
+    top-two margin of transformers' steps (below MIN_MARGIN fails: rounding could decide)."""
     import torch
 
     margin = float("inf")
-    for k, prompt in enumerate(QWEN35_PROMPTS):
+    for k, prompt in enumerate(prompts):
         ids = tokenizer.encode(prompt, add_special_tokens=False)
-        lat_ids = [int(x) for x in lat("tokenizer", "encode", "--tokenizer", checkpoint, "--text", prompt).split()]
-        if lat_ids != ids:
-            raise CheckFailed(f"{name}: ids of {prompt!r}: transformers {ids} vs lat {lat_ids}")
         with torch.no_grad():
             out = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
                                  max_new_tokens=QWEN35_NEW_TOKENS, min_new_tokens=QWEN35_NEW_TOKENS,
@@ -501,6 +498,9 @@ def check_greedy_text(name, lat, checkpoint, model, tokenizer):
             raise CheckFailed(f"{name}: transformers chose a padding row (id {max(new)} >= {len(tokenizer)} tokens)")
         top2 = [s[0].topk(2).values for s in out.scores]
         margin = min(margin, min(((t[0] - t[1]) / s[0].abs().max()).item() for t, s in zip(top2, out.scores)))
+        if margin < MIN_MARGIN:
+            raise CheckFailed(f"{name}: prompt {k}: a greedy step of transformers has its top two logits {margin:.3g} "
+                              f"apart (relative), below {MIN_MARGIN:.3g}: too close to a tie to compare")
         expected = tokenizer.decode(ids + new)
         result = subprocess.run([lat.exe, "generate", "--checkpoint", str(checkpoint), "--prompt", prompt,
                                  "--max-new-tokens", str(QWEN35_NEW_TOKENS), "--temperature", "0"],
@@ -509,6 +509,9 @@ def check_greedy_text(name, lat, checkpoint, model, tokenizer):
             raise CheckFailed(f"{name}: lat generate: exit {result.returncode}: {result.stderr.decode(errors='replace')}")
         printed = result.stdout.decode("utf-8", errors="replace")
         if printed != expected + "\n":
+            lat_ids = [int(x) for x in lat("tokenizer", "encode", "--tokenizer", checkpoint, "--text", prompt).split()]
+            if lat_ids != ids:
+                raise CheckFailed(f"{name}: ids of {prompt!r}: transformers {ids} vs lat {lat_ids}")
             raise CheckFailed(f"{name}: prompt {k}: lat generate printed {printed!r}, transformers decodes "
                               f"{expected!r} (ids {new}; smallest margin {margin:.3g})")
     return margin
@@ -523,7 +526,7 @@ def check_qwen35_end_to_end(lat, work, text):
     base = work / "e_qwen35"
     hf_dir = base / "hf"
     model, tokenizer = qwen35_model_dir(hf_dir)
-    margin = check_greedy_text(name + ", as saved", lat, hf_dir, model, tokenizer)
+    margin = check_greedy_text(name + ", as saved", lat, hf_dir, model, tokenizer, QWEN35_PROMPTS)
 
     run = base / "finetune"
     run.mkdir()
@@ -544,11 +547,34 @@ def check_qwen35_end_to_end(lat, work, text):
         raise CheckFailed(f"{name}: {tuned}/tokenizer.json differs from {hf_dir}/tokenizer.json")
     tuned_model = AutoModelForCausalLM.from_pretrained(tuned, dtype="float32").eval()
     tuned_tokenizer = AutoTokenizer.from_pretrained(tuned)
-    tuned_margin = check_greedy_text(name + ", fine-tuned", lat, run / "run", tuned_model, tuned_tokenizer)
+    tuned_margin = check_greedy_text(name + ", fine-tuned", lat, run / "run", tuned_model, tuned_tokenizer,
+                                     QWEN35_PROMPTS[1:])
     return name, (f"{len(tokenizer)} tokens, {model.config.vocab_size} rows; generate prints transformers' greedy "
                   f"text on {len(QWEN35_PROMPTS)} prompts (smallest margin {margin:.2e}); fine-tuned with "
                   f"data.tokenizer from init_from: val loss {val[0]:.3f} -> {val[-1]:.3f}; its hf export in "
-                  f"transformers gives lat's greedy text (smallest margin {tuned_margin:.2e})")
+                  f"transformers gives lat's greedy text on the non-ASCII prompt (smallest margin {tuned_margin:.2e})")
+
+
+# --- (f) lat tokenizer train's directory in transformers --------------------------------------
+
+def check_trained_tokenizer(lat, work, text_path):
+    """`lat tokenizer train` (bpe) writes a directory whose tokenizer_config.json makes
+    AutoTokenizer give lat's ids on Shakespeare and tests/data/multilingual.txt."""
+    from transformers import AutoTokenizer
+
+    name = "lat tokenizer train in AutoTokenizer"
+    out = work / "f_trained"
+    lat("tokenizer", "train", "--vocab-size", 2000, "--out", out, text_path, MULTILINGUAL)
+    auto = AutoTokenizer.from_pretrained(out)
+    for path in (Path(text_path), Path(MULTILINGUAL)):
+        text = path.read_bytes().decode("utf-8")
+        ids = [int(x) for x in lat("tokenizer", "encode", "--tokenizer", out, path.resolve()).split()]
+        expected = auto.encode(text, add_special_tokens=False)
+        if ids != expected:
+            at = next((i for i, (a, b) in enumerate(zip(ids, expected)) if a != b), min(len(ids), len(expected)))
+            raise CheckFailed(f"{name}: {path.name}: ids differ at {at}: lat {ids[at:at + 8]} vs "
+                              f"{type(auto).__name__} {expected[at:at + 8]}")
+    return name, f"{type(auto).__name__} gives lat's ids on {Path(text_path).name} and {Path(MULTILINGUAL).name}"
 
 
 def main():
@@ -589,6 +615,8 @@ def main():
                 name, figures = check_subword_tokenizer(lat, work, text, kind)
                 print(f"ok  {name}: {figures}", flush=True)
             name, figures = check_qwen35_end_to_end(lat, work, text)
+            print(f"ok  {name}: {figures}", flush=True)
+            name, figures = check_trained_tokenizer(lat, work, Path(args.text).resolve())
             print(f"ok  {name}: {figures}", flush=True)
         finally:
             if not args.keep:
