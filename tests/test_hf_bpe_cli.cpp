@@ -4,12 +4,17 @@
 // own tokenizer (the resolved config names DIR as data.tokenizer).
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <string>
 
 #include "data/tokenizer.h"
+#include "tests/expect_error.h"
 #include "tests/lat_command.h"
 #include "tests/test_files.h"
+#include "train/config/config.h"
 #include "train/files/hf_tokenizer.h"
+
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -78,6 +83,22 @@ TEST_F(HfBpeCliTest, HfExportGeneratesTextAndFineTunesWithItsOwnTokenizer) {
       << read_bytes(path("tuned/config.yaml"));
   const CliResult tuned_ids = lat("tokenizer encode --tokenizer '" + path("tuned") + "' --text 'the the'");
   EXPECT_EQ(tuned_ids.out, "257 32 257\n");
+}
+
+TEST_F(HfBpeCliTest, DataTokenizerDefaultsToInitFromOnlyWhenUnset) {
+  write("corpus.txt", kText);
+  fs::create_directory(path("model"));
+  const std::string data = "data: {path: '" + path("corpus.txt") + "'}\n";
+  EXPECT_EQ(lat::load_config(write("a.yaml", "init_from: '" + path("model") + "'\n" + data)).data.tokenizer,
+            path("model"));
+  EXPECT_EQ(lat::load_config(write("b.yaml", "init_from: '" + path("model") + "'\n" + data + "data.tokenizer: byte\n"))
+                .data.tokenizer,
+            "byte");
+  EXPECT_EQ(lat::load_config(write("c.yaml", data)).data.tokenizer, "char");
+  // A missing init_from is named as such, not as the data.tokenizer it stands for.
+  const std::string missing = write("d.yaml", "init_from: '" + path("nowhere") + "'\n" + data);
+  expect_error<lat::ConfigError>([&] { lat::load_config(missing); },
+                                 {"init_from: no such checkpoint: '" + path("nowhere") + "'"});
 }
 
 }  // namespace

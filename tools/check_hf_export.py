@@ -5,7 +5,7 @@ Usage (inside the virtualenv `make interop` creates):
   .venv-interop/bin/python tools/check_hf_export.py [--lat build/lat] [--text data/tinyshakespeare.txt]
                                                     [--keep DIR]
 
-Four checks, all on CPU in float32, each printing one line with its measured figures:
+Six checks, all on CPU in float32, each printing one line with its measured figures:
   (a) lat -> transformers: trains tiny lat models (gdn and gated attention layers, GVA value
       heads, attention heads and head size apart from the linear layers', partial RoPE; zero-
       centred norms with tied embeddings, plain norms with untied ones), exports them with
@@ -26,6 +26,14 @@ Four checks, all on CPU in float32, each printing one line with its measured fig
       DIR`): `lat tokenizer encode` gives the library's own ids on every prompt, `lat generate`
       continues a text prompt, and `lat export --format hf` carries the tokenizer file byte
       for byte with a tokenizer_config.json that makes AutoTokenizer give lat's ids.
+  (e) a Qwen3.5 directory with its real tokenizer: Qwen3.5's tokenizer.json (rebuilt from
+      llama.cpp's ggml-vocab-qwen35.gguf by tools/check_tokenizers.py) loaded and saved by
+      AutoTokenizer beside a random Qwen3_5ForCausalLM of the real vocabulary's 151936 rows:
+      `lat generate --prompt` prints exactly the text of transformers' greedy generate; `lat
+      train` with `init_from: DIR` and no data.tokenizer fine-tunes it on text (val loss
+      falls); transformers loads the run's `--format hf` export and its greedy text is lat's.
+  (f) `lat tokenizer train` (bpe): AutoTokenizer on the directory it writes gives lat's ids on
+      the training text and tests/data/multilingual.txt.
 
 Logits match when max|lat - transformers| / max|transformers| < 1e-4. Exit 0 when every check
 passes; otherwise 1 with one line naming the first failure. transformers runs its PyTorch

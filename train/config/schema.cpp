@@ -151,7 +151,10 @@ void require_data_path(Validation& v) {
 /// fine-tuning run encodes its text with the model's own tokenizer unless told otherwise.
 void check_tokenizer(Validation& v) {
   std::string& tokenizer = v.config().data.tokenizer;
-  if (!v.was_set("data.tokenizer") && !v.config().init_from.empty()) tokenizer = v.config().init_from;
+  if (!v.was_set("data.tokenizer") && !v.config().init_from.empty()) {
+    tokenizer = v.config().init_from;
+    return;  // init_from's own rule names it when it does not exist
+  }
   if (tokenizer.empty())
     v.fail("data.tokenizer", "expected char, byte or the path of a tokenizer.json, a SentencePiece .model or a "
                              "directory holding one, got ''");
