@@ -1,7 +1,8 @@
 // A lat model with a byte-level BPE tokenizer.json, through `lat export --format hf` and back
 // on the command line: `lat generate --prompt` from the directory prints what the run itself
 // prints, and `init_from: DIR` without data.tokenizer fine-tunes on text with the directory's
-// own tokenizer (the resolved config names DIR as data.tokenizer).
+// own tokenizer (the resolved config names DIR as data.tokenizer); a model of token ids has no
+// tokenizer to default to, and text is then refused before the run directory exists.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -99,6 +100,25 @@ TEST_F(HfBpeCliTest, DataTokenizerDefaultsToInitFromOnlyWhenUnset) {
   const std::string missing = write("d.yaml", "init_from: '" + path("nowhere") + "'\n" + data);
   expect_error<lat::ConfigError>([&] { lat::load_config(missing); },
                                  {"init_from: no such checkpoint: '" + path("nowhere") + "'"});
+}
+
+TEST_F(HfBpeCliTest, InitFromAModelOfTokenIdsRefusesTextWithoutATokenizer) {
+  std::string ids;  // uint16 ids 0..9, little-endian
+  for (int i = 0; i < 400; ++i) ids += std::string{static_cast<char>(i % 10), '\0'};
+  write("ids.bin", ids);
+  write("corpus.txt", kText);
+  write("base.yaml", kModel + "data: {path: '" + path("ids.bin") + "', block_size: 16}\n" +
+                         "train: {threads: 1, batch_size: 2, max_steps: 1, eval_every: 1, eval_batches: 1, "
+                         "ckpt_every: 1, out_dir: '" + path("base") + "'}\n");
+  const CliResult base = lat("train '" + path("base.yaml") + "'");
+  ASSERT_EQ(base.exit_code, 0) << base.err;
+  const CliResult tuned = train("tune.yaml", kModel + "init_from: '" + path("base") + "'\n", "tuned");
+  EXPECT_EQ(tuned.exit_code, 2);
+  EXPECT_NE(tuned.err.find("init_from: the model was trained on token ids and has no tokenizer (type 'none'): set "
+                           "data.tokenizer (char, byte or a tokenizer file) to train it on text"),
+            std::string::npos)
+      << tuned.err;
+  EXPECT_FALSE(fs::exists(path("tuned")));
 }
 
 }  // namespace
