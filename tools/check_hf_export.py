@@ -5,7 +5,7 @@ Usage (inside the virtualenv `make interop` creates):
   .venv-interop/bin/python tools/check_hf_export.py [--lat build/lat] [--text data/tinyshakespeare.txt]
                                                     [--keep DIR]
 
-Four checks, all on CPU in float32, each printing one line with its measured figures:
+Six checks, all on CPU in float32, each printing one line with its measured figures:
   (a) lat -> transformers: trains tiny lat models (gdn and gated attention layers, GVA value
       heads, attention heads and head size apart from the linear layers', partial RoPE; zero-
       centred norms with tied embeddings, plain norms with untied ones), exports them with
@@ -26,6 +26,14 @@ Four checks, all on CPU in float32, each printing one line with its measured fig
       DIR`): `lat tokenizer encode` gives the library's own ids on every prompt, `lat generate`
       continues a text prompt, and `lat export --format hf` carries the tokenizer file byte
       for byte with a tokenizer_config.json that makes AutoTokenizer give lat's ids.
+  (e) a Qwen3.5 directory with its real tokenizer: Qwen3.5's tokenizer.json (rebuilt from
+      llama.cpp's ggml-vocab-qwen35.gguf by tools/check_tokenizers.py) loaded and saved by
+      AutoTokenizer beside a random Qwen3_5ForCausalLM of the real vocabulary's 151936 rows:
+      `lat generate --prompt` prints exactly the text of transformers' greedy generate; `lat
+      train` with `init_from: DIR` and no data.tokenizer fine-tunes it on text (val loss
+      falls); transformers loads the run's `--format hf` export and its greedy text is lat's.
+  (f) `lat tokenizer train` (bpe): AutoTokenizer on the directory it writes gives lat's ids on
+      the training text and tests/data/multilingual.txt.
 
 Logits match when max|lat - transformers| / max|transformers| < 1e-4. Exit 0 when every check
 passes; otherwise 1 with one line naming the first failure. transformers runs its PyTorch
@@ -49,6 +57,7 @@ REL_TOL = 1e-4
 MIN_MARGIN = 1e-5
 NEW_TOKENS = 60
 SEED = 1234
+MULTILINGUAL = Path(__file__).resolve().parent.parent / "tests/data/multilingual.txt"
 # Prompts for (a) and (b); every character is in the vocabulary of both (TEXT_EXTRA adds the
 # non-ASCII ones to the training text).
 PROMPTS = ["ROMEO:\nBut soft, what light", "First Citizen:\nWe are accounted poor", "naïve café — ½ the"]
@@ -424,6 +433,158 @@ def check_subword_tokenizer(lat, work, text, kind):
                   f"lat's export); {file_name} exported byte for byte; generate continues a text prompt")
 
 
+# --- (e) a Qwen3.5 directory with its real tokenizer, end to end ---------------------------
+
+QWEN35_VOCAB = "~/.cache/lat/llama-cpp-python-0.3.36"
+QWEN35_PROMPTS = ["ROMEO:\nBut soft, what light", "Größe: naïve café — 中文 🙂 12345"]
+QWEN35_NEW_TOKENS = 24
+FINETUNE_CONFIG = """\
+init_from: {init_from}
+{model_keys}data:
+  path: text.txt
+  block_size: 32
+train:
+  batch_size: 4
+  max_steps: 8
+  lr: 1.0e-2
+  warmup: 2
+  eval_every: 4
+  eval_batches: 2
+  log_every: 1
+  ckpt_every: 1000
+  out_dir: run
+  seed: {seed}
+"""
+
+
+def qwen35_model_dir(hf_dir):
+    """A Qwen3.5-format directory the way a user gets one: Qwen3.5's real byte-level BPE
+    (rebuilt from llama.cpp's ggml-vocab-qwen35.gguf by tools/check_tokenizers.py) loaded and
+    saved again by transformers (AutoTokenizer, save_pretrained), beside a small random
+    Qwen3_5ForCausalLM with the real model's vocabulary size (151936 rows: the tokenizer's
+    151646 tokens and padding rows, which are zero so that greedy decoding never picks one).
+    Returns (model, tokenizer)."""
+    import torch
+    from transformers import AutoTokenizer, Qwen3_5ForCausalLM
+
+    from check_tokenizers import FAMILIES, fetch_vocabularies, rebuild_tokenizer_json, write_tokenizer_dir
+
+    vocab_dir = Path(QWEN35_VOCAB).expanduser()
+    fetch_vocabularies(vocab_dir)
+    gguf_path = vocab_dir / "ggml-vocab-qwen35.gguf"
+    source = hf_dir.parent / "qwen35_tokenizer"
+    write_tokenizer_dir(source, rebuild_tokenizer_json(gguf_path, FAMILIES["qwen35"]))
+    AutoTokenizer.from_pretrained(source).save_pretrained(hf_dir)
+    tokenizer = AutoTokenizer.from_pretrained(hf_dir)
+    import gguf
+
+    rows = len(gguf.GGUFReader(str(gguf_path)).fields["tokenizer.ggml.tokens"].data)  # one entry per token
+    torch.manual_seed(SEED)
+    model = Qwen3_5ForCausalLM(qwen35_config(rows, tie=True)).float().eval()
+    spread_weights(model)
+    with torch.no_grad():
+        model.get_input_embeddings().weight[len(tokenizer):] = 0.0
+    model.save_pretrained(hf_dir)
+    return model, tokenizer
+
+
+def check_greedy_text(name, lat, checkpoint, model, tokenizer, prompts):
+    """`lat generate --prompt` on `checkpoint` prints exactly the text transformers' greedy
+    generate decodes (prompt and continuation), on every one of `prompts`; returns the smallest
+    top-two margin of transformers' steps (below MIN_MARGIN fails: rounding could decide)."""
+    import torch
+
+    margin = float("inf")
+    for k, prompt in enumerate(prompts):
+        ids = tokenizer.encode(prompt, add_special_tokens=False)
+        with torch.no_grad():
+            out = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                                 max_new_tokens=QWEN35_NEW_TOKENS, min_new_tokens=QWEN35_NEW_TOKENS,
+                                 do_sample=False, use_cache=True, output_scores=True, return_dict_in_generate=True)
+        new = out.sequences[0, len(ids):].tolist()
+        if max(new) >= len(tokenizer):
+            raise CheckFailed(f"{name}: transformers chose a padding row (id {max(new)} >= {len(tokenizer)} tokens)")
+        top2 = [s[0].topk(2).values for s in out.scores]
+        margin = min(margin, min(((t[0] - t[1]) / s[0].abs().max()).item() for t, s in zip(top2, out.scores)))
+        if margin < MIN_MARGIN:
+            raise CheckFailed(f"{name}: prompt {k}: a greedy step of transformers has its top two logits {margin:.3g} "
+                              f"apart (relative), below {MIN_MARGIN:.3g}: too close to a tie to compare")
+        expected = tokenizer.decode(ids + new)
+        result = subprocess.run([lat.exe, "generate", "--checkpoint", str(checkpoint), "--prompt", prompt,
+                                 "--max-new-tokens", str(QWEN35_NEW_TOKENS), "--temperature", "0"],
+                                cwd=lat.cwd, capture_output=True)
+        if result.returncode != 0:
+            raise CheckFailed(f"{name}: lat generate: exit {result.returncode}: {result.stderr.decode(errors='replace')}")
+        printed = result.stdout.decode("utf-8", errors="replace")
+        if printed != expected + "\n":
+            lat_ids = [int(x) for x in lat("tokenizer", "encode", "--tokenizer", checkpoint, "--text", prompt).split()]
+            if lat_ids != ids:
+                raise CheckFailed(f"{name}: ids of {prompt!r}: transformers {ids} vs lat {lat_ids}")
+            raise CheckFailed(f"{name}: prompt {k}: lat generate printed {printed!r}, transformers decodes "
+                              f"{expected!r} (ids {new}; smallest margin {margin:.3g})")
+    return margin
+
+
+def check_qwen35_end_to_end(lat, work, text):
+    """(e): generate from a Qwen3.5 directory with its real tokenizer, fine-tune it on text
+    (data.tokenizer left to init_from's), export the result and compare with transformers."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    name = "Qwen3.5 directory with its real tokenizer"
+    base = work / "e_qwen35"
+    hf_dir = base / "hf"
+    model, tokenizer = qwen35_model_dir(hf_dir)
+    margin = check_greedy_text(name + ", as saved", lat, hf_dir, model, tokenizer, QWEN35_PROMPTS)
+
+    run = base / "finetune"
+    run.mkdir()
+    (run / "text.txt").write_text(text[:8000] + Path(MULTILINGUAL).read_text(encoding="utf-8"), encoding="utf-8")
+    # The model keys as `lat info` prints them for a run config (its last block, indented by 2).
+    info = lat("info", hf_dir).split("(copy them into a run config to fine-tune with init_from)\n", 1)[1]
+    model_keys = "".join(line[2:].split("  #")[0] + "\n" for line in info.splitlines() if line.strip())
+    (run / "config.yaml").write_text(FINETUNE_CONFIG.format(init_from=hf_dir, model_keys=model_keys, seed=SEED),
+                                     encoding="utf-8")
+    Lat(lat.exe, run)("train", "config.yaml")
+    losses = [json.loads(line) for line in (run / "run" / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
+    val = [r["val_loss"] for r in losses if "val_loss" in r]
+    if len(val) < 2 or not val[-1] < val[0]:
+        raise CheckFailed(f"{name}: fine-tuning: val loss did not fall: {val}")
+    tuned = base / "tuned_hf"
+    lat("export", "--checkpoint", run / "run", "--format", "hf", "--out", tuned)
+    if (tuned / "tokenizer.json").read_bytes() != (hf_dir / "tokenizer.json").read_bytes():
+        raise CheckFailed(f"{name}: {tuned}/tokenizer.json differs from {hf_dir}/tokenizer.json")
+    tuned_model = AutoModelForCausalLM.from_pretrained(tuned, dtype="float32").eval()
+    tuned_tokenizer = AutoTokenizer.from_pretrained(tuned)
+    tuned_margin = check_greedy_text(name + ", fine-tuned", lat, run / "run", tuned_model, tuned_tokenizer,
+                                     QWEN35_PROMPTS[1:])
+    return name, (f"{len(tokenizer)} tokens, {model.config.vocab_size} rows; generate prints transformers' greedy "
+                  f"text on {len(QWEN35_PROMPTS)} prompts (smallest margin {margin:.2e}); fine-tuned with "
+                  f"data.tokenizer from init_from: val loss {val[0]:.3f} -> {val[-1]:.3f}; its hf export in "
+                  f"transformers gives lat's greedy text on the non-ASCII prompt (smallest margin {tuned_margin:.2e})")
+
+
+# --- (f) lat tokenizer train's directory in transformers --------------------------------------
+
+def check_trained_tokenizer(lat, work, text_path):
+    """`lat tokenizer train` (bpe) writes a directory whose tokenizer_config.json makes
+    AutoTokenizer give lat's ids on Shakespeare and tests/data/multilingual.txt."""
+    from transformers import AutoTokenizer
+
+    name = "lat tokenizer train in AutoTokenizer"
+    out = work / "f_trained"
+    lat("tokenizer", "train", "--vocab-size", 2000, "--out", out, text_path, MULTILINGUAL)
+    auto = AutoTokenizer.from_pretrained(out)
+    for path in (Path(text_path), Path(MULTILINGUAL)):
+        text = path.read_bytes().decode("utf-8")
+        ids = [int(x) for x in lat("tokenizer", "encode", "--tokenizer", out, path.resolve()).split()]
+        expected = auto.encode(text, add_special_tokens=False)
+        if ids != expected:
+            at = next((i for i, (a, b) in enumerate(zip(ids, expected)) if a != b), min(len(ids), len(expected)))
+            raise CheckFailed(f"{name}: {path.name}: ids differ at {at}: lat {ids[at:at + 8]} vs "
+                              f"{type(auto).__name__} {expected[at:at + 8]}")
+    return name, f"{type(auto).__name__} gives lat's ids on {Path(text_path).name} and {Path(MULTILINGUAL).name}"
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--lat", default="build/lat", help="the lat executable (default build/lat)")
@@ -461,6 +622,10 @@ def main():
             for kind in ("sentencepiece", "bpe", "bpe, saved by transformers"):
                 name, figures = check_subword_tokenizer(lat, work, text, kind)
                 print(f"ok  {name}: {figures}", flush=True)
+            name, figures = check_qwen35_end_to_end(lat, work, text)
+            print(f"ok  {name}: {figures}", flush=True)
+            name, figures = check_trained_tokenizer(lat, work, Path(args.text).resolve())
+            print(f"ok  {name}: {figures}", flush=True)
         finally:
             if not args.keep:
                 shutil.rmtree(work, ignore_errors=True)

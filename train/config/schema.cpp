@@ -147,9 +147,14 @@ void require_data_path(Validation& v) {
 
 /// data.tokenizer: char, byte, or the path of a tokenizer file or a directory holding one,
 /// which must exist when paths are checked (run start reads it and names this key when it is
-/// not a tokenizer lat reads).
+/// not a tokenizer lat reads). Unset under init_from it resolves to init_from itself: a
+/// fine-tuning run encodes its text with the model's own tokenizer unless told otherwise.
 void check_tokenizer(Validation& v) {
-  const std::string& tokenizer = v.config().data.tokenizer;
+  std::string& tokenizer = v.config().data.tokenizer;
+  if (!v.was_set("data.tokenizer") && !v.config().init_from.empty()) {
+    tokenizer = v.config().init_from;
+    return;  // init_from's own rule names it when it does not exist
+  }
   if (tokenizer.empty())
     v.fail("data.tokenizer", "expected char, byte or the path of a tokenizer.json, a SentencePiece .model or a "
                              "directory holding one, got ''");

@@ -198,4 +198,16 @@ std::optional<Tokenizer> finetune_tokenizer(const Checkpoint& init, const DataCo
   return Tokenizer::char_from_vocab(init.tokenizer_vocab + join(added, ""));
 }
 
+std::optional<Tokenizer> init_model_tokenizer(const Checkpoint& init, const DataConfig& data, bool strict) {
+  if (resolve_format(data.path, data.format) != "text") return std::nullopt;
+  if (is_subword_type(init.tokenizer_type)) return checkpoint_tokenizer(init);
+  if (init.tokenizer_type != "char" && init.tokenizer_type != "byte")
+    throw ConfigError("init_from: the model was trained on token ids and has no tokenizer (type '" +
+                      init.tokenizer_type + "'): set data.tokenizer (char, byte or a tokenizer file) to train it on "
+                      "text");
+  DataConfig named = data;
+  named.tokenizer = init.tokenizer_type;  // as if named: a char vocabulary still checks the text's characters
+  return finetune_tokenizer(init, named, strict);
+}
+
 }  // namespace lat

@@ -69,4 +69,10 @@ InitReport init_from_weights(const Module& model, const ModelWeights& init, bool
 /// naming both (strict) or nullopt (not strict).
 std::optional<Tokenizer> finetune_tokenizer(const Checkpoint& init, const DataConfig& data, bool strict);
 
+/// finetune_tokenizer when data.tokenizer names init_from itself (its default under init_from):
+/// the model's own tokenizer whatever its type (a char vocabulary checked against the text as
+/// finetune_tokenizer does); nullopt when the data is not text. Throws ConfigError for a
+/// model trained on token ids (no tokenizer to encode text with).
+std::optional<Tokenizer> init_model_tokenizer(const Checkpoint& init, const DataConfig& data, bool strict);
+
 }  // namespace lat

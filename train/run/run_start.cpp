@@ -95,7 +95,9 @@ void Run::prepare(const std::optional<std::string>& resume_path) {
   if (!resume_path && !config_.init_from.empty()) {
     init = load_model_weights(config_.init_from);
     if (config_.data.task == "none")
-      tokenizer = finetune_tokenizer(init->checkpoint, config_.data, config_.init_from_strict);
+      tokenizer = config_.data.tokenizer == config_.init_from
+                      ? init_model_tokenizer(init->checkpoint, config_.data, config_.init_from_strict)
+                      : finetune_tokenizer(init->checkpoint, config_.data, config_.init_from_strict);
   }
   if (!tokenizer && config_.data.task == "none") tokenizer = tokenizer_from_file();
   const int64_t vocab_size = resume_path ? load_resume_data(tokenizer, *resume_path) : load_training_data(tokenizer);
@@ -147,6 +149,7 @@ Run::ResumeCheckpoint Run::read_resume_checkpoint(const std::string& path) const
 std::optional<Tokenizer> Run::tokenizer_from_file() const {
   const std::string& spec = config_.data.tokenizer;
   if (spec == "char" || spec == "byte") return std::nullopt;  // built from the text by load_data
+  if (spec == config_.init_from) return std::nullopt;         // init_model_tokenizer's, or none for token ids
   std::optional<Tokenizer> tokenizer;
   try {
     tokenizer = read_tokenizer_file(spec, "data.tokenizer");
