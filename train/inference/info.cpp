@@ -126,6 +126,12 @@ ModelInfo describe_model(const Config& config, const HybridLM& model, int64_t co
     LayerMemory layer{static_cast<int64_t>(i), kinds[i], 0, 0};
     if (kinds[i] == "attn") {
       layer.state = kv_cache;
+    } else if (kinds[i] == "mamba2") {
+      // SSM state [H, N, P] (H * P = d_inner) and the conv state of x, B and C.
+      const MambaConfig& mamba = m.mamba;
+      const int64_t d_inner = mamba.expand * m.d_model;
+      layer.state = d_inner * mamba.d_state;
+      layer.conv = (mamba.conv_size - 1) * (d_inner + 2 * mamba.n_groups * mamba.d_state);
     } else {
       const bool normalized = kinds[i] == "linear_attn" && m.linear.normalize;
       const bool grouped = kinds[i] == "gdn" || kinds[i] == "delta_net";
