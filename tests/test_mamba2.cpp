@@ -19,6 +19,7 @@
 #include "tests/mixer_reference.h"
 #include "train/config/config.h"
 #include "train/config/model_config.h"
+#include "train/inference/info.h"
 #include "train/run/device.h"
 
 namespace lat {
@@ -459,6 +460,26 @@ TEST(Mamba2Config, ImpossibleValuesNameTheKey) {
                       "model.mamba.dt_max: expected at least model.mamba.dt_min (0.2), got 0.1 (run.yaml:3)");
   // Without a mamba2 layer the sizes are not checked against d_model (as model.linear.*).
   EXPECT_EQ(parse("model.mamba.head_dim: 48\n").model.mamba.head_dim, 48);
+}
+
+// lat info: a mamba2 layer holds its SSM state [H, N, P] (H P = d_inner) and the conv state of
+// x, B and C, [conv_size - 1, d_inner + 2 G N]; the parameters are the model's.
+TEST(Mamba2Config, InfoCountsTheStateMemory) {
+  const Config c = parse("model:\n  d_model: 32\n  n_layers: 2\n  n_heads: 2\n  layers: mamba2,attn\n"
+                         "  mamba: {d_state: 16, head_dim: 16, n_groups: 2}\n");
+  const ModelInfo info = model_info(c, 50, 100);
+  ASSERT_EQ(info.memory.size(), 2u);
+  EXPECT_EQ(info.memory[0].kind, "mamba2");
+  EXPECT_EQ(info.memory[0].state, 64 * 16);
+  EXPECT_EQ(info.memory[0].conv, 3 * (64 + 2 * 2 * 16));
+  EXPECT_EQ(info.memory[1].state, 2 * 100 * 2 * 16);
+  Generator gen(0);
+  const HybridLM model(hybrid_lm_config(c.model, 50), gen);
+  EXPECT_EQ(info.total_params, model.num_parameters());
+  // in_proj 2 * 64 + 2 * 32 + 4 = 196 rows; conv 128 x 4 + 128; dt_bias, A_log, D 4 each; norm 64; out_proj 32 x 64.
+  const int64_t mamba2 = 196 * 32 + 128 * 4 + 128 + 3 * 4 + 64 + 32 * 64;
+  EXPECT_EQ(info.params[1].name, "layers.0.attn (mamba2)");
+  EXPECT_EQ(info.params[1].count, mamba2);
 }
 
 }  // namespace
