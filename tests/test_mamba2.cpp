@@ -480,6 +480,8 @@ TEST(Mamba2Config, InfoCountsTheStateMemory) {
   const int64_t mamba2 = 196 * 32 + 128 * 4 + 128 + 3 * 4 + 64 + 32 * 64;
   EXPECT_EQ(info.params[1].name, "layers.0.attn (mamba2)");
   EXPECT_EQ(info.params[1].count, mamba2);
+  const std::string text = format_info(info);
+  EXPECT_NE(text.find("; mamba2 4 heads x 16, d_state 16, 2 groups; vocab 50"), std::string::npos) << text;
 }
 
 }  // namespace

@@ -191,8 +191,12 @@ std::string format_info(const ModelInfo& info) {
       << " heads x " << m.head_dim << ", value head dim " << value_head_dim(m);
   if (m.linear.n_v_heads > 0 && m.linear.n_v_heads != m.n_heads) out << " (" << m.linear.n_v_heads << " value heads)";
   out << "; attention " << (m.attn.n_heads > 0 ? m.attn.n_heads : m.n_heads) << " heads x "
-      << (m.attn.head_dim > 0 ? m.attn.head_dim : m.head_dim) << ", kv heads " << m.attn.n_kv_heads << "; vocab "
-      << info.vocab_size << "\n";
+      << (m.attn.head_dim > 0 ? m.attn.head_dim : m.head_dim) << ", kv heads " << m.attn.n_kv_heads;
+  const std::vector<std::string> kinds = layer_mixers(m);
+  if (std::find(kinds.begin(), kinds.end(), "mamba2") != kinds.end())
+    out << "; mamba2 " << m.mamba.expand * m.d_model / m.mamba.head_dim << " heads x " << m.mamba.head_dim
+        << ", d_state " << m.mamba.d_state << ", " << m.mamba.n_groups << (m.mamba.n_groups == 1 ? " group" : " groups");
+  out << "; vocab " << info.vocab_size << "\n";
   out << "precision: train.precision " << info.config.train.precision << ", in effect on this CPU: "
       << precision_name(effective_precision(parse_precision(info.config.train.precision), Device::cpu())) << "\n";
 
