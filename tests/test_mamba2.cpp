@@ -19,6 +19,8 @@
 #include "tests/mixer_reference.h"
 #include "train/config/config.h"
 #include "train/config/model_config.h"
+#include "train/files/model_reader.h"
+#include "train/files/trained_model.h"
 #include "train/inference/info.h"
 #include "train/run/device.h"
 
@@ -482,6 +484,41 @@ TEST(Mamba2Config, InfoCountsTheStateMemory) {
   EXPECT_EQ(info.params[1].count, mamba2);
   const std::string text = format_info(info);
   EXPECT_NE(text.find("; mamba2 4 heads x 16, d_state 16, 2 groups; vocab 50"), std::string::npos) << text;
+}
+
+// model_from_weights reads a mamba2 model back exactly and compares in_proj's rows, out_proj's
+// columns and conv1d's taps with model.mamba.* before building the model.
+TEST(Mamba2Config, ModelFromWeightsChecksTheMambaSizes) {
+  ModelWeights w{.path = "m.h5",
+                 .config = parse("model: {d_model: 16, n_layers: 2, n_heads: 2, layers: \"mamba2,attn\",\n"
+                                 "        mamba: {d_state: 8, head_dim: 8, n_groups: 2}}\n"),
+                 .checkpoint = {}};
+  Generator gen(3);
+  HybridLM source(hybrid_lm_config(w.config.model, 13), gen);
+  for (const auto& [name, t] : source.named_parameters()) w.checkpoint.model.emplace_back(name, t.detach().clone());
+  std::unique_ptr<HybridLM> loaded = model_from_weights(w);
+  const auto a = source.named_parameters(), b = loaded->named_parameters();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].second.to_vector(), b[i].second.to_vector()) << a[i].first;
+
+  ModelWeights larger_state = w;
+  larger_state.config.model.mamba.d_state = 16;
+  expect_error([&] { model_from_weights(larger_state); },
+               {"model_from_weights: 'm.h5': model.mamba.expand 2 x model.d_model 16, model.mamba.d_state 16, n_groups "
+                "2, head_dim 8 (mamba2 layer: 2 d_inner + 2 n_groups d_state + heads) does not match tensor "
+                "'layers.0.attn.in_proj.weight' [100, 16]: expected 132 rows, found 100"});
+  ModelWeights wider = w;
+  wider.config.model.mamba.expand = 3;
+  wider.config.model.mamba.head_dim = 6;
+  expect_error([&] { model_from_weights(wider); },
+               {"model.mamba.expand 3 x model.d_model 16, model.mamba.d_state 8, n_groups 2, head_dim 6 (mamba2 layer: "
+                "2 d_inner + 2 n_groups d_state + heads) does not match tensor 'layers.0.attn.in_proj.weight' [100, "
+                "16]: expected 136 rows, found 100"});
+  ModelWeights longer_conv = w;
+  longer_conv.config.model.mamba.conv_size = 3;
+  expect_error([&] { model_from_weights(longer_conv); },
+               {"model.mamba.conv_size 3 does not match tensor 'layers.0.attn.conv1d.weight' [64, 1, 4]: expected 3 "
+                "taps, found 4"});
 }
 
 }  // namespace
