@@ -9,7 +9,9 @@
 // gated_deltanet}.py), so exported weights map onto them; the parent model prefixes
 // "layers.{i}.attn.".
 #pragma once
+#include <array>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 
@@ -20,7 +22,25 @@
 
 namespace lat {
 
-/// Sizes and options of any mixer (DESIGN.md config: model.*, model.attn.*, model.linear.*).
+/// The Mamba-2 mixer's own sizes and options (DESIGN.md config: model.mamba.*): d_inner =
+/// expand * d_model channels in H = d_inner / head_dim heads, B and C of d_state channels in
+/// n_groups groups; time_step_limit clamps dt; dt_min, dt_max: the range dt_bias starts from.
+struct Mamba2Options {
+  int64_t d_state = 128;
+  int64_t head_dim = 64;
+  int64_t expand = 2;
+  int64_t n_groups = 1;
+  int64_t conv_size = 4;
+  int64_t chunk_size = 64;
+  bool conv_bias = true;
+  bool proj_bias = false;
+  std::array<double, 2> time_step_limit = {0.0, std::numeric_limits<double>::infinity()};
+  double dt_min = 0.001;
+  double dt_max = 0.1;
+};
+
+/// Sizes and options of any mixer (DESIGN.md config: model.*, model.attn.*, model.linear.*,
+/// model.mamba.*).
 struct MixerConfig {
   int64_t d_model = 128;
   int64_t n_heads = 4;
@@ -47,6 +67,7 @@ struct MixerConfig {
   bool norm_zero_centered = false;  // q_norm, k_norm scale by 1 + weight (model.norm_zero_centered)
   double init_std = 0.02;      // every projection but o_proj
   double out_init_std = 0.02;  // o_proj (GPT-2: init_std / sqrt(2 n_layers))
+  Mamba2Options mamba;         // mamba2
 };
 
 /// Generation state of a linear mixer: the recurrent state plus, with short convolutions,
@@ -242,8 +263,12 @@ class GatedDeltaNet : public DeltaNet {
   Tensor log_decay(const Tensor& x) const { return mamba2_log_decay(x); }
 };
 
+/// t [B, T, H, K] -> [B, T, H*G, K], head j repeated as heads j*G .. j*G + G - 1
+/// (torch.repeat_interleave on dim 2); the backward sums each group's gradients into its head.
+Tensor repeat_heads(const Tensor& t, int64_t G);
+
 /// The mixer of model.layers kind `kind`: attn, linear_attn, simple_gla, retention, delta_net,
-/// gdn. Throws lat::Error naming an unknown kind and listing the valid ones.
+/// gdn, mamba2. Throws lat::Error naming an unknown kind and listing the valid ones.
 std::unique_ptr<Mixer> make_mixer(const std::string& kind, const MixerConfig& config, Generator& gen);
 
 }  // namespace lat

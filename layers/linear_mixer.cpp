@@ -45,17 +45,15 @@ Tensor run_conv(const ShortConvolution& conv, const Tensor& x, Tensor* conv_stat
   return y;
 }
 
-// t [B, T, H, K] -> [B, T, H*G, K], head j repeated as heads j*G .. j*G + G - 1
-// (torch.repeat_interleave on dim 2). A broadcast add of zeros [G, 1] over [B, T, H, 1, K]:
-// one elementwise pass forward, and its backward (sum_to) sums each group's gradients into
-// its key head, on CPU and CUDA alike.
+}  // namespace
+
+// A broadcast add of zeros [G, 1] over [B, T, H, 1, K]: one elementwise pass forward, and its
+// backward (sum_to) sums each group's gradients into its key head, on CPU and CUDA alike.
 Tensor repeat_heads(const Tensor& t, int64_t G) {
   const int64_t B = t.size(0), T = t.size(1), H = t.size(2), K = t.size(3);
   const Tensor zeros = Tensor::zeros({G, 1}, t.dtype(), t.device());
   return (t.reshape({B, T, H, 1, K}) + zeros).reshape({B, T, H * G, K});
 }
-
-}  // namespace
 
 LinearMixer::LinearMixer(std::string kind, const MixerConfig& config, ValueHeads value_heads)
     : config_(config), kind_(std::move(kind)) {

@@ -4,6 +4,7 @@
 
 #include "layers/attention.h"
 #include "layers/linear_attention_layers.h"
+#include "layers/mamba2_layer.h"
 
 namespace lat {
 namespace {
@@ -34,6 +35,9 @@ const std::vector<MixerKind>& kinds() {
        }},
       {"gdn", [](const MixerConfig& c, Generator& g) -> std::unique_ptr<Mixer> {
          return std::make_unique<GatedDeltaNet>(c, g);
+       }},
+      {"mamba2", [](const MixerConfig& c, Generator& g) -> std::unique_ptr<Mixer> {
+         return std::make_unique<Mamba2>(c, g);
        }},
   };
   return table;

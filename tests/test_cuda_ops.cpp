@@ -305,6 +305,8 @@ TEST_F(CudaOps, ShortConvolutionAndRotaryEmbedding) {
            {randn({2, 37, 24}), randn({24, 1, 4}), randn({2, 3, 24})}, gen_);
   check_op("short_conv", [](const auto& t) { return short_conv(t[0], t[1]); }, {randn({1, 5, 8}), randn({8, 1, 3})},
            gen_);
+  check_op("short_conv with bias and state", [](const auto& t) { return short_conv(t[0], t[1], t[2], {}, t[3]); },
+           {randn({2, 37, 24}), randn({24, 1, 4}), randn({2, 3, 24}), randn({24})}, gen_);
   check_op("rotary_embedding", [](const auto& t) { return rotary_embedding(t[0], 10000.0, 5); },
            {randn({2, 9, 3, 16})}, gen_);
 }

@@ -399,6 +399,25 @@ TEST_F(TrainerTest, LossDecreasesOnALearnableStream) {
   EXPECT_LT(s.val_loss, 0.5 * first);
 }
 
+// A Mamba-2 hybrid (model.layers "mamba2,attn") learns the stream in fp32 and in bf16, and its
+// checkpoint reads back to the same val loss (lat eval computes in fp32: a bf16 run's final eval
+// differs by its products' rounding, u = 2^-8 per input, far less on the mean loss).
+TEST_F(TrainerTest, Mamba2HybridLearnsAndReadsBack) {
+  for (const std::string precision : {"fp32", "bf16"}) {
+    std::filesystem::remove_all(run_dir());
+    TrainSummary s = run({"train.max_steps=40", "train.eval_every=0", "train.ckpt_every=0", "model.layers=mamba2,attn",
+                          "model.mamba.d_state=16", "model.mamba.head_dim=16", "model.mamba.n_groups=2",
+                          "model.mamba.chunk_size=8", "train.precision=" + precision});
+    const auto records = read_metrics(run_dir() / "metrics.jsonl");
+    const double first = records.front()["loss"].get<double>();
+    EXPECT_NEAR(first, std::log(29.0), 0.3) << precision;
+    EXPECT_LT(s.val_loss, 0.5 * first) << precision;
+    CheckpointEval e = evaluate_checkpoint(s.checkpoint);
+    const double tolerance = precision == "fp32" ? 1e-6 : 1e-3;
+    EXPECT_NEAR(e.result.loss, records.back()["val_loss"].get<double>(), tolerance * e.result.loss) << precision;
+  }
+}
+
 // The final eval record is the loss over every target of the val split: it equals an
 // independent evaluation of the final checkpoint, which scores val_size - 1 targets.
 TEST_F(TrainerTest, FinalEvalCoversTheWholeValSplit) {

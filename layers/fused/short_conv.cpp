@@ -34,6 +34,7 @@ template <class S>
 struct ConvArgs {
   const S* x;            // [B, T, D]
   const S* state;        // [B, W-1, D] or nullptr (zeros)
+  const S* bias;         // [D] or nullptr (none)
   const int64_t* start;  // [T]: the first token of each token's sequence (B == 1), or nullptr
   std::vector<S> wt;     // weight transposed to [W, D]
   int64_t B, T, D, W;
@@ -51,9 +52,11 @@ struct ConvArgs {
 };
 
 template <class S>
-ConvArgs<S> make_args(const Tensor& x, const Tensor& weight, const Tensor& state, const Tensor& starts) {
+ConvArgs<S> make_args(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& state,
+                      const Tensor& starts) {
   ConvArgs<S> a{x.data<S>(),
                 state.defined() ? state.data<S>() : nullptr,
+                bias.defined() ? bias.data<S>() : nullptr,
                 starts.defined() ? starts.data<int64_t>() : nullptr,
                 {},
                 x.size(0),
@@ -122,6 +125,8 @@ void conv_forward(const ConvArgs<S>& a, S* y, S* sig) {
       gather_inputs(a, bt / a.T, bt % a.T, rows.data());
       S* out = y + bt * a.D;
       tap_sum(rows.data(), a.wt.data(), a.D, a.W, 0, a.D, out);
+      if (a.bias != nullptr)
+        for (int64_t c = 0; c < a.D; ++c) out[c] += a.bias[c];
       if (sig == nullptr) {
         for (int64_t c = 0; c < a.D; ++c) out[c] *= cpu::fast_sigmoid(out[c]);
       } else {
@@ -161,9 +166,10 @@ void dweight_blocks(const ConvArgs<S>& a, const S* dpre, int64_t r0, int64_t r1,
 }
 
 // From the forward's y and sig = sigmoid(pre) and from dy, all [B, T, D]: dx [B, T, D],
-// dweight [D, 1, W], dstate [B, W-1, D] (nullptr when not wanted).
+// dweight [D, 1, W], dstate [B, W-1, D] and dbias [D] (nullptr when not wanted).
 template <class S>
-void conv_backward(const ConvArgs<S>& a, const S* y, const S* sig, const S* dy, S* dx, S* dweight, S* dstate) {
+void conv_backward(const ConvArgs<S>& a, const S* y, const S* sig, const S* dy, S* dx, S* dweight, S* dstate,
+                   S* dbias) {
   const int64_t B = a.B, T = a.T, D = a.D, W = a.W;
   // Each element of dpre is written before it is read, so the buffer starts uninitialized
   // (a std::vector would zero it in a pass of its own).
@@ -203,6 +209,12 @@ void conv_backward(const ConvArgs<S>& a, const S* y, const S* sig, const S* dy, 
     for (int64_t i = 0; i < W * D; ++i) dwt[i] += partial[p * W * D + i];
   for (int64_t c = 0; c < D; ++c)
     for (int64_t k = 0; k < W; ++k) dweight[c * W + k] = dwt[k * D + c];
+  // dbias = sum over the B * T rows of dpre, in row order.
+  if (dbias != nullptr) {
+    std::fill(dbias, dbias + D, S(0));
+    for (int64_t bt = 0; bt < rows; ++bt)
+      for (int64_t c = 0; c < D; ++c) dbias[c] += dpre[bt * D + c];
+  }
   // dxe[b, s] = sum_w wt[w] * dpre[b, s - w]: the same tap sum with the rows of dpre, tap
   // k reading row s - k.
   const int64_t TE = T + W - 1;
@@ -224,9 +236,11 @@ void conv_backward(const ConvArgs<S>& a, const S* y, const S* sig, const S* dy, 
 }
 
 #ifdef LAT_WITH_CUDA
-short_conv_cuda::Args cuda_args(const Tensor& x, const Tensor& weight, const Tensor& state, const Tensor& starts) {
+short_conv_cuda::Args cuda_args(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& state,
+                                const Tensor& starts) {
   return {x.data<float>(),
           weight.data<float>(),
+          bias.defined() ? bias.data<float>() : nullptr,
           state.defined() ? state.data<float>() : nullptr,
           starts.defined() ? starts.data<int64_t>() : nullptr,
           x.size(0),
@@ -248,41 +262,44 @@ struct ForwardResult {
 
 // starts: i64 [T] on x's device, the first token of each token's sequence, or undefined.
 template <class S>
-ForwardResult forward_typed(const Tensor& x, const Tensor& weight, const Tensor& state, const Tensor& starts,
-                            Keep keep) {
+ForwardResult forward_typed(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& state,
+                            const Tensor& starts, Keep keep) {
   ForwardResult r{Tensor::empty(x.shape(), x.dtype(), x.device()), {}};
 #ifdef LAT_WITH_CUDA
   if (x.device().is_cuda()) {
-    short_conv_cuda::forward(cuda_args(x, weight, state, starts), r.y.data<float>());
+    short_conv_cuda::forward(cuda_args(x, weight, bias, state, starts), r.y.data<float>());
     return r;
   }
 #endif
   if (keep == Keep::sigmoid) r.sig = Tensor::empty(x.shape(), x.dtype(), x.device());
-  conv_forward(make_args<S>(x, weight, state, starts), r.y.data<S>(), r.sig.defined() ? r.sig.data<S>() : nullptr);
+  conv_forward(make_args<S>(x, weight, bias, state, starts), r.y.data<S>(), r.sig.defined() ? r.sig.data<S>() : nullptr);
   return r;
 }
 
 // f: the recorded forward's result (f.sig undefined on CUDA, whose kernel recomputes it).
 template <class S>
-std::vector<Tensor> backward_typed(const Tensor& x, const Tensor& weight, const Tensor& state, const Tensor& starts,
-                                   const ForwardResult& f, const Tensor& dy) {
+std::vector<Tensor> backward_typed(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& state,
+                                   const Tensor& starts, const ForwardResult& f, const Tensor& dy) {
   Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
   Tensor dweight = Tensor::empty(weight.shape(), weight.dtype(), weight.device());
   Tensor dstate = state.defined() ? Tensor::empty(state.shape(), state.dtype(), state.device()) : Tensor();
+  Tensor dbias = bias.defined() ? Tensor::empty(bias.shape(), bias.dtype(), bias.device()) : Tensor();
 #ifdef LAT_WITH_CUDA
   if (x.device().is_cuda()) {
-    short_conv_cuda::backward(cuda_args(x, weight, state, starts), dy.data<float>(), dx.data<float>(),
-                              dweight.data<float>(), dstate.defined() ? dstate.data<float>() : nullptr);
-    return {dx, dweight, dstate};
+    short_conv_cuda::backward(cuda_args(x, weight, bias, state, starts), dy.data<float>(), dx.data<float>(),
+                              dweight.data<float>(), dstate.defined() ? dstate.data<float>() : nullptr,
+                              dbias.defined() ? dbias.data<float>() : nullptr);
+    return {dx, dweight, dstate, dbias};
   }
 #endif
   assert(f.sig.defined());  // recorded forwards keep it on the CPU
-  conv_backward(make_args<S>(x, weight, state, starts), f.y.data<S>(), f.sig.data<S>(), dy.data<S>(), dx.data<S>(),
-                dweight.data<S>(), dstate.defined() ? dstate.data<S>() : nullptr);
-  return {dx, dweight, dstate};
+  conv_backward(make_args<S>(x, weight, bias, state, starts), f.y.data<S>(), f.sig.data<S>(), dy.data<S>(),
+                dx.data<S>(), dweight.data<S>(), dstate.defined() ? dstate.data<S>() : nullptr,
+                dbias.defined() ? dbias.data<S>() : nullptr);
+  return {dx, dweight, dstate, dbias};
 }
 
-void check_args(const char* op, const Tensor& x, const Tensor& weight, const Tensor& state) {
+void check_args(const char* op, const Tensor& x, const Tensor& weight, const Tensor& state, const Tensor& bias) {
   LAT_CHECK(x.defined() && weight.defined(), op << ": x and weight must be defined");
   LAT_CHECK(x.dim() == 3, op << ": x: expected shape [B, T, D], got " << shape_str(x.shape()));
   int64_t D = x.size(2);
@@ -297,6 +314,10 @@ void check_args(const char* op, const Tensor& x, const Tensor& weight, const Ten
   LAT_CHECK(x.device().is_cpu() || (cuda_built() && x.dtype() == DType::f32),
             op << ": x: expected a CPU tensor (or f32 on CUDA), got " << dtype_name(x.dtype()) << " on "
                << x.device().str());
+  if (bias.defined())
+    LAT_CHECK(bias.shape() == Shape({D}) && bias.dtype() == x.dtype() && bias.device() == x.device(),
+              op << ": bias: expected " << dtype_name(x.dtype()) << " [" << D << "] on " << x.device().str() << ", got "
+                 << dtype_name(bias.dtype()) << " " << shape_str(bias.shape()) << " on " << bias.device().str());
   if (state.defined()) {
     Shape expected{x.size(0), weight.size(2) - 1, D};
     LAT_CHECK(state.shape() == expected, op << ": conv state: expected shape " << shape_str(expected) << ", got "
@@ -310,9 +331,10 @@ void check_args(const char* op, const Tensor& x, const Tensor& weight, const Ten
 
 }  // namespace
 
-Tensor short_conv(const Tensor& x, const Tensor& weight, const Tensor& initial_state, const Tensor& cu_seqlens) {
+Tensor short_conv(const Tensor& x, const Tensor& weight, const Tensor& initial_state, const Tensor& cu_seqlens,
+                  const Tensor& bias) {
   const char* op = "short_conv";
-  check_args(op, x, weight, initial_state);
+  check_args(op, x, weight, initial_state, bias);
   Tensor starts;
   if (cu_seqlens.defined()) {
     const std::vector<int64_t> offsets = read_cu_seqlens(op, cu_seqlens, x.size(0), x.size(1));
@@ -322,25 +344,27 @@ Tensor short_conv(const Tensor& x, const Tensor& weight, const Tensor& initial_s
     const std::vector<int64_t> first = sequence_starts(offsets);
     starts = Tensor::from_vector(first, {x.size(1)}).to(x.device());
   }
-  const bool grad = needs_grad({&x, &weight, &initial_state});
+  const bool grad = needs_grad({&x, &weight, &initial_state, &bias});
   const Keep keep = grad ? Keep::sigmoid : Keep::nothing;
-  const ForwardResult f = x.dtype() == DType::f32 ? forward_typed<float>(x, weight, initial_state, starts, keep)
-                                                  : forward_typed<double>(x, weight, initial_state, starts, keep);
+  const ForwardResult f = x.dtype() == DType::f32
+                              ? forward_typed<float>(x, weight, bias, initial_state, starts, keep)
+                              : forward_typed<double>(x, weight, bias, initial_state, starts, keep);
   if (grad) {
-    record(op, {x, weight, initial_state}, {f.y}, [x, weight, initial_state, starts, f](const std::vector<Tensor>& g) {
-      return x.dtype() == DType::f32 ? backward_typed<float>(x, weight, initial_state, starts, f, g[0])
-                                     : backward_typed<double>(x, weight, initial_state, starts, f, g[0]);
-    });
+    record(op, {x, weight, initial_state, bias}, {f.y},
+           [x, weight, bias, initial_state, starts, f](const std::vector<Tensor>& g) {
+             return x.dtype() == DType::f32 ? backward_typed<float>(x, weight, bias, initial_state, starts, f, g[0])
+                                            : backward_typed<double>(x, weight, bias, initial_state, starts, f, g[0]);
+           });
   }
   return f.y;
 }
 
-Tensor short_conv_step(const Tensor& x_t, const Tensor& weight, Tensor& conv_state) {
+Tensor short_conv_step(const Tensor& x_t, const Tensor& weight, Tensor& conv_state, const Tensor& bias) {
   LAT_CHECK(conv_state.defined(), "short_conv_step: conv_state: undefined tensor");
-  check_args("short_conv_step", x_t, weight, conv_state);
+  check_args("short_conv_step", x_t, weight, conv_state, bias);
   LAT_CHECK(x_t.size(1) == 1, "short_conv_step: x_t: expected one token [B, 1, D], got " << shape_str(x_t.shape()));
   NoGradGuard no_grad;
-  Tensor y = short_conv(x_t, weight, conv_state);
+  Tensor y = short_conv(x_t, weight, conv_state, {}, bias);
   conv_state.copy_(short_conv_final_state(x_t, weight.size(2), conv_state));
   return y;
 }
@@ -384,19 +408,20 @@ Tensor short_conv_final_state(const Tensor& x, int64_t conv_size, const Tensor& 
   return state;
 }
 
-ShortConvolution::ShortConvolution(int64_t dim, int64_t conv_size, Generator& gen) {
+ShortConvolution::ShortConvolution(int64_t dim, int64_t conv_size, Generator& gen, ConvBias bias) {
   LAT_CHECK(dim > 0 && conv_size >= 1,
             "ShortConvolution: expected dim > 0 and conv_size >= 1, got " << dim << ", " << conv_size);
   double bound = 1.0 / std::sqrt(static_cast<double>(conv_size));
   weight_ = register_parameter("weight", Tensor::uniform({dim, 1, conv_size}, gen, -bound, bound));
+  if (bias == ConvBias::with) bias_ = register_parameter("bias", Tensor::uniform({dim}, gen, -bound, bound));
 }
 
 Tensor ShortConvolution::forward(const Tensor& x, const Tensor& cu_seqlens) const {
-  return short_conv(x, weight_, {}, cu_seqlens);
+  return short_conv(x, weight_, {}, cu_seqlens, bias_);
 }
 
 Tensor ShortConvolution::step(const Tensor& x_t, Tensor& conv_state) const {
-  return short_conv_step(x_t, weight_, conv_state);
+  return short_conv_step(x_t, weight_, conv_state, bias_);
 }
 
 Tensor ShortConvolution::initial_state(int64_t batch) const {

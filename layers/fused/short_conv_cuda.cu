@@ -1,6 +1,6 @@
 // CUDA kernels of the short convolution (see short_conv_cuda.h and short_conv.cpp for the
 // derivation). With xe = concat(state, x) along time (T + W - 1 rows per batch item):
-//   pre[t] = sum_w weight[w] xe[t + w],  y = silu(pre),  dpre = dy silu'(pre),
+//   pre[t] = sum_w weight[w] xe[t + w] (+ bias),  y = silu(pre),  dbias = sum_t dpre[t],  dpre = dy silu'(pre),
 //   dxe[s] = sum_w weight[w] dpre[s - w],  dweight[w] = sum_t dpre[t] xe[t + w],
 // where with packed sequences (Args::start) the pairs (t, t + w) whose input lies before
 // the start of t's sequence are left out of all three sums.
@@ -39,7 +39,7 @@ __device__ __forceinline__ float input_at(const Args& a, int64_t b, int64_t t, i
 __device__ __forceinline__ float pre_at(const Args& a, int64_t b, int64_t t, int64_t c) {
   float acc = 0.0f;
   for (int64_t w = 0; w < a.W; ++w) acc += a.weight[c * a.W + w] * input_at(a, b, t, w, c);
-  return acc;
+  return a.bias != nullptr ? acc + a.bias[c] : acc;
 }
 
 __device__ __forceinline__ float sigmoid(float v) { return 1.0f / (1.0f + expf(-v)); }
@@ -106,6 +106,15 @@ __global__ void dweight_combine_kernel(const double* partial, int64_t splits, in
   }
 }
 
+// dbias[c] = sum over the B * T rows of dpre[., c], in double, one thread per channel.
+__global__ void dbias_kernel(const float* dpre, int64_t rows, int64_t D, float* dbias) {
+  for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < D; c += int64_t(gridDim.x) * blockDim.x) {
+    double acc = 0.0;
+    for (int64_t bt = 0; bt < rows; ++bt) acc += dpre[bt * D + c];
+    dbias[c] = static_cast<float>(acc);
+  }
+}
+
 void check(const Args& a) {
   LAT_CHECK(a.W >= 1 && a.W <= kMaxKernel,
             "short_conv (cuda): weight: expected a kernel size in 1.." << kMaxKernel << ", got " << a.W);
@@ -122,7 +131,7 @@ void forward(const Args& a, float* y) {
   LAT_CUDA_CHECK_LAUNCH();
 }
 
-void backward(const Args& a, const float* dy, float* dx, float* dweight, float* dstate) {
+void backward(const Args& a, const float* dy, float* dx, float* dweight, float* dstate, float* dbias) {
   check(a);
   lat::cuda::DeviceGuard guard(a.device);
   cudaStream_t stream = lat::cuda::current_stream(a.device);
@@ -149,6 +158,10 @@ void backward(const Args& a, const float* dy, float* dx, float* dweight, float* 
     LAT_CUDA_CHECK_LAUNCH();
     dweight_combine_kernel<<<grid_for(a.W * a.D), kBlock, 0, stream>>>(partial, splits, a.W, a.D, dweight);
     LAT_CUDA_CHECK_LAUNCH();
+    if (dbias != nullptr) {
+      dbias_kernel<<<grid_for(a.D), kBlock, 0, stream>>>(dpre, rows, a.D, dbias);
+      LAT_CUDA_CHECK_LAUNCH();
+    }
   }
   lat::cuda::release(partial, a.device);
   lat::cuda::release(dpre, a.device);

@@ -4,6 +4,7 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -45,6 +46,22 @@ struct LinearConfig {
   bool operator==(const LinearConfig&) const = default;
 };
 
+/// model.mamba.*: the Mamba-2 layers (layers/mamba2_layer.h).
+struct MambaConfig {
+  int64_t d_state = 128;
+  int64_t head_dim = 64;
+  int64_t expand = 2;    // d_inner = expand * d_model
+  int64_t n_groups = 1;  // groups of B and C, a divisor of the head count d_inner / head_dim
+  int64_t conv_size = 4;
+  int64_t chunk_size = 64;
+  bool conv_bias = true;
+  bool proj_bias = false;
+  std::array<double, 2> time_step_limit = {0.0, std::numeric_limits<double>::infinity()};  // clamp of dt
+  double dt_min = 0.001;  // the range dt_bias is initialized from
+  double dt_max = 0.1;
+  bool operator==(const MambaConfig&) const = default;
+};
+
 /// model.*: the HybridLM shape.
 struct ModelConfig {
   int64_t vocab_size = 0;  // 0 = from the tokenizer
@@ -61,6 +78,7 @@ struct ModelConfig {
   bool tie_embeddings = false;
   AttnConfig attn;
   LinearConfig linear;
+  MambaConfig mamba;
   bool operator==(const ModelConfig&) const = default;
 };
 

@@ -1,5 +1,6 @@
 // to_yaml: the resolved config as YAML, keys nested by section in schema order (config.h).
 #include <charconv>
+#include <cmath>
 #include <sstream>
 #include <type_traits>
 
@@ -14,6 +15,7 @@ namespace {
 /// Shortest text that parses back to the same double, with a ".0" on whole numbers so that
 /// other YAML readers see a float too.
 std::string float_text(double value) {
+  if (std::isinf(value)) return value > 0 ? ".inf" : "-.inf";  // YAML's spelling, read back by yaml_value
   char buffer[64];
   auto [ptr, ec] = std::to_chars(buffer, buffer + sizeof buffer, value);
   std::string text(buffer, ptr);

@@ -6,6 +6,7 @@ namespace lat {
 HybridLMConfig hybrid_lm_config(const ModelConfig& model, int64_t vocab_size) {
   const AttnConfig& attn = model.attn;
   const LinearConfig& linear = model.linear;
+  const MambaConfig& mamba = model.mamba;
   return {.vocab_size = model.vocab_size > 0 ? model.vocab_size : vocab_size,
           .layers = layer_mixers(model),
           .mixer = {// model.*
@@ -19,7 +20,13 @@ HybridLMConfig hybrid_lm_config(const ModelConfig& model, int64_t vocab_size) {
                     .feature_map = linear.feature_map, .normalize = linear.normalize,
                     .use_short_conv = linear.use_short_conv, .conv_size = linear.conv_size,
                     .use_gate = linear.use_gate, .chunk_size = linear.chunk_size, .n_v_heads = linear.n_v_heads,
-                    .norm_zero_centered = model.norm_zero_centered},
+                    .norm_zero_centered = model.norm_zero_centered,
+                    // model.mamba.*
+                    .mamba = {.d_state = mamba.d_state, .head_dim = mamba.head_dim, .expand = mamba.expand,
+                              .n_groups = mamba.n_groups, .conv_size = mamba.conv_size,
+                              .chunk_size = mamba.chunk_size, .conv_bias = mamba.conv_bias,
+                              .proj_bias = mamba.proj_bias, .time_step_limit = mamba.time_step_limit,
+                              .dt_min = mamba.dt_min, .dt_max = mamba.dt_max}},
           .mlp_ratio = model.mlp_ratio,
           .intermediate_size = model.intermediate_size,
           .norm_eps = model.norm_eps,

@@ -1,5 +1,5 @@
 // The model.* keys as the HybridLM's own config: the one translation from the config's
-// sections (model, model.attn, model.linear) to the layers' options.
+// sections (model, model.attn, model.linear, model.mamba) to the layers' options.
 #pragma once
 #include <cstdint>
 

@@ -66,7 +66,9 @@ void check_head_dims(Validation& v) {
   if (value_dim < 1 || value_dim != std::round(value_dim))
     v.fail("model.expand_v", "head_dim (" + std::to_string(m.head_dim) + ") * expand_v must be a whole number >= 1");
   const std::vector<std::string> pattern = mixer_pattern(m.layers);
-  const bool has_linear = std::any_of(pattern.begin(), pattern.end(), [](const std::string& k) { return k != "attn"; });
+  // mamba2 layers have their own head sizes (model.mamba.*).
+  const bool has_linear = std::any_of(pattern.begin(), pattern.end(),
+                                      [](const std::string& k) { return k != "attn" && k != "mamba2"; });
   const int64_t limit = linear_attention::kMaxHeadDim;
   if (has_linear && (m.head_dim > limit || value_dim > static_cast<double>(limit)))
     v.fail(head_dim_key(v), "the linear-attention kernels take head dimensions up to " + std::to_string(limit) +
@@ -278,6 +280,46 @@ void check_init_from(Validation& v) {
     v.fail("init_from", "no such checkpoint: '" + init_from + "'");
 }
 
+/// Whether model.layers has a mamba2 layer (the model.mamba.* checks apply only then).
+bool has_mamba2(const ModelConfig& m) {
+  const std::vector<std::string> pattern = mixer_pattern(m.layers);
+  return std::find(pattern.begin(), pattern.end(), "mamba2") != pattern.end();
+}
+
+/// model.mamba.head_dim divides d_inner = expand * d_model (the heads are whole).
+void check_mamba_head_dim(Validation& v) {
+  const ModelConfig& m = v.config().model;
+  const int64_t d_inner = m.mamba.expand * m.d_model;
+  if (has_mamba2(m) && d_inner % m.mamba.head_dim != 0)
+    v.fail("model.mamba.head_dim", "expected a divisor of model.mamba.expand * model.d_model = " +
+                                       std::to_string(d_inner) + ", got " + std::to_string(m.mamba.head_dim));
+}
+
+/// model.mamba.n_groups divides the head count d_inner / head_dim (each group serves whole heads).
+void check_mamba_groups(Validation& v) {
+  const ModelConfig& m = v.config().model;
+  const int64_t heads = m.mamba.expand * m.d_model / m.mamba.head_dim;
+  if (has_mamba2(m) && heads % m.mamba.n_groups != 0)
+    v.fail("model.mamba.n_groups", "expected a divisor of the mamba head count " + std::to_string(heads) +
+                                       " (expand * d_model / head_dim), got " + std::to_string(m.mamba.n_groups));
+}
+
+/// model.mamba.time_step_limit: [lo, hi] with lo < hi (hi may be .inf).
+void check_time_step_limit(Validation& v) {
+  const auto [lo, hi] = v.config().model.mamba.time_step_limit;
+  if (!(lo < hi))
+    v.fail("model.mamba.time_step_limit", "expected [lo, hi] with lo < hi, got [" + format_significant(lo) + ", " +
+                                              format_significant(hi) + "]");
+}
+
+/// model.mamba.dt_max: at least dt_min.
+void check_dt_range(Validation& v) {
+  const MambaConfig& mamba = v.config().model.mamba;
+  if (mamba.dt_min > mamba.dt_max)
+    v.fail("model.mamba.dt_max", "expected at least model.mamba.dt_min (" + format_significant(mamba.dt_min) +
+                                     "), got " + format_significant(mamba.dt_max));
+}
+
 // ---- bounds -------------------------------------------------------------------------------
 
 // Upper bounds of the sizes: far above any model or run lat is meant for, and low enough that
@@ -287,6 +329,8 @@ constexpr int64_t kMaxWidth = int64_t{1} << 16;  // model.d_model
 constexpr int64_t kMaxCount = 1024;              // layers, heads, head dims, chunk
 constexpr double kMaxMlpRatio = 64.0;
 constexpr double kMaxExpandV = 64.0;
+constexpr int64_t kMaxExpand = 64;         // model.mamba.expand
+constexpr double kMaxTimeStep = 1e3;       // model.mamba.dt_min, dt_max: softplus^-1 stays finite
 // Upper bounds of the other floats: far above any setting that trains, and low enough that a
 // mistyped exponent (1e300) is an error naming the key instead of an inf or nan mid-run.
 constexpr double kMaxRopeTheta = 1e12;
@@ -352,6 +396,17 @@ const std::vector<KeySpec>& schema() {
       {LAT_KEY(model.linear.use_gate)},
       {LAT_KEY(model.linear.chunk_size), .bounds = ints_in(1, kMaxCount)},
       {LAT_KEY(model.linear.n_v_heads), .bounds = ints_in(0, kMaxCount), .rule = resolve_v_heads},
+      {LAT_KEY(model.mamba.d_state), .bounds = ints_in(1, linear_attention::kMaxHeadDim)},
+      {LAT_KEY(model.mamba.head_dim), .bounds = ints_in(1, linear_attention::kMaxHeadDim)},
+      {LAT_KEY(model.mamba.expand), .bounds = ints_in(1, kMaxExpand), .rule = check_mamba_head_dim},
+      {LAT_KEY(model.mamba.n_groups), .bounds = ints_in(1, kMaxCount), .rule = check_mamba_groups},
+      {LAT_KEY(model.mamba.conv_size), .bounds = ints_in(1, kMaxConvSize)},
+      {LAT_KEY(model.mamba.chunk_size), .bounds = ints_in(1, kMaxCount)},
+      {LAT_KEY(model.mamba.conv_bias)},
+      {LAT_KEY(model.mamba.proj_bias)},
+      {LAT_KEY(model.mamba.time_step_limit), .bounds = floats_from(0), .rule = check_time_step_limit},
+      {LAT_KEY(model.mamba.dt_min), .bounds = floats_above_up_to(0, kMaxTimeStep)},
+      {LAT_KEY(model.mamba.dt_max), .bounds = floats_above_up_to(0, kMaxTimeStep), .rule = check_dt_range},
       {LAT_KEY(data.path), .rule = require_data_path, .nullable = true},
       {LAT_KEY(data.format), .bounds = one_of({"auto", "text", "bin", "h5"})},
       {LAT_KEY(data.tokenizer), .rule = check_tokenizer},
@@ -404,7 +459,7 @@ const std::vector<KeySpec>& schema() {
 #undef LAT_KEY
 
 const std::vector<std::string>& sections() {
-  static const std::vector<std::string> names = {"model", "model.attn", "model.linear", "data", "data.mqar",
+  static const std::vector<std::string> names = {"model", "model.attn", "model.linear", "model.mamba", "data", "data.mqar",
                                                  "data.copy", "train"};
   return names;
 }

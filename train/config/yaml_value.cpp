@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <limits>
 #include <type_traits>
 #include <vector>
 
@@ -74,9 +75,17 @@ class ValueReader {
       type_error("a string", value, source_.location);
   }
 
+  /// Two floats; YAML's .inf (or inf) is positive infinity here, an open upper end
+  /// (model.mamba.time_step_limit), which each key's bounds then accept or refuse.
   void read(const YAML::Node& value, std::array<double, 2>& out) const {
     if (!value.IsSequence() || value.size() != 2) type_error("a list of 2 floats", value, source_.location);
-    for (size_t i = 0; i < 2; ++i) out[i] = to_float(value[i], item_location(value[i]));
+    static const std::vector<std::string> infinity = {".inf", ".Inf", ".INF", "inf", "+.inf", "+inf"};
+    for (size_t i = 0; i < 2; ++i) {
+      const YAML::Node& item = value[i];
+      const bool is_infinity = item.IsScalar() && !is_string_scalar(item) &&
+                               std::find(infinity.begin(), infinity.end(), item.Scalar()) != infinity.end();
+      out[i] = is_infinity ? std::numeric_limits<double>::infinity() : to_float(item, item_location(item));
+    }
   }
 
   void read(const YAML::Node& value, std::vector<std::string>& out) const {

@@ -51,6 +51,8 @@ class SizeChecks {
       const std::string layer = "layers." + std::to_string(i) + ".";
       if (kinds[i] == "attn")
         check_attention_sizes(m, layer);
+      else if (kinds[i] == "mamba2")
+        check_mamba2_sizes(m, layer);
       else
         check_linear_sizes(m, layer, kinds[i]);
       expect(mlp_text(m), layer + "mlp.gate_proj.weight", 0, hidden, "rows (the SwiGLU hidden width)");
@@ -74,6 +76,20 @@ class SizeChecks {
     expect(sizes + (gated ? " x 2 (query and output gate, model.attn.output_gate)" : ""), layer + "attn.q_proj.weight",
            0, heads * head_dim * (gated ? 2 : 1), "rows");
     expect(sizes + " (attn layer)", layer + "attn.o_proj.weight", 1, heads * head_dim, "columns");
+  }
+
+  /// in_proj rows, out_proj columns and conv1d taps of a mamba2 layer: d_inner = expand *
+  /// d_model in heads of model.mamba.head_dim, B and C of d_state in n_groups groups.
+  void check_mamba2_sizes(const ModelConfig& m, const std::string& layer) const {
+    const MambaConfig& o = m.mamba;
+    const int64_t d_inner = o.expand * m.d_model, heads = d_inner / o.head_dim;
+    const std::string inner = "model.mamba.expand " + std::to_string(o.expand) + " x model.d_model " +
+                              std::to_string(m.d_model);
+    expect(inner + ", model.mamba.d_state " + std::to_string(o.d_state) + ", n_groups " + std::to_string(o.n_groups) +
+               ", head_dim " + std::to_string(o.head_dim) + " (mamba2 layer: 2 d_inner + 2 n_groups d_state + heads)",
+           layer + "attn.in_proj.weight", 0, 2 * d_inner + 2 * o.n_groups * o.d_state + heads, "rows");
+    expect(inner + " (mamba2 layer: d_inner)", layer + "attn.out_proj.weight", 1, d_inner, "columns");
+    expect("model.mamba.conv_size " + std::to_string(o.conv_size), layer + "attn.conv1d.weight", 2, o.conv_size, "taps");
   }
 
   /// q_proj rows and o_proj columns of a linear-attention layer: n_heads key heads of head_dim;

@@ -126,6 +126,12 @@ ModelInfo describe_model(const Config& config, const HybridLM& model, int64_t co
     LayerMemory layer{static_cast<int64_t>(i), kinds[i], 0, 0};
     if (kinds[i] == "attn") {
       layer.state = kv_cache;
+    } else if (kinds[i] == "mamba2") {
+      // SSM state [H, N, P] (H * P = d_inner) and the conv state of x, B and C.
+      const MambaConfig& mamba = m.mamba;
+      const int64_t d_inner = mamba.expand * m.d_model;
+      layer.state = d_inner * mamba.d_state;
+      layer.conv = (mamba.conv_size - 1) * (d_inner + 2 * mamba.n_groups * mamba.d_state);
     } else {
       const bool normalized = kinds[i] == "linear_attn" && m.linear.normalize;
       const bool grouped = kinds[i] == "gdn" || kinds[i] == "delta_net";
@@ -185,8 +191,12 @@ std::string format_info(const ModelInfo& info) {
       << " heads x " << m.head_dim << ", value head dim " << value_head_dim(m);
   if (m.linear.n_v_heads > 0 && m.linear.n_v_heads != m.n_heads) out << " (" << m.linear.n_v_heads << " value heads)";
   out << "; attention " << (m.attn.n_heads > 0 ? m.attn.n_heads : m.n_heads) << " heads x "
-      << (m.attn.head_dim > 0 ? m.attn.head_dim : m.head_dim) << ", kv heads " << m.attn.n_kv_heads << "; vocab "
-      << info.vocab_size << "\n";
+      << (m.attn.head_dim > 0 ? m.attn.head_dim : m.head_dim) << ", kv heads " << m.attn.n_kv_heads;
+  const std::vector<std::string> kinds = layer_mixers(m);
+  if (std::find(kinds.begin(), kinds.end(), "mamba2") != kinds.end())
+    out << "; mamba2 " << m.mamba.expand * m.d_model / m.mamba.head_dim << " heads x " << m.mamba.head_dim
+        << ", d_state " << m.mamba.d_state << ", " << m.mamba.n_groups << (m.mamba.n_groups == 1 ? " group" : " groups");
+  out << "; vocab " << info.vocab_size << "\n";
   out << "precision: train.precision " << info.config.train.precision << ", in effect on this CPU: "
       << precision_name(effective_precision(parse_precision(info.config.train.precision), Device::cpu())) << "\n";
 

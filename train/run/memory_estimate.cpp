@@ -44,8 +44,32 @@ Widths widths_of(const ModelConfig& m) {
   return w;
 }
 
+/// The widths of a mamba2 layer (model.mamba.*): I = d_inner, Hm heads of P, G groups of N,
+/// the conv's channels I + 2 G N, Cm its chunk size.
+struct MambaWidths {
+  double I, Hm, P, GN, conv, Cm;
+};
+
+MambaWidths mamba_widths_of(const ModelConfig& m) {
+  const MambaConfig& o = m.mamba;
+  MambaWidths w{};
+  w.I = static_cast<double>(o.expand * m.d_model);
+  w.P = static_cast<double>(std::max<int64_t>(o.head_dim, 1));
+  w.Hm = w.I / w.P;
+  w.GN = static_cast<double>(o.n_groups * o.d_state);
+  w.conv = w.I + 2 * w.GN;
+  w.Cm = static_cast<double>(std::max<int64_t>(o.chunk_size, 1));
+  return w;
+}
+
 /// Parameters of one mixer of `kind`.
 double mixer_parameters(const std::string& kind, const ModelConfig& m, const Widths& w) {
+  if (kind == "mamba2") {
+    // in_proj, conv1d (and its bias), dt_bias, A_log, D, norm, out_proj (biases: a rounding).
+    const MambaWidths mw = mamba_widths_of(m);
+    return w.D * (mw.I + mw.conv + mw.Hm) + mw.conv * (static_cast<double>(m.mamba.conv_size) + 1) + 3 * mw.Hm +
+           mw.I + mw.I * w.D;
+  }
   if (kind == "attn") {
     const double q = w.Ha * w.Ka * (m.attn.output_gate ? 2 : 1), kv = w.Hkv * w.Ka;
     return w.D * (q + 2 * kv) + w.Ha * w.Ka * w.D;
@@ -61,6 +85,17 @@ double mixer_parameters(const std::string& kind, const ModelConfig& m, const Wid
 /// value head every C tokens) and intra-chunk matrices (C per head), the output norm and gate,
 /// o_proj's output.
 double mixer_activations(const std::string& kind, const ModelConfig& m, const Widths& w) {
+  if (kind == "mamba2") {
+    // in_proj's output and its split; the conv's output and sigmoid and their split; B and C
+    // repeated to the heads; dt's chain; v = dt x; the chunk kernel's states and intra-chunk
+    // matrices; y, the D skip, the gate, the norm; out_proj's output.
+    const MambaWidths mw = mamba_widths_of(m);
+    const double projections = 2 * (mw.I + mw.conv + mw.Hm);
+    const double conv = 3 * mw.conv;
+    const double heads = 2 * 2 * mw.Hm * static_cast<double>(m.mamba.d_state) + 4 * mw.Hm + mw.I;
+    const double kernel = mw.Hm * mw.Cm + mw.Hm * static_cast<double>(m.mamba.d_state) * mw.P / mw.Cm;
+    return projections + conv + heads + kernel + 4 * mw.I + w.D;
+  }
   if (kind == "attn") {
     const double q = w.Ha * w.Ka, kv = w.Hkv * w.Ka, gate = m.attn.output_gate ? 2 * q : 0;
     // q, k, v; q and k after RoPE (and the qk norms); the output, its log-sum-exp; o_proj.
