@@ -41,6 +41,9 @@ PROMPTS = ["ROMEO:\nBut soft, what light", "First Citizen:\nWe are  accounted po
 TEXT_EXTRA = "\nnaïve café — ½ the rest.\n"
 TEXT_CHARS = 30_000
 SEED = 1234
+# lat and llama.cpp run on one thread: the models are so small that a second thread gains less
+# than its synchronization costs, many times over when other processes keep the cores busy.
+ONE_THREAD = 1
 
 LAT_CONFIG = """\
 model:
@@ -69,8 +72,8 @@ data:
   block_size: 64
   val_fraction: 0.1
 train:
-  batch_size: 8
-  max_steps: 40
+  batch_size: {batch_size}
+  max_steps: {max_steps}
   lr: 1.0e-2
   warmup: 5
   eval_every: 0
@@ -105,6 +108,8 @@ class Model:
     prompts: list
     appends_end_of_text: bool
     d_model: int = 64
+    batch_size: int = 8
+    max_steps: int = 40
 
 
 MODELS = [
@@ -112,11 +117,14 @@ MODELS = [
           prompts=PROMPTS, appends_end_of_text=True),
     Model("byte, zero-centred norms, tied", "byte", tie=True, zero_centered=True, dtypes=("f32", "f16", "bf16", "q8_0"),
           prompts=PROMPTS, appends_end_of_text=True),
-    # d_model 32: the 50257-row embedding is most of the cost of training and running it.
-    Model("gpt-2 byte-level BPE tokenizer.json, zero-centred norms, tied", GPT2, tie=True, zero_centered=True,
-          dtypes=("f32", "f16"), prompts=SUBWORD_PROMPTS, appends_end_of_text=False, d_model=32),
-    Model(f"sentencepiece bpe {SPM_VOCAB_SIZE} (lat tokenizer train), plain norms, untied", SENTENCEPIECE, tie=False,
-          zero_centered=False, dtypes=("f32", "f16", "q8_0"), prompts=SUBWORD_PROMPTS, appends_end_of_text=False),
+    # d_model 32: the 50257-row embedding is most of the cost of training and running it. 100
+    # steps of 4 sequences: with fewer, greedy decoding repeats the newline token from the start.
+    Model("gpt-2 byte-level BPE tokenizer.json, plain norms, untied", GPT2, tie=False, zero_centered=False,
+          dtypes=("f32", "f16"), prompts=SUBWORD_PROMPTS, appends_end_of_text=False, d_model=32, batch_size=4,
+          max_steps=100),
+    Model(f"sentencepiece bpe {SPM_VOCAB_SIZE} (lat tokenizer train), zero-centred norms, tied", SENTENCEPIECE,
+          tie=True, zero_centered=True, dtypes=("f32", "f16", "q8_0"), prompts=SUBWORD_PROMPTS,
+          appends_end_of_text=False),
 ]
 
 
@@ -135,7 +143,7 @@ def prepare_tokenizer(model, lat_exe, work, text, vocab_dir):
         return str(directory / "tokenizer.json")
     corpus = work / "tokenizer-corpus.txt"
     corpus.write_text(text, encoding="utf-8")
-    Lat(lat_exe, work)("tokenizer", "train", "--vocab-size", SPM_VOCAB_SIZE, "--out", directory, corpus)
+    Lat(lat_exe, work, ONE_THREAD)("tokenizer", "train", "--vocab-size", SPM_VOCAB_SIZE, "--out", directory, corpus)
     return str(directory / "tokenizer.model")
 
 
@@ -143,8 +151,8 @@ def load_llama(path):
     from llama_cpp import Llama
 
     # type_k / type_v 0 = GGML_TYPE_F32: an f32 KV cache, so that f32 weights are compared as f32.
-    return Llama(model_path=str(path), n_ctx=256, n_batch=256, n_threads=2, logits_all=True, verbose=False,
-                 type_k=0, type_v=0, seed=SEED)
+    return Llama(model_path=str(path), n_ctx=256, n_batch=256, n_threads=ONE_THREAD, n_threads_batch=ONE_THREAD,
+                 logits_all=True, verbose=False, type_k=0, type_v=0, seed=SEED)
 
 
 def llama_logits(llm, ids):
@@ -180,8 +188,9 @@ def check_model(model, lat_exe, text, work, vocab_dir):
     name = model.name
     tokenizer = prepare_tokenizer(model, lat_exe, work, text, vocab_dir)
     config = LAT_CONFIG.format(tokenizer=tokenizer, tie=str(model.tie).lower(), d_model=model.d_model,
-                               zero_centered=str(model.zero_centered).lower(), seed=SEED)
-    lat = train_tiny_model(lat_exe, work / model.tokenizer, text, config)
+                               zero_centered=str(model.zero_centered).lower(), batch_size=model.batch_size,
+                               max_steps=model.max_steps, seed=SEED)
+    lat = train_tiny_model(lat_exe, work / model.tokenizer, text, config, threads=ONE_THREAD)
     figures = []
 
     # The 64-token prompt: the start of the val text.

@@ -4,6 +4,7 @@ llama.cpp's test vocabularies rebuilt as the Hugging Face tokenizer.json files o
 Imported by tools/check_hf_export.py, tools/check_gguf_export.py and tools/check_tokenizers.py
 (run as scripts, so tools/ is on the import path).
 """
+import os
 import subprocess
 import sys
 import tarfile
@@ -18,14 +19,16 @@ class CheckFailed(Exception):
 
 class Lat:
     """Runs the lat executable in a work directory; a failing command raises CheckFailed with
-    its stderr's last line."""
+    its stderr's last line. `threads`: lat's OpenMP threads (OMP_NUM_THREADS; None: lat's
+    default)."""
 
-    def __init__(self, exe, cwd):
+    def __init__(self, exe, cwd, threads=None):
         self.exe, self.cwd = str(Path(exe).resolve()), cwd
+        self.env = dict(os.environ, OMP_NUM_THREADS=str(threads)) if threads else None
 
     def __call__(self, *args):
         """lat's stdout, decoded as UTF-8 with no newline translation ("\r\n" stays)."""
-        result = subprocess.run([self.exe, *map(str, args)], cwd=self.cwd, capture_output=True)
+        result = subprocess.run([self.exe, *map(str, args)], cwd=self.cwd, env=self.env, capture_output=True)
         if result.returncode != 0:
             last = (result.stderr.decode("utf-8", errors="replace").strip().splitlines() or ["(no stderr)"])[-1]
             raise CheckFailed(f"lat {' '.join(map(str, args))}: exit {result.returncode}: {last}")
@@ -52,15 +55,15 @@ class Lat:
         return Path(out_dir) / "check_logits.safetensors"
 
 
-def train_tiny_model(lat_exe, run_dir, text, config):
+def train_tiny_model(lat_exe, run_dir, text, config, threads=None):
     """Trains a lat model in run_dir (created) on `text` (written as run_dir/text.txt) with the
     config YAML `config` (written as run_dir/config.yaml; its data.path is text.txt, its out_dir
-    relative to run_dir). Returns a Lat working in run_dir."""
+    relative to run_dir). Returns a Lat working in run_dir on `threads` threads (see Lat)."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True)
     (run_dir / "text.txt").write_text(text, encoding="utf-8")
     (run_dir / "config.yaml").write_text(config, encoding="utf-8")
-    lat = Lat(lat_exe, run_dir)
+    lat = Lat(lat_exe, run_dir, threads)
     lat("train", "config.yaml")
     return lat
 
