@@ -3,24 +3,31 @@
 
 Usage (inside the virtualenv `make interop` creates):
   .venv-interop/bin/python tools/check_gguf_export.py [--lat build/lat] [--text data/tinyshakespeare.txt]
-                                                      [--keep DIR]
+                                                      [--vocab-dir DIR] [--keep DIR]
 
-For each tiny model lat trains here in seconds (a char tokenizer with plain norms and untied
-embeddings; a byte tokenizer with zero-centred norms and tied embeddings; both with gdn layers
-of 4 value heads over 2 key heads and gated attention with partial RoPE), exported as GGUF in
-f32, f16, bf16 and q8_0 and loaded by llama.cpp on CPU:
+For each tiny model lat trains here in seconds, all with gdn layers of 4 value heads over 2 key
+heads and gated attention with partial RoPE:
+  char           plain norms, untied embeddings;           GGUF f32, f16, bf16, q8_0
+  byte           zero-centred norms, tied embeddings;      GGUF f32, f16, bf16, q8_0
+  gpt-2          GPT-2's byte-level BPE tokenizer.json (rebuilt from llama.cpp's test vocabulary,
+                 as tools/check_tokenizers.py does; fetched once into --vocab-dir), plain norms,
+                 untied, d_model 32;                       GGUF f32, f16
+  sentencepiece  a BPE .model from `lat tokenizer train --vocab-size 1000` on the text,
+                 zero-centred norms, untied;               GGUF f32, f16, q8_0
+exported as GGUF and loaded by llama.cpp on CPU (lat and llama.cpp on one thread):
   ids      llama.cpp's tokenization of several prompts (accents and other multi-byte characters,
-           newlines, runs of spaces) equals `lat tokenizer encode`, and detokenizes back to the text;
+           newlines, runs of spaces; for the subword models also digits, CJK, an emoji, a tab and a
+           carriage return) equals `lat tokenizer encode`, and detokenizes back to the text;
   logits   llama.cpp's next-token logits over a 64-token prompt (f32 KV cache) against lat's
            (`lat export --format hf --check-tokens`, lat's own forward): max|diff| / max|lat| below
            1e-4 for f32 weights, 1e-2 for f16 and bf16;
-  greedy   llama.cpp's greedy 60-token completion (its sampler, EOS handling included) equals
-           `lat generate --temperature 0`, for f32 and f16;
+  greedy   llama.cpp's greedy 60-token completion of every prompt (its sampler, EOS handling
+           included) equals `lat generate --temperature 0`, for f32 and f16;
   val loss q8_0's loss through llama.cpp on lat's val split (the windows `lat eval` uses) within
            1% of `lat eval`'s fp32 val loss.
-Logits are compared over lat's vocabulary (llama.cpp's has one more token, the appended
-end-of-text token). Exit 0 when every check passes; otherwise 1 with one line naming the
-first failure.
+Logits are compared over lat's vocabulary (for char and byte, llama.cpp's has one more token,
+the appended end-of-text token; a subword vocabulary brings its own). Exit 0 when every check
+passes; otherwise 1 with one line naming the first failure.
 """
 import argparse
 import json
@@ -117,14 +124,15 @@ MODELS = [
           prompts=PROMPTS, appends_end_of_text=True),
     Model("byte, zero-centred norms, tied", "byte", tie=True, zero_centered=True, dtypes=("f32", "f16", "bf16", "q8_0"),
           prompts=PROMPTS, appends_end_of_text=True),
-    # d_model 32: the 50257-row embedding is most of the cost of training and running it. 100
-    # steps of 4 sequences: with fewer, greedy decoding repeats the newline token from the start.
+    # Subword models are untied and take 100 steps of 4 sequences: tied, or with fewer steps,
+    # greedy decoding repeats the newline token from the first step on, which compares little.
+    # d_model 32: the 50257-row embedding is most of the cost of training and running it.
     Model("gpt-2 byte-level BPE tokenizer.json, plain norms, untied", GPT2, tie=False, zero_centered=False,
           dtypes=("f32", "f16"), prompts=SUBWORD_PROMPTS, appends_end_of_text=False, d_model=32, batch_size=4,
           max_steps=100),
-    Model(f"sentencepiece bpe {SPM_VOCAB_SIZE} (lat tokenizer train), zero-centred norms, tied", SENTENCEPIECE,
-          tie=True, zero_centered=True, dtypes=("f32", "f16", "q8_0"), prompts=SUBWORD_PROMPTS,
-          appends_end_of_text=False),
+    Model(f"sentencepiece bpe {SPM_VOCAB_SIZE} (lat tokenizer train), zero-centred norms, untied", SENTENCEPIECE,
+          tie=False, zero_centered=True, dtypes=("f32", "f16", "q8_0"), prompts=SUBWORD_PROMPTS,
+          appends_end_of_text=False, batch_size=4, max_steps=100),
 ]
 
 
