@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from interop_common import (DEFAULT_VOCAB_DIR, FAMILIES, CheckFailed, Lat, fetch_vocabularies,
-                            rebuild_tokenizer_json, train_tiny_model)
+                            rebuild_tokenizer_json, train_tiny_model, write_tokenizer_dir)
 
 REL_TOL = {"f32": 1e-4, "f16": 1e-2, "bf16": 1e-2}
 LOSS_TOL = 0.01
@@ -145,9 +145,7 @@ def prepare_tokenizer(model, lat_exe, work, text, vocab_dir):
     directory = work / f"tokenizer-{model.tokenizer}"
     if model.tokenizer == GPT2:
         fetch_vocabularies(vocab_dir, [GPT2])
-        tokenizer_json = rebuild_tokenizer_json(vocab_dir / f"ggml-vocab-{GPT2}.gguf", FAMILIES[GPT2])
-        directory.mkdir()
-        (directory / "tokenizer.json").write_text(json.dumps(tokenizer_json, ensure_ascii=False), encoding="utf-8")
+        write_tokenizer_dir(directory, rebuild_tokenizer_json(vocab_dir / f"ggml-vocab-{GPT2}.gguf", FAMILIES[GPT2]))
         return str(directory / "tokenizer.json")
     corpus = work / "tokenizer-corpus.txt"
     corpus.write_text(text, encoding="utf-8")

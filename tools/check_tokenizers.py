@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from interop_common import (DEFAULT_VOCAB_DIR, FAMILIES, VOCABS, CheckFailed, fetch_vocabularies,
-                            rebuild_tokenizer_json)
+                            rebuild_tokenizer_json, write_tokenizer_dir)
 
 # One thread for HF's Rust tokenizers, set before they are imported (rayon reads it once).
 os.environ["RAYON_NUM_THREADS"] = "1"
@@ -57,7 +57,7 @@ TIMING_REPEATS = 3
 
 
 # ---------------------------------------------------------------------------------------------
-# Vocabularies (fetched and rebuilt as tokenizer.json by interop_common): test vectors, directories
+# Vocabularies (fetched and rebuilt as tokenizer.json by interop_common): test vectors
 
 
 def read_test_vectors(vocab_dir: Path, name: str):
@@ -68,16 +68,6 @@ def read_test_vectors(vocab_dir: Path, name: str):
     if len(texts) != len(lines):
         raise CheckFailed(f"{base}.inp has {len(texts)} tests but {base}.out has {len(lines)} lines")
     return [(text, [int(i) for i in line.split()]) for text, line in zip(texts, lines)]
-
-
-def write_tokenizer_dir(directory: Path, tokenizer_json: dict):
-    """A directory AutoTokenizer.from_pretrained loads: tokenizer.json and tokenizer_config.json."""
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "tokenizer.json").write_text(json.dumps(tokenizer_json, ensure_ascii=False), encoding="utf-8")
-    special = [t["content"] for t in tokenizer_json["added_tokens"]]
-    config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 1 << 30,
-              "bos_token": special[0], "eos_token": special[0]}
-    (directory / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
 
 
 # ---------------------------------------------------------------------------------------------

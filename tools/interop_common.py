@@ -4,6 +4,7 @@ llama.cpp's test vocabularies rebuilt as the Hugging Face tokenizer.json files o
 Imported by tools/check_hf_export.py, tools/check_gguf_export.py and tools/check_tokenizers.py
 (run as scripts, so tools/ is on the import path).
 """
+import json
 import os
 import subprocess
 import sys
@@ -178,3 +179,13 @@ def rebuild_tokenizer_json(gguf_path: Path, family: Family) -> dict:
             "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": "",
                       "end_of_word_suffix": "", "fuse_unk": False, "byte_fallback": False,
                       "ignore_merges": family.ignore_merges, "vocab": vocab, "merges": merges}}
+
+
+def write_tokenizer_dir(directory: Path, tokenizer_json: dict):
+    """A directory AutoTokenizer.from_pretrained loads: tokenizer.json and tokenizer_config.json."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "tokenizer.json").write_text(json.dumps(tokenizer_json, ensure_ascii=False), encoding="utf-8")
+    special = [t["content"] for t in tokenizer_json["added_tokens"]]
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 1 << 30,
+              "bos_token": special[0], "eos_token": special[0]}
+    (directory / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
