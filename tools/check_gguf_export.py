@@ -3,33 +3,42 @@
 
 Usage (inside the virtualenv `make interop` creates):
   .venv-interop/bin/python tools/check_gguf_export.py [--lat build/lat] [--text data/tinyshakespeare.txt]
-                                                      [--keep DIR]
+                                                      [--vocab-dir DIR] [--keep DIR]
 
-For each tiny model lat trains here in seconds (a char tokenizer with plain norms and untied
-embeddings; a byte tokenizer with zero-centred norms and tied embeddings; both with gdn layers
-of 4 value heads over 2 key heads and gated attention with partial RoPE), exported as GGUF in
-f32, f16, bf16 and q8_0 and loaded by llama.cpp on CPU:
+For each tiny model lat trains here in seconds, all with gdn layers of 4 value heads over 2 key
+heads and gated attention with partial RoPE:
+  char           plain norms, untied embeddings;           GGUF f32, f16, bf16, q8_0
+  byte           zero-centred norms, tied embeddings;      GGUF f32, f16, bf16, q8_0
+  gpt-2          GPT-2's byte-level BPE tokenizer.json (rebuilt from llama.cpp's test vocabulary,
+                 as tools/check_tokenizers.py does; fetched once into --vocab-dir), plain norms,
+                 untied, d_model 32;                       GGUF f32, f16
+  sentencepiece  a BPE .model from `lat tokenizer train --vocab-size 1000` on the text,
+                 zero-centred norms, untied;               GGUF f32, f16, q8_0
+exported as GGUF and loaded by llama.cpp on CPU (lat and llama.cpp on one thread):
   ids      llama.cpp's tokenization of several prompts (accents and other multi-byte characters,
-           newlines, runs of spaces) equals `lat tokenizer encode`, and detokenizes back to the text;
+           newlines, runs of spaces; for the subword models also digits, CJK, an emoji, a tab and a
+           carriage return) equals `lat tokenizer encode`, and detokenizes back to the text;
   logits   llama.cpp's next-token logits over a 64-token prompt (f32 KV cache) against lat's
            (`lat export --format hf --check-tokens`, lat's own forward): max|diff| / max|lat| below
            1e-4 for f32 weights, 1e-2 for f16 and bf16;
-  greedy   llama.cpp's greedy 60-token completion (its sampler, EOS handling included) equals
-           `lat generate --temperature 0`, for f32 and f16;
+  greedy   llama.cpp's greedy 60-token completion of every prompt (its sampler, EOS handling
+           included) equals `lat generate --temperature 0`, for f32 and f16;
   val loss q8_0's loss through llama.cpp on lat's val split (the windows `lat eval` uses) within
            1% of `lat eval`'s fp32 val loss.
-Logits are compared over lat's vocabulary (llama.cpp's has one more token, the appended
-end-of-text token). Exit 0 when every check passes; otherwise 1 with one line naming the
-first failure.
+Logits are compared over lat's vocabulary (for char and byte, llama.cpp's has one more token,
+the appended end-of-text token; a subword vocabulary brings its own). Exit 0 when every check
+passes; otherwise 1 with one line naming the first failure.
 """
 import argparse
 import json
-import math
 import shutil
-import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
+
+from interop_common import (DEFAULT_VOCAB_DIR, FAMILIES, CheckFailed, Lat, fetch_vocabularies,
+                            rebuild_tokenizer_json, train_tiny_model, write_tokenizer_dir)
 
 REL_TOL = {"f32": 1e-4, "f16": 1e-2, "bf16": 1e-2}
 LOSS_TOL = 0.01
@@ -39,10 +48,13 @@ PROMPTS = ["ROMEO:\nBut soft, what light", "First Citizen:\nWe are  accounted po
 TEXT_EXTRA = "\nnaïve café — ½ the rest.\n"
 TEXT_CHARS = 30_000
 SEED = 1234
+# lat and llama.cpp run on one thread: the models are so small that a second thread gains less
+# than its synchronization costs, many times over when other processes keep the cores busy.
+ONE_THREAD = 1
 
 LAT_CONFIG = """\
 model:
-  d_model: 64
+  d_model: {d_model}
   n_layers: 4
   n_heads: 2
   head_dim: 16
@@ -63,12 +75,12 @@ model:
     chunk_size: 16
 data:
   path: text.txt
-  tokenizer: {tokenizer}
+  tokenizer: "{tokenizer}"
   block_size: 64
   val_fraction: 0.1
 train:
-  batch_size: 8
-  max_steps: 40
+  batch_size: {batch_size}
+  max_steps: {max_steps}
   lr: 1.0e-2
   warmup: 5
   eval_every: 0
@@ -79,39 +91,74 @@ train:
   seed: {seed}
 """
 
+# Subword models: every prompt above, plus runs of spaces and newlines, digits, CJK, an emoji
+# (SentencePiece spells it in byte-fallback tokens), a tab and a carriage return.
+SUBWORD_PROMPTS = PROMPTS + ["  two  spaces\n\n\n12345 the end, 2026", "中文 🙂 tabs\tand\r\n"]
+# The byte-level BPE: GPT-2's (50257 tokens, the smallest of llama.cpp's test vocabularies).
+GPT2 = "gpt-2"
+# The SentencePiece model: `lat tokenizer train` (model type bpe, byte fallback) on the text.
+SENTENCEPIECE = "sentencepiece"
+SPM_VOCAB_SIZE = 1000
+
+
+@dataclass
+class Model:
+    """One tiny model of the check: its tokenizer ("char", "byte", GPT2 or SENTENCEPIECE), its
+    norms and embeddings, the GGUF dtypes exported (q8_0: the val loss check), its prompts, and
+    whether the export appends an end-of-text token (char and byte; a subword vocabulary brings
+    its own)."""
+    name: str
+    tokenizer: str
+    tie: bool
+    zero_centered: bool
+    dtypes: tuple
+    prompts: list
+    appends_end_of_text: bool
+    d_model: int = 64
+    batch_size: int = 8
+    max_steps: int = 40
+
+
 MODELS = [
-    {"name": "char, plain norms, untied", "tokenizer": "char", "tie": False, "zero_centered": False},
-    {"name": "byte, zero-centred norms, tied", "tokenizer": "byte", "tie": True, "zero_centered": True},
+    Model("char, plain norms, untied", "char", tie=False, zero_centered=False, dtypes=("f32", "f16", "bf16", "q8_0"),
+          prompts=PROMPTS, appends_end_of_text=True),
+    Model("byte, zero-centred norms, tied", "byte", tie=True, zero_centered=True, dtypes=("f32", "f16", "bf16", "q8_0"),
+          prompts=PROMPTS, appends_end_of_text=True),
+    # Subword models are untied and take 100 steps of 4 sequences: tied, or with fewer steps,
+    # greedy decoding repeats the newline token from the first step on, which compares little.
+    # d_model 32: the 50257-row embedding is most of the cost of training and running it.
+    Model("gpt-2 byte-level BPE tokenizer.json, plain norms, untied", GPT2, tie=False, zero_centered=False,
+          dtypes=("f32", "f16"), prompts=SUBWORD_PROMPTS, appends_end_of_text=False, d_model=32, batch_size=4,
+          max_steps=100),
+    Model(f"sentencepiece bpe {SPM_VOCAB_SIZE} (lat tokenizer train), zero-centred norms, untied", SENTENCEPIECE,
+          tie=False, zero_centered=True, dtypes=("f32", "f16", "q8_0"), prompts=SUBWORD_PROMPTS,
+          appends_end_of_text=False, batch_size=4, max_steps=100),
 ]
 
 
-class CheckFailed(Exception):
-    """One line naming the check, what was expected and what was found."""
-
-
-class Lat:
-    """Runs build/lat in a work directory; a failing command raises CheckFailed with its stderr's last line."""
-
-    def __init__(self, exe, cwd):
-        self.exe, self.cwd = str(Path(exe).resolve()), cwd
-
-    def __call__(self, *args):
-        result = subprocess.run([self.exe, *map(str, args)], cwd=self.cwd, capture_output=True, encoding="utf-8")
-        if result.returncode != 0:
-            last = (result.stderr.strip().splitlines() or ["(no stderr)"])[-1]
-            raise CheckFailed(f"lat {' '.join(map(str, args))}: exit {result.returncode}: {last}")
-        return result.stdout
-
-    def encode(self, text):
-        return [int(x) for x in self("tokenizer", "encode", "--tokenizer", "run", "--text", text).split()]
+def prepare_tokenizer(model, lat_exe, work, text, vocab_dir):
+    """data.tokenizer for `model`: "char" or "byte", or the path of the tokenizer it makes in
+    work: GPT-2's tokenizer.json rebuilt from llama.cpp's test vocabulary (fetched into
+    vocab_dir once), or a SentencePiece model `lat tokenizer train` makes from `text`."""
+    if model.tokenizer in ("char", "byte"):
+        return model.tokenizer
+    directory = work / f"tokenizer-{model.tokenizer}"
+    if model.tokenizer == GPT2:
+        fetch_vocabularies(vocab_dir, [GPT2])
+        write_tokenizer_dir(directory, rebuild_tokenizer_json(vocab_dir / f"ggml-vocab-{GPT2}.gguf", FAMILIES[GPT2]))
+        return str(directory / "tokenizer.json")
+    corpus = work / "tokenizer-corpus.txt"
+    corpus.write_text(text, encoding="utf-8")
+    Lat(lat_exe, work, ONE_THREAD)("tokenizer", "train", "--vocab-size", SPM_VOCAB_SIZE, "--out", directory, corpus)
+    return str(directory / "tokenizer.model")
 
 
 def load_llama(path):
     from llama_cpp import Llama
 
     # type_k / type_v 0 = GGML_TYPE_F32: an f32 KV cache, so that f32 weights are compared as f32.
-    return Llama(model_path=str(path), n_ctx=256, n_batch=256, n_threads=2, logits_all=True, verbose=False,
-                 type_k=0, type_v=0, seed=SEED)
+    return Llama(model_path=str(path), n_ctx=256, n_batch=256, n_threads=ONE_THREAD, n_threads_batch=ONE_THREAD,
+                 logits_all=True, verbose=False, type_k=0, type_v=0, seed=SEED)
 
 
 def llama_logits(llm, ids):
@@ -127,13 +174,12 @@ def lat_logits(lat, ids, out_dir):
     """lat's logits [T, vocab] for `ids` (its forward), from `lat export --format hf --check-tokens`."""
     from safetensors.numpy import load_file
 
-    lat("export", "--checkpoint", "run", "--format", "hf", "--out", out_dir, "--check-tokens", ",".join(map(str, ids)))
-    return load_file(str(Path(out_dir) / "check_logits.safetensors"))["logits"].astype("float64")
+    return load_file(str(lat.check_logits_file("run", ids, out_dir)))["logits"].astype("float64")
 
 
-def check_ids(name, lat, llm):
-    for prompt in PROMPTS:
-        ids = lat.encode(prompt)
+def check_ids(name, lat, llm, prompts):
+    for prompt in prompts:
+        ids = lat.encode("run", prompt)
         found = llm.tokenize(prompt.encode("utf-8"), add_bos=False, special=False)
         if found != ids:
             raise CheckFailed(f"{name}: ids of {prompt!r}: llama.cpp {found} vs lat {ids}")
@@ -142,42 +188,43 @@ def check_ids(name, lat, llm):
             raise CheckFailed(f"{name}: llama.cpp detokenizes {prompt!r} as {text!r}")
 
 
-def check_model(model, lat_exe, text, work):
+def check_model(model, lat_exe, text, work, vocab_dir):
     import numpy as np
 
-    name = model["name"]
-    run = work / model["tokenizer"]
-    run.mkdir()
-    (run / "text.txt").write_text(text, encoding="utf-8")
-    (run / "config.yaml").write_text(LAT_CONFIG.format(tokenizer=model["tokenizer"], tie=str(model["tie"]).lower(),
-                                                       zero_centered=str(model["zero_centered"]).lower(), seed=SEED),
-                                     encoding="utf-8")
-    lat = Lat(lat_exe, run)
-    lat("train", "config.yaml")
+    name = model.name
+    tokenizer = prepare_tokenizer(model, lat_exe, work, text, vocab_dir)
+    config = LAT_CONFIG.format(tokenizer=tokenizer, tie=str(model.tie).lower(), d_model=model.d_model,
+                               zero_centered=str(model.zero_centered).lower(), batch_size=model.batch_size,
+                               max_steps=model.max_steps, seed=SEED)
+    lat = train_tiny_model(lat_exe, work / model.tokenizer, text, config, threads=ONE_THREAD)
     figures = []
 
     # The 64-token prompt: the start of the val text.
-    tokens = lat.encode(text)
+    tokens = lat.encode("run", text)
     n_train = int(len(tokens) * (1.0 - 0.1))
     val = tokens[n_train:]
     prompt_ids = val[:LOGIT_TOKENS]
-    reference = lat_logits(lat, prompt_ids, run / "check")
+    reference = lat_logits(lat, prompt_ids, work / model.tokenizer / "check")
     vocab = reference.shape[1]
+    expected_vocab = vocab + (1 if model.appends_end_of_text else 0)
 
     llms = {}
-    for dtype in ("f32", "f16", "bf16", "q8_0"):
-        path = run / f"model-{dtype}.gguf"
+    for dtype in model.dtypes:
+        path = work / model.tokenizer / f"model-{dtype}.gguf"
         lat("export", "--checkpoint", "run", "--format", "gguf", "--dtype", dtype, "--out", path)
         llms[dtype] = load_llama(path)
-        if llms[dtype].n_vocab() != vocab + 1:
+        if llms[dtype].n_vocab() != expected_vocab:
             raise CheckFailed(f"{name} {dtype}: llama.cpp's vocabulary has {llms[dtype].n_vocab()} tokens, "
-                              f"expected lat's {vocab} and the end-of-text token")
+                              f"expected {expected_vocab} (lat's {vocab}"
+                              f"{' and the end-of-text token' if model.appends_end_of_text else ''})")
 
-    check_ids(name, lat, llms["f32"])
-    figures.append(f"ids of {len(PROMPTS)} prompts identical")
+    check_ids(name, lat, llms["f32"], model.prompts)
+    figures.append(f"ids of {len(model.prompts)} prompts identical")
 
     diffs = []
     for dtype, tol in REL_TOL.items():
+        if dtype not in llms:
+            continue
         found = llama_logits(llms[dtype], prompt_ids)[:, :vocab]
         diff = float(np.abs(found - reference).max() / np.abs(reference).max())
         if not diff < tol:
@@ -186,12 +233,8 @@ def check_model(model, lat_exe, text, work):
         diffs.append(f"{dtype} {diff:.1e}")
     figures.append("logits " + ", ".join(diffs))
 
-    for k, prompt in enumerate(PROMPTS):
-        out = lat("generate", "--checkpoint", "run", "--prompt", prompt, "--max-new-tokens", NEW_TOKENS,
-                  "--temperature", 0)
-        if not out.startswith(prompt) or not out.endswith("\n"):
-            raise CheckFailed(f"lat generate: expected the prompt, the continuation and a newline, got {out!r}")
-        lat_text = out[len(prompt):-1]
+    for k, prompt in enumerate(model.prompts):
+        lat_text = lat.greedy("run", prompt, NEW_TOKENS)
         for dtype in ("f32", "f16"):
             llms[dtype].reset()
             completion = llms[dtype].create_completion(prompt, max_tokens=NEW_TOKENS, temperature=0.0, top_k=1,
@@ -200,13 +243,23 @@ def check_model(model, lat_exe, text, work):
             if found != lat_text:
                 raise CheckFailed(f"{name}: {dtype} greedy continuation of prompt {k}: llama.cpp {found!r} vs "
                                   f"lat {lat_text!r}")
-    figures.append(f"greedy {NEW_TOKENS} x {len(PROMPTS)} identical (f32, f16)")
+    figures.append(f"greedy {NEW_TOKENS} x {len(model.prompts)} identical (f32, f16)")
+
+    if "q8_0" in llms:
+        figures.append(check_q8_0_val_loss(name, lat, llms["q8_0"], val, vocab))
+    return name, "; ".join(figures)
+
+
+def check_q8_0_val_loss(name, lat, llm, val, vocab):
+    """q8_0's loss through llama.cpp over the val tokens, in the windows `lat eval` uses, against
+    `lat eval`'s fp32 val loss; returns the figures."""
+    import numpy as np
 
     lat_eval = json.loads(lat("eval", "--checkpoint", "run"))
     total, count = 0.0, 0
     for start in range(0, len(val) - 1, 64):
         window = val[start:start + 65]
-        logits = llama_logits(llms["q8_0"], window[:-1])[:, :vocab]
+        logits = llama_logits(llm, window[:-1])[:, :vocab]
         shifted = logits - logits.max(axis=1, keepdims=True)
         log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
         total -= float(sum(log_probs[t, window[t + 1]] for t in range(len(window) - 1)))
@@ -218,14 +271,15 @@ def check_model(model, lat_exe, text, work):
     if not rel < LOSS_TOL:
         raise CheckFailed(f"{name}: q8_0 val loss {q8_loss:.4f} vs lat eval {lat_eval['val_loss']:.4f}: "
                           f"relative {rel:.3g} >= {LOSS_TOL}")
-    figures.append(f"val loss q8_0 {q8_loss:.4f} vs lat {lat_eval['val_loss']:.4f} ({rel:.1e})")
-    return name, "; ".join(figures)
+    return f"val loss q8_0 {q8_loss:.4f} vs lat {lat_eval['val_loss']:.4f} ({rel:.1e})"
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lat", default="build/lat", help="the lat executable")
     parser.add_argument("--text", default="data/tinyshakespeare.txt", help="training text")
+    parser.add_argument("--vocab-dir", default=DEFAULT_VOCAB_DIR,
+                        help="where llama.cpp's test vocabularies are kept (fetched when missing)")
     parser.add_argument("--keep", help="work directory to keep (default: a temporary one, removed)")
     args = parser.parse_args()
     text = Path(args.text).read_text(encoding="utf-8")[:TEXT_CHARS] + TEXT_EXTRA
@@ -233,7 +287,7 @@ def main():
     work.mkdir(parents=True, exist_ok=True)
     try:
         for model in MODELS:
-            name, line = check_model(model, args.lat, text, work)
+            name, line = check_model(model, args.lat, text, work.resolve(), Path(args.vocab_dir).expanduser())
             print(f"gguf {name}: {line}", flush=True)
     except CheckFailed as e:
         print(f"FAILED: {e}", file=sys.stderr)

@@ -45,10 +45,11 @@ import importlib.util
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from interop_common import CheckFailed, Lat, train_tiny_model
 
 REL_TOL = 1e-4
 # The test models of (b) must not have greedy steps closer to a tie than this (top two logits
@@ -68,10 +69,6 @@ TEXT_CHARS = 30_000
 GPU_ONLY_KERNELS = ("fla", "causal_conv1d")
 
 
-class CheckFailed(Exception):
-    """One line naming the check, what was expected and what was found."""
-
-
 def refuse_gpu_only_kernels():
     found = [name for name in GPU_ONLY_KERNELS if importlib.util.find_spec(name) is not None]
     if found:
@@ -87,35 +84,12 @@ def relative_difference(found, reference):
     return ((found - reference).abs().max() / reference.abs().max()).item()
 
 
-class Lat:
-    """Runs build/lat in a work directory; a failing command raises CheckFailed with its stderr's last line."""
+def lat_check_logits(lat, checkpoint, ids, out_dir):
+    """lat's logits for `ids` from `lat export --format hf --check-tokens`: (forward, step by step)."""
+    from safetensors.torch import load_file
 
-    def __init__(self, exe, cwd):
-        self.exe, self.cwd = str(Path(exe).resolve()), cwd
-
-    def __call__(self, *args):
-        result = subprocess.run([self.exe, *map(str, args)], cwd=self.cwd, capture_output=True, encoding="utf-8")
-        if result.returncode != 0:
-            last = (result.stderr.strip().splitlines() or ["(no stderr)"])[-1]
-            raise CheckFailed(f"lat {' '.join(map(str, args))}: exit {result.returncode}: {last}")
-        return result.stdout
-
-    def greedy(self, checkpoint, prompt):
-        """lat's greedy continuation of `prompt` (the text after it), NEW_TOKENS characters."""
-        out = self("generate", "--checkpoint", checkpoint, "--prompt", prompt, "--max-new-tokens", NEW_TOKENS,
-                   "--temperature", 0)
-        if not out.startswith(prompt) or not out.endswith("\n"):
-            raise CheckFailed(f"lat generate: expected the prompt, the continuation and a newline, got {out!r}")
-        return out[len(prompt):-1]
-
-    def check_logits(self, checkpoint, ids, out_dir):
-        """lat's logits for `ids` from `lat export --format hf --check-tokens`: (forward, step by step)."""
-        from safetensors.torch import load_file
-
-        self("export", "--checkpoint", checkpoint, "--format", "hf", "--out", out_dir,
-             "--check-tokens", ",".join(map(str, ids)))
-        check = load_file(str(Path(out_dir) / "check_logits.safetensors"))
-        return check["logits"], check["logits_step"]
+    check = load_file(str(lat.check_logits_file(checkpoint, ids, out_dir)))
+    return check["logits"], check["logits_step"]
 
 
 def transformers_logits(model, ids):
@@ -153,7 +127,7 @@ def compare_model(name, lat, source, hf_dir, model, tokenizer, vocab, work, min_
         encoded = tokenizer.encode(prompt, add_special_tokens=False)
         if encoded != ids:
             raise CheckFailed(f"{name}: tokenizer ids of {prompt!r}: transformers {encoded} vs lat {ids}")
-        lat_full, lat_step = lat.check_logits(source, ids, work / f"check_{k}")
+        lat_full, lat_step = lat_check_logits(lat, source, ids, work / f"check_{k}")
         full = transformers_logits(model, ids)
         figures = {"logits": relative_difference(lat_full, full), "step": relative_difference(lat_step, full)}
         for key, value in figures.items():
@@ -167,7 +141,7 @@ def compare_model(name, lat, source, hf_dir, model, tokenizer, vocab, work, min_
                               f"{step_margin:.3g} apart (relative), below {min_margin:.3g}: the test model is "
                               "too close to a tie for greedy decoding to be compared")
         hf_text = tokenizer.decode(hf_next)
-        lat_text = lat.greedy(hf_dir, prompt)
+        lat_text = lat.greedy(hf_dir, prompt, NEW_TOKENS)
         if lat_text != hf_text:
             at = next((i for i, (a, b) in enumerate(zip(lat_text, hf_text)) if a != b),
                       min(len(lat_text), len(hf_text)))
@@ -231,12 +205,9 @@ def check_lat_to_transformers(lat, work, text, tie, zero_centered):
 
     name = f"lat->transformers ({'tied' if tie else 'untied'}, norm_zero_centered {str(zero_centered).lower()})"
     run = work / f"a_{int(tie)}{int(zero_centered)}"
-    run.mkdir()
-    (run / "text.txt").write_text(text, encoding="utf-8")
-    (run / "config.yaml").write_text(LAT_CONFIG.format(tie=str(tie).lower(), zero_centered=str(zero_centered).lower(),
-                                                       out_dir="run", seed=SEED), encoding="utf-8")
-    lat_run = Lat(lat.exe, run)
-    lat_run("train", "config.yaml")
+    lat_run = train_tiny_model(lat.exe, run, text, LAT_CONFIG.format(tie=str(tie).lower(),
+                                                                     zero_centered=str(zero_centered).lower(),
+                                                                     out_dir="run", seed=SEED))
     vocab = lat_vocab(lat_run, run / "run", run / "lat_export")
     hf_dir = run / "hf"
     lat_run("export", "--checkpoint", run / "run", "--format", "hf", "--out", hf_dir)
@@ -419,7 +390,7 @@ def check_subword_tokenizer(lat, work, text, kind):
         raise CheckFailed(f"{name}: {out / file_name} is missing or differs from {hf_dir / file_name}")
     exported = AutoTokenizer.from_pretrained(out)
     for prompt in SUBWORD_PROMPTS:
-        ids = [int(x) for x in lat("tokenizer", "encode", "--tokenizer", hf_dir, "--text", prompt).split()]
+        ids = lat.encode(hf_dir, prompt)
         if ids != encode(prompt):
             raise CheckFailed(f"{name}: ids of {prompt!r}: the library's {encode(prompt)} vs lat {ids}")
         if exported.encode(prompt) != ids:

@@ -34,20 +34,18 @@ import json
 import os
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from interop_common import (DEFAULT_VOCAB_DIR, FAMILIES, VOCABS, CheckFailed, fetch_vocabularies,
+                            rebuild_tokenizer_json, write_tokenizer_dir)
+
 # One thread for HF's Rust tokenizers, set before they are imported (rayon reads it once).
 os.environ["RAYON_NUM_THREADS"] = "1"
 os.environ["TOKENIZERS_PARALLELISM"] = "false"
 
-LLAMA_CPP_PYTHON = "llama-cpp-python==0.3.36"
-SOURCE_DIR = "llama_cpp_python-0.3.36/vendor/llama.cpp/models"
-VOCABS = ["gpt-2", "llama-bpe", "qwen2", "qwen35"]
-VOCAB_FILE_SUFFIXES = ["", ".inp", ".out"]
 TEST_SEPARATOR = "\n__ggml_vocab_test__\n"
 REPO = Path(__file__).resolve().parent.parent
 MULTILINGUAL = REPO / "tests/data/multilingual.txt"
@@ -57,92 +55,9 @@ DECODE_PIECE_BYTES = 64 * 1024
 SPM_VOCAB_SIZE = 2000
 TIMING_REPEATS = 3
 
-# The pre-tokenizer patterns of the models' own tokenizer.json files (Llama-3: Meta-Llama-3-8B;
-# Qwen2: Qwen1.5-7B; Qwen3.5: Qwen3.5's, which adds combining marks \p{M} to letters).
-LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-                  r"|\s*[\r\n]+|\s+(?!\S)|\s+")
-QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-                 r"|\s*[\r\n]+|\s+(?!\S)|\s+")
-QWEN35_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}"
-                  r"| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
-
-
-def byte_level(add_prefix_space, trim_offsets, use_regex):
-    return {"type": "ByteLevel", "add_prefix_space": add_prefix_space, "trim_offsets": trim_offsets,
-            "use_regex": use_regex}
-
-
-def split_then_byte_level(pattern, trim_offsets):
-    return {"type": "Sequence", "pretokenizers": [
-        {"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated", "invert": False},
-        byte_level(False, trim_offsets, False)]}
-
-
-@dataclass
-class Family:
-    """What a model's tokenizer.json has beyond the GGUF's tokens and merges."""
-    normalizer: dict | None
-    pre_tokenizer: dict
-    post_processor: dict
-    decoder: dict
-    ignore_merges: bool
-    special_normalized: bool = False
-
-
-def llama3_post_processor(bos_id):
-    bos = "<|begin_of_text|>"
-    return {"type": "Sequence", "processors": [
-        byte_level(True, False, True),
-        {"type": "TemplateProcessing",
-         "single": [{"SpecialToken": {"id": bos, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
-         "pair": [{"SpecialToken": {"id": bos, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
-                  {"SpecialToken": {"id": bos, "type_id": 1}}, {"Sequence": {"id": "B", "type_id": 1}}],
-         "special_tokens": {bos: {"id": bos, "ids": [bos_id], "tokens": [bos]}}}]}
-
-
-FAMILIES = {
-    "gpt-2": Family(None, byte_level(False, True, True), byte_level(True, False, True), byte_level(True, True, True),
-                    ignore_merges=False, special_normalized=True),
-    "llama-bpe": Family(None, split_then_byte_level(LLAMA3_PATTERN, True), llama3_post_processor(128000),
-                        byte_level(True, True, True), ignore_merges=True),
-    "qwen2": Family({"type": "NFC"}, split_then_byte_level(QWEN2_PATTERN, False), byte_level(False, False, False),
-                    byte_level(False, False, False), ignore_merges=False),
-    # No normalizer: qwen35's test vectors keep a decomposed "é" as "e" + U+0301 (NFC would join them).
-    "qwen35": Family(None, split_then_byte_level(QWEN35_PATTERN, False), byte_level(False, False, False),
-                     byte_level(False, False, False), ignore_merges=False),
-}
-
-# GGUF token types (llama.cpp's llama_token_type): normal, control (special), user-defined.
-TOKEN_NORMAL, TOKEN_CONTROL = 1, 3
-
-
-class Failure(Exception):
-    """A check that could not run (a missing file, a tool that failed), in one line."""
-
 
 # ---------------------------------------------------------------------------------------------
-# Vocabularies: fetched once, rebuilt as tokenizer.json
-
-
-def fetch_vocabularies(vocab_dir: Path):
-    """Makes vocab_dir hold ggml-vocab-NAME.gguf{,.inp,.out} for every name in VOCABS."""
-    wanted = [f"ggml-vocab-{name}.gguf{suffix}" for name in VOCABS for suffix in VOCAB_FILE_SUFFIXES]
-    if all((vocab_dir / name).is_file() for name in wanted):
-        return
-    vocab_dir.mkdir(parents=True, exist_ok=True)
-    print(f"== fetching llama.cpp's test vocabularies ({LLAMA_CPP_PYTHON} source package) into {vocab_dir}")
-    with tempfile.TemporaryDirectory() as download:
-        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-binary", "llama-cpp-python",
-                        "--no-deps", "-d", download, LLAMA_CPP_PYTHON], check=True)
-        archives = list(Path(download).glob("*.tar.gz"))
-        if len(archives) != 1:
-            raise Failure(f"pip download {LLAMA_CPP_PYTHON}: expected one .tar.gz, got {archives}")
-        with tarfile.open(archives[0]) as tar:
-            for name in wanted:
-                member = tar.extractfile(f"{SOURCE_DIR}/{name}")
-                if member is None:
-                    raise Failure(f"{archives[0].name} has no {SOURCE_DIR}/{name}")
-                (vocab_dir / name).write_bytes(member.read())
+# Vocabularies (fetched and rebuilt as tokenizer.json by interop_common): test vectors
 
 
 def read_test_vectors(vocab_dir: Path, name: str):
@@ -151,39 +66,8 @@ def read_test_vectors(vocab_dir: Path, name: str):
     texts = base.with_name(base.name + ".inp").read_bytes().decode("utf-8").split(TEST_SEPARATOR)[:-1]
     lines = base.with_name(base.name + ".out").read_bytes().decode("utf-8").split("\n")[:-1]
     if len(texts) != len(lines):
-        raise Failure(f"{base}.inp has {len(texts)} tests but {base}.out has {len(lines)} lines")
+        raise CheckFailed(f"{base}.inp has {len(texts)} tests but {base}.out has {len(lines)} lines")
     return [(text, [int(i) for i in line.split()]) for text, line in zip(texts, lines)]
-
-
-def rebuild_tokenizer_json(gguf_path: Path, family: Family) -> dict:
-    """The Hugging Face tokenizer.json of the model whose vocabulary gguf_path holds."""
-    import gguf
-    reader = gguf.GGUFReader(str(gguf_path))
-    tokens = reader.fields["tokenizer.ggml.tokens"].contents()
-    types = reader.fields["tokenizer.ggml.token_type"].contents()
-    merges = reader.fields["tokenizer.ggml.merges"].contents()
-    # User-defined tokens in these files are the converter's padding ([PAD151646]...), not in the
-    # models' tokenizer.json.
-    vocab = {token: i for i, (token, kind) in enumerate(zip(tokens, types)) if kind == TOKEN_NORMAL}
-    added = [{"id": i, "content": token, "single_word": False, "lstrip": False, "rstrip": False,
-              "normalized": family.special_normalized, "special": True}
-             for i, (token, kind) in enumerate(zip(tokens, types)) if kind == TOKEN_CONTROL]
-    return {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
-            "normalizer": family.normalizer, "pre_tokenizer": family.pre_tokenizer,
-            "post_processor": family.post_processor, "decoder": family.decoder,
-            "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": "",
-                      "end_of_word_suffix": "", "fuse_unk": False, "byte_fallback": False,
-                      "ignore_merges": family.ignore_merges, "vocab": vocab, "merges": merges}}
-
-
-def write_tokenizer_dir(directory: Path, tokenizer_json: dict):
-    """A directory AutoTokenizer.from_pretrained loads: tokenizer.json and tokenizer_config.json."""
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "tokenizer.json").write_text(json.dumps(tokenizer_json, ensure_ascii=False), encoding="utf-8")
-    special = [t["content"] for t in tokenizer_json["added_tokens"]]
-    config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 1 << 30,
-              "bos_token": special[0], "eos_token": special[0]}
-    (directory / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -201,7 +85,7 @@ class Lat:
         result = subprocess.run([self.lat, "tokenizer", *args, "--tokenizer", self.tokenizer], capture_output=True,
                                 env=env)
         if result.returncode != 0:
-            raise Failure(f"lat tokenizer {args[0]} --tokenizer {self.tokenizer}: exit {result.returncode}: "
+            raise CheckFailed(f"lat tokenizer {args[0]} --tokenizer {self.tokenizer}: exit {result.returncode}: "
                           + result.stderr.decode(errors="replace").strip())
         return result.stdout
 
@@ -470,7 +354,7 @@ def measure_throughput(args, scratch: Path, rebuilt, shakespeare: Path):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--lat", default=str(REPO / "build/lat"))
-    parser.add_argument("--vocab-dir", default="~/.cache/lat/llama-cpp-python-0.3.36",
+    parser.add_argument("--vocab-dir", default=DEFAULT_VOCAB_DIR,
                         help="where llama.cpp's test vocabularies are kept (fetched when missing)")
     parser.add_argument("--shakespeare", default=str(REPO / "data/tinyshakespeare.txt"))
     parser.add_argument("--keep", help="write the rebuilt tokenizers here instead of a temporary directory")
@@ -490,7 +374,7 @@ def main():
             check_transformers_round_trip(args, scratch, rebuilt, corpora, rows)
             print_table(rows)
             measure_throughput(args, scratch, rebuilt, shakespeare)
-        except Failure as failure:
+        except CheckFailed as failure:
             print_table(rows)
             print(f"\ncheck_tokenizers: {failure}")
             return 1
