@@ -27,7 +27,7 @@ Six checks, all on CPU in float32, each printing one line with its measured figu
       continues a text prompt, and `lat export --format hf` carries the tokenizer file byte
       for byte with a tokenizer_config.json that makes AutoTokenizer give lat's ids.
   (e) a Qwen3.5 directory with its real tokenizer: Qwen3.5's tokenizer.json (rebuilt from
-      llama.cpp's ggml-vocab-qwen35.gguf by tools/check_tokenizers.py) loaded and saved by
+      llama.cpp's ggml-vocab-qwen35.gguf by tools/interop_common.py) loaded and saved by
       AutoTokenizer beside a random Qwen3_5ForCausalLM of the real vocabulary's 151936 rows:
       `lat generate --prompt` prints exactly the text of transformers' greedy generate; `lat
       train` with `init_from: DIR` and no data.tokenizer fine-tunes it on text (val loss
@@ -406,7 +406,6 @@ def check_subword_tokenizer(lat, work, text, kind):
 
 # --- (e) a Qwen3.5 directory with its real tokenizer, end to end ---------------------------
 
-QWEN35_VOCAB = "~/.cache/lat/llama-cpp-python-0.3.36"
 QWEN35_PROMPTS = ["ROMEO:\nBut soft, what light", "Größe: naïve café — 中文 🙂 12345"]
 QWEN35_NEW_TOKENS = 24
 FINETUNE_CONFIG = """\
@@ -430,7 +429,7 @@ train:
 
 def qwen35_model_dir(hf_dir):
     """A Qwen3.5-format directory the way a user gets one: Qwen3.5's real byte-level BPE
-    (rebuilt from llama.cpp's ggml-vocab-qwen35.gguf by tools/check_tokenizers.py) loaded and
+    (rebuilt from llama.cpp's ggml-vocab-qwen35.gguf by tools/interop_common.py) loaded and
     saved again by transformers (AutoTokenizer, save_pretrained), beside a small random
     Qwen3_5ForCausalLM with the real model's vocabulary size (151936 rows: the tokenizer's
     151646 tokens and padding rows, which are zero so that greedy decoding never picks one).
@@ -438,10 +437,10 @@ def qwen35_model_dir(hf_dir):
     import torch
     from transformers import AutoTokenizer, Qwen3_5ForCausalLM
 
-    from check_tokenizers import FAMILIES, fetch_vocabularies, rebuild_tokenizer_json, write_tokenizer_dir
+    from interop_common import DEFAULT_VOCAB_DIR, FAMILIES, fetch_vocabularies, rebuild_tokenizer_json, write_tokenizer_dir
 
-    vocab_dir = Path(QWEN35_VOCAB).expanduser()
-    fetch_vocabularies(vocab_dir)
+    vocab_dir = Path(DEFAULT_VOCAB_DIR).expanduser()
+    fetch_vocabularies(vocab_dir, ["qwen35"])
     gguf_path = vocab_dir / "ggml-vocab-qwen35.gguf"
     source = hf_dir.parent / "qwen35_tokenizer"
     write_tokenizer_dir(source, rebuild_tokenizer_json(gguf_path, FAMILIES["qwen35"]))
