@@ -555,6 +555,9 @@ TEST_F(GgufExportTest, GraniteHybridRefusalsNameTheLayerAndKeyAndWriteNothing) {
       {granite_shape_with("chunk_size: 4", "chunk_size: 4, time_step_limit: [0.0, 0.5]"),
        "export --format gguf: layer 0 (mamba2): model.mamba.time_step_limit [0, 0.5]: llama.cpp's granitehybrid does "
        "not clamp dt (expected [0, inf])"},
+      {granite_shape_with("\"mamba2,attn\"", "\"mamba2\""),
+       "export --format gguf: model.layers has no attn layer: llama.cpp's granitehybrid keeps a KV cache and aborts "
+       "on a model without attention layers (expected mamba2 and attn layers)"},
   };
   for (const auto& [shape, message] : cases) {
     save("bad.h5", shape);

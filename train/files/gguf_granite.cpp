@@ -79,6 +79,10 @@ void check_granite_hybrid(const ModelConfig& m) {
                         " mixer: llama.cpp's granitehybrid has mamba2 and attn layers only");
     }
   }
+  if (std::find(kinds.begin(), kinds.end(), "attn") == kinds.end())
+    throw ConfigError(
+        "export --format gguf: model.layers has no attn layer: llama.cpp's granitehybrid keeps a KV cache and "
+        "aborts on a model without attention layers (expected mamba2 and attn layers)");
 }
 
 void add_granite_hybrid_metadata(GgufWriter& out, const ModelConfig& m) {
