@@ -441,39 +441,72 @@ TEST_F(GgufExportTest, GraniteHybridFileHoldsMambaAndAttentionLayersAsLlamaCppRe
                                          "tokenizer.ggml.add_space_prefix",
                                          "tokenizer.ggml.remove_extra_whitespaces"};
   EXPECT_EQ(f.kv_order, keys);
-  const std::map<std::string, double> numbers = {
-      {"granitehybrid.context_length", 32768},     {"granitehybrid.embedding_length", 32},
-      {"granitehybrid.block_count", 2},            {"granitehybrid.feed_forward_length", 64},
-      {"granitehybrid.attention.head_count", 2},   {"granitehybrid.attention.key_length", 16},
-      {"granitehybrid.attention.value_length", 16}, {"granitehybrid.attention.scale", 0.25},
-      {"granitehybrid.embedding_scale", 1},        {"granitehybrid.residual_scale", 1},
-      {"granitehybrid.logit_scale", 1},            {"granitehybrid.rope.freq_base", 10000},
-      {"granitehybrid.rope.dimension_count", 8},   {"granitehybrid.rope.scaling.finetuned", 1},
-      {"granitehybrid.ssm.conv_kernel", 4},        {"granitehybrid.ssm.state_size", 8},
-      {"granitehybrid.ssm.group_count", 2},        {"granitehybrid.ssm.inner_size", 64},
-      {"granitehybrid.ssm.time_step_rank", 4}};
+  const std::map<std::string, double> numbers = {{"granitehybrid.context_length", 32768},
+                                                 {"granitehybrid.embedding_length", 32},
+                                                 {"granitehybrid.block_count", 2},
+                                                 {"granitehybrid.feed_forward_length", 64},
+                                                 {"granitehybrid.attention.head_count", 2},
+                                                 {"granitehybrid.attention.key_length", 16},
+                                                 {"granitehybrid.attention.value_length", 16},
+                                                 {"granitehybrid.attention.scale", 0.25},
+                                                 {"granitehybrid.embedding_scale", 1},
+                                                 {"granitehybrid.residual_scale", 1},
+                                                 {"granitehybrid.logit_scale", 1},
+                                                 {"granitehybrid.rope.freq_base", 10000},
+                                                 {"granitehybrid.rope.dimension_count", 8},
+                                                 {"granitehybrid.rope.scaling.finetuned", 1},
+                                                 {"granitehybrid.ssm.conv_kernel", 4},
+                                                 {"granitehybrid.ssm.state_size", 8},
+                                                 {"granitehybrid.ssm.group_count", 2},
+                                                 {"granitehybrid.ssm.inner_size", 64},
+                                                 {"granitehybrid.ssm.time_step_rank", 4}};
   for (const auto& [key, value] : numbers) EXPECT_EQ(f.number(key), value) << key;
   EXPECT_EQ(f.kv.at("granitehybrid.attention.scale").type, 6u);
   EXPECT_EQ(f.kv.at("granitehybrid.rope.scaling.finetuned").type, 7u);
   // 0 kv heads marks the recurrent layer.
   EXPECT_EQ(f.kv.at("granitehybrid.attention.head_count_kv").numbers, (std::vector<double>{0, 1}));
 
-  const std::vector<std::string> names = {
-      "token_embd.weight",     "blk.0.attn_norm.weight",  "blk.0.ssm_in.weight",      "blk.0.ssm_conv1d.weight",
-      "blk.0.ssm_conv1d.bias", "blk.0.ssm_dt.bias",       "blk.0.ssm_a",              "blk.0.ssm_d",
-      "blk.0.ssm_norm.weight", "blk.0.ssm_out.weight",    "blk.0.ffn_norm.weight",    "blk.0.ffn_gate.weight",
-      "blk.0.ffn_up.weight",   "blk.0.ffn_down.weight",   "blk.1.attn_norm.weight",   "blk.1.attn_q.weight",
-      "blk.1.attn_k.weight",   "blk.1.attn_v.weight",     "blk.1.attn_output.weight", "blk.1.ffn_norm.weight",
-      "blk.1.ffn_gate.weight", "blk.1.ffn_up.weight",     "blk.1.ffn_down.weight",    "output_norm.weight",
-      "output.weight"};
+  const std::vector<std::string> names = {"token_embd.weight",
+                                          "blk.0.attn_norm.weight",
+                                          "blk.0.ssm_in.weight",
+                                          "blk.0.ssm_conv1d.weight",
+                                          "blk.0.ssm_conv1d.bias",
+                                          "blk.0.ssm_dt.bias",
+                                          "blk.0.ssm_a",
+                                          "blk.0.ssm_d",
+                                          "blk.0.ssm_norm.weight",
+                                          "blk.0.ssm_out.weight",
+                                          "blk.0.ffn_norm.weight",
+                                          "blk.0.ffn_gate.weight",
+                                          "blk.0.ffn_up.weight",
+                                          "blk.0.ffn_down.weight",
+                                          "blk.1.attn_norm.weight",
+                                          "blk.1.attn_q.weight",
+                                          "blk.1.attn_k.weight",
+                                          "blk.1.attn_v.weight",
+                                          "blk.1.attn_output.weight",
+                                          "blk.1.ffn_norm.weight",
+                                          "blk.1.ffn_gate.weight",
+                                          "blk.1.ffn_up.weight",
+                                          "blk.1.ffn_down.weight",
+                                          "output_norm.weight",
+                                          "output.weight"};
   EXPECT_EQ(f.tensor_order, names);
   // ne: innermost first. in_proj: 2 I + 2 G N + H = 128 + 32 + 4 rows; C = I + 2 G N = 96.
-  const std::map<std::string, std::vector<uint64_t>> shapes = {
-      {"token_embd.weight", {32, 13}},     {"blk.0.ssm_in.weight", {32, 164}}, {"blk.0.ssm_conv1d.weight", {4, 96}},
-      {"blk.0.ssm_conv1d.bias", {96}},     {"blk.0.ssm_dt.bias", {4}},         {"blk.0.ssm_a", {1, 4}},
-      {"blk.0.ssm_d", {1, 4}},             {"blk.0.ssm_norm.weight", {32, 2}}, {"blk.0.ssm_out.weight", {64, 32}},
-      {"blk.1.attn_q.weight", {32, 32}},   {"blk.1.attn_k.weight", {32, 16}},  {"blk.1.attn_v.weight", {32, 16}},
-      {"blk.1.attn_output.weight", {32, 32}}, {"output.weight", {32, 13}}};
+  const std::map<std::string, std::vector<uint64_t>> shapes = {{"token_embd.weight", {32, 13}},
+                                                               {"blk.0.ssm_in.weight", {32, 164}},
+                                                               {"blk.0.ssm_conv1d.weight", {4, 96}},
+                                                               {"blk.0.ssm_conv1d.bias", {96}},
+                                                               {"blk.0.ssm_dt.bias", {4}},
+                                                               {"blk.0.ssm_a", {1, 4}},
+                                                               {"blk.0.ssm_d", {1, 4}},
+                                                               {"blk.0.ssm_norm.weight", {32, 2}},
+                                                               {"blk.0.ssm_out.weight", {64, 32}},
+                                                               {"blk.1.attn_q.weight", {32, 32}},
+                                                               {"blk.1.attn_k.weight", {32, 16}},
+                                                               {"blk.1.attn_v.weight", {32, 16}},
+                                                               {"blk.1.attn_output.weight", {32, 32}},
+                                                               {"output.weight", {32, 13}}};
   for (const auto& [name, ne] : shapes) EXPECT_EQ(f.tensors.at(name).ne, ne) << name;
   for (const std::string& name : f.tensor_order) EXPECT_EQ(f.tensors.at(name).type, 0u) << name;
 
@@ -494,9 +527,10 @@ TEST_F(GgufExportTest, GraniteHybridFileHoldsMambaAndAttentionLayersAsLlamaCppRe
   const std::vector<float> ssm_a = f.f32("blk.0.ssm_a");
   for (size_t h = 0; h < 4; ++h) EXPECT_EQ(ssm_a[h], -std::exp(a_log[h])) << h;
   // Zero-centred norms: llama.cpp scales by the stored 1 + w.
-  for (const auto& [gguf, lat] : std::map<std::string, std::string>{{"blk.0.attn_norm.weight", "layers.0.attn_norm.weight"},
-                                                                     {"blk.1.ffn_norm.weight", "layers.1.mlp_norm.weight"},
-                                                                     {"output_norm.weight", "norm.weight"}}) {
+  for (const auto& [gguf, lat] :
+       std::map<std::string, std::string>{{"blk.0.attn_norm.weight", "layers.0.attn_norm.weight"},
+                                          {"blk.1.ffn_norm.weight", "layers.1.mlp_norm.weight"},
+                                          {"output_norm.weight", "norm.weight"}}) {
     std::vector<float> scale = values_of(lat_tensors, lat);
     for (float& x : scale) x += 1.0f;
     EXPECT_EQ(f.f32(gguf), scale) << gguf;

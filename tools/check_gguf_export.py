@@ -5,8 +5,8 @@ Usage (inside the virtualenv `make interop` creates):
   .venv-interop/bin/python tools/check_gguf_export.py [--lat build/lat] [--text data/tinyshakespeare.txt]
                                                       [--vocab-dir DIR] [--keep DIR]
 
-For each tiny model lat trains here in seconds, all with gdn layers of 4 value heads over 2 key
-heads and gated attention with partial RoPE:
+For each tiny model lat trains here in seconds, all but the last with gdn layers of 4 value
+heads over 2 key heads and gated attention with partial RoPE:
   char           plain norms, untied embeddings;           GGUF f32, f16, bf16, q8_0
   byte           zero-centred norms, tied embeddings;      GGUF f32, f16, bf16, q8_0
   gpt-2          GPT-2's byte-level BPE tokenizer.json (rebuilt from llama.cpp's test vocabulary,
@@ -14,12 +14,14 @@ heads and gated attention with partial RoPE:
                  untied, d_model 32;                       GGUF f32, f16
   sentencepiece  a BPE .model from `lat tokenizer train --vocab-size 1000` on the text,
                  zero-centred norms, untied;               GGUF f32, f16, q8_0
+  granite        char, mamba2 and attn layers (llama.cpp's granitehybrid: 8 mamba heads in 2
+                 groups, attention without gate or q/k norm), plain norms, untied; GGUF f32, f16
 exported as GGUF and loaded by llama.cpp on CPU (lat and llama.cpp on one thread):
   ids      llama.cpp's tokenization of several prompts (accents and other multi-byte characters,
            newlines, runs of spaces; for the subword models also digits, CJK, an emoji, a tab and a
            carriage return) equals `lat tokenizer encode`, and detokenizes back to the text;
   logits   llama.cpp's next-token logits over a 64-token prompt (f32 KV cache) against lat's
-           (`lat export --format hf --check-tokens`, lat's own forward): max|diff| / max|lat| below
+           (`lat export --format safetensors --check-tokens`, lat's own forward): max|diff| / max|lat| below
            1e-4 for f32 weights, 1e-2 for f16 and bf16;
   greedy   llama.cpp's greedy 60-token completion of every prompt (its sampler, EOS handling
            included) equals `lat generate --temperature 0`, for f32 and f16;

@@ -49,9 +49,9 @@ std::string layer_prefix(size_t i, const std::string& kind) {
   return "export --format gguf: layer " + std::to_string(i) + " (" + kind + "): ";
 }
 
-/// A boolean key of layer i that llama.cpp's granitehybrid has no way to honour when on.
-void refuse_if_on(bool on, size_t i, const std::string& kind, const std::string& key, const std::string& why) {
-  if (on) throw ConfigError(layer_prefix(i, kind) + key + " true: llama.cpp's granitehybrid " + why + " (expected false)");
+/// The refusal of a boolean key of layer i that llama.cpp's granitehybrid cannot honour when true.
+ConfigError switched_on(size_t i, const std::string& kind, const std::string& key, const std::string& why) {
+  return ConfigError(layer_prefix(i, kind) + key + " true: llama.cpp's granitehybrid " + why + " (expected false)");
 }
 
 void check_granite_hybrid(const ModelConfig& m) {
@@ -62,18 +62,20 @@ void check_granite_hybrid(const ModelConfig& m) {
       if (m.attn.window_size > 0)
         throw ConfigError(layer_prefix(i, kind) + "model.attn.window_size " + std::to_string(m.attn.window_size) +
                           ": llama.cpp's granitehybrid has no sliding window (expected 0)");
-      refuse_if_on(m.attn.output_gate, i, kind, "model.attn.output_gate", "does not gate the attention output");
-      refuse_if_on(m.attn.qk_norm, i, kind, "model.attn.qk_norm", "does not normalize q and k");
+      if (m.attn.output_gate)
+        throw switched_on(i, kind, "model.attn.output_gate", "does not gate the attention output");
+      if (m.attn.qk_norm) throw switched_on(i, kind, "model.attn.qk_norm", "does not normalize q and k");
     } else if (kind == "mamba2") {
       const MambaConfig& o = m.mamba;
       if (o.expand != kExpand)
         throw ConfigError(layer_prefix(i, kind) + "model.mamba.expand " + std::to_string(o.expand) +
                           ": llama.cpp's granitehybrid asserts d_inner = 2 d_model (expected 2)");
-      refuse_if_on(o.proj_bias, i, kind, "model.mamba.proj_bias", "has no in_proj or out_proj bias");
+      if (o.proj_bias) throw switched_on(i, kind, "model.mamba.proj_bias", "has no in_proj or out_proj bias");
       const auto [lo, hi] = o.time_step_limit;
       if (lo > 0 || std::isfinite(hi))
         throw ConfigError(layer_prefix(i, kind) + "model.mamba.time_step_limit [" + format_significant(lo) + ", " +
-                          format_significant(hi) + "]: llama.cpp's granitehybrid does not clamp dt (expected [0, inf])");
+                          format_significant(hi) +
+                          "]: llama.cpp's granitehybrid does not clamp dt (expected [0, inf])");
     } else {
       throw ConfigError(layer_prefix(i, kind) + "a " + kind +
                         " mixer: llama.cpp's granitehybrid has mamba2 and attn layers only");
@@ -165,8 +167,8 @@ void add_granite_hybrid_tensors(GgufWriter& out, const ModelWeights& w, int64_t 
       add_gguf_tensor(out, blk + "ssm_conv1d.weight", {C, o.conv_size}, conv.to_vector<float>(), dtype,
                       GgufStorage::f32);
       // llama.cpp always adds the bias: zeros are the same convolution.
-      const std::vector<float> bias =
-          o.conv_bias ? lat_tensor(w, mixer + "conv1d.bias").to_vector<float>() : std::vector<float>(C, 0.0f);
+      const std::vector<float> bias = o.conv_bias ? lat_tensor(w, mixer + "conv1d.bias").to_vector<float>()
+                                                  : std::vector<float>(C, 0.0f);
       add_gguf_tensor(out, blk + "ssm_conv1d.bias", {C}, bias, dtype, GgufStorage::f32);
       add_gguf_tensor(out, blk + "ssm_dt.bias", {H}, lat_tensor(w, mixer + "dt_bias").to_vector<float>(), dtype,
                       GgufStorage::f32);
@@ -175,12 +177,13 @@ void add_granite_hybrid_tensors(GgufWriter& out, const ModelWeights& w, int64_t 
       add_gguf_tensor(out, blk + "ssm_a", {H, 1}, A, dtype, GgufStorage::f32);
       add_gguf_tensor(out, blk + "ssm_d", {H, 1}, lat_tensor(w, mixer + "D").to_vector<float>(), dtype,
                       GgufStorage::f32);
-      add_gguf_tensor(out, blk + "ssm_norm.weight", {G, I / G},
-                      lat_tensor(w, mixer + "norm.weight").to_vector<float>(), dtype, GgufStorage::f32);
+      add_gguf_tensor(out, blk + "ssm_norm.weight", {G, I / G}, lat_tensor(w, mixer + "norm.weight").to_vector<float>(),
+                      dtype, GgufStorage::f32);
       weight(blk + "ssm_out.weight", mixer + "out_proj.weight");
     } else {
       const int64_t head_dim = m.attn.head_dim, rotary = rotary_dim_of(head_dim, m.attn.rope_fraction);
-      for (const auto& [name, heads] : {std::pair<std::string, int64_t>{"q", m.attn.n_heads}, {"k", m.attn.n_kv_heads}}) {
+      for (const auto& [name, heads] :
+           {std::pair<std::string, int64_t>{"q", m.attn.n_heads}, {"k", m.attn.n_kv_heads}}) {
         const Tensor& t = lat_tensor(w, mixer + name + "_proj.weight");
         add_gguf_tensor(out, blk + "attn_" + name + ".weight", t.shape(),
                         rope_pairs_adjacent(t.to_vector<float>(), heads, head_dim, rotary, D), dtype,

@@ -43,7 +43,7 @@ constexpr const char* kArch = "qwen35";
 /// How a tensor's values change on the way from transformers' layout to llama.cpp's.
 enum class GgufValues { same, norm, negative_exp };
 
-/// Which axis holds value heads that llama.cpp wants tiled (gguf_export.h), and each head's width.
+/// Which axis holds value heads that llama.cpp wants tiled (the top of this file), and each head's width.
 enum class HeadAxis { none, rows, qkv_rows, columns };
 
 struct GgufTensorRule {
@@ -116,7 +116,6 @@ void tile_value_heads(std::vector<float>& data, int64_t rows, int64_t cols, Head
     }
 }
 
-
 /// What Qwen3.5 cannot express (check_hf_expressible, its text naming gguf), a gdn value head
 /// dim other than the key head dim, or layers of one kind only (llama.cpp aborts on them).
 void check_qwen35(const ModelConfig& m) {
@@ -173,8 +172,7 @@ void add_qwen35_metadata(GgufWriter& out, const ModelConfig& m) {
   out.add_bools(a + "attention.recurrent_layers", recurrent);
 }
 
-void add_qwen35_tensors(GgufWriter& out, const ModelWeights& w, int64_t vocab_size, int64_t n_tokens,
-                        GgmlType dtype) {
+void add_qwen35_tensors(GgufWriter& out, const ModelWeights& w, int64_t vocab_size, int64_t n_tokens, GgmlType dtype) {
   const ModelConfig& m = w.config.model;
   // hf_tensors_from_lat checks every lat tensor and gives hf_tensor_layout's order.
   const NamedTensors hf = hf_tensors_from_lat(m, vocab_size, w.checkpoint.model, w.path);
@@ -204,7 +202,8 @@ void add_qwen35_tensors(GgufWriter& out, const ModelWeights& w, int64_t vocab_si
       shape[0] = n_tokens;
     }
     const bool keep_f32 = shape.size() == 1 || rule.values == GgufValues::norm || local == "linear_attn.conv1d.weight";
-    add_gguf_tensor(out, prefix + rule.gguf_suffix, shape, data, dtype, keep_f32 ? GgufStorage::f32 : GgufStorage::weight);
+    add_gguf_tensor(out, prefix + rule.gguf_suffix, shape, data, dtype,
+                    keep_f32 ? GgufStorage::f32 : GgufStorage::weight);
   }
 }
 }  // namespace
