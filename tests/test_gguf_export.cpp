@@ -383,6 +383,228 @@ TEST_F(GgufExportTest, F32FileHoldsEveryKeyAndTensorAsLlamaCppReadsThem) {
   EXPECT_EQ(f.f32("output.weight"), head);
 }
 
+// mamba2 (I = 64 in 4 heads of 16, 2 groups of d_state 8) and attention with one kv head and
+// half rotary, zero-centred norms: llama.cpp's granitehybrid.
+const std::string kGraniteShape =
+    "  d_model: 32\n  n_layers: 2\n  n_heads: 2\n  layers: \"mamba2,attn\"\n"
+    "  intermediate_size: 64\n  tie_embeddings: false\n  norm_zero_centered: true\n"
+    "  mamba: {d_state: 8, head_dim: 16, expand: 2, n_groups: 2, conv_size: 4, chunk_size: 4}\n"
+    "  attn: {n_heads: 2, head_dim: 16, n_kv_heads: 1, rope_fraction: 0.5}\n";
+
+/// `shape` (kGraniteShape by default) with `from` replaced by `to`.
+std::string granite_shape_with(const std::string& from, const std::string& to,
+                               const std::string& shape = kGraniteShape) {
+  std::string s = shape;
+  s.replace(s.find(from), from.size(), to);
+  return s;
+}
+
+TEST_F(GgufExportTest, GraniteHybridFileHoldsMambaAndAttentionLayersAsLlamaCppReadsThem) {
+  const lat::NamedTensors lat_tensors = save("g.h5", kGraniteShape);
+  export_gguf("g.h5", "g.gguf");
+  const GgufFile f(path("g.gguf"));
+  EXPECT_EQ(f.string("general.architecture"), "granitehybrid");
+  const std::vector<std::string> keys = {"general.architecture",
+                                         "general.name",
+                                         "general.alignment",
+                                         "general.file_type",
+                                         "granitehybrid.context_length",
+                                         "granitehybrid.embedding_length",
+                                         "granitehybrid.block_count",
+                                         "granitehybrid.feed_forward_length",
+                                         "granitehybrid.attention.head_count",
+                                         "granitehybrid.attention.head_count_kv",
+                                         "granitehybrid.attention.key_length",
+                                         "granitehybrid.attention.value_length",
+                                         "granitehybrid.attention.layer_norm_rms_epsilon",
+                                         "granitehybrid.attention.scale",
+                                         "granitehybrid.embedding_scale",
+                                         "granitehybrid.residual_scale",
+                                         "granitehybrid.logit_scale",
+                                         "granitehybrid.rope.freq_base",
+                                         "granitehybrid.rope.dimension_count",
+                                         "granitehybrid.rope.scaling.finetuned",
+                                         "granitehybrid.ssm.conv_kernel",
+                                         "granitehybrid.ssm.state_size",
+                                         "granitehybrid.ssm.group_count",
+                                         "granitehybrid.ssm.inner_size",
+                                         "granitehybrid.ssm.time_step_rank",
+                                         "tokenizer.ggml.model",
+                                         "tokenizer.ggml.tokens",
+                                         "tokenizer.ggml.token_type",
+                                         "tokenizer.ggml.scores",
+                                         "tokenizer.ggml.bos_token_id",
+                                         "tokenizer.ggml.eos_token_id",
+                                         "tokenizer.ggml.padding_token_id",
+                                         "tokenizer.ggml.add_bos_token",
+                                         "tokenizer.ggml.add_eos_token",
+                                         "tokenizer.ggml.add_space_prefix",
+                                         "tokenizer.ggml.remove_extra_whitespaces"};
+  EXPECT_EQ(f.kv_order, keys);
+  const std::map<std::string, double> numbers = {{"granitehybrid.context_length", 32768},
+                                                 {"granitehybrid.embedding_length", 32},
+                                                 {"granitehybrid.block_count", 2},
+                                                 {"granitehybrid.feed_forward_length", 64},
+                                                 {"granitehybrid.attention.head_count", 2},
+                                                 {"granitehybrid.attention.key_length", 16},
+                                                 {"granitehybrid.attention.value_length", 16},
+                                                 {"granitehybrid.attention.scale", 0.25},
+                                                 {"granitehybrid.embedding_scale", 1},
+                                                 {"granitehybrid.residual_scale", 1},
+                                                 {"granitehybrid.logit_scale", 1},
+                                                 {"granitehybrid.rope.freq_base", 10000},
+                                                 {"granitehybrid.rope.dimension_count", 8},
+                                                 {"granitehybrid.rope.scaling.finetuned", 1},
+                                                 {"granitehybrid.ssm.conv_kernel", 4},
+                                                 {"granitehybrid.ssm.state_size", 8},
+                                                 {"granitehybrid.ssm.group_count", 2},
+                                                 {"granitehybrid.ssm.inner_size", 64},
+                                                 {"granitehybrid.ssm.time_step_rank", 4}};
+  for (const auto& [key, value] : numbers) EXPECT_EQ(f.number(key), value) << key;
+  EXPECT_EQ(f.kv.at("granitehybrid.attention.scale").type, 6u);
+  EXPECT_EQ(f.kv.at("granitehybrid.rope.scaling.finetuned").type, 7u);
+  // 0 kv heads marks the recurrent layer.
+  EXPECT_EQ(f.kv.at("granitehybrid.attention.head_count_kv").numbers, (std::vector<double>{0, 1}));
+
+  const std::vector<std::string> names = {"token_embd.weight",
+                                          "blk.0.attn_norm.weight",
+                                          "blk.0.ssm_in.weight",
+                                          "blk.0.ssm_conv1d.weight",
+                                          "blk.0.ssm_conv1d.bias",
+                                          "blk.0.ssm_dt.bias",
+                                          "blk.0.ssm_a",
+                                          "blk.0.ssm_d",
+                                          "blk.0.ssm_norm.weight",
+                                          "blk.0.ssm_out.weight",
+                                          "blk.0.ffn_norm.weight",
+                                          "blk.0.ffn_gate.weight",
+                                          "blk.0.ffn_up.weight",
+                                          "blk.0.ffn_down.weight",
+                                          "blk.1.attn_norm.weight",
+                                          "blk.1.attn_q.weight",
+                                          "blk.1.attn_k.weight",
+                                          "blk.1.attn_v.weight",
+                                          "blk.1.attn_output.weight",
+                                          "blk.1.ffn_norm.weight",
+                                          "blk.1.ffn_gate.weight",
+                                          "blk.1.ffn_up.weight",
+                                          "blk.1.ffn_down.weight",
+                                          "output_norm.weight",
+                                          "output.weight"};
+  EXPECT_EQ(f.tensor_order, names);
+  // ne: innermost first. in_proj: 2 I + 2 G N + H = 128 + 32 + 4 rows; C = I + 2 G N = 96.
+  const std::map<std::string, std::vector<uint64_t>> shapes = {{"token_embd.weight", {32, 13}},
+                                                               {"blk.0.ssm_in.weight", {32, 164}},
+                                                               {"blk.0.ssm_conv1d.weight", {4, 96}},
+                                                               {"blk.0.ssm_conv1d.bias", {96}},
+                                                               {"blk.0.ssm_dt.bias", {4}},
+                                                               {"blk.0.ssm_a", {1, 4}},
+                                                               {"blk.0.ssm_d", {1, 4}},
+                                                               {"blk.0.ssm_norm.weight", {32, 2}},
+                                                               {"blk.0.ssm_out.weight", {64, 32}},
+                                                               {"blk.1.attn_q.weight", {32, 32}},
+                                                               {"blk.1.attn_k.weight", {32, 16}},
+                                                               {"blk.1.attn_v.weight", {32, 16}},
+                                                               {"blk.1.attn_output.weight", {32, 32}},
+                                                               {"output.weight", {32, 13}}};
+  for (const auto& [name, ne] : shapes) EXPECT_EQ(f.tensors.at(name).ne, ne) << name;
+  for (const std::string& name : f.tensor_order) EXPECT_EQ(f.tensors.at(name).type, 0u) << name;
+
+  const auto same = [&](const std::string& gguf, const std::string& lat) {
+    EXPECT_EQ(f.f32(gguf), values_of(lat_tensors, lat)) << gguf;
+  };
+  same("blk.0.ssm_in.weight", "layers.0.attn.in_proj.weight");
+  same("blk.0.ssm_conv1d.weight", "layers.0.attn.conv1d.weight");
+  same("blk.0.ssm_conv1d.bias", "layers.0.attn.conv1d.bias");
+  same("blk.0.ssm_dt.bias", "layers.0.attn.dt_bias");
+  same("blk.0.ssm_d", "layers.0.attn.D");
+  same("blk.0.ssm_norm.weight", "layers.0.attn.norm.weight");  // the gated norm scales by w
+  same("blk.0.ssm_out.weight", "layers.0.attn.out_proj.weight");
+  same("blk.1.attn_v.weight", "layers.1.attn.v_proj.weight");
+  same("blk.1.attn_output.weight", "layers.1.attn.o_proj.weight");
+  same("blk.1.ffn_down.weight", "layers.1.mlp.down_proj.weight");
+  const std::vector<float> a_log = values_of(lat_tensors, "layers.0.attn.A_log");
+  const std::vector<float> ssm_a = f.f32("blk.0.ssm_a");
+  for (size_t h = 0; h < 4; ++h) EXPECT_EQ(ssm_a[h], -std::exp(a_log[h])) << h;
+  // Zero-centred norms: llama.cpp scales by the stored 1 + w.
+  for (const auto& [gguf, lat] :
+       std::map<std::string, std::string>{{"blk.0.attn_norm.weight", "layers.0.attn_norm.weight"},
+                                          {"blk.1.ffn_norm.weight", "layers.1.mlp_norm.weight"},
+                                          {"output_norm.weight", "norm.weight"}}) {
+    std::vector<float> scale = values_of(lat_tensors, lat);
+    for (float& x : scale) x += 1.0f;
+    EXPECT_EQ(f.f32(gguf), scale) << gguf;
+  }
+  // RoPE on 8 of 16 dims: lat's pair (j, j + 4) becomes rows (2j, 2j + 1) of each head; rows
+  // 8..15 stay.
+  const std::vector<int> row_from = {0, 4, 1, 5, 2, 6, 3, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  for (const auto& [name, heads] : std::map<std::string, int>{{"q", 2}, {"k", 1}}) {
+    const std::vector<float> w = values_of(lat_tensors, "layers.1.attn." + name + "_proj.weight");
+    std::vector<float> expected;
+    for (int h = 0; h < heads; ++h)
+      for (int r : row_from)
+        expected.insert(expected.end(), w.begin() + (h * 16 + r) * 32, w.begin() + (h * 16 + r + 1) * 32);
+    EXPECT_EQ(f.f32("blk.1.attn_" + name + ".weight"), expected) << name;
+  }
+  std::vector<float> embd = values_of(lat_tensors, "embeddings.weight");
+  embd.resize(13 * 32, 0.0f);
+  EXPECT_EQ(f.f32("token_embd.weight"), embd);
+  std::vector<float> head = values_of(lat_tensors, "lm_head.weight");
+  head.resize(13 * 32, 0.0f);
+  EXPECT_EQ(f.f32("output.weight"), head);
+}
+
+TEST_F(GgufExportTest, GraniteHybridTiedWithoutConvBiasStoresZeroBiasAndNoOutput) {
+  save("g.h5", granite_shape_with("conv_size: 4", "conv_size: 4, conv_bias: false",
+                                  granite_shape_with("tie_embeddings: false", "tie_embeddings: true")));
+  export_gguf("g.h5", "g.gguf", "q8_0");
+  const GgufFile f(path("g.gguf"));
+  EXPECT_EQ(f.tensors.count("output.weight"), 0u);
+  EXPECT_EQ(f.tensors.at("blk.0.ssm_conv1d.bias").type, 0u);
+  EXPECT_EQ(f.f32("blk.0.ssm_conv1d.bias"), std::vector<float>(96, 0.0f));
+  EXPECT_EQ(f.tensors.at("blk.0.ssm_in.weight").type, 8u);  // q8_0: rows of 32
+  EXPECT_EQ(f.tensors.at("blk.0.ssm_norm.weight").type, 0u);
+  EXPECT_EQ(f.tensors.at("blk.0.ssm_conv1d.weight").type, 0u);
+}
+
+TEST_F(GgufExportTest, GraniteHybridRefusalsNameTheLayerAndKeyAndWriteNothing) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {granite_shape_with("\"mamba2,attn\"", "\"mamba2,gdn\""),
+       "export --format gguf: layer 1 (gdn): a gdn mixer: llama.cpp's granitehybrid has mamba2 and attn layers only"},
+      {granite_shape_with("rope_fraction: 0.5", "rope_fraction: 0.5, output_gate: true"),
+       "export --format gguf: layer 1 (attn): model.attn.output_gate true: llama.cpp's granitehybrid does not gate "
+       "the attention output (expected false)"},
+      {granite_shape_with("rope_fraction: 0.5", "rope_fraction: 0.5, qk_norm: true"),
+       "export --format gguf: layer 1 (attn): model.attn.qk_norm true: llama.cpp's granitehybrid does not normalize "
+       "q and k (expected false)"},
+      {granite_shape_with("rope_fraction: 0.5", "rope_fraction: 0.5, window_size: 8"),
+       "export --format gguf: layer 1 (attn): model.attn.window_size 8: llama.cpp's granitehybrid has no sliding "
+       "window (expected 0)"},
+      {granite_shape_with("expand: 2", "expand: 4"),
+       "export --format gguf: layer 0 (mamba2): model.mamba.expand 4: llama.cpp's granitehybrid asserts d_inner = 2 "
+       "d_model (expected 2)"},
+      {granite_shape_with("chunk_size: 4", "chunk_size: 4, proj_bias: true"),
+       "export --format gguf: layer 0 (mamba2): model.mamba.proj_bias true: llama.cpp's granitehybrid has no in_proj "
+       "or out_proj bias (expected false)"},
+      {granite_shape_with("chunk_size: 4", "chunk_size: 4, time_step_limit: [0.0, 0.5]"),
+       "export --format gguf: layer 0 (mamba2): model.mamba.time_step_limit [0, 0.5]: llama.cpp's granitehybrid does "
+       "not clamp dt (expected [0, inf])"},
+      {granite_shape_with("\"mamba2,attn\"", "\"mamba2\""),
+       "export --format gguf: model.layers has no attn layer: llama.cpp's granitehybrid keeps a KV cache and aborts "
+       "on a model without attention layers (expected mamba2 and attn layers)"},
+  };
+  for (const auto& [shape, message] : cases) {
+    save("bad.h5", shape);
+    lat::testing::expect_error<lat::ConfigError>([&] { export_gguf("bad.h5", "bad.gguf"); }, {message});
+    EXPECT_FALSE(fs::exists(path("bad.gguf"))) << message;
+  }
+  save("ids.h5", kGraniteShape, "none");
+  lat::testing::expect_error<lat::ConfigError>(
+      [&] { export_gguf("ids.h5", "bad.gguf"); },
+      {"export --format gguf: the model has no tokenizer (it was trained on token ids)"});
+  EXPECT_FALSE(fs::exists(path("bad.gguf")));
+}
+
 TEST_F(GgufExportTest, HalfBf16AndQ8ZeroHoldTheF32ValuesWithinTheirRounding) {
   save("m.h5");
   export_gguf("m.h5", "f32.gguf");

@@ -5,8 +5,8 @@ Usage (inside the virtualenv `make interop` creates):
   .venv-interop/bin/python tools/check_gguf_export.py [--lat build/lat] [--text data/tinyshakespeare.txt]
                                                       [--vocab-dir DIR] [--keep DIR]
 
-For each tiny model lat trains here in seconds, all with gdn layers of 4 value heads over 2 key
-heads and gated attention with partial RoPE:
+For each tiny model lat trains here in seconds, all but the last with gdn layers of 4 value
+heads over 2 key heads and gated attention with partial RoPE:
   char           plain norms, untied embeddings;           GGUF f32, f16, bf16, q8_0
   byte           zero-centred norms, tied embeddings;      GGUF f32, f16, bf16, q8_0
   gpt-2          GPT-2's byte-level BPE tokenizer.json (rebuilt from llama.cpp's test vocabulary,
@@ -14,12 +14,14 @@ heads and gated attention with partial RoPE:
                  untied, d_model 32;                       GGUF f32, f16
   sentencepiece  a BPE .model from `lat tokenizer train --vocab-size 1000` on the text,
                  zero-centred norms, untied;               GGUF f32, f16, q8_0
+  granite        char, mamba2 and attn layers (llama.cpp's granitehybrid: 8 mamba heads in 2
+                 groups, attention without gate or q/k norm), plain norms, untied; GGUF f32, f16
 exported as GGUF and loaded by llama.cpp on CPU (lat and llama.cpp on one thread):
   ids      llama.cpp's tokenization of several prompts (accents and other multi-byte characters,
            newlines, runs of spaces; for the subword models also digits, CJK, an emoji, a tab and a
            carriage return) equals `lat tokenizer encode`, and detokenizes back to the text;
   logits   llama.cpp's next-token logits over a 64-token prompt (f32 KV cache) against lat's
-           (`lat export --format hf --check-tokens`, lat's own forward): max|diff| / max|lat| below
+           (`lat export --format safetensors --check-tokens`, lat's own forward): max|diff| / max|lat| below
            1e-4 for f32 weights, 1e-2 for f16 and bf16;
   greedy   llama.cpp's greedy 60-token completion of every prompt (its sampler, EOS handling
            included) equals `lat generate --temperature 0`, for f32 and f16;
@@ -91,6 +93,31 @@ train:
   seed: {seed}
 """
 
+# The Mamba-2 hybrid (llama.cpp's granitehybrid): mamba2 layers of 8 heads with B and C in 2
+# groups, attention with grouped kv heads and partial RoPE (no gate, no q/k norm: Granite has
+# none); data and train as LAT_CONFIG's.
+GRANITE_CONFIG = """\
+model:
+  d_model: {d_model}
+  n_layers: 4
+  n_heads: 4
+  layers: "mamba2,attn"
+  intermediate_size: 128
+  tie_embeddings: {tie}
+  norm_zero_centered: {zero_centered}
+  attn:
+    n_heads: 4
+    head_dim: 16
+    n_kv_heads: 2
+    rope_fraction: 0.5
+  mamba:
+    d_state: 16
+    head_dim: 16
+    expand: 2
+    n_groups: 2
+    chunk_size: 16
+""" + LAT_CONFIG[LAT_CONFIG.index("data:"):]
+
 # Subword models: every prompt above, plus runs of spaces and newlines, digits, CJK, an emoji
 # (SentencePiece spells it in byte-fallback tokens), a tab and a carriage return.
 SUBWORD_PROMPTS = PROMPTS + ["  two  spaces\n\n\n12345 the end, 2026", "中文 🙂 tabs\tand\r\n"]
@@ -117,6 +144,8 @@ class Model:
     d_model: int = 64
     batch_size: int = 8
     max_steps: int = 40
+    config: str = LAT_CONFIG
+    directory: str = ""  # its work directory's name; the tokenizer's when empty
 
 
 MODELS = [
@@ -133,6 +162,9 @@ MODELS = [
     Model(f"sentencepiece bpe {SPM_VOCAB_SIZE} (lat tokenizer train), zero-centred norms, untied", SENTENCEPIECE,
           tie=False, zero_centered=True, dtypes=("f32", "f16", "q8_0"), prompts=SUBWORD_PROMPTS,
           appends_end_of_text=False, batch_size=4, max_steps=100),
+    Model("char mamba2 + attn (granitehybrid), plain norms, untied", "char", tie=False, zero_centered=False,
+          dtypes=("f32", "f16"), prompts=PROMPTS, appends_end_of_text=True, config=GRANITE_CONFIG,
+          directory="granite"),
 ]
 
 
@@ -171,10 +203,11 @@ def llama_logits(llm, ids):
 
 
 def lat_logits(lat, ids, out_dir):
-    """lat's logits [T, vocab] for `ids` (its forward), from `lat export --format hf --check-tokens`."""
+    """lat's logits [T, vocab] for `ids` (its forward), from `lat export --format safetensors
+    --check-tokens` (every mixer kind exports so)."""
     from safetensors.numpy import load_file
 
-    return load_file(str(lat.check_logits_file("run", ids, out_dir)))["logits"].astype("float64")
+    return load_file(str(lat.check_logits_file("run", ids, out_dir, fmt="safetensors")))["logits"].astype("float64")
 
 
 def check_ids(name, lat, llm, prompts):
@@ -193,10 +226,11 @@ def check_model(model, lat_exe, text, work, vocab_dir):
 
     name = model.name
     tokenizer = prepare_tokenizer(model, lat_exe, work, text, vocab_dir)
-    config = LAT_CONFIG.format(tokenizer=tokenizer, tie=str(model.tie).lower(), d_model=model.d_model,
+    config = model.config.format(tokenizer=tokenizer, tie=str(model.tie).lower(), d_model=model.d_model,
                                zero_centered=str(model.zero_centered).lower(), batch_size=model.batch_size,
                                max_steps=model.max_steps, seed=SEED)
-    lat = train_tiny_model(lat_exe, work / model.tokenizer, text, config, threads=ONE_THREAD)
+    run_dir = work / (model.directory or model.tokenizer)
+    lat = train_tiny_model(lat_exe, run_dir, text, config, threads=ONE_THREAD)
     figures = []
 
     # The 64-token prompt: the start of the val text.
@@ -204,13 +238,13 @@ def check_model(model, lat_exe, text, work, vocab_dir):
     n_train = int(len(tokens) * (1.0 - 0.1))
     val = tokens[n_train:]
     prompt_ids = val[:LOGIT_TOKENS]
-    reference = lat_logits(lat, prompt_ids, work / model.tokenizer / "check")
+    reference = lat_logits(lat, prompt_ids, run_dir / "check")
     vocab = reference.shape[1]
     expected_vocab = vocab + (1 if model.appends_end_of_text else 0)
 
     llms = {}
     for dtype in model.dtypes:
-        path = work / model.tokenizer / f"model-{dtype}.gguf"
+        path = run_dir / f"model-{dtype}.gguf"
         lat("export", "--checkpoint", "run", "--format", "gguf", "--dtype", dtype, "--out", path)
         llms[dtype] = load_llama(path)
         if llms[dtype].n_vocab() != expected_vocab:

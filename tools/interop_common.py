@@ -47,11 +47,11 @@ class Lat:
             raise CheckFailed(f"lat generate: expected the prompt, the continuation and a newline, got {out!r}")
         return out[len(prompt):-1]
 
-    def check_logits_file(self, checkpoint, ids, out_dir):
-        """`lat export --format hf --check-tokens` of `ids` into out_dir; returns the path of its
-        check_logits.safetensors ("logits": lat's forward [T, vocab], "logits_step": its
+    def check_logits_file(self, checkpoint, ids, out_dir, fmt="hf"):
+        """`lat export --format <fmt> --check-tokens` of `ids` into out_dir; returns the path of
+        its check_logits.safetensors ("logits": lat's forward [T, vocab], "logits_step": its
         token-by-token generation path)."""
-        self("export", "--checkpoint", checkpoint, "--format", "hf", "--out", out_dir,
+        self("export", "--checkpoint", checkpoint, "--format", fmt, "--out", out_dir,
              "--check-tokens", ",".join(map(str, ids)))
         return Path(out_dir) / "check_logits.safetensors"
 

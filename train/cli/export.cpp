@@ -58,7 +58,7 @@ Command add_export_command(CLI::App& app) {
       "model.safetensors, generation_config.json, tokenizer.json, tokenizer_config.json); only gdn and attn "
       "layers with attn.output_gate and attn.qk_norm, no window, are expressible. "
       "gguf: FILE.gguf for llama.cpp (arch qwen35: the layers hf expresses, with equal gdn key and value head "
-      "dims; tokenizer metadata for char, byte, byte-level BPE and SentencePiece BPE tokenizers); norms, 1-D tensors and the "
+      "dims; arch granitehybrid: mamba2 (expand 2) and attn layers, no attn gate, q/k norm or window; tokenizer metadata for char, byte, byte-level BPE and SentencePiece BPE tokenizers); norms, 1-D tensors and the "
       "convolutions stay f32. "
       "The others load back with `lat generate --checkpoint DIR/model.safetensors` (or DIR/model.h5, or DIR for hf). "
       "The written paths go to stdout, one per line.");

@@ -1,103 +1,22 @@
-// Writing a lat model as llama.cpp's qwen35 GGUF (gguf_export.h).
+// Writing a lat model as one llama.cpp GGUF file (gguf_export.h): the architecture chosen by
+// model.layers, the parts every architecture shares.
 #include "train/files/gguf_export.h"
 
 #include <algorithm>
-#include <cmath>
 #include <map>
 
 #include "lat/error.h"
-#include "layers/fused/rope.h"
-#include "layers/swiglu.h"
+#include "train/files/gguf_architecture.h"
 #include "train/files/gguf_tokenizer.h"
-#include "train/files/hf_config.h"
-#include "train/files/hf_weights.h"
 #include "train/files/tokenizer_files.h"
-#include "train/text/format.h"
 
 namespace lat {
-namespace {
 
-constexpr const char* kArch = "qwen35";
-/// The context length the file declares: the Hugging Face export's max_position_embeddings.
-constexpr uint32_t kContextLength = 32768;
-
-/// How a tensor's values change on the way from transformers' layout to llama.cpp's.
-enum class GgufValues { same, norm, negative_exp };
-
-/// Which axis holds value heads that llama.cpp wants tiled (gguf_export.h), and each head's width.
-enum class HeadAxis { none, rows, qkv_rows, columns };
-
-struct GgufTensorRule {
-  std::string gguf_suffix;  // after "blk.<i>." (or the whole name outside the layers)
-  GgufValues values = GgufValues::same;
-  HeadAxis heads = HeadAxis::none;
-  bool value_head_width = false;  // heads of value_head_dim rows/columns; otherwise 1
-};
-
-/// transformers' name (after "model.layers.<i>." inside the layers) -> llama.cpp's.
-const std::map<std::string, GgufTensorRule>& tensor_rules() {
-  static const std::map<std::string, GgufTensorRule> rules = {
-      {"model.embed_tokens.weight", {"token_embd.weight"}},
-      {"lm_head.weight", {"output.weight"}},
-      {"model.norm.weight", {"output_norm.weight", GgufValues::norm}},
-      {"input_layernorm.weight", {"attn_norm.weight", GgufValues::norm}},
-      {"post_attention_layernorm.weight", {"post_attention_norm.weight", GgufValues::norm}},
-      {"mlp.gate_proj.weight", {"ffn_gate.weight"}},
-      {"mlp.up_proj.weight", {"ffn_up.weight"}},
-      {"mlp.down_proj.weight", {"ffn_down.weight"}},
-      {"linear_attn.in_proj_qkv.weight", {"attn_qkv.weight", GgufValues::same, HeadAxis::qkv_rows, true}},
-      {"linear_attn.conv1d.weight", {"ssm_conv1d.weight", GgufValues::same, HeadAxis::qkv_rows, true}},
-      {"linear_attn.in_proj_z.weight", {"attn_gate.weight", GgufValues::same, HeadAxis::rows, true}},
-      {"linear_attn.in_proj_a.weight", {"ssm_alpha.weight", GgufValues::same, HeadAxis::rows}},
-      {"linear_attn.in_proj_b.weight", {"ssm_beta.weight", GgufValues::same, HeadAxis::rows}},
-      {"linear_attn.A_log", {"ssm_a", GgufValues::negative_exp, HeadAxis::rows}},
-      {"linear_attn.dt_bias", {"ssm_dt.bias", GgufValues::same, HeadAxis::rows}},
-      {"linear_attn.norm.weight", {"ssm_norm.weight"}},
-      {"linear_attn.out_proj.weight", {"ssm_out.weight", GgufValues::same, HeadAxis::columns, true}},
-      {"self_attn.q_proj.weight", {"attn_q.weight"}},
-      {"self_attn.k_proj.weight", {"attn_k.weight"}},
-      {"self_attn.v_proj.weight", {"attn_v.weight"}},
-      {"self_attn.o_proj.weight", {"attn_output.weight"}},
-      {"self_attn.q_norm.weight", {"attn_q_norm.weight", GgufValues::norm}},
-      {"self_attn.k_norm.weight", {"attn_k_norm.weight", GgufValues::norm}},
-  };
-  return rules;
+const GgufArchitecture& gguf_architecture_for(const ModelConfig& m) {
+  const std::vector<std::string> kinds = layer_mixers(m);
+  const bool mamba2 = std::find(kinds.begin(), kinds.end(), "mamba2") != kinds.end();
+  return mamba2 ? gguf_granite_hybrid() : gguf_qwen35();
 }
-
-/// "model.layers.3.mlp.up_proj.weight" -> {"blk.3.", "mlp.up_proj.weight"}; other names keep
-/// an empty prefix.
-std::pair<std::string, std::string> split_layer_name(const std::string& hf_name) {
-  const std::string layers = "model.layers.";
-  if (hf_name.rfind(layers, 0) != 0) return {"", hf_name};
-  const size_t dot = hf_name.find('.', layers.size());
-  return {"blk." + hf_name.substr(layers.size(), dot - layers.size()) + ".", hf_name.substr(dot + 1)};
-}
-
-/// Permutes value heads from grouped (g * r + j) to tiled (j * H + g) along one axis of the
-/// row-major [rows, cols] matrix `data`: heads of `width` rows starting at row `first_row`
-/// (HeadAxis::rows, qkv_rows), or of `width` columns (HeadAxis::columns).
-void tile_value_heads(std::vector<float>& data, int64_t rows, int64_t cols, HeadAxis axis, int64_t first_row, int64_t H,
-                      int64_t Hv, int64_t width) {
-  const int64_t r = Hv / H;
-  const std::vector<float> source = data;
-  for (int64_t g = 0; g < H; ++g)
-    for (int64_t j = 0; j < r; ++j) {
-      const int64_t from = g * r + j, to = j * H + g;
-      for (int64_t w = 0; w < width; ++w) {
-        if (axis == HeadAxis::columns) {
-          for (int64_t row = 0; row < rows; ++row)
-            data[static_cast<size_t>(row * cols + to * width + w)] =
-                source[static_cast<size_t>(row * cols + from * width + w)];
-        } else {
-          const int64_t to_row = first_row + to * width + w, from_row = first_row + from * width + w;
-          std::copy_n(source.begin() + static_cast<std::ptrdiff_t>(from_row * cols), cols,
-                      data.begin() + static_cast<std::ptrdiff_t>(to_row * cols));
-        }
-      }
-    }
-}
-
-}  // namespace
 
 GgmlType parse_gguf_dtype(const std::string& name) {
   if (name == "f32") return GgmlType::f32;
@@ -108,26 +27,7 @@ GgmlType parse_gguf_dtype(const std::string& name) {
 }
 
 void check_gguf_expressible(const ModelConfig& m, const std::optional<Tokenizer>& tokenizer, int64_t vocab_size) {
-  try {
-    check_hf_expressible(m);
-  } catch (const ConfigError& e) {
-    std::string text = e.what();
-    const std::string hf = "export --format hf";
-    if (text.rfind(hf, 0) == 0) text = "export --format gguf" + text.substr(hf.size());
-    throw ConfigError(text);
-  }
-  const std::vector<std::string> kinds = layer_mixers(m);
-  for (size_t i = 0; i < kinds.size(); ++i)
-    if (kinds[i] == "gdn" && value_head_dim(m) != m.head_dim)
-      throw ConfigError("export --format gguf: layer " + std::to_string(i) + " (gdn): value head dim " +
-                        std::to_string(value_head_dim(m)) + " (model.expand_v " + format_significant(m.expand_v) +
-                        "): llama.cpp's qwen35 needs it equal to the key head dim " + std::to_string(m.head_dim) +
-                        " (expected model.expand_v 1)");
-  for (const char* kind : {"gdn", "attn"})
-    if (std::find(kinds.begin(), kinds.end(), kind) == kinds.end())
-      throw ConfigError(std::string("export --format gguf: model.layers has no ") + kind +
-                        " layer: llama.cpp's qwen35 keeps a recurrent state and a KV cache and aborts on a model "
-                        "without either kind (expected both gdn and attn layers)");
+  gguf_architecture_for(m).check(m);
   if (!tokenizer)
     throw ConfigError(
         "export --format gguf: the model has no tokenizer (it was trained on token ids): llama.cpp "
@@ -140,87 +40,45 @@ void write_gguf_export(const ModelWeights& w, int64_t vocab_size, GgmlType dtype
   const std::optional<Tokenizer> tokenizer = checkpoint_tokenizer(w.checkpoint);
   LAT_CHECK(tokenizer, "export --format gguf: '" << w.path << "' has no tokenizer");
   const GgufVocabulary vocab = gguf_vocabulary(*tokenizer, vocab_size);
-  const int64_t n_tokens = static_cast<int64_t>(vocab.tokens.size());  // >= vocab_size
-  const int64_t rotary_dim = rotary_dim_of(m.attn.head_dim, m.attn.rope_fraction);
+  const GgufArchitecture& arch = gguf_architecture_for(m);
 
   GgufWriter out;
-  const std::string a = std::string(kArch) + ".";
-  out.add_string("general.architecture", kArch);
+  out.add_string("general.architecture", arch.name);
   out.add_string("general.name", "lat");
   out.add_uint32("general.alignment", static_cast<uint32_t>(kGgufAlignment));
   // llama_ftype: all f32, mostly f16, mostly q8_0, mostly bf16.
   const std::map<GgmlType, uint32_t> file_types = {
       {GgmlType::f32, 0}, {GgmlType::f16, 1}, {GgmlType::q8_0, 7}, {GgmlType::bf16, 32}};
   out.add_uint32("general.file_type", file_types.at(dtype));
-  out.add_uint32(a + "context_length", kContextLength);
-  out.add_uint32(a + "embedding_length", static_cast<uint32_t>(m.d_model));
-  out.add_uint32(a + "block_count", static_cast<uint32_t>(m.n_layers));
-  out.add_uint32(a + "feed_forward_length",
-                 static_cast<uint32_t>(swiglu_hidden_size(m.d_model, m.mlp_ratio, m.intermediate_size)));
-  out.add_uint32(a + "attention.head_count", static_cast<uint32_t>(m.attn.n_heads));
-  out.add_uint32(a + "attention.head_count_kv", static_cast<uint32_t>(m.attn.n_kv_heads));
-  out.add_uint32(a + "attention.key_length", static_cast<uint32_t>(m.attn.head_dim));
-  out.add_uint32(a + "attention.value_length", static_cast<uint32_t>(m.attn.head_dim));
-  out.add_float32(a + "attention.layer_norm_rms_epsilon", static_cast<float>(m.norm_eps));
-  out.add_float32(a + "rope.freq_base", static_cast<float>(m.attn.rope_theta));
-  out.add_uint32(a + "rope.dimension_count", static_cast<uint32_t>(rotary_dim));
-  // Interleaved multimodal RoPE: rotated pair i takes position section i mod 3 (time, height,
-  // width) while i < 3 x that section's size, else the fourth section's. llama.cpp gives text
-  // the same position in the first three sections only, so the three must cover all n pairs,
-  // which is plain RoPE: ceil(n/3) + floor((n+1)/3) + floor(n/3) = n (Qwen3.5's 11, 11, 10).
-  const int32_t pairs = static_cast<int32_t>(rotary_dim / 2);
-  out.add_int32s(a + "rope.dimension_sections", {(pairs + 2) / 3, (pairs + 1) / 3, pairs / 3, 0});
-  out.add_uint32(a + "ssm.conv_kernel", static_cast<uint32_t>(m.linear.conv_size));
-  out.add_uint32(a + "ssm.state_size", static_cast<uint32_t>(m.head_dim));
-  out.add_uint32(a + "ssm.group_count", static_cast<uint32_t>(m.n_heads));
-  out.add_uint32(a + "ssm.time_step_rank", static_cast<uint32_t>(m.linear.n_v_heads));
-  out.add_uint32(a + "ssm.inner_size", static_cast<uint32_t>(m.linear.n_v_heads * value_head_dim(m)));
-  std::vector<bool> recurrent;
-  for (const std::string& kind : layer_mixers(m)) recurrent.push_back(kind == "gdn");
-  out.add_bools(a + "attention.recurrent_layers", recurrent);
+  arch.add_metadata(out, m);
   add_gguf_vocabulary(out, vocab);
-
-  // hf_tensors_from_lat checks every lat tensor and gives hf_tensor_layout's order.
-  const NamedTensors hf = hf_tensors_from_lat(m, vocab_size, w.checkpoint.model, w.path);
-  const std::vector<HfTensorSpec> specs = hf_tensor_layout(m, vocab_size);
-  std::map<std::string, const Tensor*> lat_tensors;
-  for (const auto& [name, t] : w.checkpoint.model) lat_tensors[name] = &t;
-  const int64_t H = m.n_heads, Hv = m.linear.n_v_heads, key_rows = 2 * m.n_heads * m.head_dim;
-  for (size_t k = 0; k < hf.size(); ++k) {
-    const auto& [hf_name, tensor] = hf[k];
-    const auto [prefix, local] = split_layer_name(hf_name);
-    const auto rule_it = tensor_rules().find(local);
-    LAT_CHECK(rule_it != tensor_rules().end(), "export --format gguf: no llama.cpp tensor for '" << hf_name << "'");
-    const GgufTensorRule& rule = rule_it->second;
-    std::vector<int64_t> shape = tensor.shape();
-    std::vector<float> data = tensor.to_vector<float>();
-    if (local == "linear_attn.conv1d.weight") shape = {shape[0], shape[2]};  // [C, 1, k] -> [C, k]
-    if (rule.values == GgufValues::norm) {
-      // llama.cpp scales by the stored weight: lat's w, or 1 + w where lat's norms are zero-centred.
-      data = lat_tensors.at(specs[k].parts.front().lat_name)->to_vector<float>();
-      if (m.norm_zero_centered)
-        for (float& x : data) x += 1.0f;
-    }
-    if (rule.values == GgufValues::negative_exp)
-      for (float& x : data) x = -std::exp(x);
-    if (rule.heads != HeadAxis::none && Hv != H) {
-      const int64_t rows = shape[0], cols = shape.size() > 1 ? shape[1] : 1;
-      const int64_t width = rule.value_head_width ? value_head_dim(m) : 1;
-      const int64_t first_row = rule.heads == HeadAxis::qkv_rows ? key_rows : 0;
-      tile_value_heads(data, rows, cols, rule.heads == HeadAxis::columns ? HeadAxis::columns : HeadAxis::rows,
-                       first_row, H, Hv, width);
-    }
-    if (prefix.empty() && (local == "model.embed_tokens.weight" || local == "lm_head.weight")) {
-      data.resize(static_cast<size_t>(n_tokens * shape[1]), 0.0f);  // the appended tokens' rows
-      shape[0] = n_tokens;
-    }
-    // What llama.cpp's converter keeps in f32: 1-D tensors, norms and the convolution.
-    const bool keep_f32 = shape.size() == 1 || rule.values == GgufValues::norm || local == "linear_attn.conv1d.weight";
-    GgmlType type = keep_f32 ? GgmlType::f32 : dtype;
-    if (type == GgmlType::q8_0 && shape.back() % kQ8BlockSize != 0) type = GgmlType::f16;
-    out.add_tensor(prefix + rule.gguf_suffix, shape, data, type);
-  }
+  arch.add_tensors(out, w, vocab_size, static_cast<int64_t>(vocab.tokens.size()), dtype);
   out.write(path, "export");
+}
+
+void add_gguf_tensor(GgufWriter& out, const std::string& name, const std::vector<int64_t>& shape,
+                     const std::vector<float>& data, GgmlType dtype, GgufStorage storage) {
+  GgmlType type = storage == GgufStorage::f32 ? GgmlType::f32 : dtype;
+  if (type == GgmlType::q8_0 && shape.back() % kQ8BlockSize != 0) type = GgmlType::f16;
+  out.add_tensor(name, shape, data, type);
+}
+
+std::vector<float> with_token_rows(std::vector<float> data, int64_t cols, int64_t n_tokens) {
+  data.resize(static_cast<size_t>(n_tokens * cols), 0.0f);
+  return data;
+}
+
+std::vector<float> gguf_norm_scale(const Tensor& w, const ModelConfig& model) {
+  std::vector<float> scale = w.to_vector<float>();
+  if (model.norm_zero_centered)
+    for (float& x : scale) x += 1.0f;
+  return scale;
+}
+
+const Tensor& lat_tensor(const ModelWeights& w, const std::string& name) {
+  for (const auto& [n, t] : w.checkpoint.model)
+    if (n == name) return t;
+  throw Error("export --format gguf: '" + w.path + "' has no tensor '" + name + "'");
 }
 
 }  // namespace lat

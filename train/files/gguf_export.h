@@ -1,28 +1,9 @@
-// `lat export --format gguf`: a model as one GGUF file of llama.cpp's arch `qwen35`
-// (DESIGN.md "Export formats"). Each lat tensor goes through its Hugging Face Qwen3.5 meaning
-// (hf_weights.h) to llama.cpp's tensor, as llama.cpp's own converter would write it:
-//
-//   model.embed_tokens / lm_head           token_embd / output        (rows padded with zeros
-//                                                                       for the appended tokens)
-//   model.norm                             output_norm                 (norm)
-//   layers.i.input_layernorm               blk.i.attn_norm             (norm)
-//   layers.i.post_attention_layernorm      blk.i.post_attention_norm   (norm)
-//   layers.i.mlp.{gate,up,down}_proj       blk.i.ffn_{gate,up,down}
-//   linear_attn.in_proj_qkv                blk.i.attn_qkv              (v rows tiled)
-//   linear_attn.conv1d [C, 1, k]           blk.i.ssm_conv1d [C, k]     (v channels tiled)
-//   linear_attn.in_proj_z                  blk.i.attn_gate             (rows tiled)
-//   linear_attn.in_proj_a, in_proj_b       blk.i.ssm_alpha, ssm_beta   (rows tiled)
-//   linear_attn.A_log                      blk.i.ssm_a = -exp(A_log)   (tiled)
-//   linear_attn.dt_bias                    blk.i.ssm_dt.bias           (tiled)
-//   linear_attn.norm                       blk.i.ssm_norm
-//   linear_attn.out_proj                   blk.i.ssm_out               (columns tiled)
-//   self_attn.{q,k,v,o}_proj               blk.i.attn_{q,k,v,output}
-//   self_attn.{q,k}_norm                   blk.i.attn_{q,k}_norm       (norm)
-// (norm): llama.cpp scales by w: lat's w, or 1 + w where model.norm_zero_centered.
-// Tiled: with Hv value heads over H key heads (r = Hv / H), transformers groups value heads by
-// key head (g * r + j) and llama.cpp tiles them (j * H + g), so value-head rows, channels and
-// columns are permuted. Norms, 1-D tensors and ssm_conv1d stay f32 (as llama.cpp's converter
-// keeps them); q8_0 tensors whose rows are not a multiple of 32 are stored f16.
+// `lat export --format gguf`: a model as one GGUF file of a llama.cpp architecture (DESIGN.md
+// "Export formats"): qwen35 for gdn + attn models (gguf_qwen35.cpp), granitehybrid for mamba2
+// + attn models (gguf_granite.cpp), chosen by model.layers (gguf_architecture.h). Each lat
+// tensor becomes llama.cpp's as llama.cpp's own converter would write it from the Hugging Face
+// model. Norms, 1-D tensors and convolutions stay f32 (as llama.cpp's converter keeps them);
+// q8_0 tensors whose rows are not a multiple of 32 are stored f16.
 #pragma once
 #include <optional>
 #include <string>
@@ -39,9 +20,10 @@ namespace lat {
 GgmlType parse_gguf_dtype(const std::string& name);
 
 /// Throws ConfigError "export --format gguf: ..." for the first thing of `model` (resolved)
-/// and `tokenizer` (for `vocab_size` embedding rows) that llama.cpp's qwen35 cannot express: what Qwen3.5 cannot
-/// (check_hf_expressible), a gdn value head dim other than its key head dim, layers of one kind
-/// only (gdn or attn: llama.cpp aborts on them), a model without a tokenizer (trained on token ids), or a tokenizer gguf_vocabulary refuses.
+/// and `tokenizer` (for `vocab_size` embedding rows) that the chosen llama.cpp architecture
+/// cannot express (qwen35: what Qwen3.5 cannot (check_hf_expressible), a gdn value head dim
+/// other than its key head dim, layers of one kind only; granitehybrid: see gguf_granite.cpp),
+/// a model without a tokenizer (trained on token ids), or a tokenizer gguf_vocabulary refuses.
 void check_gguf_expressible(const ModelConfig& model, const std::optional<Tokenizer>& tokenizer, int64_t vocab_size);
 
 /// Writes `w` (check_gguf_expressible first) with `vocab_size` embedding rows as the GGUF file
