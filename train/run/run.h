@@ -124,6 +124,8 @@ class Run {
   void periodic_eval(int64_t step);
   /// The loss on the whole val split at max_steps.
   void final_eval();
+  /// The unit of val_loss / ln 2 in eval log lines: "bpc" for char and byte text, else "bits per token".
+  std::string bits_unit() const;
   /// Writes the checkpoint of `step` (rank 0), `latest`, and prunes old ones.
   void save(int64_t step);
   /// The run's closing log lines.

@@ -151,10 +151,16 @@ void Run::periodic_eval(int64_t step) {
   best_val_loss_ = std::isnan(best_val_loss_) ? r.loss : std::min(best_val_loss_, r.loss);
   if (metrics_) metrics_->eval(step, r.loss);
   // Bits per character mean something for text; a synthetic task's loss is over answer tokens.
-  const std::string bpc = data_ ? format_fixed(r.bpc(), 4) + " bpc, " : "";
+  const std::string bpc = data_ ? format_fixed(r.bpc(), 4) + " " + bits_unit() + ", " : "";
   log("step " + std::to_string(step) + ": val loss " + format_fixed(r.loss, 4) + " (" + bpc +
       std::to_string(train_.eval_batches) + " batches)");
   eval_seconds_ += seconds_since(t0);
+}
+
+std::string Run::bits_unit() const {
+  // val_loss / ln 2 is bits per token: per character for char, per byte for byte; a subword
+  // token or a token id of bin/h5 data is neither.
+  return data_->tokenizer && !data_->tokenizer->subword_model() ? "bpc" : "bits per token";
 }
 
 void Run::final_eval() {
@@ -187,7 +193,7 @@ void Run::final_eval() {
   }
   if (metrics_) metrics_->eval(step_, r.loss, ValScope::whole_split, bpb);
   log("step " + std::to_string(step_) + ": val loss " + format_fixed(r.loss, 4) + " (" + format_fixed(r.bpc(), 4) +
-      " bpc" + (bpb ? ", " + format_fixed(*bpb, 4) + " bits per byte" : std::string()) + ") on the whole val split (" +
+      " " + bits_unit() + (bpb ? ", " + format_fixed(*bpb, 4) + " bits per byte" : std::string()) + ") on the whole val split (" +
       std::to_string(r.tokens) + " tokens, " + format_fixed(seconds_since(t0), 1) + " s)");
   eval_seconds_ += seconds_since(t0);
 }
