@@ -109,6 +109,9 @@ TEST_F(SubwordTraining, TrainWritesTheTokenCacheAndResumeReusesIt) {
                                                       std::to_string(ids.size()) + " tokens)"))
       << trained.out << trained.err;
   EXPECT_TRUE(contains(trained.out + trained.err, "sentencepiece tokenizer, vocab 400"));
+  // val_loss / ln 2 of a subword run is bits per token, never labelled bits per character.
+  EXPECT_TRUE(contains(trained.err, " bits per token, ")) << trained.err;
+  EXPECT_FALSE(contains(trained.err, " bpc")) << trained.err;
   ASSERT_EQ(caches(), std::vector<std::string>{name});
   const auto written = fs::last_write_time(path("run") + "/" + name);
 
