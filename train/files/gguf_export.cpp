@@ -9,7 +9,7 @@
 #include "layers/fused/rope.h"
 #include "layers/swiglu.h"
 #include "train/files/gguf_tokenizer.h"
-#include "train/files/hf_config.h"
+#include "train/files/hf_qwen35.h"
 #include "train/files/hf_weights.h"
 #include "train/files/tokenizer_files.h"
 #include "train/text/format.h"
@@ -109,7 +109,7 @@ GgmlType parse_gguf_dtype(const std::string& name) {
 
 void check_gguf_expressible(const ModelConfig& m, const std::optional<Tokenizer>& tokenizer, int64_t vocab_size) {
   try {
-    check_hf_expressible(m);
+    check_qwen35_expressible(m);
   } catch (const ConfigError& e) {
     std::string text = e.what();
     const std::string hf = "export --format hf";
