@@ -94,6 +94,14 @@ TEST(GraniteConfig, WritesGraniteKeysAndReadsThemBack) {
   back.n_heads = m.n_heads;
   back.linear.n_v_heads = m.linear.n_v_heads;
   EXPECT_EQ(back, m);
+
+  // Without attention layers no rotary embedding: transformers builds none for null.
+  const lat::ModelConfig mamba_only =
+      model_config("  d_model: 16\n  n_layers: 2\n  layers: \"mamba2\"\n  mamba: {head_dim: 8, d_state: 8}\n").model;
+  const nlohmann::json plain = nlohmann::json::parse(lat::hf_config_json(mamba_only, 50, lat::SafetensorsDType::f32).dump());
+  EXPECT_TRUE(plain["position_embedding_type"].is_null());
+  EXPECT_EQ(plain["layer_types"], nlohmann::json::parse(R"(["mamba", "mamba"])"));
+  EXPECT_EQ(resolved_from_hf(plain).layers, "mamba2,mamba2");
 }
 
 TEST(GraniteConfig, TransformersSpellingsAndDefaultsAreRead) {
