@@ -2,8 +2,9 @@
 // with known values, the keys lat cannot honour named, export refusals naming the layer and
 // the feature; tensors lat -> transformers -> lat bit for bit with input_linear = gate | up and
 // norms shifted for zero-centred models; a hand-written config.json + model.safetensors (as
-// transformers lays them out) read by --checkpoint; and the CLI: a mamba2 + attn checkpoint
-// exported, read back bit for bit, exported again to the same bytes, generating the same text.
+// transformers lays them out) read by --checkpoint and init_from; and the CLI: a mamba2 + attn
+// checkpoint exported, read back bit for bit, exported again to the same bytes, generating the
+// same text.
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -27,6 +28,7 @@
 #include "train/files/model_reader.h"
 #include "train/files/safetensors.h"
 #include "train/files/trained_model.h"
+#include "train/run/finetune.h"
 
 namespace fs = std::filesystem;
 
@@ -98,7 +100,8 @@ TEST(GraniteConfig, WritesGraniteKeysAndReadsThemBack) {
   // Without attention layers no rotary embedding: transformers builds none for null.
   const lat::ModelConfig mamba_only =
       model_config("  d_model: 16\n  n_layers: 2\n  layers: \"mamba2\"\n  mamba: {head_dim: 8, d_state: 8}\n").model;
-  const nlohmann::json plain = nlohmann::json::parse(lat::hf_config_json(mamba_only, 50, lat::SafetensorsDType::f32).dump());
+  const nlohmann::json plain = nlohmann::json::parse(
+      lat::hf_config_json(mamba_only, 50, lat::SafetensorsDType::f32).dump());
   EXPECT_TRUE(plain["position_embedding_type"].is_null());
   EXPECT_EQ(plain["layer_types"], nlohmann::json::parse(R"(["mamba", "mamba"])"));
   EXPECT_EQ(resolved_from_hf(plain).layers, "mamba2,mamba2");
@@ -133,8 +136,8 @@ TEST(GraniteConfig, TransformersSpellingsAndDefaultsAreRead) {
 }
 
 TEST(GraniteConfig, KeysLatCannotHonourAreNamedWithTheirValues) {
-  nlohmann::json j = nlohmann::json::parse(lat::hf_config_json(model_config(kGraniteShape).model, 50,
-                                                                lat::SafetensorsDType::f32).dump());
+  nlohmann::json j = nlohmann::json::parse(
+      lat::hf_config_json(model_config(kGraniteShape).model, 50, lat::SafetensorsDType::f32).dump());
   j["num_local_experts"] = 8;
   j["embedding_multiplier"] = 12.0;
   j["residual_multiplier"] = 0.22;
@@ -146,7 +149,8 @@ TEST(GraniteConfig, KeysLatCannotHonourAreNamedWithTheirValues) {
   j["mamba_n_heads"] = 3;
   j["rope_parameters"]["rope_type"] = "llama3";
   j["mamba_dconv"] = 4;
-  const std::string message = expect_error([&] { lat::model_config_from_hf(j, "d/config.json"); }, {"load_model_weights"});
+  const std::string message = expect_error([&] { lat::model_config_from_hf(j, "d/config.json"); },
+                                           {"load_model_weights"});
   EXPECT_EQ(message,
             "load_model_weights: 'd/config.json': keys lat cannot honour: "
             "layer_types[2]: \"moe\" (lat has mamba = mamba2 and attention = attn); "
@@ -161,8 +165,8 @@ TEST(GraniteConfig, KeysLatCannotHonourAreNamedWithTheirValues) {
             "logits_scaling: 8 (lat honours only 1: logits unscaled); "
             "attention_multiplier: 0.0078125 (lat's attention scales by 1/sqrt(head_dim 8) = 0.353553); "
             "mamba_dconv: 4 (a key lat does not know, did you mean 'mamba_d_conv'?)");
-  j = nlohmann::json::parse(lat::hf_config_json(model_config(kGraniteShape).model, 50,
-                                                lat::SafetensorsDType::f32).dump());
+  j = nlohmann::json::parse(
+      lat::hf_config_json(model_config(kGraniteShape).model, 50, lat::SafetensorsDType::f32).dump());
   j.erase("num_local_experts");
   j.erase("attention_multiplier");
   expect_error([&] { lat::model_config_from_hf(j, "d/config.json"); },
@@ -197,8 +201,7 @@ TEST(GraniteConfig, ModelsGraniteCannotExpressAreRefusedNamingTheLayerAndTheFeat
   for (const Case& c : cases) {
     SCOPED_TRACE(c.model);
     const lat::Config config = model_config(c.model);
-    EXPECT_EQ(expect_error<lat::ConfigError>([&] { lat::check_hf_expressible(config.model); }, {c.message}),
-              c.message);
+    EXPECT_EQ(expect_error<lat::ConfigError>([&] { lat::check_hf_expressible(config.model); }, {c.message}), c.message);
   }
   EXPECT_NO_THROW(lat::check_hf_expressible(model_config(kGraniteShape).model));
 }
@@ -216,8 +219,10 @@ TEST(GraniteWeights, LatToTransformersToLatIsBitExact) {
     EXPECT_EQ(find(hf, "model.layers.0.mamba.in_proj.weight").shape(), (lat::Shape{2 * 32 + 2 * 2 * 8 + 4, 16}));
     EXPECT_EQ(find(hf, "model.layers.2.mamba.conv1d.weight").shape(), (lat::Shape{32 + 2 * 2 * 8, 1, 4}));
     EXPECT_EQ(find(hf, "model.layers.1.self_attn.k_proj.weight").shape(), (lat::Shape{2 * 8, 16}));
-    EXPECT_TRUE(bit_equal(find(hf, "model.layers.2.mamba.out_proj.bias"), find(lat_tensors, "layers.2.attn.out_proj.bias")));
-    EXPECT_TRUE(bit_equal(find(hf, "model.layers.1.input_layernorm.weight"), find(lat_tensors, "layers.1.attn_norm.weight")));
+    EXPECT_TRUE(
+        bit_equal(find(hf, "model.layers.2.mamba.out_proj.bias"), find(lat_tensors, "layers.2.attn.out_proj.bias")));
+    EXPECT_TRUE(
+        bit_equal(find(hf, "model.layers.1.input_layernorm.weight"), find(lat_tensors, "layers.1.attn_norm.weight")));
     // input_linear: the SiLU half (gate) first, then up.
     std::vector<float> expected = find(lat_tensors, "layers.1.mlp.gate_proj.weight").to_vector<float>();
     const std::vector<float> up = find(lat_tensors, "layers.1.mlp.up_proj.weight").to_vector<float>();
@@ -319,6 +324,20 @@ TEST_F(GraniteDirTest, HandWrittenDirectoryIsReadWithEachTensorInItsPlace) {
   lat::NoGradGuard no_grad;
   const lat::Tensor ids = lat::Tensor::from_vector(std::vector<int64_t>{1, 5, 2}, {1, 3});
   EXPECT_EQ(lat::model_from_weights(w)->forward(ids).shape(), (lat::Shape{1, 3, 12}));
+  // init_from: DIR copies every tensor into a model of the config's shape, and names a
+  // mismatch as the file does.
+  lat::Generator gen(1);
+  const lat::HybridLM model(lat::hybrid_lm_config(w.config.model, 12), gen);
+  EXPECT_EQ(lat::init_from_weights(model, w, true).loaded.size(), got.size());
+  for (const auto& [name, t] : model.named_parameters()) EXPECT_TRUE(bit_equal(t, find(got, name))) << name;
+  lat::ModelConfig narrower = w.config.model;
+  narrower.intermediate_size = 4;
+  const lat::HybridLM narrow(lat::hybrid_lm_config(narrower, 12), gen);
+  expect_error([&] { lat::init_from_weights(narrow, w, true); },
+               {"init_from '" + path("granite/model.safetensors") + "' does not fit the model",
+                "layers.0.mlp.up_proj.weight ('model.layers.0.shared_mlp.input_linear.weight' rows [8, 16) in the "
+                "file): checkpoint [8, 8], model [4, 8]"});
+
   hf.erase(hf.begin() + 5);
   lat::save_safetensors(path("granite/model.safetensors"), hf, lat::SafetensorsDType::f32, {{"format", "pt"}});
   expect_error([&] { lat::load_model_weights(path("granite")); },
@@ -362,7 +381,8 @@ TEST_F(GraniteCliTest, ExportedMambaHybridReadsBackBitForBitAndGeneratesTheSameT
       EXPECT_TRUE(bit_equal(find(exported.checkpoint.model, name), t)) << name;
     lat::NoGradGuard no_grad;
     const lat::Tensor ids = lat::Tensor::from_vector(std::vector<int64_t>{1, 5, 2, 9, 11, 0, 3, 3, 7}, {1, 9});
-    EXPECT_TRUE(bit_equal(lat::model_from_weights(exported)->forward(ids), lat::model_from_weights(original)->forward(ids)));
+    EXPECT_TRUE(
+        bit_equal(lat::model_from_weights(exported)->forward(ids), lat::model_from_weights(original)->forward(ids)));
 
     // Exported again from the directory: the same bytes.
     ASSERT_EQ(run_lat("export --checkpoint '" + path("hf") + "' --format hf --out '" + path("hf2") + "'", out, dir_), 0)
@@ -381,8 +401,9 @@ TEST_F(GraniteCliTest, ExportedMambaHybridReadsBackBitForBitAndGeneratesTheSameT
 
 TEST_F(GraniteCliTest, RefusedExportCreatesNoDirectory) {
   const std::string ckpt = save_checkpoint(
-      "model.h5", "  d_model: 16\n  n_layers: 2\n  n_heads: 2\n  layers: \"mamba2,attn\"\n  mamba: {head_dim: 8}\n"
-                  "  attn: {output_gate: true}\n");
+      "model.h5",
+      "  d_model: 16\n  n_layers: 2\n  n_heads: 2\n  layers: \"mamba2,attn\"\n  mamba: {head_dim: 8}\n"
+      "  attn: {output_gate: true}\n");
   std::string out;
   EXPECT_EQ(run_lat("export --checkpoint '" + ckpt + "' --format hf --out '" + path("hf") + "'", out, dir_), 2);
   EXPECT_TRUE(contains(out, "error: export --format hf: layer 1 (attn): model.attn.output_gate true")) << out;

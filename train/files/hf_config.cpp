@@ -17,9 +17,9 @@ HfFamily hf_family_of(const ModelConfig& m) {
   const std::vector<std::string> kinds = layer_mixers(m);
   const auto has = [&](const char* kind) { return std::find(kinds.begin(), kinds.end(), kind) != kinds.end(); };
   if (has("mamba2")) return HfFamily::granite;
-  const bool plain_attention_only =
-      std::all_of(kinds.begin(), kinds.end(), [](const std::string& k) { return k == "attn"; }) &&
-      !m.attn.output_gate && !m.attn.qk_norm;
+  const bool plain_attention_only = std::all_of(kinds.begin(), kinds.end(),
+                                                [](const std::string& k) { return k == "attn"; }) &&
+                                    !m.attn.output_gate && !m.attn.qk_norm;
   return plain_attention_only ? HfFamily::granite : HfFamily::qwen3_5;
 }
 

@@ -88,8 +88,8 @@ bool HfConfigReader::boolean(const std::string& key, bool fallback) {
 void HfConfigReader::require(const std::string& key, const nlohmann::json& honoured, const std::string& what) {
   used_.insert(key);
   if (!config_.contains(key) || config_[key] == honoured) return;
-  problems_.push_back(key + ": " + json_excerpt(config_[key]) + " (lat honours only " + json_excerpt(honoured) +
-                      ": " + what + ")");
+  problems_.push_back(key + ": " + json_excerpt(config_[key]) + " (lat honours only " + json_excerpt(honoured) + ": " +
+                      what + ")");
 }
 
 void HfConfigReader::require_no_attention_dropout() {

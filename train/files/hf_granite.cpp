@@ -56,8 +56,8 @@ std::string read_layer_types(HfConfigReader& r, std::optional<int64_t> read_n_la
     return "mamba2";
   }
   if (read_n_layers && static_cast<int64_t>(types.size()) != *read_n_layers)
-    r.problem(std::string(key) + ": expected num_hidden_layers (" + std::to_string(*read_n_layers) +
-              ") entries, got " + std::to_string(types.size()));
+    r.problem(std::string(key) + ": expected num_hidden_layers (" + std::to_string(*read_n_layers) + ") entries, got " +
+              std::to_string(types.size()));
   if (static_cast<int64_t>(types.size()) > kMaxLayerTypes) return "mamba2";  // the validator names num_hidden_layers
   std::vector<std::string> kinds;
   for (size_t i = 0; i < types.size(); ++i) {
@@ -103,7 +103,8 @@ void require_one(HfConfigReader& r, const std::string& key, const std::string& w
   r.use(key);
   if (!r.has(key)) return;
   const nlohmann::json& v = r.value(key);
-  if (!v.is_number() || v.get<double>() != 1.0) r.problem(key + ": " + json_excerpt(v) + " (lat honours only 1: " + what + ")");
+  if (!v.is_number() || v.get<double>() != 1.0)
+    r.problem(key + ": " + json_excerpt(v) + " (lat honours only 1: " + what + ")");
 }
 
 /// attention_multiplier must be lat's attention scale 1/sqrt(head_dim), to the last bits a
@@ -112,8 +113,8 @@ void check_attention_multiplier(HfConfigReader& r, int64_t head_dim) {
   const std::string key = "attention_multiplier";
   r.use(key);
   const double scale = attention_scale(head_dim);
-  const std::string expected = " (lat's attention scales by 1/sqrt(head_dim " + std::to_string(head_dim) + ") = " +
-                               format_significant(scale) + ")";
+  const std::string expected = " (lat's attention scales by 1/sqrt(head_dim " + std::to_string(head_dim) +
+                               ") = " + format_significant(scale) + ")";
   if (!r.has(key)) {
     if (head_dim != 1) r.problem(key + ": missing: transformers' default 1" + expected);
     return;
@@ -340,8 +341,8 @@ std::vector<HfTensorSpec> granite_tensor_layout(const ModelConfig& m, int64_t vo
       specs.push_back(hf_renamed(h + "o_proj.weight", a + "o_proj.weight", {d, Ha * Da}));
     }
     specs.push_back(hf_renamed(hf + "post_attention_layernorm.weight", lat + "mlp_norm.weight", {d}, norm));
-    specs.push_back(hf_stacked(hf + "shared_mlp.input_linear.weight",
-                               {{lat + "mlp.gate_proj.weight", {hidden, d}}, {lat + "mlp.up_proj.weight", {hidden, d}}}));
+    specs.push_back(hf_stacked(hf + "shared_mlp.input_linear.weight", {{lat + "mlp.gate_proj.weight", {hidden, d}},
+                                                                       {lat + "mlp.up_proj.weight", {hidden, d}}}));
     specs.push_back(hf_renamed(hf + "shared_mlp.output_linear.weight", lat + "mlp.down_proj.weight", {d, hidden}));
   }
   specs.push_back(hf_renamed("model.norm.weight", "norm.weight", {d}, norm));

@@ -202,11 +202,10 @@ ModelConfig model_config_from_qwen35(const nlohmann::json& config, const std::st
   return m;
 }
 
-
 std::vector<HfTensorSpec> qwen35_tensor_layout(const ModelConfig& m, int64_t vocab_size) {
   const int64_t d = m.d_model;
   const int64_t hidden = swiglu_hidden_size(d, m.mlp_ratio, m.intermediate_size);
-  const int64_t key_dim = m.n_heads * m.head_dim;                     // H*K
+  const int64_t key_dim = m.n_heads * m.head_dim;                    // H*K
   const int64_t value_dim = m.linear.n_v_heads * value_head_dim(m);  // Hv*V
   const int64_t Hv = m.linear.n_v_heads, conv = m.linear.conv_size;
   const int64_t Ha = m.attn.n_heads, Da = m.attn.head_dim, Hkv = m.attn.n_kv_heads;
@@ -223,11 +222,11 @@ std::vector<HfTensorSpec> qwen35_tensor_layout(const ModelConfig& m, int64_t voc
     if (kinds[i] == "gdn") {
       const std::string h = hf + "linear_attn.", a = lat + "attn.";
       specs.push_back(hf_stacked(h + "in_proj_qkv.weight", {{a + "q_proj.weight", {key_dim, d}},
-                                                         {a + "k_proj.weight", {key_dim, d}},
-                                                         {a + "v_proj.weight", {value_dim, d}}}));
+                                                            {a + "k_proj.weight", {key_dim, d}},
+                                                            {a + "v_proj.weight", {value_dim, d}}}));
       specs.push_back(hf_stacked(h + "conv1d.weight", {{a + "q_conv1d.weight", {key_dim, 1, conv}},
-                                                    {a + "k_conv1d.weight", {key_dim, 1, conv}},
-                                                    {a + "v_conv1d.weight", {value_dim, 1, conv}}}));
+                                                       {a + "k_conv1d.weight", {key_dim, 1, conv}},
+                                                       {a + "v_conv1d.weight", {value_dim, 1, conv}}}));
       specs.push_back(hf_renamed(h + "in_proj_z.weight", a + "g_proj.weight", {value_dim, d}));
       specs.push_back(hf_renamed(h + "in_proj_a.weight", a + "a_proj.weight", {Hv, d}));
       specs.push_back(hf_renamed(h + "in_proj_b.weight", a + "b_proj.weight", {Hv, d}));
