@@ -24,6 +24,10 @@ HybridLMConfig small_config(std::vector<std::string> layers, int64_t d_model = 1
   c.layers = std::move(layers);
   c.mixer.d_model = d_model;
   c.mixer.n_heads = n_heads;
+  // Mamba-2's defaults (head_dim 64, d_state 128) are sized for d_model 768 and up.
+  c.mixer.mamba.head_dim = d_model / 2;
+  c.mixer.mamba.d_state = 8;
+  c.mixer.mamba.chunk_size = 4;
   return c;
 }
 

@@ -5,7 +5,7 @@ Usage (inside the virtualenv `make interop` creates):
   .venv-interop/bin/python tools/check_hf_export.py [--lat build/lat] [--text data/tinyshakespeare.txt]
                                                     [--keep DIR]
 
-Six checks, all on CPU in float32, each printing one line with its measured figures:
+Seven checks, all on CPU in float32, each printing one line with its measured figures:
   (a) lat -> transformers: trains tiny lat models (gdn and gated attention layers, GVA value
       heads, attention heads and head size apart from the linear layers', partial RoPE; zero-
       centred norms with tied embeddings, plain norms with untied ones), exports them with
@@ -34,6 +34,10 @@ Six checks, all on CPU in float32, each printing one line with its measured figu
       falls); transformers loads the run's `--format hf` export and its greedy text is lat's.
   (f) `lat tokenizer train` (bpe): AutoTokenizer on the directory it writes gives lat's ids on
       the training text and tests/data/multilingual.txt.
+  (g) granitemoehybrid (GraniteMoeHybridForCausalLM, dense): (a) for a lat-trained mamba2 +
+      attn model; (b) and (c) for random models with 2 groups of B and C (untied with RoPE and
+      an attention layer; tied, without RoPE, mamba layers only); and a model with attention
+      but no RoPE refused naming position_embedding_type.
 
 Logits match when max|lat - transformers| / max|transformers| < 1e-4. Exit 0 when every check
 passes; otherwise 1 with one line naming the first failure. transformers runs its PyTorch
@@ -41,10 +45,12 @@ path only when fla and causal_conv1d are not importable (it would call their GPU
 so the script refuses to run beside them.
 """
 import argparse
+import contextlib
 import importlib.util
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -100,25 +106,35 @@ def transformers_logits(model, ids):
         return model(torch.tensor([ids])).logits[0]
 
 
-def transformers_greedy(model, ids):
+def transformers_greedy(model, ids, use_cache=True):
     """(continuation ids, smallest top-1 minus top-2 gap / max|logit| over the steps) of model.generate."""
     import torch
 
+    if not use_cache:  # greedy by hand: a whole forward per step
+        sequence, margins = list(ids), []
+        with torch.no_grad():
+            for _ in range(NEW_TOKENS):
+                logits = model(torch.tensor([sequence])).logits[0, -1]
+                top = logits.topk(2).values
+                margins.append(((top[0] - top[1]) / logits.abs().max()).item())
+                sequence.append(int(logits.argmax()))
+        return sequence[len(ids):], min(margins)
     with torch.no_grad():
         out = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-                             max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False, use_cache=True,
+                             max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False, use_cache=use_cache,
                              output_scores=True, return_dict_in_generate=True)
     margin = min(((s[0].topk(2).values[0] - s[0].topk(2).values[1]) / s[0].abs().max()).item() for s in out.scores)
     return out.sequences[0, len(ids):].tolist(), margin
 
 
-def compare_model(name, lat, source, hf_dir, model, tokenizer, vocab, work, min_margin=0.0):
+def compare_model(name, lat, source, hf_dir, model, tokenizer, vocab, work, min_margin=0.0, use_cache=True):
     """Logits and greedy continuations of `model` (transformers, loaded from `hf_dir`) against
     lat's, on every prompt: lat's logits from `lat export --format hf --check-tokens` of
     `source` (computed from the export read back), its continuations from `lat generate` of
     `hf_dir`. `vocab` is lat's (entry i = id i). Greedy steps whose top two logits lie closer
     than `min_margin` (relative to the largest) fail the check: their order could turn on
-    rounding. Returns the figures for the report line."""
+    rounding. `use_cache` False: transformers generates without its cache. Returns the figures
+    for the report line."""
     index = {c: i for i, c in enumerate(vocab)}
     worst = {"logits": 0.0, "step": 0.0}
     margin = float("inf")
@@ -134,7 +150,7 @@ def compare_model(name, lat, source, hf_dir, model, tokenizer, vocab, work, min_
             worst[key] = max(worst[key], value)
             if not value < REL_TOL:
                 raise CheckFailed(f"{name}: prompt {k} {prompt!r}: {key} relative difference {value:.3g} >= {REL_TOL}")
-        hf_next, step_margin = transformers_greedy(model, ids)
+        hf_next, step_margin = transformers_greedy(model, ids, use_cache)
         margin = min(margin, step_margin)
         if step_margin < min_margin:
             raise CheckFailed(f"{name}: prompt {k}: a greedy step of transformers has its top two logits "
@@ -148,7 +164,8 @@ def compare_model(name, lat, source, hf_dir, model, tokenizer, vocab, work, min_
             raise CheckFailed(f"{name}: prompt {k}: greedy continuations differ at character {at}: "
                               f"lat {lat_text!r} vs transformers {hf_text!r} (smallest margin {step_margin:.3g})")
     return (f"max relative difference: logits {worst['logits']:.2e}, lat step-by-step {worst['step']:.2e}; "
-            f"greedy {NEW_TOKENS} x {len(PROMPTS)} identical (smallest margin {margin:.2e})")
+            f"greedy {NEW_TOKENS} x {len(PROMPTS)} identical{'' if use_cache else ' (transformers without cache)'} "
+            f"(smallest margin {margin:.2e})")
 
 
 # --- (a) lat -> transformers -------------------------------------------------------------
@@ -555,6 +572,165 @@ def check_trained_tokenizer(lat, work, text_path):
     return name, f"{type(auto).__name__} gives lat's ids on {Path(text_path).name} and {Path(MULTILINGUAL).name}"
 
 
+# --- (g) granitemoehybrid: lat -> transformers, transformers -> lat, round trip ------------
+
+GRANITE_LAT_CONFIG = """\
+model:
+  d_model: 48
+  n_layers: 3
+  n_heads: 2
+  layers: "mamba2,attn,mamba2"
+  tie_embeddings: false
+  attn:
+    n_heads: 4
+    head_dim: 12
+    n_kv_heads: 2
+  mamba:
+    d_state: 16
+    head_dim: 12
+    n_groups: 2
+    chunk_size: 16
+data:
+  path: text.txt
+  tokenizer: char
+  block_size: 64
+train:
+  batch_size: 4
+  max_steps: 20
+  lr: 1.0e-2
+  warmup: 5
+  eval_every: 0
+  eval_batches: 2
+  log_every: 10
+  ckpt_every: 1000
+  out_dir: run
+  seed: {seed}
+"""
+
+
+@contextlib.contextmanager
+def one_torch_thread():
+    """torch on one thread for the granite checks' tiny models: threads gain nothing there, and
+    on a busy machine their spin waits made each cached step's depthwise conv1d take 80 ms
+    instead of 0.1 ms."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def check_lat_to_granite(lat, work, text):
+    """A lat-trained mamba2 + attn model (2 groups of B and C, grouped-query attention with a
+    head size apart from d_model / heads) exported with `lat export --format hf` and loaded by
+    transformers as GraniteMoeHybridForCausalLM."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    name = "lat->transformers (granitemoehybrid, mamba2 + attn)"
+    run = work / "e_lat"
+    run.mkdir()
+    (run / "text.txt").write_text(text, encoding="utf-8")
+    (run / "config.yaml").write_text(GRANITE_LAT_CONFIG.replace("{seed}", str(SEED)), encoding="utf-8")
+    lat_run = Lat(lat.exe, run)
+    lat_run("train", "config.yaml")
+    vocab = lat_vocab(lat_run, run / "run", run / "lat_export")
+    hf_dir = run / "hf"
+    lat_run("export", "--checkpoint", run / "run", "--format", "hf", "--out", hf_dir)
+    model = AutoModelForCausalLM.from_pretrained(hf_dir, dtype="float32").eval()
+    tokenizer = AutoTokenizer.from_pretrained(hf_dir)
+    if type(model).__name__ != "GraniteMoeHybridForCausalLM":
+        raise CheckFailed(f"{name}: {hf_dir} loads as {type(model).__name__} ({model.config.model_type}), "
+                          "expected GraniteMoeHybridForCausalLM (granitemoehybrid)")
+    return name, compare_model(name, lat_run, run / "run", hf_dir, model, tokenizer, vocab, run)
+
+
+def granite_config(vocab_size, tie, rope, layer_types):
+    """Small dense granitemoehybrid dimensions that exercise every mapping: 8 mamba heads of 12
+    in 2 groups of B and C, grouped-query attention (4 heads, 2 kv heads) of head size 16 apart
+    from hidden_size / heads, attention_multiplier lat's 1/sqrt(head_dim), the other
+    multipliers 1."""
+    from transformers import GraniteMoeHybridConfig
+
+    return GraniteMoeHybridConfig(
+        vocab_size=vocab_size, hidden_size=48, intermediate_size=96, shared_intermediate_size=96,
+        num_hidden_layers=len(layer_types), layer_types=layer_types, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=16, attention_multiplier=16 ** -0.5, mamba_n_heads=8, mamba_d_head=12, mamba_n_groups=2,
+        mamba_d_state=16, mamba_d_conv=4, mamba_expand=2, mamba_chunk_size=16, num_local_experts=0,
+        position_embedding_type="rope" if rope else None, rms_norm_eps=1e-6, tie_word_embeddings=tie,
+        max_position_embeddings=32768, bos_token_id=None, eos_token_id=None, pad_token_id=None,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+
+
+def spread_granite_weights(model):
+    """spread_weights for granitemoehybrid: its norms scale by w (x * w), so they move around
+    one; the mamba layers' A_log, dt_bias, D and conv1d.bias are jittered."""
+    import torch
+
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("embed_tokens.weight"):
+                p.normal_(0.0, 0.25)
+            elif name.endswith("conv1d.weight"):
+                p.normal_(0.0, p.shape[-1] ** -0.5)
+            elif name.endswith("norm.weight") or name.endswith(".D"):
+                p.uniform_(0.5, 1.5)
+            elif name.endswith("A_log") or name.endswith("dt_bias") or name.endswith("conv1d.bias"):
+                p.uniform_(-1.0, 1.0)
+            elif p.dim() == 2:
+                p.normal_(0.0, p.shape[1] ** -0.5)
+            else:
+                raise CheckFailed(f"spread_granite_weights: no rule for parameter {name} {tuple(p.shape)}")
+
+
+def check_transformers_to_lat_granite(lat, work, vocab, tie, rope):
+    """A random GraniteMoeHybridForCausalLM saved with save_pretrained, read by lat: with RoPE a
+    mamba, attention, mamba stack; without (position_embedding_type null), mamba layers only,
+    since lat's attention always rotates."""
+    import torch
+    from transformers import AutoTokenizer, GraniteMoeHybridForCausalLM
+
+    layer_types = ["mamba", "attention", "mamba"] if rope else ["mamba", "mamba"]
+    name = (f"transformers->lat (granitemoehybrid, {'tied' if tie else 'untied'}, "
+            f"{'rope, ' if rope else 'no rope, '}{', '.join(layer_types)})")
+    base = work / f"e_{int(tie)}{int(rope)}"
+    torch.manual_seed(SEED)
+    model = GraniteMoeHybridForCausalLM(granite_config(len(vocab), tie, rope, layer_types)).float().eval()
+    spread_granite_weights(model)
+    hf_dir = base / "hf"
+    model.save_pretrained(hf_dir)
+    write_char_tokenizer(hf_dir, vocab)
+    tokenizer = AutoTokenizer.from_pretrained(hf_dir)
+    # transformers 5.24's hybrid cache asks an attention layer for the sequence length, so a
+    # model of mamba layers only runs (and generates) without it there.
+    use_cache = "attention" in layer_types
+    model.config.use_cache = use_cache
+    figures = compare_model(name, lat, hf_dir, hf_dir, model, tokenizer, vocab, base, min_margin=MIN_MARGIN,
+                            use_cache=use_cache)
+    return name, figures, hf_dir
+
+
+def check_granite_refusal(lat, work, vocab):
+    """A granitemoehybrid with attention layers and no RoPE: lat's attention always rotates, so
+    `--checkpoint DIR` refuses it naming position_embedding_type, and writes nothing."""
+    from transformers import GraniteMoeHybridForCausalLM
+
+    name = "refusal (granitemoehybrid, attention without rope)"
+    hf_dir = work / "e_norope" / "hf"
+    GraniteMoeHybridForCausalLM(granite_config(len(vocab), True, False, ["mamba", "attention"])).save_pretrained(hf_dir)
+    out = hf_dir.parent / "lat_hf"
+    result = subprocess.run([lat.exe, "export", "--checkpoint", str(hf_dir), "--format", "hf", "--out", str(out)],
+                            cwd=lat.cwd, capture_output=True, encoding="utf-8")
+    expected = ("position_embedding_type: null (lat's attention layers always apply RoPE; lat honours only \"rope\" "
+                "in a model with attention layers)")
+    if result.returncode == 0 or expected not in result.stderr or out.exists():
+        raise CheckFailed(f"{name}: expected a failing export naming {expected!r} and no {out}, got exit "
+                          f"{result.returncode}: {result.stderr.strip()!r}")
+    return name, f"exit {result.returncode}: {result.stderr.strip().splitlines()[-1]}"
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--lat", default="build/lat", help="the lat executable (default build/lat)")
@@ -588,6 +764,16 @@ def main():
                 name, figures, hf_dir = check_transformers_to_lat(lat, work, sorted(set(text)), tie)
                 print(f"ok  {name}: {figures}", flush=True)
                 name, figures = check_round_trip(lat, work, hf_dir)
+                print(f"ok  {name}: {figures}", flush=True)
+            with one_torch_thread():
+                name, figures = check_lat_to_granite(lat, work, text)
+                print(f"ok  {name}: {figures}", flush=True)
+                for tie, rope in ((False, True), (True, False)):
+                    name, figures, hf_dir = check_transformers_to_lat_granite(lat, work, sorted(set(text)), tie, rope)
+                    print(f"ok  {name}: {figures}", flush=True)
+                    name, figures = check_round_trip(lat, work, hf_dir)
+                    print(f"ok  {name}: {figures}", flush=True)
+                name, figures = check_granite_refusal(lat, work, sorted(set(text)))
                 print(f"ok  {name}: {figures}", flush=True)
             for kind in ("sentencepiece", "bpe", "bpe, saved by transformers"):
                 name, figures = check_subword_tokenizer(lat, work, text, kind)

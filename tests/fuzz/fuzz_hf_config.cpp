@@ -1,5 +1,5 @@
-// Fuzzes the Hugging Face config.json reader as `--checkpoint DIR` runs it on a Qwen3.5
-// directory: the input is written to a file, read by read_json_file, recognised by
+// Fuzzes the Hugging Face config.json reader as `--checkpoint DIR` runs it on a Qwen3.5 or
+// granitemoehybrid directory: the input is written to a file, read by read_json_file, recognised by
 // is_hf_config, translated by model_config_from_hf and the lat keys put through the config
 // validator (load_hf_model's steps before any weight is read). A lat::Error (ConfigError
 // included) is the expected answer to a bad file; anything else escaping, a crash, a sanitizer

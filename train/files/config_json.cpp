@@ -4,7 +4,8 @@
 #include "lat/error.h"
 #include "lat/version.h"
 #include "layers/swiglu.h"
-#include "train/files/hf_config.h"
+#include "train/files/hf_granite.h"
+#include "train/files/hf_qwen35.h"
 #include "train/files/json_file.h"
 
 namespace lat {
@@ -51,11 +52,12 @@ nlohmann::ordered_json model_config_json(const Config& config, int64_t vocab_siz
 nlohmann::json read_export_config_json(const std::string& path, const std::string& model_path) {
   nlohmann::json config = read_json_file(path, "the config beside '" + model_path + "'");
   // A Hugging Face config.json of another architecture reaches here too (hf_model_dir takes
-  // only Qwen3.5's): name its model_type rather than lat's key, which its writer never heard of.
+  // only its families'): name its model_type rather than lat's key, which its writer never heard of.
   if (config.is_object() && !config.contains("lat_config") && config.contains("model_type"))
     throw Error("load_model_weights: '" + path + "': model_type " + json_excerpt(config["model_type"]) +
-                ": expected \"" + kHfModelType +
-                "\" (a Hugging Face Qwen3_5ForCausalLM, the text model) or lat's own export (with 'lat_config')");
+                ": expected \"" + kQwen35ModelType +
+                "\" (a Hugging Face Qwen3_5ForCausalLM, the text model), \"" + kGraniteModelType +
+                "\" (GraniteMoeHybridForCausalLM) or lat's own export (with 'lat_config')");
   if (!config.is_object() || !config.contains("lat_config") || !config["lat_config"].is_string())
     throw Error("load_model_weights: '" + path +
                 "': no string 'lat_config' (the resolved lat config; written by lat export)");

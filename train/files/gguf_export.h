@@ -21,7 +21,7 @@ GgmlType parse_gguf_dtype(const std::string& name);
 
 /// Throws ConfigError "export --format gguf: ..." for the first thing of `model` (resolved)
 /// and `tokenizer` (for `vocab_size` embedding rows) that the chosen llama.cpp architecture
-/// cannot express (qwen35: what Qwen3.5 cannot (check_hf_expressible), a gdn value head dim
+/// cannot express (qwen35: what Qwen3.5 cannot (check_qwen35_expressible), a gdn value head dim
 /// other than its key head dim, layers of one kind only; granitehybrid: see gguf_granite.cpp),
 /// a model without a tokenizer (trained on token ids), or a tokenizer gguf_vocabulary refuses.
 void check_gguf_expressible(const ModelConfig& model, const std::optional<Tokenizer>& tokenizer, int64_t vocab_size);

@@ -31,7 +31,7 @@
 #include "layers/fused/rope.h"
 #include "layers/swiglu.h"
 #include "train/files/gguf_architecture.h"
-#include "train/files/hf_config.h"
+#include "train/files/hf_qwen35.h"
 #include "train/files/hf_weights.h"
 #include "train/text/format.h"
 
@@ -116,11 +116,11 @@ void tile_value_heads(std::vector<float>& data, int64_t rows, int64_t cols, Head
     }
 }
 
-/// What Qwen3.5 cannot express (check_hf_expressible, its text naming gguf), a gdn value head
+/// What Qwen3.5 cannot express (check_qwen35_expressible, its text naming gguf), a gdn value head
 /// dim other than the key head dim, or layers of one kind only (llama.cpp aborts on them).
 void check_qwen35(const ModelConfig& m) {
   try {
-    check_hf_expressible(m);
+    check_qwen35_expressible(m);
   } catch (const ConfigError& e) {
     std::string text = e.what();
     const std::string hf = "export --format hf";

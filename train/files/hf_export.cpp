@@ -1,4 +1,4 @@
-// Writing a Hugging Face Qwen3.5 directory (hf_export.h).
+// Writing a Hugging Face directory (hf_export.h).
 #include "train/files/hf_export.h"
 
 #include <filesystem>

@@ -1,7 +1,8 @@
-// `lat export --format hf`: a model as a Hugging Face Qwen3.5 directory (DESIGN.md "Interop"),
-// which transformers loads with AutoModelForCausalLM / AutoTokenizer.from_pretrained(DIR):
+// `lat export --format hf`: a model as a Hugging Face directory of its family (hf_config.h:
+// Qwen3.5 or granitemoehybrid; DESIGN.md "Interop"), which transformers loads with
+// AutoModelForCausalLM / AutoTokenizer.from_pretrained(DIR):
 //
-//   DIR/config.json               Qwen3_5ForCausalLM's config (hf_config.h)
+//   DIR/config.json               Qwen3_5ForCausalLM's or GraniteMoeHybridForCausalLM's config
 //   DIR/model.safetensors         transformers' names and layouts (hf_weights.h); __metadata__ format=pt
 //   DIR/generation_config.json    no special tokens
 //   DIR/tokenizer.json            char or byte tokenizer (hf_tokenizer.h), or a bpe tokenizer's own
@@ -32,7 +33,7 @@ inline constexpr const char* kTokenizerConfigFile = "tokenizer_config.json";
 
 namespace lat {
 
-/// Writes the files above for `w` (a model Qwen3.5 expresses: check_hf_expressible first, before
+/// Writes the files above for `w` (a model its family expresses: check_hf_expressible first, before
 /// creating `out_dir`) with `vocab_size` tokens into the existing directory `out_dir`, weights
 /// in `dtype`, and appends the paths written to `written` (model.safetensors first). Throws
 /// lat::Error naming a tensor of `w` that is missing or mis-shaped, or a file that cannot be

@@ -1,4 +1,4 @@
-// Reading a Hugging Face Qwen3.5 directory (hf_import.h).
+// Reading a Hugging Face directory (hf_import.h).
 #include "train/files/hf_import.h"
 
 #include <filesystem>

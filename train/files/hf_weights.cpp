@@ -5,7 +5,9 @@
 #include <map>
 
 #include "lat/error.h"
-#include "layers/swiglu.h"
+#include "train/files/hf_config.h"
+#include "train/files/hf_granite.h"
+#include "train/files/hf_qwen35.h"
 
 namespace lat {
 namespace {
@@ -14,20 +16,6 @@ int64_t numel_of(const std::vector<int64_t>& shape) {
   int64_t n = 1;
   for (int64_t s : shape) n *= s;
   return n;
-}
-
-/// A spec whose transformers tensor is one lat tensor of the same shape.
-HfTensorSpec renamed(const std::string& hf_name, const std::string& lat_name, std::vector<int64_t> shape,
-                     HfValues values = HfValues::same) {
-  return {hf_name, shape, {{lat_name, shape}}, values};
-}
-
-/// A spec whose transformers tensor stacks `parts` along dim 0.
-HfTensorSpec stacked(const std::string& hf_name, std::vector<HfTensorPart> parts) {
-  std::vector<int64_t> shape = parts.front().shape;
-  shape[0] = 0;
-  for (const HfTensorPart& p : parts) shape[0] += p.shape[0];
-  return {hf_name, shape, std::move(parts), HfValues::same};
 }
 
 bool is_skipped_hf_tensor(const std::string& name) {
@@ -54,6 +42,18 @@ void check_tied_lm_head(const Tensor& lm_head, const Tensor& embeddings, const s
 
 }  // namespace
 
+HfTensorSpec hf_renamed(const std::string& hf_name, const std::string& lat_name, std::vector<int64_t> shape,
+                        HfValues values) {
+  return {hf_name, shape, {{lat_name, shape}}, values};
+}
+
+HfTensorSpec hf_stacked(const std::string& hf_name, std::vector<HfTensorPart> parts) {
+  std::vector<int64_t> shape = parts.front().shape;
+  shape[0] = 0;
+  for (const HfTensorPart& p : parts) shape[0] += p.shape[0];
+  return {hf_name, shape, std::move(parts), HfValues::same};
+}
+
 std::map<std::string, std::string> hf_tensor_labels(const ModelConfig& m, int64_t vocab_size) {
   std::map<std::string, std::string> labels;
   for (const HfTensorSpec& spec : hf_tensor_layout(m, vocab_size)) {
@@ -72,60 +72,14 @@ std::map<std::string, std::string> hf_tensor_labels(const ModelConfig& m, int64_
 }
 
 std::vector<HfTensorSpec> hf_tensor_layout(const ModelConfig& m, int64_t vocab_size) {
-  const int64_t d = m.d_model;
-  const int64_t hidden = swiglu_hidden_size(d, m.mlp_ratio, m.intermediate_size);
-  const int64_t key_dim = m.n_heads * m.head_dim;                     // H*K
-  const int64_t value_dim = m.linear.n_v_heads * value_head_dim(m);  // Hv*V
-  const int64_t Hv = m.linear.n_v_heads, conv = m.linear.conv_size;
-  const int64_t Ha = m.attn.n_heads, Da = m.attn.head_dim, Hkv = m.attn.n_kv_heads;
-  const int64_t q_rows = Ha * Da * (m.attn.output_gate ? 2 : 1);
-  const HfValues norm = HfValues::zero_centred_norm;
-
-  std::vector<HfTensorSpec> specs;
-  specs.push_back(renamed("model.embed_tokens.weight", "embeddings.weight", {vocab_size, d}));
-  const std::vector<std::string> kinds = layer_mixers(m);
-  for (size_t i = 0; i < kinds.size(); ++i) {
-    const std::string hf = "model.layers." + std::to_string(i) + ".";
-    const std::string lat = "layers." + std::to_string(i) + ".";
-    specs.push_back(renamed(hf + "input_layernorm.weight", lat + "attn_norm.weight", {d}, norm));
-    if (kinds[i] == "gdn") {
-      const std::string h = hf + "linear_attn.", a = lat + "attn.";
-      specs.push_back(stacked(h + "in_proj_qkv.weight", {{a + "q_proj.weight", {key_dim, d}},
-                                                         {a + "k_proj.weight", {key_dim, d}},
-                                                         {a + "v_proj.weight", {value_dim, d}}}));
-      specs.push_back(stacked(h + "conv1d.weight", {{a + "q_conv1d.weight", {key_dim, 1, conv}},
-                                                    {a + "k_conv1d.weight", {key_dim, 1, conv}},
-                                                    {a + "v_conv1d.weight", {value_dim, 1, conv}}}));
-      specs.push_back(renamed(h + "in_proj_z.weight", a + "g_proj.weight", {value_dim, d}));
-      specs.push_back(renamed(h + "in_proj_a.weight", a + "a_proj.weight", {Hv, d}));
-      specs.push_back(renamed(h + "in_proj_b.weight", a + "b_proj.weight", {Hv, d}));
-      specs.push_back(renamed(h + "A_log", a + "A_log", {Hv}));
-      specs.push_back(renamed(h + "dt_bias", a + "dt_bias", {Hv}));
-      specs.push_back(renamed(h + "norm.weight", a + "o_norm.weight", {value_head_dim(m)}));
-      specs.push_back(renamed(h + "out_proj.weight", a + "o_proj.weight", {d, value_dim}));
-    } else {
-      const std::string h = hf + "self_attn.", a = lat + "attn.";
-      specs.push_back(renamed(h + "q_proj.weight", a + "q_proj.weight", {q_rows, d}));
-      specs.push_back(renamed(h + "k_proj.weight", a + "k_proj.weight", {Hkv * Da, d}));
-      specs.push_back(renamed(h + "v_proj.weight", a + "v_proj.weight", {Hkv * Da, d}));
-      specs.push_back(renamed(h + "o_proj.weight", a + "o_proj.weight", {d, Ha * Da}));
-      specs.push_back(renamed(h + "q_norm.weight", a + "q_norm.weight", {Da}, norm));
-      specs.push_back(renamed(h + "k_norm.weight", a + "k_norm.weight", {Da}, norm));
-    }
-    specs.push_back(renamed(hf + "post_attention_layernorm.weight", lat + "mlp_norm.weight", {d}, norm));
-    specs.push_back(renamed(hf + "mlp.gate_proj.weight", lat + "mlp.gate_proj.weight", {hidden, d}));
-    specs.push_back(renamed(hf + "mlp.up_proj.weight", lat + "mlp.up_proj.weight", {hidden, d}));
-    specs.push_back(renamed(hf + "mlp.down_proj.weight", lat + "mlp.down_proj.weight", {d, hidden}));
-  }
-  specs.push_back(renamed("model.norm.weight", "norm.weight", {d}, norm));
-  if (!m.tie_embeddings) specs.push_back(renamed("lm_head.weight", "lm_head.weight", {vocab_size, d}));
-  return specs;
+  return hf_family_of(m) == HfFamily::granite ? granite_tensor_layout(m, vocab_size)
+                                              : qwen35_tensor_layout(m, vocab_size);
 }
 
 NamedTensors hf_tensors_from_lat(const ModelConfig& m, int64_t vocab_size, const NamedTensors& tensors,
                                  const std::string& source) {
   const std::map<std::string, const Tensor*> lat = by_name(tensors);
-  const bool shift = !m.norm_zero_centered;
+  const bool zero_centred = m.norm_zero_centered;
   NamedTensors out;
   for (const HfTensorSpec& spec : hf_tensor_layout(m, vocab_size)) {
     std::vector<float> data;
@@ -140,9 +94,11 @@ NamedTensors hf_tensors_from_lat(const ModelConfig& m, int64_t vocab_size, const
       const std::vector<float> values = it->second->to_vector<float>();
       data.insert(data.end(), values.begin(), values.end());
     }
-    // lat scales by w, transformers by 1 + w.
-    if (spec.values == HfValues::zero_centred_norm && shift)
+    // lat scales by 1 + w where model.norm_zero_centered, else by w.
+    if (spec.values == HfValues::zero_centred_norm && !zero_centred)
       for (float& w : data) w -= 1.0f;
+    if (spec.values == HfValues::plain_norm && zero_centred)
+      for (float& w : data) w += 1.0f;
     out.emplace_back(spec.hf_name, Tensor::from_vector(data, spec.shape));
   }
   return out;
@@ -151,9 +107,11 @@ NamedTensors hf_tensors_from_lat(const ModelConfig& m, int64_t vocab_size, const
 NamedTensors lat_tensors_from_hf(const ModelConfig& m, int64_t vocab_size, const NamedTensors& tensors,
                                  const std::string& source) {
   std::map<std::string, const Tensor*> hf = by_name(tensors);
-  LAT_CHECK(m.norm_zero_centered, "lat_tensors_from_hf: expected a model with model.norm_zero_centered");
   NamedTensors out;
   for (const HfTensorSpec& spec : hf_tensor_layout(m, vocab_size)) {
+    // The import reads the family's norm convention into model.norm_zero_centered.
+    LAT_CHECK(spec.values != (m.norm_zero_centered ? HfValues::plain_norm : HfValues::zero_centred_norm),
+              "lat_tensors_from_hf: '" << spec.hf_name << "' is in the other norm convention than the model's");
     auto it = hf.find(spec.hf_name);
     LAT_CHECK(it != hf.end(), "load_model_weights: '" << source << "' has no tensor '" << spec.hf_name
                                                       << "' (expected " << shape_str(spec.shape)

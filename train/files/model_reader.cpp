@@ -138,7 +138,7 @@ ModelWeights load_h5_from(const std::string& path, PartSources& sources) {
   return load_h5(path);
 }
 
-/// A Hugging Face Qwen3.5 directory (hf_import.h).
+/// A Hugging Face directory (hf_import.h).
 ModelWeights load_hf_from(const std::string& dir, PartSources& sources) {
   HfModel hf = load_hf_model(dir);
   ModelWeights w;
