@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "data/sentencepiece_proto.h"
 #include "data/sentencepiece_tokenizer.h"
 #include "tests/expect_error.h"
 #include "tests/hf_test_model.h"
@@ -22,6 +23,7 @@
 #include "train/config/model_config.h"
 #include "train/files/checkpoint.h"
 #include "train/files/export.h"
+#include "train/files/hf_tokenizer.h"
 #include "train/files/model_reader.h"
 #include "train/files/tokenizer_files.h"
 #include "train/inference/info.h"
@@ -156,6 +158,47 @@ TEST_F(SubwordModelFilesTest, HfExportWritesTheModelFileAndATokenizerConfigForIt
   EXPECT_EQ(config["clean_up_tokenization_spaces"], false);
   const lat::ModelWeights w = lat::load_model_weights(path("hf"));
   expect_same_tokenizer(lat::checkpoint_tokenizer(w.checkpoint));
+}
+
+// The proto fields the other formats need, read from the fixture's .model (trained above with
+// a dummy prefix, sentencepiece's default).
+TEST_F(SubwordModelFilesTest, ProtoFieldsAreTheTrainersOptions) {
+  const lat::SentencePieceProto proto = lat::read_sentencepiece_proto(model_bytes_);
+  ASSERT_EQ(proto.pieces.size(), 320u);
+  EXPECT_EQ(proto.pieces[0].piece, "<unk>");
+  EXPECT_EQ(proto.pieces[0].type, 2);  // UNKNOWN
+  EXPECT_EQ(proto.pieces[3].piece, "<0x00>");
+  EXPECT_EQ(proto.pieces[3].type, 6);  // BYTE
+  EXPECT_EQ(proto.model_type, lat::SentencePieceModelType::bpe);
+  EXPECT_TRUE(proto.byte_fallback);
+  EXPECT_EQ(proto.normalizer_name, "identity");
+  EXPECT_FALSE(proto.precompiled_charsmap);
+  EXPECT_TRUE(proto.add_dummy_prefix);
+  EXPECT_FALSE(proto.remove_extra_whitespaces);
+  EXPECT_TRUE(proto.escape_whitespaces);
+  EXPECT_FALSE(lat::llama_tokenizer_reproduces(proto));
+  lat::testing::expect_error([&] { lat::read_sentencepiece_proto(model_bytes_.substr(0, 40)); },
+                             {"SentencePiece model: a field runs past the end"});
+}
+
+// A model as `lat tokenizer train` writes it (no dummy prefix) gets LlamaTokenizer, which
+// decodes byte-fallback pieces to their bytes; SentencePieceBackend (the fixture's export
+// above) would print "<0x0A>" for a newline.
+TEST_F(SubwordModelFilesTest, HfExportOfALatTrainedModelNamesLlamaTokenizer) {
+  const auto status = sentencepiece::SentencePieceTrainer::Train(
+      "--input=" + path("corpus.txt") + " --model_prefix=" + path("lat_like") +
+      " --vocab_size=320 --model_type=bpe --byte_fallback=true --remove_extra_whitespaces=false"
+      " --add_dummy_prefix=false --character_coverage=1.0 --normalization_rule_name=identity"
+      " --num_threads=1 --minloglevel=2");
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  const std::string bytes = read_bytes(path("lat_like.model"));
+  EXPECT_TRUE(lat::llama_tokenizer_reproduces(lat::read_sentencepiece_proto(bytes)));
+  const auto model = lat::sentencepiece_model(bytes, path("lat_like.model"));
+  const nlohmann::ordered_json config = lat::hf_subword_tokenizer_config_json(*model);
+  EXPECT_EQ(config, lat::sentencepiece_llama_tokenizer_config());
+  EXPECT_EQ(config["tokenizer_class"], "LlamaTokenizer");
+  EXPECT_EQ(config["legacy"], false);
+  EXPECT_EQ(config["add_prefix_space"], false);
 }
 
 TEST_F(SubwordModelFilesTest, InfoNamesTheTokenizer) {

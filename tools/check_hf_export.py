@@ -569,7 +569,14 @@ def check_trained_tokenizer(lat, work, text_path):
             at = next((i for i, (a, b) in enumerate(zip(ids, expected)) if a != b), min(len(ids), len(expected)))
             raise CheckFailed(f"{name}: {path.name}: ids differ at {at}: lat {ids[at:at + 8]} vs "
                               f"{type(auto).__name__} {expected[at:at + 8]}")
-    return name, f"{type(auto).__name__} gives lat's ids on {Path(text_path).name} and {Path(MULTILINGUAL).name}"
+    # Characters neither file holds come out of byte-fallback pieces, which transformers must
+    # decode to their bytes, not to their names ("<0xE2>").
+    rare = "a snowman \u2603, a clef \U0001D11E\n\n  two  spaces\tand a tab\n"
+    ids = [int(x) for x in lat("tokenizer", "encode", "--tokenizer", out, "--text", rare).split()]
+    if auto.decode(ids) != rare:
+        raise CheckFailed(f"{name}: {type(auto).__name__}.decode of lat's ids of {rare!r} gives {auto.decode(ids)!r}")
+    return name, (f"{type(auto).__name__} gives lat's ids on {Path(text_path).name} and {Path(MULTILINGUAL).name} "
+                  f"and decodes byte-fallback pieces to their text")
 
 
 # --- (g) granitemoehybrid: lat -> transformers, transformers -> lat, round trip ------------

@@ -1,12 +1,12 @@
 // lat tokenizers as llama.cpp tokenizer metadata (gguf_tokenizer.h).
 #include "train/files/gguf_tokenizer.h"
 
-#include <cstring>
 #include <map>
 #include <optional>
 
 #include <nlohmann/json.hpp>
 
+#include "data/sentencepiece_proto.h"
 #include "data/subword_model.h"
 #include "data/utf8.h"
 #include "lat/error.h"
@@ -157,122 +157,30 @@ GgufVocabulary bpe_vocabulary(const SubwordModel& model) {
   return v;
 }
 
-/// Walks the fields of one protobuf message in wire format (the bytes libsentencepiece already
-/// accepted as a ModelProto): varints, 32- and 64-bit values, length-delimited bytes.
-class ProtoFields {
- public:
-  explicit ProtoFields(std::string_view bytes) : bytes_(bytes) {}
-
-  struct Field {
-    uint32_t number = 0, wire_type = 0;
-    uint64_t value = 0;      // varint, fixed32 or fixed64 bits
-    std::string_view bytes;  // length-delimited
-  };
-
-  /// The next field, or false at the end. Throws lat::Error for malformed bytes.
-  bool next(Field& f) {
-    if (pos_ >= bytes_.size()) return false;
-    const uint64_t key = varint();
-    f.number = static_cast<uint32_t>(key >> 3);
-    f.wire_type = static_cast<uint32_t>(key & 7);
-    f.bytes = {};
-    switch (f.wire_type) {
-      case 0: f.value = varint(); break;
-      case 1: f.value = fixed(8); break;
-      case 5: f.value = fixed(4); break;
-      case 2: {
-        const uint64_t n = varint();
-        LAT_CHECK(n <= bytes_.size() - pos_, "gguf_vocabulary: SentencePiece model: a field runs past the end");
-        f.bytes = bytes_.substr(pos_, n);
-        pos_ += n;
-        break;
-      }
-      default: LAT_CHECK(false, "gguf_vocabulary: SentencePiece model: wire type " << f.wire_type << " unexpected");
-    }
-    return true;
-  }
-
- private:
-  uint64_t varint() {
-    uint64_t v = 0;
-    for (int shift = 0; shift < 64; shift += 7) {
-      LAT_CHECK(pos_ < bytes_.size(), "gguf_vocabulary: SentencePiece model: a varint runs past the end");
-      const auto b = static_cast<uint8_t>(bytes_[pos_++]);
-      v |= static_cast<uint64_t>(b & 0x7f) << shift;
-      if ((b & 0x80) == 0) return v;
-    }
-    LAT_CHECK(false, "gguf_vocabulary: SentencePiece model: a varint longer than 10 bytes");
-    return 0;
-  }
-  uint64_t fixed(size_t n) {
-    LAT_CHECK(n <= bytes_.size() - pos_, "gguf_vocabulary: SentencePiece model: a value runs past the end");
-    uint64_t v = 0;
-    for (size_t i = 0; i < n; ++i) v |= static_cast<uint64_t>(static_cast<uint8_t>(bytes_[pos_ + i])) << (8 * i);
-    pos_ += n;
-    return v;
-  }
-
-  std::string_view bytes_;
-  size_t pos_ = 0;
-};
-
-/// A SentencePiece .model (sentencepiece_model.proto's ModelProto: pieces = 1 {piece = 1,
-/// score = 2, type = 3}, trainer_spec = 2 {model_type = 3}, normalizer_spec = 3 {name = 1,
-/// precompiled_charsmap = 2, add_dummy_prefix = 3, remove_extra_whitespaces = 4,
-/// escape_whitespaces = 5}) as llama.cpp's "llama" tokenizer: the piece types are llama.cpp's
+/// A SentencePiece .model as llama.cpp's "llama" tokenizer: the piece types are llama.cpp's
 /// token types. That tokenizer merges adjacent pieces by score, as SentencePiece's BPE (and
 /// char) models do, escapes spaces always and normalizes nothing.
 GgufVocabulary sentencepiece_vocabulary(const SubwordModel& model) {
+  const SentencePieceProto proto = read_sentencepiece_proto(model.file_contents());
   GgufVocabulary v;
   v.model = "llama";
-  int64_t model_type = 1;  // unigram, the proto's default
-  std::string normalizer;
-  bool charsmap = false, escape_whitespaces = true;
-  v.add_space_prefix = true;
-  v.remove_extra_whitespaces = true;
-  ProtoFields top(model.file_contents());
-  ProtoFields::Field f;
-  while (top.next(f)) {
-    if (f.number == 1 && f.wire_type == 2) {
-      std::string piece;
-      float score = 0.0f;
-      int32_t type = static_cast<int32_t>(GgufTokenType::normal);
-      ProtoFields fields(f.bytes);
-      ProtoFields::Field p;
-      while (fields.next(p)) {
-        if (p.number == 1 && p.wire_type == 2) piece = std::string(p.bytes);
-        if (p.number == 2 && p.wire_type == 5) std::memcpy(&score, &p.value, sizeof(score));
-        if (p.number == 3 && p.wire_type == 0) type = static_cast<int32_t>(p.value);
-      }
-      v.tokens.push_back(piece);
-      v.scores.push_back(score);
-      v.token_types.push_back(type);
-    } else if (f.number == 2 && f.wire_type == 2) {
-      ProtoFields fields(f.bytes);
-      ProtoFields::Field t;
-      while (fields.next(t))
-        if (t.number == 3 && t.wire_type == 0) model_type = static_cast<int64_t>(t.value);
-    } else if (f.number == 3 && f.wire_type == 2) {
-      ProtoFields fields(f.bytes);
-      ProtoFields::Field n;
-      while (fields.next(n)) {
-        if (n.number == 1 && n.wire_type == 2) normalizer = std::string(n.bytes);
-        if (n.number == 2 && n.wire_type == 2) charsmap = !n.bytes.empty();
-        if (n.number == 3 && n.wire_type == 0) v.add_space_prefix = n.value != 0;
-        if (n.number == 4 && n.wire_type == 0) v.remove_extra_whitespaces = n.value != 0;
-        if (n.number == 5 && n.wire_type == 0) escape_whitespaces = n.value != 0;
-      }
-    }
+  v.add_space_prefix = proto.add_dummy_prefix;
+  v.remove_extra_whitespaces = proto.remove_extra_whitespaces;
+  for (const SentencePieceProto::Piece& piece : proto.pieces) {
+    v.tokens.push_back(piece.piece);
+    v.scores.push_back(piece.score);
+    v.token_types.push_back(piece.type);
   }
   const std::string who = std::string(kWho) + "sentencepiece: ";
-  if (model_type != 2 && model_type != 4)
-    throw ConfigError(who + (model_type == 1 ? "a unigram" : "a word") +
+  using Type = SentencePieceModelType;
+  if (proto.model_type != Type::bpe && proto.model_type != Type::character)
+    throw ConfigError(who + (proto.model_type == Type::unigram ? "a unigram" : "a word") +
                       " model: llama.cpp's llama tokenizer merges pieces by score, as SentencePiece's bpe and char "
                       "models do (expected model_type bpe)");
-  if (charsmap)
-    throw ConfigError(who + "normalization rule '" + normalizer +
+  if (proto.precompiled_charsmap)
+    throw ConfigError(who + "normalization rule '" + proto.normalizer_name +
                       "': llama.cpp's llama tokenizer does not normalize text (expected identity)");
-  if (!escape_whitespaces)
+  if (!proto.escape_whitespaces)
     throw ConfigError(who +
                       "escape_whitespaces false: llama.cpp's llama tokenizer always spells spaces as U+2581 "
                       "(expected true)");

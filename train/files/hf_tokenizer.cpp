@@ -4,6 +4,7 @@
 #include <array>
 #include <map>
 
+#include "data/sentencepiece_proto.h"
 #include "lat/error.h"
 
 namespace lat {
@@ -104,6 +105,8 @@ nlohmann::ordered_json hf_tokenizer_config_json() {
 nlohmann::ordered_json hf_subword_tokenizer_config_json(const SubwordModel& model) {
   nlohmann::ordered_json j;
   if (model.type() == "sentencepiece") {
+    if (llama_tokenizer_reproduces(read_sentencepiece_proto(model.file_contents())))
+      return sentencepiece_llama_tokenizer_config();
     j["tokenizer_class"] = "SentencePieceBackend";
   } else {
     j["tokenizer_class"] = "PreTrainedTokenizerFast";
@@ -122,6 +125,16 @@ nlohmann::ordered_json hf_subword_tokenizer_config_json(const SubwordModel& mode
   j["clean_up_tokenization_spaces"] = false;
   j["model_input_names"] = {"input_ids", "attention_mask"};
   return j;
+}
+
+nlohmann::ordered_json sentencepiece_llama_tokenizer_config() {
+  return {
+      {"tokenizer_class", "LlamaTokenizer"}, {"add_bos_token", false},
+      {"add_eos_token", false},              {"add_prefix_space", false},
+      {"legacy", false},                     {"split_special_tokens", true},
+      {"clean_up_tokenization_spaces", false}, {"unk_token", "<unk>"},
+      {"bos_token", "<s>"},                  {"eos_token", "</s>"},
+  };
 }
 
 std::optional<Tokenizer> tokenizer_from_hf_json(const nlohmann::json& j, std::string& why_not) {

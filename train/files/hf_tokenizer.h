@@ -26,11 +26,20 @@ nlohmann::ordered_json hf_tokenizer_config_json();
 /// tokenizer_config.json beside a subword tokenizer's own file, so that AutoTokenizer gives
 /// lat's ids: for bpe (tokenizer.json) PreTrainedTokenizerFast with no BOS/EOS added, no
 /// clean-up of spaces, and the tokens the file's added_tokens mark special named in
-/// extra_special_tokens; for sentencepiece (tokenizer.model) SentencePieceBackend, which runs
-/// libsentencepiece itself (a converted fast tokenizer rewrites the model's normalizer), with
-/// no special tokens named (transformers would split "<s>" out of the text, sentencepiece
-/// does not).
+/// extra_special_tokens; for sentencepiece (tokenizer.model)
+/// sentencepiece_llama_tokenizer_config() where LlamaTokenizer reproduces the model
+/// (llama_tokenizer_reproduces: what `lat tokenizer train` writes), else SentencePieceBackend,
+/// which runs libsentencepiece itself (a converted fast tokenizer rewrites the model's
+/// normalizer) but decodes byte-fallback pieces as their names ("<0x0A>"), with no special
+/// tokens named (transformers would split "<s>" out of the text, sentencepiece does not).
+/// Throws lat::Error for a .model that is not protobuf wire format.
 nlohmann::ordered_json hf_subword_tokenizer_config_json(const SubwordModel& model);
+
+/// tokenizer_config.json for a SentencePiece bpe model llama_tokenizer_reproduces:
+/// LlamaTokenizer runs it exactly as sentencepiece does once told to add nothing (no BOS/EOS,
+/// no prefix "▁", not the legacy handling) and to read "<s>" in a text as characters, as
+/// sentencepiece does; it decodes byte-fallback pieces to their bytes.
+nlohmann::ordered_json sentencepiece_llama_tokenizer_config();
 
 /// The lat tokenizer a tokenizer.json of one of the two forms above describes; nullopt for any
 /// other tokenizer, with the first difference in `why_not` (e.g. "model.merges is not empty").

@@ -15,6 +15,7 @@
 #include "lat/error.h"
 #include "train/config/config_types.h"
 #include "train/files/atomic_file.h"
+#include "train/files/hf_tokenizer.h"
 
 namespace lat {
 
@@ -167,20 +168,6 @@ std::string number_after(const std::string& message, const std::string& marker) 
   throw Error(std::string(kWho) + ": sentencepiece refused to train: " + message);
 }
 
-/// tokenizer_config.json for transformers: LlamaTokenizer runs a bpe .model exactly as
-/// sentencepiece does once told to add nothing (no BOS/EOS, no prefix "▁", not the legacy
-/// handling) and to read "<s>" in a text as characters, as sentencepiece does.
-std::string tokenizer_config_json() {
-  nlohmann::ordered_json config = {
-      {"tokenizer_class", "LlamaTokenizer"}, {"add_bos_token", false},
-      {"add_eos_token", false},              {"add_prefix_space", false},
-      {"legacy", false},                     {"split_special_tokens", true},
-      {"clean_up_tokenization_spaces", false}, {"unk_token", "<unk>"},
-      {"bos_token", "<s>"},                  {"eos_token", "</s>"},
-  };
-  return config.dump(2) + "\n";
-}
-
 /// A new empty directory beside `out_dir` that rename() can move onto it.
 fs::path make_staging_dir(const std::string& out_dir) {
   const fs::path out = absolute_out_dir(out_dir);
@@ -222,7 +209,8 @@ void train_tokenizer(const TokenizerTrainOptions& options) {
     // transformers has no class that runs a unigram .model as sentencepiece does (its
     // conversion adds a "▁" prefix, splits at whitespace and appends </s>): no config then.
     if (options.model_type == "bpe")
-      write_text_atomically((staging / "tokenizer_config.json").string(), tokenizer_config_json(), kWho);
+      write_text_atomically((staging / "tokenizer_config.json").string(),
+                            sentencepiece_llama_tokenizer_config().dump(2) + "\n", kWho);
     std::error_code ec;
     fs::rename(staging, options.out_dir, ec);
     if (ec)
