@@ -1,7 +1,8 @@
 // Fuzzes the SentencePiece reader: the input is taken as a .model file's bytes by
 // sentencepiece_model (as data.tokenizer and --tokenizer read one); a model that loads must
 // encode a multilingual text to ids inside its vocabulary, and decode those ids and each of its
-// first ids without failing. A lat::Error is the expected answer to a bad file; anything else
+// first ids without failing; its proto fields (read_sentencepiece_proto, as the GGUF and Hugging
+// Face exports read them) must read or be refused. A lat::Error is the expected answer to a bad file; anything else
 // escaping, a crash, a sanitizer report, a hang or a huge allocation is a finding.
 #include <algorithm>
 #include <cstddef>
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "data/sentencepiece_proto.h"
 #include "data/sentencepiece_tokenizer.h"
 #include "lat/error.h"
 
@@ -43,6 +45,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     model->decode(ids);
     for (int64_t id = 0; id < std::min(model->vocab_size(), kMaxIdsDecoded); ++id) model->decode({id});
+  } catch (const lat::Error&) {
+  }
+  try {
+    const lat::SentencePieceProto proto = lat::read_sentencepiece_proto(model->file_contents());
+    lat::llama_tokenizer_reproduces(proto);
   } catch (const lat::Error&) {
   }
   return 0;
