@@ -127,7 +127,9 @@ void check_attention_multiplier(HfConfigReader& r, int64_t head_dim) {
 /// One bound of time_step_limit: a number, or transformers' tagged infinity.
 std::optional<double> time_step_bound(const nlohmann::json& v) {
   if (v.is_number()) return v.get<double>();
-  if (v == json_infinity()) return std::numeric_limits<double>::infinity();
+  // Compared as the tagged object's one member: json and ordered_json do not compare directly.
+  if (v.is_object() && v.size() == 1 && v.value("__float__", "") == "Infinity")
+    return std::numeric_limits<double>::infinity();
   return std::nullopt;
 }
 
