@@ -5,7 +5,9 @@
 
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <sstream>
+#include <tuple>
 
 #include "data/dataset.h"
 #include "data/parallel_encode.h"
@@ -16,6 +18,7 @@
 #include "lat/ops.h"
 #include "sentencepiece_testing.h"
 #include "test_files.h"
+#include "tests/lat_command.h"
 
 namespace {
 
@@ -212,6 +215,62 @@ TEST_F(TokenCacheFiles, LoadDataReusesAWholeCacheAndRebuildsAStaleOrDamagedOne) 
 
   // Without a cache directory nothing is looked up.
   EXPECT_FALSE(lat::load_data(options, sp).token_cache.has_value());
+}
+
+// The losses of a run's metrics.jsonl, in order: (step, "loss" or "val_loss", value).
+std::vector<std::tuple<int64_t, std::string, double>> losses_of(const std::string& metrics_path) {
+  std::vector<std::tuple<int64_t, std::string, double>> losses;
+  std::istringstream lines(read_bytes(metrics_path));
+  for (std::string line; std::getline(lines, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    for (const char* key : {"loss", "val_loss"})
+      if (j.contains(key)) losses.emplace_back(j["step"].get<int64_t>(), key, j[key].get<double>());
+  }
+  return losses;
+}
+
+// lat train on a cache whose one id was changed within the vocabulary (in the val split, which
+// the final eval scores whole): the damage is logged, the text encoded again, the cache rewritten
+// as a fresh run writes it, and every loss equals the fresh run's.
+TEST_F(TokenCacheFiles, ATrainRunOnACacheWithAChangedIdEqualsAFreshRun) {
+  const std::string corpus = write("corpus.txt", lat::testing::multilingual_lines(400));
+  const std::string model_path = lat::testing::train_sentencepiece(corpus, path("sp"), 400);
+  const Tokenizer sp = Tokenizer::subword(lat::sentencepiece_model(read_bytes(model_path), model_path));
+  const auto config = [&](const std::string& run) {
+    return write(run + ".yaml", "model: {d_model: 16, n_layers: 1, n_heads: 2, layers: \"attn\"}\n"
+                                "data: {path: '" + corpus + "', tokenizer: '" + model_path + "', block_size: 16}\n"
+                                "train: {batch_size: 2, max_steps: 2, warmup: 1, eval_every: 0, log_every: 1,"
+                                " out_dir: '" + path(run) + "', threads: 1}\n");
+  };
+  std::filesystem::create_directories(path("capture"));
+  const lat::testing::CliResult fresh = lat::testing::run_lat_captured("train '" + config("fresh") + "'", path("capture"));
+  ASSERT_EQ(fresh.exit_code, 0) << fresh.err;
+  const std::string name = TokenCacheKey::of(read_bytes(corpus), sp).file_name();
+  const std::string whole = read_bytes(path("fresh") + "/" + name);
+
+  const std::vector<int64_t> ids = sp.encode(read_bytes(corpus));
+  size_t i = ids.size() - 1;  // the last id whose low bit may flip inside the vocabulary
+  while ((ids[i] ^ 1) >= sp.vocab_size()) --i;
+  ASSERT_GT(i, ids.size() * 9 / 10 + 1);  // a val target
+  std::string flipped = whole;
+  flipped[lat::kTokenCacheHeaderBytes + 2 * i] ^= 1;
+  std::filesystem::create_directories(path("damaged"));
+  const std::string damaged_cache = path("damaged") + "/" + name;
+  lat::testing::write_bytes(damaged_cache, flipped);
+
+  const lat::testing::CliResult damaged =
+      lat::testing::run_lat_captured("train '" + config("damaged") + "'", path("capture"));
+  ASSERT_EQ(damaged.exit_code, 0) << damaged.err;
+  EXPECT_TRUE(lat::testing::contains(damaged.out + damaged.err, "token cache: " + damaged_cache +
+                                                                     " is damaged (ids do not match their checksum: "
+                                                                     "stored crc32 "))
+      << damaged.out << damaged.err;
+  EXPECT_TRUE(lat::testing::contains(damaged.out + damaged.err, "): encoded the text again")) << damaged.err;
+  EXPECT_TRUE(read_bytes(damaged_cache) == whole) << "the cache is rewritten as the fresh run wrote it";
+  const auto fresh_losses = losses_of(path("fresh") + "/metrics.jsonl");
+  ASSERT_FALSE(fresh_losses.empty());
+  EXPECT_EQ(std::get<1>(fresh_losses.back()), "val_loss");
+  EXPECT_EQ(losses_of(path("damaged") + "/metrics.jsonl"), fresh_losses);
 }
 
 TEST(ParallelEncode, NewlineCutsFallJustAfterANewlineBeforeNonWhitespace) {
