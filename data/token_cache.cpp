@@ -47,7 +47,7 @@ T get(std::string_view bytes, size_t offset) {
   return value;
 }
 
-// `crc` as 8 lowercase hex digits, as checksum messages elsewhere write it.
+// `crc` as 8 lowercase hex digits, as train/files/checksum.h writes it (data/ does not depend on train/).
 std::string hex8(uint32_t crc) {
   char hex[9];
   std::snprintf(hex, sizeof hex, "%08x", crc);
@@ -119,8 +119,8 @@ std::vector<int32_t> parse_token_cache(std::string_view bytes, const TokenCacheK
                                << " bytes follow it");
   const uint32_t stored_crc = get<uint32_t>(bytes, 40);
   const uint32_t actual_crc = crc32_of_bytes(bytes.substr(kTokenCacheHeaderBytes));
-  LAT_CHECK(stored_crc == actual_crc, "ids do not match their checksum: stored crc32 " << hex8(stored_crc)
-                                                                                    << ", the ids have " << hex8(actual_crc));
+  LAT_CHECK(stored_crc == actual_crc, "ids do not match their checksum: stored crc32 "
+                                          << hex8(stored_crc) << ", the ids have " << hex8(actual_crc));
   std::vector<int32_t> ids(count);
   const char* body = bytes.data() + kTokenCacheHeaderBytes;
   for (uint64_t i = 0; i < count; ++i) {

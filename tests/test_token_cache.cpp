@@ -43,7 +43,7 @@ TEST(TokenCache, BytesAreTheHeaderThenTheIds) {
   const std::string bytes = cache_bytes(key, ids);
   ASSERT_EQ(bytes.size(), lat::kTokenCacheHeaderBytes + 2 * ids.size());  // a vocabulary of 256: uint16 ids
   EXPECT_EQ(bytes.substr(0, 8), "LATTOKEN");
-  EXPECT_EQ(bytes.substr(8, 8), std::string("\x02\0\0\0\x02\0\0\0", 8));  // version 2, 2-byte ids
+  EXPECT_EQ(bytes.substr(8, 8), std::string("\x02\0\0\0\x02\0\0\0", 8));                     // version 2, 2-byte ids
   EXPECT_EQ(bytes.substr(24, 16), std::string("\x05\0\0\0\0\0\0\0\x05\0\0\0\0\0\0\0", 16));  // text bytes, count
   EXPECT_EQ(bytes.substr(40, 4), "\xdf\x72\x12\x55");  // zlib.crc32 of the 10 id bytes: 0x551272df
   EXPECT_EQ(bytes.substr(44, 4), std::string("\x68\0\x65\0", 4));
@@ -106,7 +106,7 @@ TEST(TokenCache, DamagedOrForeignBytesAreRefused) {
   bad[40] ^= 1;  // the checksum itself damaged
   expect_error([&] { parse(bad); }, {"ids do not match their checksum: stored crc32 551272de, the ids have 551272df"});
   bad = good;
-  bad[45] = 1;  // id 104 + 256, with its checksum (a writer's error, not damage)
+  bad[45] = 1;                             // id 104 + 256, with its checksum (a writer's error, not damage)
   bad.replace(40, 4, "\x9c\x66\x69\x42");  // zlib.crc32 of these ids: 0x4269669c
   expect_error([&] { parse(bad); }, {"id 360 at offset 0 is outside the vocabulary of 256"});
 }
@@ -196,9 +196,8 @@ TEST_F(TokenCacheFiles, LoadDataReusesAWholeCacheAndRebuildsAStaleOrDamagedOne) 
   lat::testing::write_bytes(first.token_cache->path, flipped);
   const lat::LoadedData wrong_id = lat::load_data(options, sp, run);
   EXPECT_FALSE(wrong_id.token_cache->reused);
-  EXPECT_EQ(wrong_id.token_cache->note.rfind(first.token_cache->path +
-                                                 " is damaged (ids do not match their checksum: stored crc32 ",
-                                             0),
+  EXPECT_EQ(wrong_id.token_cache->note.rfind(
+                first.token_cache->path + " is damaged (ids do not match their checksum: stored crc32 ", 0),
             0u)
       << wrong_id.token_cache->note;
   EXPECT_EQ(wrong_id.dataset.tokens(), first.dataset.tokens());
@@ -237,13 +236,18 @@ TEST_F(TokenCacheFiles, ATrainRunOnACacheWithAChangedIdEqualsAFreshRun) {
   const std::string model_path = lat::testing::train_sentencepiece(corpus, path("sp"), 400);
   const Tokenizer sp = Tokenizer::subword(lat::sentencepiece_model(read_bytes(model_path), model_path));
   const auto config = [&](const std::string& run) {
-    return write(run + ".yaml", "model: {d_model: 16, n_layers: 1, n_heads: 2, layers: \"attn\"}\n"
-                                "data: {path: '" + corpus + "', tokenizer: '" + model_path + "', block_size: 16}\n"
-                                "train: {batch_size: 2, max_steps: 2, warmup: 1, eval_every: 0, log_every: 1,"
-                                " out_dir: '" + path(run) + "', threads: 1}\n");
+    return write(run + ".yaml",
+                 "model: {d_model: 16, n_layers: 1, n_heads: 2, layers: \"attn\"}\n"
+                 "data: {path: '" +
+                     corpus + "', tokenizer: '" + model_path +
+                     "', block_size: 16}\n"
+                     "train: {batch_size: 2, max_steps: 2, warmup: 1, eval_every: 0, log_every: 1,"
+                     " out_dir: '" +
+                     path(run) + "', threads: 1}\n");
   };
   std::filesystem::create_directories(path("capture"));
-  const lat::testing::CliResult fresh = lat::testing::run_lat_captured("train '" + config("fresh") + "'", path("capture"));
+  const lat::testing::CliResult fresh = lat::testing::run_lat_captured("train '" + config("fresh") + "'",
+                                                                       path("capture"));
   ASSERT_EQ(fresh.exit_code, 0) << fresh.err;
   const std::string name = TokenCacheKey::of(read_bytes(corpus), sp).file_name();
   const std::string whole = read_bytes(path("fresh") + "/" + name);
@@ -258,12 +262,12 @@ TEST_F(TokenCacheFiles, ATrainRunOnACacheWithAChangedIdEqualsAFreshRun) {
   const std::string damaged_cache = path("damaged") + "/" + name;
   lat::testing::write_bytes(damaged_cache, flipped);
 
-  const lat::testing::CliResult damaged =
-      lat::testing::run_lat_captured("train '" + config("damaged") + "'", path("capture"));
+  const lat::testing::CliResult damaged = lat::testing::run_lat_captured("train '" + config("damaged") + "'",
+                                                                         path("capture"));
   ASSERT_EQ(damaged.exit_code, 0) << damaged.err;
   EXPECT_TRUE(lat::testing::contains(damaged.out + damaged.err, "token cache: " + damaged_cache +
-                                                                     " is damaged (ids do not match their checksum: "
-                                                                     "stored crc32 "))
+                                                                    " is damaged (ids do not match their checksum: "
+                                                                    "stored crc32 "))
       << damaged.out << damaged.err;
   EXPECT_TRUE(lat::testing::contains(damaged.out + damaged.err, "): encoded the text again")) << damaged.err;
   EXPECT_TRUE(read_bytes(damaged_cache) == whole) << "the cache is rewritten as the fresh run wrote it";

@@ -206,12 +206,12 @@ TEST_F(TokenizerCliTest, UnreadableOrForeignFilesExitOne) {
   const std::string not_h5 = write("fake.h5", "not hdf5");
   expect_cli_error(lat("tokenizer encode --tokenizer '" + not_h5 + "' --text a"), 1, not_h5);
   // A text file or --data file that cannot be read is named as what it is.
-  expect_exact_error(lat("tokenizer encode --tokenizer byte '" + path("no_such_text.txt") + "'"), 1,
-                     "lat tokenizer: cannot open the text file '" + path("no_such_text.txt") +
-                         "': No such file or directory");
-  expect_exact_error(lat("tokenizer encode --tokenizer char --data '" + path("no_such_data.txt") + "' --text a"), 1,
-                     "lat tokenizer: cannot open the --data file '" + path("no_such_data.txt") +
-                         "': No such file or directory");
+  expect_exact_error(
+      lat("tokenizer encode --tokenizer byte '" + path("no_such_text.txt") + "'"), 1,
+      "lat tokenizer: cannot open the text file '" + path("no_such_text.txt") + "': No such file or directory");
+  expect_exact_error(
+      lat("tokenizer encode --tokenizer char --data '" + path("no_such_data.txt") + "' --text a"), 1,
+      "lat tokenizer: cannot open the --data file '" + path("no_such_data.txt") + "': No such file or directory");
   fs::create_directories(dir_ / "a_dir");
   expect_exact_error(lat("tokenizer encode --tokenizer byte '" + path("a_dir") + "'"), 1,
                      "lat tokenizer: the text file '" + path("a_dir") + "' is a directory, expected a regular file");

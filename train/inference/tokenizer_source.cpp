@@ -77,8 +77,8 @@ void check_looks_like_tokenizer_json(const fs::path& path) {
   in.read(head, sizeof head);
   const std::string_view bytes(head, static_cast<size_t>(in.gcount()));
   if (path.extension() == ".gguf" || bytes.starts_with(kGgufMagic))
-    throw Error(std::string(kWho) + ": '" + path.string() + "' is a GGUF file: lat does not read tokenizers from GGUF files (expected " +
-                kTokenizerFiles + ")");
+    throw Error(std::string(kWho) + ": '" + path.string() +
+                "' is a GGUF file: lat does not read tokenizers from GGUF files (expected " + kTokenizerFiles + ")");
   if (path.extension() == ".json") return;
   // JSON readers skip a UTF-8 byte order mark, as nlohmann-json does.
   const size_t first = bytes.find_first_not_of(" \t\r\n", bytes.starts_with("\xEF\xBB\xBF") ? 3 : 0);
@@ -128,7 +128,8 @@ std::string read_tokenizer_text_file(const std::string& path, const std::string&
   if (const std::optional<std::string> kind = non_regular_file_kind(path))
     throw Error(std::string(kWho) + ": " + what + " '" + path + "' " + *kind + ", expected a regular file");
   std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) throw Error(std::string(kWho) + ": cannot open " + what + " '" + path + "': " + std::strerror(errno));
+  if (f == nullptr)
+    throw Error(std::string(kWho) + ": cannot open " + what + " '" + path + "': " + std::strerror(errno));
   std::string bytes;
   char buffer[1 << 16];
   size_t n;
