@@ -14,7 +14,8 @@
 namespace lat {
 namespace {
 
-constexpr uint32_t kTokenCacheVersion = 1;
+// Version 2 added the CRC-32 of the ids: ids changed within the vocabulary are otherwise read as valid.
+constexpr uint32_t kTokenCacheVersion = 2;
 
 // CRC-32 (zlib) of `bytes`, fed in pieces that fit zlib's uInt length.
 uint32_t crc32_of_bytes(std::string_view bytes, uint32_t crc = 0) {
@@ -44,6 +45,13 @@ T get(std::string_view bytes, size_t offset) {
   T value;
   std::memcpy(&value, bytes.data() + offset, sizeof(T));
   return value;
+}
+
+// `crc` as 8 lowercase hex digits, as train/files/checksum.h writes it (data/ does not depend on train/).
+std::string hex8(uint32_t crc) {
+  char hex[9];
+  std::snprintf(hex, sizeof hex, "%08x", crc);
+  return hex;
 }
 
 int id_width(int64_t vocab_size) { return vocab_size <= 65536 ? 2 : 4; }
@@ -77,7 +85,6 @@ void write_token_cache(std::ostream& out, const TokenCacheKey& key, const std::v
   put<uint64_t>(header, key.hash);
   put<uint64_t>(header, key.text_bytes);
   put<uint64_t>(header, ids.size());
-  out.write(header.data(), static_cast<std::streamsize>(header.size()));
   std::vector<char> body(ids.size() * static_cast<size_t>(width));
   for (size_t i = 0; i < ids.size(); ++i) {
     if (width == 2) {
@@ -87,6 +94,8 @@ void write_token_cache(std::ostream& out, const TokenCacheKey& key, const std::v
       std::memcpy(body.data() + 4 * i, &ids[i], 4);
     }
   }
+  put<uint32_t>(header, crc32_of_bytes(std::string_view(body.data(), body.size())));
+  out.write(header.data(), static_cast<std::streamsize>(header.size()));
   out.write(body.data(), static_cast<std::streamsize>(body.size()));
 }
 
@@ -108,6 +117,10 @@ std::vector<int32_t> parse_token_cache(std::string_view bytes, const TokenCacheK
   LAT_CHECK(bytes.size() - kTokenCacheHeaderBytes == count * width,
             "the header says " << count << " ids of " << width << " bytes, but " << bytes.size() - kTokenCacheHeaderBytes
                                << " bytes follow it");
+  const uint32_t stored_crc = get<uint32_t>(bytes, 40);
+  const uint32_t actual_crc = crc32_of_bytes(bytes.substr(kTokenCacheHeaderBytes));
+  LAT_CHECK(stored_crc == actual_crc, "ids do not match their checksum: stored crc32 "
+                                          << hex8(stored_crc) << ", the ids have " << hex8(actual_crc));
   std::vector<int32_t> ids(count);
   const char* body = bytes.data() + kTokenCacheHeaderBytes;
   for (uint64_t i = 0; i < count; ++i) {

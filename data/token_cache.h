@@ -2,8 +2,9 @@
 // repeated run does not encode the text again. The file is named after a hash of the text and
 // the tokenizer, and its header repeats the hash: a cache for other text or another tokenizer
 // is never read as this one's. Layout (little-endian):
-//   magic "LATTOKEN" (8 bytes), version u32 (1), id width u32 (2 or 4 bytes),
-//   hash u64, text bytes u64, token count u64, then count ids of that width.
+//   magic "LATTOKEN" (8 bytes), version u32 (2), id width u32 (2 or 4 bytes),
+//   hash u64, text bytes u64, token count u64, crc32 u32 of the id bytes (zlib's CRC-32),
+//   then count ids of that width.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -18,7 +19,7 @@ namespace lat {
 
 /// The bytes every token cache starts with, and the header's size.
 inline constexpr std::string_view kTokenCacheMagic = "LATTOKEN";
-inline constexpr size_t kTokenCacheHeaderBytes = 40;
+inline constexpr size_t kTokenCacheHeaderBytes = 44;
 
 /// What a cache holds: `text`, encoded by `tokenizer`. The hash covers the text's bytes and the
 /// tokenizer's identity (its type and its file's bytes, or the char vocabulary).
@@ -37,7 +38,8 @@ void write_token_cache(std::ostream& out, const TokenCacheKey& key, const std::v
 
 /// The ids of a cache file's `bytes` when they are a cache for `key`. Throws lat::Error
 /// saying what is wrong (magic, version, id width, hash, text size, a count that disagrees
-/// with the size or exceeds what the text can give, an id outside the vocabulary).
+/// with the size or exceeds what the text can give, ids that do not match their checksum, an id
+/// outside the vocabulary).
 std::vector<int32_t> parse_token_cache(std::string_view bytes, const TokenCacheKey& key);
 
 /// A cache looked up in a run directory (load_data with a cache directory).

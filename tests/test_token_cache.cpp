@@ -5,7 +5,9 @@
 
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <sstream>
+#include <tuple>
 
 #include "data/dataset.h"
 #include "data/parallel_encode.h"
@@ -16,6 +18,7 @@
 #include "lat/ops.h"
 #include "sentencepiece_testing.h"
 #include "test_files.h"
+#include "tests/lat_command.h"
 
 namespace {
 
@@ -40,9 +43,10 @@ TEST(TokenCache, BytesAreTheHeaderThenTheIds) {
   const std::string bytes = cache_bytes(key, ids);
   ASSERT_EQ(bytes.size(), lat::kTokenCacheHeaderBytes + 2 * ids.size());  // a vocabulary of 256: uint16 ids
   EXPECT_EQ(bytes.substr(0, 8), "LATTOKEN");
-  EXPECT_EQ(bytes.substr(8, 8), std::string("\x01\0\0\0\x02\0\0\0", 8));  // version 1, 2-byte ids
+  EXPECT_EQ(bytes.substr(8, 8), std::string("\x02\0\0\0\x02\0\0\0", 8));                     // version 2, 2-byte ids
   EXPECT_EQ(bytes.substr(24, 16), std::string("\x05\0\0\0\0\0\0\0\x05\0\0\0\0\0\0\0", 16));  // text bytes, count
-  EXPECT_EQ(bytes.substr(40, 4), std::string("\x68\0\x65\0", 4));
+  EXPECT_EQ(bytes.substr(40, 4), "\xdf\x72\x12\x55");  // zlib.crc32 of the 10 id bytes: 0x551272df
+  EXPECT_EQ(bytes.substr(44, 4), std::string("\x68\0\x65\0", 4));
   EXPECT_EQ(lat::parse_token_cache(bytes, key), ids);
 
   // Above 65536 ids the ids take 4 bytes.
@@ -72,13 +76,13 @@ TEST(TokenCache, DamagedOrForeignBytesAreRefused) {
   const TokenCacheKey key = TokenCacheKey::of("hello", Tokenizer::byte());
   const std::string good = cache_bytes(key, {104, 101, 108, 108, 111});
   const auto parse = [&](const std::string& bytes) { return lat::parse_token_cache(bytes, key); };
-  expect_error([&] { parse(good.substr(0, 39)); }, {"39 bytes, shorter than the 40-byte header"});
+  expect_error([&] { parse(good.substr(0, 43)); }, {"43 bytes, shorter than the 44-byte header"});
   std::string bad = good;
   bad[0] = 'X';
   expect_error([&] { parse(bad); }, {"no token cache magic"});
   bad = good;
-  bad[8] = 2;
-  expect_error([&] { parse(bad); }, {"version 2, expected 1"});
+  bad[8] = 1;  // a cache written before the ids had a checksum
+  expect_error([&] { parse(bad); }, {"version 1, expected 2"});
   bad = good;
   bad[12] = 4;
   expect_error([&] { parse(bad); }, {"ids of 4 bytes, expected 2 for a vocabulary of 256"});
@@ -96,7 +100,14 @@ TEST(TokenCache, DamagedOrForeignBytesAreRefused) {
   expect_error([&] { parse(bad); }, {"72057594037927941 ids, more than a text of 5 bytes encodes to"});
   expect_error([&] { parse(good.substr(0, good.size() - 1)); }, {"but 9 bytes follow it"});
   bad = good;
-  bad[41] = 1;  // id 104 + 256
+  bad[44] ^= 1;  // id 104 becomes 105: still in the vocabulary, only the checksum tells
+  expect_error([&] { parse(bad); }, {"ids do not match their checksum: stored crc32 551272df, the ids have bad019e1"});
+  bad = good;
+  bad[40] ^= 1;  // the checksum itself damaged
+  expect_error([&] { parse(bad); }, {"ids do not match their checksum: stored crc32 551272de, the ids have 551272df"});
+  bad = good;
+  bad[45] = 1;                             // id 104 + 256, with its checksum (a writer's error, not damage)
+  bad.replace(40, 4, "\x9c\x66\x69\x42");  // zlib.crc32 of these ids: 0x4269669c
   expect_error([&] { parse(bad); }, {"id 360 at offset 0 is outside the vocabulary of 256"});
 }
 
@@ -108,6 +119,21 @@ TEST(TokenCache, TheFuzzSeedIsAWholeCacheOfTheHarnessText) {
   const std::vector<int32_t> ids =
       lat::parse_token_cache(read_bytes(std::string(LAT_SOURCE_DIR) + "/tests/fuzz/corpus/token_cache/narrow.bin"), key);
   EXPECT_EQ(ids, std::vector<int32_t>(text.begin(), text.end()));
+  // The damaged seeds get past the checks before their damage (the checksum among them).
+  const auto seed = [](const std::string& name) {
+    return read_bytes(std::string(LAT_SOURCE_DIR) + "/tests/fuzz/corpus/token_cache/" + name);
+  };
+  TokenCacheKey wide = key;
+  wide.vocab_size = 70000;
+  std::vector<int32_t> wide_ids(text.begin(), text.end());
+  wide_ids.push_back(69999);
+  EXPECT_EQ(lat::parse_token_cache(seed("wide.bin"), wide), wide_ids);
+  expect_error([&] { lat::parse_token_cache(seed("id_outside.bin"), key); },
+               {"id 300 at offset 20 is outside the vocabulary of 256"});
+  expect_error([&] { lat::parse_token_cache(seed("cut_short.bin"), key); },
+               {"the header says 21 ids of 2 bytes, but 39 bytes follow it"});
+  expect_error([&] { lat::parse_token_cache(seed("huge_count.bin"), wide); },
+               {"1152921504606846976 ids, more than a text of 21 bytes encodes to"});
 }
 
 using TokenCacheFiles = TempDirTest;
@@ -159,8 +185,96 @@ TEST_F(TokenCacheFiles, LoadDataReusesAWholeCacheAndRebuildsAStaleOrDamagedOne) 
       << damaged.token_cache->note;
   EXPECT_EQ(damaged.dataset.tokens(), first.dataset.tokens());
 
+  // One id's low bit flipped, still inside the vocabulary: only the checksum tells; encoded
+  // again, the same ids as the fresh encode.
+  std::string flipped = whole;
+  const size_t width = (flipped.size() - lat::kTokenCacheHeaderBytes) / first.dataset.tokens().size();
+  ASSERT_EQ(width, 2u);
+  size_t i = 0;
+  while ((first.dataset.tokens()[i] ^ 1) >= sp.vocab_size()) ++i;
+  flipped[lat::kTokenCacheHeaderBytes + width * i] ^= 1;  // the low byte: little-endian
+  lat::testing::write_bytes(first.token_cache->path, flipped);
+  const lat::LoadedData wrong_id = lat::load_data(options, sp, run);
+  EXPECT_FALSE(wrong_id.token_cache->reused);
+  EXPECT_EQ(wrong_id.token_cache->note.rfind(
+                first.token_cache->path + " is damaged (ids do not match their checksum: stored crc32 ", 0),
+            0u)
+      << wrong_id.token_cache->note;
+  EXPECT_EQ(wrong_id.dataset.tokens(), first.dataset.tokens());
+
+  // A cache of a version-1 lat (no checksum) is stale in the same way.
+  std::string version1 = whole;
+  version1[8] = 1;
+  lat::testing::write_bytes(first.token_cache->path, version1);
+  const lat::LoadedData old = lat::load_data(options, sp, run);
+  EXPECT_FALSE(old.token_cache->reused);
+  EXPECT_EQ(old.token_cache->note.rfind(first.token_cache->path + " is damaged (version 1, expected 2", 0), 0u)
+      << old.token_cache->note;
+  EXPECT_EQ(old.dataset.tokens(), first.dataset.tokens());
+
   // Without a cache directory nothing is looked up.
   EXPECT_FALSE(lat::load_data(options, sp).token_cache.has_value());
+}
+
+// The losses of a run's metrics.jsonl, in order: (step, "loss" or "val_loss", value).
+std::vector<std::tuple<int64_t, std::string, double>> losses_of(const std::string& metrics_path) {
+  std::vector<std::tuple<int64_t, std::string, double>> losses;
+  std::istringstream lines(read_bytes(metrics_path));
+  for (std::string line; std::getline(lines, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    for (const char* key : {"loss", "val_loss"})
+      if (j.contains(key)) losses.emplace_back(j["step"].get<int64_t>(), key, j[key].get<double>());
+  }
+  return losses;
+}
+
+// lat train on a cache whose one id was changed within the vocabulary (in the val split, which
+// the final eval scores whole): the damage is logged, the text encoded again, the cache rewritten
+// as a fresh run writes it, and every loss equals the fresh run's.
+TEST_F(TokenCacheFiles, ATrainRunOnACacheWithAChangedIdEqualsAFreshRun) {
+  const std::string corpus = write("corpus.txt", lat::testing::multilingual_lines(400));
+  const std::string model_path = lat::testing::train_sentencepiece(corpus, path("sp"), 400);
+  const Tokenizer sp = Tokenizer::subword(lat::sentencepiece_model(read_bytes(model_path), model_path));
+  const auto config = [&](const std::string& run) {
+    return write(run + ".yaml",
+                 "model: {d_model: 16, n_layers: 1, n_heads: 2, layers: \"attn\"}\n"
+                 "data: {path: '" +
+                     corpus + "', tokenizer: '" + model_path +
+                     "', block_size: 16}\n"
+                     "train: {batch_size: 2, max_steps: 2, warmup: 1, eval_every: 0, log_every: 1,"
+                     " out_dir: '" +
+                     path(run) + "', threads: 1}\n");
+  };
+  std::filesystem::create_directories(path("capture"));
+  const lat::testing::CliResult fresh = lat::testing::run_lat_captured("train '" + config("fresh") + "'",
+                                                                       path("capture"));
+  ASSERT_EQ(fresh.exit_code, 0) << fresh.err;
+  const std::string name = TokenCacheKey::of(read_bytes(corpus), sp).file_name();
+  const std::string whole = read_bytes(path("fresh") + "/" + name);
+
+  const std::vector<int64_t> ids = sp.encode(read_bytes(corpus));
+  size_t i = ids.size() - 1;  // the last id whose low bit may flip inside the vocabulary
+  while ((ids[i] ^ 1) >= sp.vocab_size()) --i;
+  ASSERT_GT(i, ids.size() * 9 / 10 + 1);  // a val target
+  std::string flipped = whole;
+  flipped[lat::kTokenCacheHeaderBytes + 2 * i] ^= 1;
+  std::filesystem::create_directories(path("damaged"));
+  const std::string damaged_cache = path("damaged") + "/" + name;
+  lat::testing::write_bytes(damaged_cache, flipped);
+
+  const lat::testing::CliResult damaged = lat::testing::run_lat_captured("train '" + config("damaged") + "'",
+                                                                         path("capture"));
+  ASSERT_EQ(damaged.exit_code, 0) << damaged.err;
+  EXPECT_TRUE(lat::testing::contains(damaged.out + damaged.err, "token cache: " + damaged_cache +
+                                                                    " is damaged (ids do not match their checksum: "
+                                                                    "stored crc32 "))
+      << damaged.out << damaged.err;
+  EXPECT_TRUE(lat::testing::contains(damaged.out + damaged.err, "): encoded the text again")) << damaged.err;
+  EXPECT_TRUE(read_bytes(damaged_cache) == whole) << "the cache is rewritten as the fresh run wrote it";
+  const auto fresh_losses = losses_of(path("fresh") + "/metrics.jsonl");
+  ASSERT_FALSE(fresh_losses.empty());
+  EXPECT_EQ(std::get<1>(fresh_losses.back()), "val_loss");
+  EXPECT_EQ(losses_of(path("damaged") + "/metrics.jsonl"), fresh_losses);
 }
 
 TEST(ParallelEncode, NewlineCutsFallJustAfterANewlineBeforeNonWhitespace) {

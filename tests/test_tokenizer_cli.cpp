@@ -64,6 +64,13 @@ class TokenizerCliTest : public TempDirTest {
     EXPECT_EQ(r.out, "");
   }
 
+  /// Expects exit `code`, stderr exactly "error: <message>\n" and nothing on stdout.
+  static void expect_exact_error(const CliResult& r, int code, const std::string& message) {
+    EXPECT_EQ(r.exit_code, code) << r.err;
+    EXPECT_EQ(r.err, "error: " + message + "\n");
+    EXPECT_EQ(r.out, "");
+  }
+
   /// A two-step `lat train` run on `corpus` (char tokenizer; at least 170 characters, for a
   /// validation split of a block) in dir_/run.
   void train_tiny_run(const std::string& corpus) const {
@@ -198,7 +205,31 @@ TEST_F(TokenizerCliTest, UnreadableOrForeignFilesExitOne) {
                    "lat tokenizer: '" + with_merges + "': model.merges[0]: token \"ab\" is not in model.vocab");
   const std::string not_h5 = write("fake.h5", "not hdf5");
   expect_cli_error(lat("tokenizer encode --tokenizer '" + not_h5 + "' --text a"), 1, not_h5);
-  expect_cli_error(lat("tokenizer encode --tokenizer byte '" + path("no_such_text.txt") + "'"), 1, "no_such_text.txt");
+  // A text file or --data file that cannot be read is named as what it is.
+  expect_exact_error(
+      lat("tokenizer encode --tokenizer byte '" + path("no_such_text.txt") + "'"), 1,
+      "lat tokenizer: cannot open the text file '" + path("no_such_text.txt") + "': No such file or directory");
+  expect_exact_error(
+      lat("tokenizer encode --tokenizer char --data '" + path("no_such_data.txt") + "' --text a"), 1,
+      "lat tokenizer: cannot open the --data file '" + path("no_such_data.txt") + "': No such file or directory");
+  fs::create_directories(dir_ / "a_dir");
+  expect_exact_error(lat("tokenizer encode --tokenizer byte '" + path("a_dir") + "'"), 1,
+                     "lat tokenizer: the text file '" + path("a_dir") + "' is a directory, expected a regular file");
+  // A GGUF file (by its name or its magic) and a file that is no tokenizer file lat reads: named
+  // as such, with what lat reads, before any JSON parser sees them.
+  const std::string expected_files =
+      "a tokenizer.json, a SentencePiece .model, a checkpoint (.h5) or an exported model.safetensors";
+  const std::string gguf = write("model.gguf", std::string("GGUF\x03\0\0\0\0\0\0\0", 12));
+  const std::string gguf_by_magic = write("weights.bin", std::string("GGUF\x03\0\0\0\0\0\0\0", 12));
+  const std::string gguf_by_name = write("empty.gguf", "");
+  for (const std::string& file : {gguf, gguf_by_magic, gguf_by_name})
+    expect_exact_error(lat("tokenizer encode --tokenizer '" + file + "' --text a"), 1,
+                       "lat tokenizer: '" + file +
+                           "' is a GGUF file: lat does not read tokenizers from GGUF files (expected " +
+                           expected_files + ")");
+  const std::string notes = write("notes.txt", "hello");
+  expect_exact_error(lat("tokenizer decode --tokenizer '" + notes + "' 1"), 1,
+                     "lat tokenizer: '" + notes + "' is not a tokenizer file lat reads: expected " + expected_files);
   const std::string with_nul = write("nul.txt", std::string("ab\0c", 4));
   expect_cli_error(lat("tokenizer encode --tokenizer char --data '" + with_nul + "' --text a"), 1,
                    "lat tokenizer: --data '" + with_nul + "': NUL byte at offset 2: not text for the char tokenizer");
@@ -221,9 +252,12 @@ TEST_F(TokenizerCliTest, UnreadableOrForeignFilesExitOne) {
                      "carries no tokenizer: the model was trained on token ids");
     expect_cli_error(lat("tokenizer decode --tokenizer '" + source + "' 1"), 1, "carries no tokenizer");
   }
-  // An empty directory: neither a tokenizer nor a checkpoint (resolve_checkpoint's usage error).
+  // An empty directory: no tokenizer, checkpoint or run (a usage error).
   fs::create_directories(dir_ / "empty");
-  EXPECT_EQ(lat("tokenizer encode --tokenizer '" + path("empty") + "' --text a").exit_code, 2);
+  expect_exact_error(lat("tokenizer encode --tokenizer '" + path("empty") + "' --text a"), 2,
+                     "lat tokenizer: directory '" + path("empty") +
+                         "' holds no tokenizer.json, tokenizer.model, checkpoint (model.h5) or run ('latest', "
+                         "ckpt_*.h5)");
 }
 
 }  // namespace

@@ -14,7 +14,8 @@
 #include "tests/fuzz/fuzz_files.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  // The seed corpus holds caches of this text (whole, cut short, with an id outside the vocabulary).
+  // The seed corpus holds caches of this text (whole, cut short, with an id outside the vocabulary,
+  // with a huge count), each with the checksum of its ids, so that the fuzzer starts past that check.
   static const lat::TokenCacheKey narrow = lat::TokenCacheKey::of("fuzz the token cache\n", lat::Tokenizer::byte());
   static const lat::TokenCacheKey wide = [] {
     lat::TokenCacheKey key = narrow;

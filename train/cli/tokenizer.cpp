@@ -13,7 +13,6 @@
 #include <vector>
 
 #include "data/dataset.h"
-#include "data/token_files.h"
 #include "lat/error.h"
 #include "train/cli/command.h"
 #include "train/config/config_types.h"
@@ -65,7 +64,7 @@ int run_encode(const TokenizerArgs& args, const std::optional<std::string>& text
   if (text_option) {
     text = *text_option;
   } else if (!file.empty()) {
-    text = read_text_file(file);
+    text = read_tokenizer_text_file(file, "the text file");
   } else {
     text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
   }

@@ -1,10 +1,15 @@
 // Resolving a --tokenizer argument to a Tokenizer (tokenizer_source.h).
 #include "train/inference/tokenizer_source.h"
 
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <optional>
+#include <string_view>
 
-#include "data/token_files.h"
+#include "data/regular_file.h"
 #include "lat/error.h"
 #include "train/config/config_types.h"
 #include "train/files/checkpoint.h"
@@ -19,6 +24,11 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kWho = "lat tokenizer";
+/// The files a --tokenizer path may name, for messages about a file that is none of them.
+constexpr const char* kTokenizerFiles =
+    "a tokenizer.json, a SentencePiece .model, a checkpoint (.h5) or an exported model.safetensors";
+/// The magic a GGUF file starts with.
+constexpr std::string_view kGgufMagic = "GGUF";
 
 [[noreturn]] void no_tokenizer(const std::string& path) {
   throw Error(std::string(kWho) + ": '" + path +
@@ -52,7 +62,30 @@ Tokenizer from_directory(const std::string& dir) {
   if (fs::exists(weights)) return from_checkpoint(weights.string());
   // An export of a model trained on token ids has its config.json and no tokenizer.json.
   if (fs::exists(fs::path(dir) / export_layout::kConfigFile)) no_tokenizer(dir);
-  return from_checkpoint(resolve_checkpoint(dir));
+  throw ConfigError(std::string(kWho) + ": directory '" + dir +
+                    "' holds no tokenizer.json, tokenizer.model, checkpoint (model.h5) or run ('latest', ckpt_*.h5)");
+}
+
+/// Refuses a regular file that is none of the tokenizer files lat reads before it is parsed as
+/// JSON (whose error would name a byte, not what was wrong): a GGUF file (by name or magic), or
+/// a file whose name is not *.json and whose first non-blank byte opens no JSON object or array
+/// (a tokenizer.json is an object; an array is left to the reader to name).
+void check_looks_like_tokenizer_json(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return;  // the JSON reader reports it in its own words
+  char head[4096];
+  in.read(head, sizeof head);
+  const std::string_view bytes(head, static_cast<size_t>(in.gcount()));
+  if (path.extension() == ".gguf" || bytes.starts_with(kGgufMagic))
+    throw Error(std::string(kWho) + ": '" + path.string() +
+                "' is a GGUF file: lat does not read tokenizers from GGUF files (expected " + kTokenizerFiles + ")");
+  if (path.extension() == ".json") return;
+  // JSON readers skip a UTF-8 byte order mark, as nlohmann-json does.
+  const size_t first = bytes.find_first_not_of(" \t\r\n", bytes.starts_with("\xEF\xBB\xBF") ? 3 : 0);
+  if (first == std::string_view::npos && bytes.size() == sizeof head) return;  // blank so far: the reader decides
+  if (first == std::string_view::npos || (bytes[first] != '{' && bytes[first] != '['))
+    throw Error(std::string(kWho) + ": '" + path.string() + "' is not a tokenizer file lat reads: expected " +
+                kTokenizerFiles);
 }
 
 }  // namespace
@@ -63,7 +96,7 @@ Tokenizer load_tokenizer_source(const std::string& spec, const std::string& data
       throw ConfigError(std::string(kWho) +
                         ": --tokenizer char: needs --data FILE, the text whose characters are "
                         "the vocabulary");
-    const std::string text = read_text_file(data_path);
+    const std::string text = read_tokenizer_text_file(data_path, "the --data file");
     if (text.empty()) throw Error(std::string(kWho) + ": --data '" + data_path + "' is empty");
     // lat train refuses it too: a char vocabulary is stored as one C string.
     if (const size_t nul = text.find('\0'); nul != std::string::npos)
@@ -87,7 +120,24 @@ Tokenizer load_tokenizer_source(const std::string& spec, const std::string& data
   // An exported model.safetensors: its tokenizer.json lies beside it.
   if (path.extension() == ".safetensors")
     return from_directory(path.parent_path().empty() ? "." : path.parent_path().string());
+  if (path.extension() != ".model" && fs::is_regular_file(status)) check_looks_like_tokenizer_json(path);
   return from_tokenizer_file(spec);
+}
+
+std::string read_tokenizer_text_file(const std::string& path, const std::string& what) {
+  if (const std::optional<std::string> kind = non_regular_file_kind(path))
+    throw Error(std::string(kWho) + ": " + what + " '" + path + "' " + *kind + ", expected a regular file");
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr)
+    throw Error(std::string(kWho) + ": cannot open " + what + " '" + path + "': " + std::strerror(errno));
+  std::string bytes;
+  char buffer[1 << 16];
+  size_t n;
+  while ((n = std::fread(buffer, 1, sizeof(buffer), f)) > 0) bytes.append(buffer, n);
+  const bool failed = std::ferror(f) != 0;
+  std::fclose(f);
+  if (failed) throw Error(std::string(kWho) + ": error while reading " + what + " '" + path + "'");
+  return bytes;
 }
 
 }  // namespace lat

@@ -13,10 +13,17 @@ namespace lat {
 /// none; only `char` takes one). Reads no model weights where the tokenizer sits in its own
 /// file (tokenizer.json); of a checkpoint only the root attributes, /config and /tokenizer are read.
 /// Throws ConfigError (usage: exit 2) for `char` without `data_path`, `data_path` with another
-/// spec, a path that does not exist, or a directory holding neither a tokenizer.json nor a
-/// checkpoint. Throws lat::Error naming the file when it cannot be read or parsed, holds a
-/// tokenizer lat does not read (the first difference from the char/byte forms), or carries no
-/// tokenizer (a model trained on token ids).
+/// spec, a path that does not exist, or a directory holding no tokenizer.json, tokenizer.model,
+/// checkpoint or run. Throws lat::Error naming the file when it cannot be read or parsed, is a
+/// GGUF file or no file lat reads tokenizers from (neither JSON nor .model, .h5, .safetensors),
+/// holds a tokenizer lat does not read (the first difference from the char/byte forms), or
+/// carries no tokenizer (a model trained on token ids).
 Tokenizer load_tokenizer_source(const std::string& spec, const std::string& data_path);
+
+/// The bytes of the text file `path` that a `lat tokenizer` argument names; `what` says which
+/// ("the text file", "the --data file"). Throws lat::Error "lat tokenizer: cannot open <what>
+/// '<path>': <reason>" (or "<what> '<path>' is a directory, expected a regular file") when it
+/// is missing, unreadable or no regular file.
+std::string read_tokenizer_text_file(const std::string& path, const std::string& what);
 
 }  // namespace lat
