@@ -1,6 +1,8 @@
 // Typed reads of a Hugging Face config.json (hf_config_reader.h).
 #include "train/files/hf_config_reader.h"
 
+#include <algorithm>
+
 #include "lat/error.h"
 #include "train/config/suggest.h"
 #include "train/files/json_file.h"
@@ -112,6 +114,36 @@ void HfConfigReader::finish(const std::vector<std::string>& ignored_prefixes) {
   }
   if (problems_.empty()) return;
   throw Error("load_model_weights: '" + path_ + "': keys lat cannot honour: " + join(problems_, "; "));
+}
+
+void read_hf_rope(HfConfigReader& r, AttnConfig& attn, const HfRopeKeys& keys) {
+  constexpr double kDefaultRopeTheta = 10000.0;
+  r.use("rope_parameters");
+  r.require("rope_scaling", nullptr, "plain RoPE");
+  attn.rope_theta = r.positive_number("rope_theta", kDefaultRopeTheta);
+  attn.rope_fraction = keys.partial_rotary_factor
+                           ? r.positive_number("partial_rotary_factor", *keys.partial_rotary_factor)
+                           : 1.0;
+  if (!r.has("rope_parameters") || r.value("rope_parameters").is_null()) return;
+  const nlohmann::json& rope = r.value("rope_parameters");
+  if (!rope.is_object()) {
+    r.problem("rope_parameters: expected an object, got " + json_excerpt(rope));
+    return;
+  }
+  for (const auto& [key, v] : rope.items()) {
+    const std::string name = "rope_parameters." + key;
+    const bool plain = std::find(keys.plain_rope_keys.begin(), keys.plain_rope_keys.end(), key) !=
+                       keys.plain_rope_keys.end();
+    if (key == "rope_theta") {
+      attn.rope_theta = r.positive_number(v, name, attn.rope_theta);
+    } else if (key == "partial_rotary_factor" && keys.partial_rotary_factor) {
+      attn.rope_fraction = r.positive_number(v, name, attn.rope_fraction);
+    } else if (key == "rope_type") {
+      if (v != "default") r.problem(name + ": " + json_excerpt(v) + " (lat honours only \"default\": plain RoPE)");
+    } else if (!plain) {
+      r.problem(name + ": " + json_excerpt(v) + " (a key lat does not know)");
+    }
+  }
 }
 
 }  // namespace lat

@@ -10,6 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "train/config/config_types.h"
+
 namespace lat {
 
 /// The largest max_position_embeddings read (2^30 tokens): lat's context is not bounded by
@@ -68,5 +70,20 @@ class HfConfigReader {
   std::set<std::string> used_;
   std::vector<std::string> problems_;
 };
+
+/// What a family's rope settings may hold beyond rope_type "default" and rope_theta.
+struct HfRopeKeys {
+  /// partial_rotary_factor's default (attn.rope_fraction); nullopt: the family turns the whole
+  /// head and has no such key.
+  std::optional<double> partial_rotary_factor;
+  /// rope_parameters keys read as plain RoPE (Qwen3.5's mrope_*).
+  std::vector<std::string> plain_rope_keys;
+};
+
+/// attn.rope_theta (default 10000) and, with keys.partial_rotary_factor, attn.rope_fraction
+/// from rope_parameters (transformers 5) or the top-level rope_theta / partial_rotary_factor
+/// of older files; rope_scaling must be absent or null, rope_type "default", any other key of
+/// rope_parameters is a problem of `r`.
+void read_hf_rope(HfConfigReader& r, AttnConfig& attn, const HfRopeKeys& keys);
 
 }  // namespace lat

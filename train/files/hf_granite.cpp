@@ -25,7 +25,6 @@ constexpr const char* kLinearLayer = "linear_attention";
 constexpr const char* kFullLayer = "full_attention";
 
 /// transformers' defaults for the keys a config.json may leave out (GraniteMoeHybridConfig).
-constexpr double kDefaultRopeTheta = 10000.0;
 constexpr int64_t kDefaultSharedIntermediate = 1024;
 constexpr int64_t kDefaultMambaHeads = 128;
 constexpr int64_t kDefaultMambaGroups = 1;
@@ -72,30 +71,6 @@ std::string read_layer_types(HfConfigReader& r, std::optional<int64_t> read_n_la
     }
   }
   return kinds.empty() ? "mamba2" : join(kinds, ",");
-}
-
-/// attn.rope_theta from rope_parameters (transformers 5) or the top-level rope_theta of older
-/// files; granite's rotary embedding turns the whole head.
-void read_rope(HfConfigReader& r, AttnConfig& attn) {
-  r.use("rope_parameters");
-  r.require("rope_scaling", nullptr, "plain RoPE");
-  attn.rope_theta = r.positive_number("rope_theta", kDefaultRopeTheta);
-  attn.rope_fraction = 1.0;
-  if (!r.has("rope_parameters") || r.value("rope_parameters").is_null()) return;
-  const nlohmann::json& rope = r.value("rope_parameters");
-  if (!rope.is_object()) {
-    r.problem("rope_parameters: expected an object, got " + json_excerpt(rope));
-    return;
-  }
-  for (const auto& [key, v] : rope.items()) {
-    const std::string name = "rope_parameters." + key;
-    if (key == "rope_theta")
-      attn.rope_theta = r.positive_number(v, name, attn.rope_theta);
-    else if (key == "rope_type" && v != "default")
-      r.problem(name + ": " + json_excerpt(v) + " (lat honours only \"default\": plain RoPE)");
-    else if (key != "rope_type")
-      r.problem(name + ": " + json_excerpt(v) + " (a key lat does not know)");
-  }
 }
 
 /// `key` must be absent or the number 1 (what lat computes: no scaling).
@@ -272,7 +247,7 @@ ModelConfig model_config_from_granite(const nlohmann::json& config, const std::s
   // model.n_heads / head_dim size no granite layer; the attention's keep them valid.
   m.n_heads = m.attn.n_heads;
   m.head_dim = m.attn.head_dim;
-  read_rope(r, m.attn);
+  read_hf_rope(r, m.attn, HfRopeKeys{});  // granite turns the whole head
   const std::vector<std::string> pattern = mixer_pattern(m.layers);
   const bool has_attention = std::find(pattern.begin(), pattern.end(), "attn") != pattern.end();
   r.use("position_embedding_type");

@@ -20,7 +20,6 @@ constexpr const char* kLinearLayer = "linear_attention";  // gdn
 constexpr const char* kFullLayer = "full_attention";      // attn
 
 /// transformers' defaults for the keys a config.json may leave out (Qwen3_5TextConfig).
-constexpr double kDefaultRopeTheta = 10000.0;
 constexpr double kDefaultPartialRotaryFactor = 0.25;
 constexpr int64_t kDefaultFullAttentionInterval = 4;
 
@@ -66,35 +65,6 @@ std::string read_layer_types(HfConfigReader& r, std::optional<int64_t> read_n_la
     }
   }
   return kinds.empty() ? "gdn" : join(kinds, ",");
-}
-
-/// attn.rope_theta and attn.rope_fraction from rope_parameters (transformers 5), or from the
-/// top-level rope_theta / partial_rotary_factor of older files.
-void read_rope(HfConfigReader& r, AttnConfig& attn) {
-  r.use("rope_parameters");
-  r.require("rope_scaling", nullptr, "plain RoPE");
-  attn.rope_theta = r.positive_number("rope_theta", kDefaultRopeTheta);
-  attn.rope_fraction = r.positive_number("partial_rotary_factor", kDefaultPartialRotaryFactor);
-  if (!r.has("rope_parameters") || r.value("rope_parameters").is_null()) return;
-  const nlohmann::json& rope = r.value("rope_parameters");
-  if (!rope.is_object()) {
-    r.problem("rope_parameters: expected an object, got " + json_excerpt(rope));
-    return;
-  }
-  for (const auto& [key, v] : rope.items()) {
-    const std::string name = "rope_parameters." + key;
-    if (key == "rope_theta") {
-      attn.rope_theta = r.positive_number(v, name, attn.rope_theta);
-    } else if (key == "partial_rotary_factor") {
-      attn.rope_fraction = r.positive_number(v, name, attn.rope_fraction);
-    } else if (key == "rope_type") {
-      if (v != "default") r.problem(name + ": " + json_excerpt(v) + " (lat honours only \"default\": plain RoPE)");
-    } else if (key != "mrope_section" && key != "mrope_interleaved") {
-      // mrope_* place the vision grid's positions; for text all three sections see the same
-      // position, which is plain RoPE.
-      r.problem(name + ": " + json_excerpt(v) + " (a key lat does not know)");
-    }
-  }
 }
 
 }  // namespace
@@ -185,7 +155,9 @@ ModelConfig model_config_from_qwen35(const nlohmann::json& config, const std::st
   m.attn.n_heads = r.positive_int("num_attention_heads");
   m.attn.head_dim = r.positive_int("head_dim");
   m.attn.n_kv_heads = r.positive_int("num_key_value_heads");
-  read_rope(r, m.attn);
+  // mrope_* place the vision grid's positions; for text all three sections see the same
+  // position, which is plain RoPE.
+  read_hf_rope(r, m.attn, HfRopeKeys{kDefaultPartialRotaryFactor, {"mrope_section", "mrope_interleaved"}});
   m.norm_eps = r.number_above_zero_up_to("rms_norm_eps", kMaxNormEps, "1", 1e-6);
   r.check_int_in("max_position_embeddings", 1, kMaxPositionEmbeddings, "[1, 2^30]");
   m.tie_embeddings = r.boolean("tie_word_embeddings", false);

@@ -174,9 +174,18 @@ ModelInfo inspect(const std::string& path, int64_t context) {
   const std::string hf_config =
       w.format == ModelFormat::hf ? (std::filesystem::path(w.path).parent_path() / hf_layout::kConfigFile).string()
                                   : std::string();
-  info.checkpoint = ModelInfo::CheckpointFacts{w.path,      c.step,          c.tokens_seen, c.val_loss, c.best_val_loss,
-                                               c.created,   c.lat_version,   c.frozen,      hf_config};
-  info.checkpoint->tokenizer_type = c.tokenizer_type;
+  ModelInfo::CheckpointFacts facts;
+  facts.path = w.path;
+  facts.step = c.step;
+  facts.tokens_seen = c.tokens_seen;
+  facts.val_loss = c.val_loss;
+  facts.best_val_loss = c.best_val_loss;
+  facts.created = c.created;
+  facts.lat_version = c.lat_version;
+  facts.frozen = c.frozen;
+  facts.hf_config = hf_config;
+  facts.tokenizer_type = c.tokenizer_type;
+  info.checkpoint = std::move(facts);
   if (const std::optional<Tokenizer> tokenizer = checkpoint_tokenizer(c)) {
     info.checkpoint->tokenizer_tokens = tokenizer->vocab_size();
     if (const SubwordModel* subword = tokenizer->subword_model()) info.checkpoint->tokenizer_file = subword->file_name();
