@@ -267,14 +267,16 @@ int run(int argc, char** argv) {
       g_cpu_time = true;
     } else {
       if (arg == "--help" || arg == "-h") {
-        std::printf("usage: %s [--op linear_attn|simple_gla|delta_rule|gated_delta_rule]... [--T N]... [--reps N] "
-                    "[--B N] [--H N] [--K N] [--V N] [--C N] [--shape mamba2] [--precision fp32|bf16] [--no-recurrent] "
-                    "[--default-malloc] [--cpu-time]\n",
-                    argv[0]);
+        std::printf(
+            "usage: %s [--op linear_attn|simple_gla|delta_rule|gated_delta_rule]... [--T N]... [--reps N] "
+            "[--B N] [--H N] [--K N] [--V N] [--C N] [--shape mamba2] [--precision fp32|bf16] [--no-recurrent] "
+            "[--default-malloc] [--cpu-time]\n",
+            argv[0]);
         return 0;
       }
       std::fprintf(stderr,
-                   "error: %s: unknown flag or missing value (usage: %s [--op linear_attn|simple_gla|delta_rule|gated_delta_rule]... [--T N]... [--reps N] "
+                   "error: %s: unknown flag or missing value (usage: %s [--op "
+                   "linear_attn|simple_gla|delta_rule|gated_delta_rule]... [--T N]... [--reps N] "
                    "[--B N] [--H N] [--K N] [--V N] [--C N] [--shape mamba2] [--precision fp32|bf16] [--no-recurrent] "
                    "[--default-malloc] [--cpu-time])\n",
                    arg.c_str(), argv[0]);
