@@ -17,10 +17,17 @@
 // OMP_NUM_THREADS=1 on a shared, oversubscribed machine it still measures the work.
 // --C sets the chunk size (the main job's model uses 16); --precision fp32 or bf16 times
 // one precision alone (for a profiler; the ratio needs both).
+// --shape mamba2 is the SSD of the Mamba-2 mixer (layers/mamba2_layer.h) at d_model 256,
+// expand 2, head_dim 64, d_state 128, n_groups 1: B = 4, H = 8, K = d_state 128, V = head_dim 64,
+// C = 64, T = 2048, op simple_gla (q = C, k = B, v = dt x, g = A dt); later flags override
+// it. It adds a row "mamba2_mixer": the whole lat::Mamba2 layer's forward+backward on
+// x [4, 2048, 256] (no GFLOP/s: the count above is the SSD's alone), the peer of
+// bench_torch_peer.py --mamba2.
 //
 //   bench_linear_attention [--op linear_attn|simple_gla|delta_rule|gated_delta_rule]...
 //                          [--T N]... [--reps N] [--B N] [--H N] [--K N] [--V N] [--C N]
-//                          [--precision fp32|bf16] [--no-recurrent] [--default-malloc] [--cpu-time]
+//                          [--shape mamba2] [--precision fp32|bf16] [--no-recurrent]
+//                          [--default-malloc] [--cpu-time]
 #include <malloc.h>
 
 #include <algorithm>
@@ -41,6 +48,7 @@
 #include "bench/bench_timing.h"
 #include "lat/lat.h"
 #include "layers/linear_attention/common.h"
+#include "layers/mamba2_layer.h"
 
 namespace {
 
@@ -178,6 +186,32 @@ void forward_backward(const std::string& op, bool chunk, const Inputs& in, lat::
   for (Tensor t : {in.q, in.k, in.v, in.g, in.beta}) t.zero_grad();
 }
 
+// The Mamba-2 mixer of --shape mamba2: d_model 256, expand 2, head_dim 64 (8 heads),
+// d_state 128, n_groups 1, conv_size 4, chunk 64 (transformers' Mamba2Config at
+// hidden_size 256 with those sizes).
+constexpr int64_t kMamba2DModel = 256;
+
+lat::MixerConfig mamba2_config() {
+  lat::MixerConfig c;
+  c.d_model = kMamba2DModel;
+  c.mamba.d_state = 128;
+  c.mamba.head_dim = 64;
+  c.mamba.expand = 2;
+  c.mamba.n_groups = 1;
+  c.mamba.conv_size = 4;
+  c.mamba.chunk_size = 64;
+  return c;
+}
+
+// One forward + backward of `mixer` on x [kB, T, 256] with upstream gradient dy, in
+// `precision`; the gradients are dropped.
+void mixer_forward_backward(const lat::Mamba2& mixer, Tensor x, const Tensor& dy, lat::Precision precision) {
+  const lat::PrecisionGuard guard(precision);
+  lat::backward(mixer.forward(x), dy);
+  x.zero_grad();
+  for (Tensor p : mixer.parameters()) p.zero_grad();
+}
+
 // The benchmark: flags, then the table. Returns the exit code (2: bad usage).
 int run(int argc, char** argv) {
   std::vector<std::string> ops;
@@ -186,6 +220,7 @@ int run(int argc, char** argv) {
   bool recurrent = true;
   bool tune_malloc = true;
   std::string only;  // --precision: time this precision alone
+  bool mamba2 = false;  // --shape mamba2
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--op" && i + 1 < argc) {
@@ -217,6 +252,13 @@ int run(int argc, char** argv) {
         reps = static_cast<int>(n);
       else
         (arg == "--B" ? kB : arg == "--H" ? kH : arg == "--K" ? kK : arg == "--C" ? kC : kV) = n;
+    } else if (arg == "--shape" && i + 1 < argc) {
+      if (std::string(argv[++i]) != "mamba2") {
+        std::fprintf(stderr, "error: --shape: expected mamba2, got '%s'\n", argv[i]);
+        return 2;
+      }
+      mamba2 = true;
+      kB = 4, kH = 8, kK = 128, kV = 64, kC = 64;
     } else if (arg == "--no-recurrent") {
       recurrent = false;
     } else if (arg == "--default-malloc") {
@@ -225,22 +267,26 @@ int run(int argc, char** argv) {
       g_cpu_time = true;
     } else {
       if (arg == "--help" || arg == "-h") {
-        std::printf("usage: %s [--op linear_attn|simple_gla|delta_rule|gated_delta_rule]... [--T N]... [--reps N] "
-                    "[--B N] [--H N] [--K N] [--V N] [--C N] [--precision fp32|bf16] [--no-recurrent] "
-                    "[--default-malloc] [--cpu-time]\n",
-                    argv[0]);
+        std::printf(
+            "usage: %s [--op linear_attn|simple_gla|delta_rule|gated_delta_rule]... [--T N]... [--reps N] "
+            "[--B N] [--H N] [--K N] [--V N] [--C N] [--shape mamba2] [--precision fp32|bf16] [--no-recurrent] "
+            "[--default-malloc] [--cpu-time]\n",
+            argv[0]);
         return 0;
       }
       std::fprintf(stderr,
-                   "error: %s: unknown flag or missing value (usage: %s [--op linear_attn|simple_gla|delta_rule|gated_delta_rule]... [--T N]... [--reps N] "
-                   "[--B N] [--H N] [--K N] [--V N] [--C N] [--precision fp32|bf16] [--no-recurrent] "
+                   "error: %s: unknown flag or missing value (usage: %s [--op "
+                   "linear_attn|simple_gla|delta_rule|gated_delta_rule]... [--T N]... [--reps N] "
+                   "[--B N] [--H N] [--K N] [--V N] [--C N] [--shape mamba2] [--precision fp32|bf16] [--no-recurrent] "
                    "[--default-malloc] [--cpu-time])\n",
                    arg.c_str(), argv[0]);
       return 2;
     }
   }
-  if (ops.empty()) ops = {"linear_attn", "simple_gla", "delta_rule", "gated_delta_rule"};
-  if (lengths.empty()) lengths = {256, 512, 2048, 8192};
+  if (ops.empty())
+    ops = mamba2 ? std::vector<std::string>{"simple_gla"}
+                 : std::vector<std::string>{"linear_attn", "simple_gla", "delta_rule", "gated_delta_rule"};
+  if (lengths.empty()) lengths = mamba2 ? std::vector<int64_t>{2048} : std::vector<int64_t>{256, 512, 2048, 8192};
   for (const std::string& op : ops)
     if (op != "linear_attn" && op != "simple_gla" && op != "delta_rule" && op != "gated_delta_rule") {
       std::fprintf(stderr, "error: --op: unknown op '%s' (linear_attn, simple_gla, delta_rule, gated_delta_rule)\n",
@@ -306,6 +352,36 @@ int run(int argc, char** argv) {
       std::printf("\n");
       std::fflush(stdout);
     }
+  if (mamba2) {
+    lat::Generator gen(3);
+    const lat::Mamba2 mixer(mamba2_config(), gen);
+    for (int64_t T : lengths) {
+      Tensor x = Tensor::randn({kB, T, kMamba2DModel}, gen);
+      x.set_requires_grad(true);
+      const Tensor dy = Tensor::randn({kB, T, kMamba2DModel}, gen);
+      const bool time32 = only != "bf16", time16 = bf16 && only != "fp32";
+      std::vector<std::function<void()>> runs;
+      if (time32) runs.push_back([&] { mixer_forward_backward(mixer, x, dy, Precision::fp32); });
+      if (time16) runs.push_back([&] { mixer_forward_backward(mixer, x, dy, Precision::bf16); });
+      const std::vector<double> ms = median_ms_in_turns(runs, reps);
+      const double ms32 = time32 ? ms[0] : 0.0, ms16 = time16 ? ms.back() : 0.0;
+      std::printf("%-17s %6lld", "mamba2_mixer", static_cast<long long>(T));
+      if (time32)
+        std::printf(" %9.2f", ms32);
+      else
+        std::printf(" %9s", "-");
+      if (time16)
+        std::printf(" %9.2f", ms16);
+      else
+        std::printf(" %9s", "-");
+      if (time32 && time16)
+        std::printf(" %6.2fx", ms32 / ms16);
+      else
+        std::printf(" %7s", "-");
+      std::printf(" %14s %14s %11.3f\n", "-", "-", 1e3 * (time32 ? ms32 : ms16) / static_cast<double>(T));
+      std::fflush(stdout);
+    }
+  }
   return 0;
 }
 

@@ -22,6 +22,13 @@ Modes (--modes, each timed in the same process on the same random batches):
   compile        torch.compile (inductor, its C++ CPU backend) of the model's forward, fp32
   compile-bf16   the same under torch.autocast("cpu", dtype=torch.bfloat16): matmuls in bf16
 Median ms/step over --steps after --warmup steps; tokens/s = batch * block / median.
+--mamba2 times instead one transformers Mamba2Mixer (transformers.models.mamba2; 5.24 has no
+separate torch_forward: its forward falls back to plain PyTorch when neither the `kernels` hub
+package nor mamba_ssm / causal_conv1d is installed, which the script checks) forward + backward
+of x [4, 2048, 256] at hidden_size 256, expand 2, head_dim 64 (8 heads), state_size 128,
+n_groups 1, chunk_size 64, conv_kernel 4, fp32, in train mode, modes eager and compile
+(--modes); median ms per forward+backward. Its lat peer is build/bench/bench_linear_attention
+--shape mamba2 (rows simple_gla: the SSD op alone, mamba2_mixer: the whole mixer).
 Run it with the interop virtualenv (make interop-venv): .venv-interop/bin/python
 bench/bench_torch_peer.py --threads 1; compare with build/bench/bench_model --skip-generate
 --models hybrid --threads 1 run right after (this VM's speed drifts between periods).
@@ -222,6 +229,41 @@ def time_mode(mode, cfg, args, batches):
     return statistics.median(times)
 
 
+def time_mamba2_mixer(mode, args):
+    """Median seconds of one Mamba2Mixer forward + backward, x [4, 2048, 256]."""
+    import importlib.util
+
+    from transformers import Mamba2Config
+    from transformers.models.mamba2.modeling_mamba2 import Mamba2Mixer
+
+    for package in ("kernels", "mamba_ssm", "causal_conv1d"):
+        if importlib.util.find_spec(package) is not None:
+            sys.exit(f"bench_torch_peer: --mamba2: '{package}' is installed; the peer is the plain-PyTorch path "
+                     "(run it in an environment without it)")
+    torch.manual_seed(0)
+    config = Mamba2Config(hidden_size=256, expand=2, head_dim=64, num_heads=8, state_size=128, n_groups=1,
+                          chunk_size=64, conv_kernel=4, use_conv_bias=True, use_bias=False, num_hidden_layers=1,
+                          vocab_size=65)
+    mixer = Mamba2Mixer(config, layer_idx=0).train()
+    forward = torch.compile(mixer) if mode == "compile" else mixer
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(4, 2048, 256, generator=gen, requires_grad=True)
+    dy = torch.randn(4, 2048, 256, generator=gen)
+
+    def step():
+        forward(x).backward(dy)
+        x.grad = None
+        mixer.zero_grad(set_to_none=True)
+
+    times = []
+    for i in range(args.warmup + args.steps):
+        start = time.perf_counter()
+        step()
+        if i >= args.warmup:
+            times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default=str(Path(__file__).resolve().parent.parent / "configs/shakespeare_hybrid.yaml"))
@@ -230,8 +272,22 @@ def main():
     parser.add_argument("--warmup", type=int, default=5, help="steps before timing (compilation happens here)")
     parser.add_argument("--modes", default="eager,compile,compile-bf16")
     parser.add_argument("--vocab", type=int, default=65)
+    parser.add_argument("--mamba2", action="store_true", help="time one Mamba2Mixer forward + backward instead")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if args.mamba2:
+        import transformers
+
+        modes = args.modes if args.modes != parser.get_default("modes") else "eager,compile"
+        print(f"torch {torch.__version__}, transformers {transformers.__version__}, {args.threads} thread(s), "
+              f"Mamba2Mixer hidden 256, 8 heads x 64, state 128, chunk 64, x [4, 2048, 256], forward+backward; "
+              f"median of {args.steps} after {args.warmup}")
+        print(f"{'mode':<14} {'ms':>9}")
+        for mode in modes.split(","):
+            if mode not in ("eager", "compile"):
+                sys.exit(f"bench_torch_peer: --modes: unknown mode '{mode}' with --mamba2 (eager, compile)")
+            print(f"{mode:<14} {1e3 * time_mamba2_mixer(mode, args):9.2f}", flush=True)
+        return
     cfg = yaml.safe_load(Path(args.config).read_text())
     batch, block = cfg["train"]["batch_size"], cfg["data"]["block_size"]
     gen = torch.Generator().manual_seed(1)
