@@ -23,9 +23,11 @@ data:
 
 # Trains CONFIG to completion (or resumes it: runs/<config name> holds its checkpoints), then
 # prints a sample from the final checkpoint and draws the loss curves into RUN_DIR/loss.png.
+# TRAIN_ARGS go to lat train (e.g. TRAIN_ARGS="--set train.max_steps=200" for a short run).
 RUN_DIR ?= runs/$(notdir $(basename $(CONFIG)))
+TRAIN_ARGS ?=
 train: deps build data
-	@$(BUILD_DIR)/lat train $(CONFIG)
+	@$(BUILD_DIR)/lat train $(CONFIG) $(TRAIN_ARGS)
 	@echo "== sample: $(BUILD_DIR)/lat generate --checkpoint $(RUN_DIR) --max-new-tokens 500"
 	@$(BUILD_DIR)/lat generate --checkpoint $(RUN_DIR) --max-new-tokens 500
 	@echo "== loss curves: $(BUILD_DIR)/lat plot $(RUN_DIR)"
