@@ -36,7 +36,9 @@ Seven checks, all on CPU in float32, each printing one line with its measured fi
       the training text and tests/data/multilingual.txt.
   (g) granitemoehybrid (GraniteMoeHybridForCausalLM, dense): (a) for a lat-trained mamba2 +
       attn model; (b) and (c) for random models with 2 groups of B and C (untied with RoPE and
-      an attention layer; tied, without RoPE, mamba layers only); and a model with attention
+      an attention layer; tied, without RoPE, mamba layers only; transformers then in float64,
+      so that its Mamba2Mixer forward and cached step are a float64 reference for lat's float32);
+      and a model with attention
       but no RoPE refused naming position_embedding_type.
 
 Logits match when max|lat - transformers| / max|transformers| < 1e-4. Exit 0 when every check
@@ -714,9 +716,12 @@ def check_transformers_to_lat_granite(lat, work, vocab, tie, rope):
     # model of mamba layers only runs (and generates) without it there.
     use_cache = "attention" in layer_types
     model.config.use_cache = use_cache
+    # The reference runs in float64 on the saved float32 weights: Mamba2Mixer's forward and
+    # cached step computed without rounding of their own, against lat's float32.
+    model = model.double()
     figures = compare_model(name, lat, hf_dir, hf_dir, model, tokenizer, vocab, base, min_margin=MIN_MARGIN,
                             use_cache=use_cache)
-    return name, figures, hf_dir
+    return name, figures + ", transformers in float64", hf_dir
 
 
 def check_granite_refusal(lat, work, vocab):
