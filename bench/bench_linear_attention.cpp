@@ -119,6 +119,22 @@ double gemm_peak_gflops(lat::Precision precision) {
   return 2.0 * n * n * n / (ms * 1e6);
 }
 
+// A row's first columns: the name, T, the fp32 and bf16 medians in ms (null: not timed, "-")
+// and their ratio.
+void print_times(const char* name, int64_t T, const double* ms32, const double* ms16) {
+  std::printf("%-17s %6lld", name, static_cast<long long>(T));
+  for (const double* ms : {ms32, ms16}) {
+    if (ms)
+      std::printf(" %9.2f", *ms);
+    else
+      std::printf(" %9s", "-");
+  }
+  if (ms32 && ms16)
+    std::printf(" %6.2fx", *ms32 / *ms16);
+  else
+    std::printf(" %7s", "-");
+}
+
 // FLOPs per chunk per (batch, head), forward + backward, ALGORITHMS.md: 2.3 for simple_gla
 // (forward 4CKV + 2C^2(K+V), backward 10CKV + 2C^2(3K+2V)); linear attention has the
 // same chunk structure (2.2's forward count is the same; 2.3's backward is used);
@@ -322,19 +338,7 @@ int run(int argc, char** argv) {
       const double ms32 = time32 ? ms[0] : 0.0, ms16 = time16 ? ms.back() : 0.0;
       const double flops = flops_per_chunk(op) * static_cast<double>((T + kC - 1) / kC) * kB * kH;
       const double gflops32 = flops / (ms32 * 1e6), gflops16 = flops / (ms16 * 1e6);
-      std::printf("%-17s %6lld", op.c_str(), static_cast<long long>(T));
-      if (time32)
-        std::printf(" %9.2f", ms32);
-      else
-        std::printf(" %9s", "-");
-      if (time16)
-        std::printf(" %9.2f", ms16);
-      else
-        std::printf(" %9s", "-");
-      if (time32 && time16)
-        std::printf(" %6.2fx", ms32 / ms16);
-      else
-        std::printf(" %7s", "-");
+      print_times(op.c_str(), T, time32 ? &ms32 : nullptr, time16 ? &ms16 : nullptr);
       if (time32)
         std::printf(" %6.1f (%3.0f%%)", gflops32, 100.0 * gflops32 / peak32);
       else
@@ -365,19 +369,7 @@ int run(int argc, char** argv) {
       if (time16) runs.push_back([&] { mixer_forward_backward(mixer, x, dy, Precision::bf16); });
       const std::vector<double> ms = median_ms_in_turns(runs, reps);
       const double ms32 = time32 ? ms[0] : 0.0, ms16 = time16 ? ms.back() : 0.0;
-      std::printf("%-17s %6lld", "mamba2_mixer", static_cast<long long>(T));
-      if (time32)
-        std::printf(" %9.2f", ms32);
-      else
-        std::printf(" %9s", "-");
-      if (time16)
-        std::printf(" %9.2f", ms16);
-      else
-        std::printf(" %9s", "-");
-      if (time32 && time16)
-        std::printf(" %6.2fx", ms32 / ms16);
-      else
-        std::printf(" %7s", "-");
+      print_times("mamba2_mixer", T, time32 ? &ms32 : nullptr, time16 ? &ms16 : nullptr);
       std::printf(" %14s %14s %11.3f\n", "-", "-", 1e3 * (time32 ? ms32 : ms16) / static_cast<double>(T));
       std::fflush(stdout);
     }

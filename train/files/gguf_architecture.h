@@ -37,6 +37,10 @@ const GgufArchitecture& gguf_granite_hybrid();
 /// cannot express).
 const GgufArchitecture& gguf_architecture_for(const ModelConfig& model);
 
+/// The first "<arch>.*" keys of every architecture: context_length, embedding_length,
+/// block_count, feed_forward_length (the SwiGLU width) and attention.head_count, in that order.
+void add_gguf_model_shape(GgufWriter& out, const std::string& arch, const ModelConfig& model);
+
 /// How a tensor is stored: a weight matrix in the export's dtype (f16 for q8_0 rows that are
 /// not a multiple of kQ8BlockSize), or f32 whatever the dtype (1-D tensors, norms and
 /// convolutions, as llama.cpp's converter keeps them).

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "lat/error.h"
+#include "layers/swiglu.h"
 #include "train/files/gguf_architecture.h"
 #include "train/files/gguf_tokenizer.h"
 #include "train/files/tokenizer_files.h"
@@ -54,6 +55,16 @@ void write_gguf_export(const ModelWeights& w, int64_t vocab_size, GgmlType dtype
   add_gguf_vocabulary(out, vocab);
   arch.add_tensors(out, w, vocab_size, static_cast<int64_t>(vocab.tokens.size()), dtype);
   out.write(path, "export");
+}
+
+void add_gguf_model_shape(GgufWriter& out, const std::string& arch, const ModelConfig& m) {
+  const std::string a = arch + ".";
+  out.add_uint32(a + "context_length", kGgufContextLength);
+  out.add_uint32(a + "embedding_length", static_cast<uint32_t>(m.d_model));
+  out.add_uint32(a + "block_count", static_cast<uint32_t>(m.n_layers));
+  out.add_uint32(a + "feed_forward_length",
+                 static_cast<uint32_t>(swiglu_hidden_size(m.d_model, m.mlp_ratio, m.intermediate_size)));
+  out.add_uint32(a + "attention.head_count", static_cast<uint32_t>(m.attn.n_heads));
 }
 
 void add_gguf_tensor(GgufWriter& out, const std::string& name, const std::vector<int64_t>& shape,

@@ -33,7 +33,6 @@
 
 #include "lat/error.h"
 #include "layers/fused/rope.h"
-#include "layers/swiglu.h"
 #include "train/files/gguf_architecture.h"
 #include "train/text/format.h"
 
@@ -91,12 +90,7 @@ void add_granite_hybrid_metadata(GgufWriter& out, const ModelConfig& m) {
   const std::string a = std::string(kArch) + ".";
   const MambaConfig& o = m.mamba;
   const int64_t d_inner = o.expand * m.d_model;
-  out.add_uint32(a + "context_length", kGgufContextLength);
-  out.add_uint32(a + "embedding_length", static_cast<uint32_t>(m.d_model));
-  out.add_uint32(a + "block_count", static_cast<uint32_t>(m.n_layers));
-  out.add_uint32(a + "feed_forward_length",
-                 static_cast<uint32_t>(swiglu_hidden_size(m.d_model, m.mlp_ratio, m.intermediate_size)));
-  out.add_uint32(a + "attention.head_count", static_cast<uint32_t>(m.attn.n_heads));
+  add_gguf_model_shape(out, kArch, m);
   std::vector<int32_t> kv_heads;
   for (const std::string& kind : layer_mixers(m))
     kv_heads.push_back(kind == "attn" ? static_cast<int32_t>(m.attn.n_kv_heads) : 0);

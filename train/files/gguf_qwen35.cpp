@@ -29,7 +29,6 @@
 
 #include "lat/error.h"
 #include "layers/fused/rope.h"
-#include "layers/swiglu.h"
 #include "train/files/gguf_architecture.h"
 #include "train/files/hf_qwen35.h"
 #include "train/files/hf_weights.h"
@@ -144,12 +143,7 @@ void check_qwen35(const ModelConfig& m) {
 void add_qwen35_metadata(GgufWriter& out, const ModelConfig& m) {
   const int64_t rotary_dim = rotary_dim_of(m.attn.head_dim, m.attn.rope_fraction);
   const std::string a = std::string(kArch) + ".";
-  out.add_uint32(a + "context_length", kGgufContextLength);
-  out.add_uint32(a + "embedding_length", static_cast<uint32_t>(m.d_model));
-  out.add_uint32(a + "block_count", static_cast<uint32_t>(m.n_layers));
-  out.add_uint32(a + "feed_forward_length",
-                 static_cast<uint32_t>(swiglu_hidden_size(m.d_model, m.mlp_ratio, m.intermediate_size)));
-  out.add_uint32(a + "attention.head_count", static_cast<uint32_t>(m.attn.n_heads));
+  add_gguf_model_shape(out, kArch, m);
   out.add_uint32(a + "attention.head_count_kv", static_cast<uint32_t>(m.attn.n_kv_heads));
   out.add_uint32(a + "attention.key_length", static_cast<uint32_t>(m.attn.head_dim));
   out.add_uint32(a + "attention.value_length", static_cast<uint32_t>(m.attn.head_dim));
