@@ -599,22 +599,7 @@ model:
     head_dim: 12
     n_groups: 2
     chunk_size: 16
-data:
-  path: text.txt
-  tokenizer: char
-  block_size: 64
-train:
-  batch_size: 4
-  max_steps: 20
-  lr: 1.0e-2
-  warmup: 5
-  eval_every: 0
-  eval_batches: 2
-  log_every: 10
-  ckpt_every: 1000
-  out_dir: run
-  seed: {seed}
-"""
+""" + LAT_CONFIG[LAT_CONFIG.index("data:"):]  # data and train as (a)'s
 
 
 @contextlib.contextmanager
@@ -640,11 +625,7 @@ def check_lat_to_granite(lat, work, text):
 
     name = "lat->transformers (granitemoehybrid, mamba2 + attn)"
     run = work / "e_lat"
-    run.mkdir()
-    (run / "text.txt").write_text(text, encoding="utf-8")
-    (run / "config.yaml").write_text(GRANITE_LAT_CONFIG.replace("{seed}", str(SEED)), encoding="utf-8")
-    lat_run = Lat(lat.exe, run)
-    lat_run("train", "config.yaml")
+    lat_run = train_tiny_model(lat.exe, run, text, GRANITE_LAT_CONFIG.format(out_dir="run", seed=SEED))
     vocab = lat_vocab(lat_run, run / "run", run / "lat_export")
     hf_dir = run / "hf"
     lat_run("export", "--checkpoint", run / "run", "--format", "hf", "--out", hf_dir)
