@@ -285,7 +285,7 @@ std::vector<HfTensorSpec> granite_tensor_layout(const ModelConfig& m, int64_t vo
   const int64_t hidden = swiglu_hidden_size(d, m.mlp_ratio, m.intermediate_size);
   const MambaConfig& mb = m.mamba;
   const int64_t I = mb.expand * d, H = I / mb.head_dim, conv_dim = I + 2 * mb.n_groups * mb.d_state;
-  const int64_t Ha = m.attn.n_heads, Da = m.attn.head_dim, Hkv = m.attn.n_kv_heads;
+  const int64_t Ha = m.attn.n_heads, Da = m.attn.head_dim;
   const HfValues norm = HfValues::plain_norm;
 
   std::vector<HfTensorSpec> specs;
@@ -311,11 +311,7 @@ std::vector<HfTensorSpec> granite_tensor_layout(const ModelConfig& m, int64_t vo
       same("out_proj.weight", {d, I});
       if (mb.proj_bias) same("out_proj.bias", {d});
     } else {
-      const std::string h = hf + "self_attn.", a = lat + "attn.";
-      specs.push_back(hf_renamed(h + "q_proj.weight", a + "q_proj.weight", {Ha * Da, d}));
-      specs.push_back(hf_renamed(h + "k_proj.weight", a + "k_proj.weight", {Hkv * Da, d}));
-      specs.push_back(hf_renamed(h + "v_proj.weight", a + "v_proj.weight", {Hkv * Da, d}));
-      specs.push_back(hf_renamed(h + "o_proj.weight", a + "o_proj.weight", {d, Ha * Da}));
+      for (HfTensorSpec& spec : hf_attention_projections(hf, lat, m, Ha * Da)) specs.push_back(std::move(spec));
     }
     specs.push_back(hf_renamed(hf + "post_attention_layernorm.weight", lat + "mlp_norm.weight", {d}, norm));
     specs.push_back(hf_stacked(hf + "shared_mlp.input_linear.weight", {{lat + "mlp.gate_proj.weight", {hidden, d}},

@@ -180,7 +180,7 @@ std::vector<HfTensorSpec> qwen35_tensor_layout(const ModelConfig& m, int64_t voc
   const int64_t key_dim = m.n_heads * m.head_dim;                    // H*K
   const int64_t value_dim = m.linear.n_v_heads * value_head_dim(m);  // Hv*V
   const int64_t Hv = m.linear.n_v_heads, conv = m.linear.conv_size;
-  const int64_t Ha = m.attn.n_heads, Da = m.attn.head_dim, Hkv = m.attn.n_kv_heads;
+  const int64_t Ha = m.attn.n_heads, Da = m.attn.head_dim;
   const int64_t q_rows = Ha * Da * (m.attn.output_gate ? 2 : 1);
   const HfValues norm = HfValues::zero_centred_norm;
 
@@ -208,10 +208,7 @@ std::vector<HfTensorSpec> qwen35_tensor_layout(const ModelConfig& m, int64_t voc
       specs.push_back(hf_renamed(h + "out_proj.weight", a + "o_proj.weight", {d, value_dim}));
     } else {
       const std::string h = hf + "self_attn.", a = lat + "attn.";
-      specs.push_back(hf_renamed(h + "q_proj.weight", a + "q_proj.weight", {q_rows, d}));
-      specs.push_back(hf_renamed(h + "k_proj.weight", a + "k_proj.weight", {Hkv * Da, d}));
-      specs.push_back(hf_renamed(h + "v_proj.weight", a + "v_proj.weight", {Hkv * Da, d}));
-      specs.push_back(hf_renamed(h + "o_proj.weight", a + "o_proj.weight", {d, Ha * Da}));
+      for (HfTensorSpec& spec : hf_attention_projections(hf, lat, m, q_rows)) specs.push_back(std::move(spec));
       specs.push_back(hf_renamed(h + "q_norm.weight", a + "q_norm.weight", {Da}, norm));
       specs.push_back(hf_renamed(h + "k_norm.weight", a + "k_norm.weight", {Da}, norm));
     }

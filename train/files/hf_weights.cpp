@@ -54,6 +54,16 @@ HfTensorSpec hf_stacked(const std::string& hf_name, std::vector<HfTensorPart> pa
   return {hf_name, shape, std::move(parts), HfValues::same};
 }
 
+std::vector<HfTensorSpec> hf_attention_projections(const std::string& hf, const std::string& lat,
+                                                   const ModelConfig& m, int64_t q_rows) {
+  const int64_t d = m.d_model, kv_rows = m.attn.n_kv_heads * m.attn.head_dim;
+  const std::string h = hf + "self_attn.", a = lat + "attn.";
+  return {hf_renamed(h + "q_proj.weight", a + "q_proj.weight", {q_rows, d}),
+          hf_renamed(h + "k_proj.weight", a + "k_proj.weight", {kv_rows, d}),
+          hf_renamed(h + "v_proj.weight", a + "v_proj.weight", {kv_rows, d}),
+          hf_renamed(h + "o_proj.weight", a + "o_proj.weight", {d, m.attn.n_heads * m.attn.head_dim})};
+}
+
 std::map<std::string, std::string> hf_tensor_labels(const ModelConfig& m, int64_t vocab_size) {
   std::map<std::string, std::string> labels;
   for (const HfTensorSpec& spec : hf_tensor_layout(m, vocab_size)) {

@@ -41,6 +41,12 @@ HfTensorSpec hf_renamed(const std::string& hf_name, const std::string& lat_name,
 /// A spec whose transformers tensor `hf_name` stacks `parts` along dim 0.
 HfTensorSpec hf_stacked(const std::string& hf_name, std::vector<HfTensorPart> parts);
 
+/// The four projections of an attention layer, the same in every family:
+/// `<hf>self_attn.{q,k,v,o}_proj.weight` <-> `<lat>attn.{q,k,v,o}_proj.weight` for
+/// model.attn's heads, q_proj of `q_rows` rows (Qwen3.5's gated output doubles them).
+std::vector<HfTensorSpec> hf_attention_projections(const std::string& hf, const std::string& lat,
+                                                   const ModelConfig& model, int64_t q_rows);
+
 /// Every tensor of the transformers model of `model` (resolved, expressible by its family,
 /// hf_family_of) with `vocab_size` tokens, in state-dict order; no lm_head.weight when tied.
 std::vector<HfTensorSpec> hf_tensor_layout(const ModelConfig& model, int64_t vocab_size);
