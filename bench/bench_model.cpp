@@ -17,7 +17,8 @@
 //     split at blank lines, data.packing, so that every mixer runs with cu_seqlens; its ratio
 //     to the unpacked row is printed last) and shakespeare_transformer.yaml, and of their
 //     "nanoGPT-size" variants (data.block_size=64, train.batch_size=12,
-//     train.grad_accum=1). A step is what the trainer's is (train/run/run_loop.cpp): forward and
+//     train.grad_accum=1), and configs/shakespeare_granite.yaml (the main job's width with
+//     mamba2,mamba2,attn,mamba2: the Mamba-2 mixer's forward and backward at that width). A step is what the trainer's is (train/run/run_loop.cpp): forward and
 //     cross-entropy of each micro-batch, backward, global-norm clipping, the AdamW update of
 //     TrainOptimizer at the schedule's learning rate, with the trainer's malloc settings.
 //     Batches are the trainer's (BatchLoader windows of the config's data) when the data file
@@ -670,6 +671,7 @@ std::vector<TrainingRow> all_training_rows() {
       {"hybrid nanoGPT-size", "shakespeare_hybrid.yaml", nanogpt},
       {"transformer", "shakespeare_transformer.yaml", {}},
       {"transformer nanoGPT-size", "shakespeare_transformer.yaml", nanogpt},
+      {"granite", "shakespeare_granite.yaml", {}},
   };
 }
 
