@@ -99,12 +99,10 @@ void scale_by_decay(const float* x, const float* G, const float* ref, int64_t ro
     }
 }
 
-// sum_c x_c y_c e^{gx_c - gy_c} over K channels (gx <= gy elementwise: x's row is the later).
-inline float decayed_dot(const float* x, const float* gx, const float* y, const float* gy, int64_t K) {
-  float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-  for (int64_t c = 0; c < K; ++c) s += x[c] * y[c] * exp_nonpositive(gx[c] - gy[c]);
-  return s;
+// out_c = y_c e^{gx_c - gy_c} over K channels (gx <= gy: x's row is the later): a plain
+// elementwise loop, which vectorizes (a sum with the exp inside would not).
+inline void decayed_row(const float* y, const float* gx, const float* gy, int64_t K, float* out) {
+  for (int64_t c = 0; c < K; ++c) out[c] = y[c] * exp_nonpositive(gx[c] - gy[c]);
 }
 
 // One thread's tiles.
@@ -134,8 +132,10 @@ void decayed_scores(const ChunkedParams& p, const float* x, const float* y, cons
       tile_product(p.precision, rows, r0, K, {s.xs.data(), K}, {s.ys.data(), K, true}, out + r0 * C, C);
     }
     for (int64_t i = r0; i < r1; ++i)
-      for (int64_t j = r0; j < (diagonal ? i + 1 : i); ++j)
-        out[i * C + j] = decayed_dot(x + i * K, G + i * K, y + j * K, G + j * K, K);
+      for (int64_t j = r0; j < (diagonal ? i + 1 : i); ++j) {
+        decayed_row(y + j * K, G + i * K, G + j * K, K, s.tmp.data());
+        out[i * C + j] = dot(x + i * K, s.tmp.data(), K);
+      }
   }
 }
 
