@@ -140,7 +140,7 @@ void print_times(const char* name, int64_t T, const double* ms32, const double* 
 // same chunk structure (2.2's forward count is the same; 2.3's backward is used);
 // 2.4 for the delta rules (forward 6CKV + 2C^2(3K+2V) + 2/3 C^3, backward
 // 16CKV + 2C^2(9K+5V) + 4C^3). kda: the gated delta rule's count plus its per-channel
-// decay work (ALGORITHMS.md 2.5), for each of the six decayed pair products (two forward,
+// decay work (ALGORITHMS.md 2.7), for each of the six decayed pair products (two forward,
 // four backward) with sub-chunks of 16: the elementwise diagonal blocks, C (16 + 1) / 2
 // pairs x K channels at 4 FLOPs (exp counted as one, two multiplies, one add), and the
 // reference-row rescales, (C^2 / 32 + C) x K elements at 2 FLOPs (exp and multiply).

@@ -1,4 +1,4 @@
-// CPU kernel of chunkwise KDA, forward and backward (ALGORITHMS.md 2.5; the gated delta
+// CPU kernel of chunkwise KDA, forward and backward (ALGORITHMS.md 2.7; the gated delta
 // rule's chunk form of chunk_gated_delta_rule_cpu.cpp with a decay per key channel).
 // Letters as in common.h; BH = B*H, chunk n = bh * NT + c; x_i is row i of a chunk.
 //
