@@ -99,10 +99,17 @@ void scale_by_decay(const float* x, const float* G, const float* ref, int64_t ro
     }
 }
 
-// out_c = y_c e^{gx_c - gy_c} over K channels (gx <= gy: x's row is the later): a plain
-// elementwise loop, which vectorizes (a sum with the exp inside would not).
-inline void decayed_row(const float* y, const float* gx, const float* gy, int64_t K, float* out) {
-  for (int64_t c = 0; c < K; ++c) out[c] = y[c] * exp_nonpositive(gx[c] - gy[c]);
+// sum_c a_c b_c e_c over n floats in vector accumulators.
+inline float dot3(const float* a, const float* b, const float* e, int64_t n) {
+  Vec16 acc[2] = {};
+  int64_t c = 0;
+  for (; c + 2 * kLanes <= n; c += 2 * kLanes)
+    for (int u = 0; u < 2; ++u)
+      acc[u] += load16(a + c + u * kLanes) * load16(b + c + u * kLanes) * load16(e + c + u * kLanes);
+  for (; c + kLanes <= n; c += kLanes) acc[0] += load16(a + c) * load16(b + c) * load16(e + c);
+  float sum = lane_sum(acc[0] + acc[1]);
+  for (; c < n; ++c) sum += a[c] * b[c] * e[c];
+  return sum;
 }
 
 // One thread's tiles.
@@ -112,14 +119,37 @@ struct Scratch {
   AlignedBuffer dA, F;                                        // backward, [C, C]
   AlignedBuffer dS;                                           // backward, [K, V]
   AlignedBuffer dlambda;                                      // backward, [K]
+  AlignedBuffer pairs;  // [C, kSub, K]: the chunk's pair decays, see pair_decays
   explicit Scratch(const ChunkedParams& p) {
     const int64_t CD = p.C * std::max(p.K, p.V), CC = p.C * p.C;
     for (AlignedBuffer* b : {&xs, &ys, &tmp, &kb, &bv, &dvn, &dqe, &dG, &dkb, &dbv, &Y, &Z}) *b = AlignedBuffer(CD);
     dA = AlignedBuffer(CC), F = AlignedBuffer(CC), dS = AlignedBuffer(p.K * p.V), dlambda = AlignedBuffer(p.K);
+    pairs = AlignedBuffer(p.C * kSub * p.K);
   }
 };
 
-// out [C, C] = sum_c x_ic y_jc e^{G_ic - G_jc} for j < i (j <= i with `diagonal`), 0 above.
+// The element-wise decays of the pairs inside each sub-chunk: e^{G_i - G_j} for
+// r0 <= j <= i < r1 at pairs + (i * kSub + j - r0) * K (entries j > i are not written, nor
+// read). Computed once per chunk for every product that needs them.
+void pair_decays(const ChunkedParams& p, const float* G, float* pairs) {
+  const int64_t C = p.C, K = p.K;
+  for (int64_t i = 0; i < C; ++i) {
+    const int64_t r0 = i / kSub * kSub;
+    const float* gi = G + i * K;
+    for (int64_t j = r0; j <= i; ++j) {
+      const float* gj = G + j * K;
+      float* e = pairs + (i * kSub + j - r0) * K;
+      for (int64_t c = 0; c < K; ++c) e[c] = exp_nonpositive(gi[c] - gj[c]);
+    }
+  }
+}
+
+inline const float* pair_decay(const float* pairs, int64_t i, int64_t j, int64_t K) {
+  return pairs + (i * kSub + j % kSub) * K;
+}
+
+// out [C, C] = sum_c x_ic y_jc e^{G_ic - G_jc} for j < i (j <= i with `diagonal`), 0 above;
+// s.pairs holds the chunk's pair_decays.
 void decayed_scores(const ChunkedParams& p, const float* x, const float* y, const float* G, bool diagonal,
                     float* out, Scratch& s) {
   const int64_t C = p.C, K = p.K;
@@ -132,15 +162,13 @@ void decayed_scores(const ChunkedParams& p, const float* x, const float* y, cons
       tile_product(p.precision, rows, r0, K, {s.xs.data(), K}, {s.ys.data(), K, true}, out + r0 * C, C);
     }
     for (int64_t i = r0; i < r1; ++i)
-      for (int64_t j = r0; j < (diagonal ? i + 1 : i); ++j) {
-        decayed_row(y + j * K, G + i * K, G + j * K, K, s.tmp.data());
-        out[i * C + j] = dot(x + i * K, s.tmp.data(), K);
-      }
+      for (int64_t j = r0; j < (diagonal ? i + 1 : i); ++j)
+        out[i * C + j] = dot3(x + i * K, y + j * K, pair_decay(s.pairs.data(), i, j, K), K);
   }
 }
 
 // Y_ic = sum_{j<i} F_ij y_jc e^{G_ic - G_jc} (F [C, C], read strictly below the diagonal)
-// into Y [C, K] (overwritten).
+// into Y [C, K] (overwritten); s.pairs holds the chunk's pair_decays.
 void decayed_lower_times(const ChunkedParams& p, const float* F, const float* y, const float* G, float* Y,
                          Scratch& s) {
   const int64_t C = p.C, K = p.K;
@@ -157,12 +185,10 @@ void decayed_lower_times(const ChunkedParams& p, const float* F, const float* y,
     for (int64_t i = r0; i < r1; ++i)
       for (int64_t j = r0; j < i; ++j) {
         const float f = F[i * C + j];
-        const float* gi = G + i * K;
-        const float* gj = G + j * K;
+        const float* e = pair_decay(s.pairs.data(), i, j, K);
         const float* yj = y + j * K;
         float* yi = Y + i * K;
-#pragma omp simd
-        for (int64_t c = 0; c < K; ++c) yi[c] += f * yj[c] * exp_nonpositive(gi[c] - gj[c]);
+        for (int64_t c = 0; c < K; ++c) yi[c] += f * yj[c] * e[c];
       }
   }
 }
@@ -186,12 +212,10 @@ void decayed_upper_times(const ChunkedParams& p, const float* F, const float* x,
     for (int64_t j = r0; j < r1; ++j)
       for (int64_t i = j + 1; i < r1; ++i) {
         const float f = F[i * C + j];
-        const float* gi = G + i * K;
-        const float* gj = G + j * K;
+        const float* e = pair_decay(s.pairs.data(), i, j, K);
         const float* xi = x + i * K;
         float* zj = Z + j * K;
-#pragma omp simd
-        for (int64_t c = 0; c < K; ++c) zj[c] += f * xi[c] * exp_nonpositive(gi[c] - gj[c]);
+        for (int64_t c = 0; c < K; ++c) zj[c] += f * xi[c] * e[c];
       }
   }
 }
@@ -259,6 +283,7 @@ void phase_a(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n, Scratc
       wdec[i * K + c] = exp_nonpositive(lambda[c] - G[i * K + c]);
     }
   float* M = a.m_of(m);
+  pair_decays(p, G, s.pairs.data());
   decayed_scores(p, k, k, G, false, M, s);
   invert_unit_lower(C, beta, M, a.t_of(m));
   float* kb = s.kb.data();
@@ -359,6 +384,7 @@ void backward_chunk(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n,
   float* dvn = s.dvn.data();
   float* kd = s.kb.data();  // K o e^{Lambda - G}
   for (int64_t x = 0; x < C * K; ++x) kd[x] = k[x] * wdec[x];
+  pair_decays(p, G, s.pairs.data());
 
   // dV_new = scale Q^T dO + (K o e^{Lambda - G}) dh.
   tile_product(p.precision, C, V, C, {Q, C, true}, {dO, V}, dvn, V, p.scale);
