@@ -236,6 +236,50 @@ TEST(Kda, RecurrentStepMatchesFusedRecurrent) {
   }
 }
 
+// output_final_state = false changes nothing else, and one call equals two calls chained
+// through final_state -> initial_state (outputs, final state and every gradient).
+TEST(Kda, FinalStateOptionalAndChains) {
+  const DeltaCase c{{2, 150, 2, 16, 24, Gate::none, true, false, 31}, false, 32};
+  testing::DeltaInputs in = make_kda_inputs(c);
+  const testing::Inputs& b = in.base;
+  for (bool chunk : {true, false}) {
+    SCOPED_TRACE(chunk ? "chunk" : "fused_recurrent");
+    const testing::DeltaOp op = chunk ? chunk_op(c) : recurrent_op(c);
+    auto without = [&](const Tensor& h0) {
+      return chunk ? chunk_kda(b.q, b.k, b.v, b.g, in.beta, {}, h0, false, false, 32)
+                   : fused_recurrent_kda(b.q, b.k, b.v, b.g, in.beta, {}, h0, false);
+    };
+    LinearAttentionOutput alone = without(b.initial_state);
+    EXPECT_FALSE(alone.final_state.defined());
+    EXPECT_EQ(alone.o.to_vector<float>(), op(b.q, b.k, b.v, b.g, in.beta, b.initial_state).o.to_vector<float>());
+    auto two_halves = [&](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                          const Tensor& h0) {
+      auto half = [](const Tensor& x, int64_t i) { return slice(x, 1, i * 75, (i + 1) * 75); };
+      LinearAttentionOutput first = op(half(q, 0), half(k, 0), half(v, 0), half(g, 0), half(beta, 0), h0);
+      LinearAttentionOutput second =
+          op(half(q, 1), half(k, 1), half(v, 1), half(g, 1), half(beta, 1), first.final_state);
+      return LinearAttentionOutput{concat({first.o, second.o}, 1), second.final_state};
+    };
+    testing::expect_delta_close(testing::run_delta(two_halves, in, DType::f32),
+                                testing::run_delta(op, in, DType::f32), 1e-5, "chaining");
+  }
+}
+
+// No CUDA kernel yet: a CUDA q is refused before anything runs.
+TEST(Kda, CudaTensorsAreRefused) {
+  if (!cuda_built() || cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device (or built without CUDA)";
+  const DeltaCase c{{1, 4, 2, 8, 6, Gate::mild, true, false, 3}};
+  testing::DeltaInputs in = make_kda_inputs(c);
+  const testing::Inputs& b = in.base;
+  const Device gpu = Device::cuda(0);
+  using testing::expect_error;
+  expect_error([&] { chunk_kda(b.q.to(gpu), b.k.to(gpu), b.v.to(gpu), b.g.to(gpu), in.beta.to(gpu)); },
+               {"chunk_kda", "CUDA tensors are not supported yet"});
+  expect_error(
+      [&] { fused_recurrent_kda(b.q.to(gpu), b.k.to(gpu), b.v.to(gpu), b.g.to(gpu), in.beta.to(gpu)); },
+      {"fused_recurrent_kda", "expected a CPU tensor"});
+}
+
 TEST(Kda, BadInputsThrowClearErrors) {
   const DeltaCase c{{1, 4, 2, 8, 6, Gate::mild, true, false, 3}};
   testing::DeltaInputs in = make_kda_inputs(c);
