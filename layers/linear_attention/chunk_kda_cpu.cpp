@@ -38,8 +38,10 @@
 //
 // Layout and schedule: the inputs are copied once into the per-head chunked layout of
 // chunk_layout.h (q and k L2-normalized there when asked for); one OpenMP loop over the
-// heads runs each head's chunks in order, with one head's intermediates per thread.
-// Every tile product is a single-threaded tile_product in the call's precision.
+// heads (B*H of them: fewer heads than threads leave threads idle) runs each head's chunks
+// in order, with one head's intermediates per thread (the backward keeps every chunk's,
+// NT (4CK + 3C^2 + CV + KV) floats). Every tile product is a single-threaded tile_product
+// in the call's precision.
 #include <algorithm>
 #include <cstring>
 #include <vector>

@@ -33,10 +33,13 @@ struct Kda {
   static void offset_rows(Grads& g, int64_t row) { g.dbeta += row, g.dgk += row * g.K; }
 };
 
+// A call's tensors: q, k [B, T, H, K], v [B, T, H, V], g [B, T, H, K], beta [B, T, H],
+// initial_state and cu_seqlens optional (as DeltaInputs, delta.h); a step's have no T axis.
 struct Inputs {
   Tensor q, k, v, g, beta, initial_state, cu_seqlens;
 };
 
+// A call's options, as the public ops take them.
 struct Options {
   std::optional<float> scale;
   bool output_final_state = false;
@@ -59,6 +62,9 @@ KdaParams params_of(const Inputs& in, const Options& options, int64_t T) {
   return p;
 }
 
+// Checks the arguments (lat::Error naming `op`), runs the kernels of `form` once per span
+// of the call and, when any input requires grad, records one tape node named `op` with
+// inputs q, k, v, g, beta, initial_state.
 LinearAttentionOutput run_kda(const char* op, Form form, const Inputs& in, const Options& options) {
   const Dims d = check_qkv(op, in.q, in.k, in.v);
   check_g_per_key(op, in.g, in.q, d);
@@ -109,6 +115,19 @@ LinearAttentionOutput run_kda(const char* op, Form form, const Inputs& in, const
   return {o, final_state};
 }
 
+// One decoding step (CPU only): q_t, k_t, g_t [B, H, K], v_t [B, H, V], beta_t [B, H];
+// state [B, H, K, V] advanced in place. Returns o_t [B, H, V].
+Tensor run_kda_step(const char* op, const Inputs& in, const Options& options, Tensor& state) {
+  const Dims d = check_step(op, in.q, in.k, in.v, state);
+  check_step_g_per_key(op, in.g, d);
+  check_step_beta(op, in.beta, d);
+  check_cpu(op, in.q);
+  const KdaParams p = params_of(in, options, 1);
+  Tensor o = Tensor::empty({p.B, p.H, p.V}, DType::f32, in.q.device());
+  recurrent_step_kda_cpu(p, state.data<float>(), o.data<float>());
+  return o;
+}
+
 }  // namespace
 }  // namespace linear_attention
 
@@ -138,17 +157,8 @@ LinearAttentionOutput fused_recurrent_kda(const Tensor& q, const Tensor& k, cons
 
 Tensor recurrent_step_kda(const Tensor& q_t, const Tensor& k_t, const Tensor& v_t, const Tensor& g_t,
                           const Tensor& beta_t, float scale, Tensor& state, bool use_qk_l2norm_in_kernel) {
-  const char* op = "recurrent_step_kda";
-  using namespace linear_attention;
-  const Dims d = check_step(op, q_t, k_t, v_t, state);
-  check_step_g_per_key(op, g_t, d);
-  check_step_beta(op, beta_t, d);
-  check_cpu(op, q_t);
-  const KdaParams p = params_of({q_t, k_t, v_t, g_t, beta_t, Tensor(), Tensor()},
-                                {.scale = scale, .use_qk_l2norm_in_kernel = use_qk_l2norm_in_kernel}, 1);
-  Tensor o = Tensor::empty({p.B, p.H, p.V}, DType::f32, q_t.device());
-  recurrent_step_kda_cpu(p, state.data<float>(), o.data<float>());
-  return o;
+  return linear_attention::run_kda_step("recurrent_step_kda", {q_t, k_t, v_t, g_t, beta_t, Tensor(), Tensor()},
+                                        {.scale = scale, .use_qk_l2norm_in_kernel = use_qk_l2norm_in_kernel}, state);
 }
 
 }  // namespace lat
