@@ -17,6 +17,9 @@ using testing::Case;
 using testing::DeltaCase;
 using testing::Gate;
 
+// The ops' flags, named at the call sites.
+constexpr bool kFinalState = true, kNoFinalState = false, kNoL2Norm = false;
+
 // Seeded delta-rule inputs with g replaced by a per-key-channel gate [B, T, H, K] of the
 // case's regime (zero: 0; mild: U(-0.1, -0.01); strong: -20; none: every channel of a token
 // drawn from {0, -0.05, -20, U(-3, 0)} by channel index, so one chunk mixes all regimes).
@@ -46,17 +49,17 @@ testing::DeltaInputs make_kda_inputs(const DeltaCase& c) {
 
 testing::DeltaOp chunk_op(const DeltaCase& c) {
   return [c](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta, const Tensor& h0) {
-    return chunk_kda(q, k, v, g, beta, {}, h0, true, c.l2norm_in_kernel, c.chunk_size);
+    return chunk_kda(q, k, v, g, beta, {}, h0, kFinalState, c.l2norm_in_kernel, c.chunk_size);
   };
 }
 testing::DeltaOp recurrent_op(const DeltaCase& c) {
   return [c](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta, const Tensor& h0) {
-    return fused_recurrent_kda(q, k, v, g, beta, {}, h0, true, c.l2norm_in_kernel);
+    return fused_recurrent_kda(q, k, v, g, beta, {}, h0, kFinalState, c.l2norm_in_kernel);
   };
 }
 testing::DeltaOp naive_op(const DeltaCase& c) {
   return [c](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta, const Tensor& h0) {
-    return naive_kda(q, k, v, g, beta, {}, h0, true, c.l2norm_in_kernel);
+    return naive_kda(q, k, v, g, beta, {}, h0, kFinalState, c.l2norm_in_kernel);
   };
 }
 
@@ -108,7 +111,7 @@ TEST(Kda, ReferenceMatchesFiniteDifferences) {
     std::vector<Tensor> inputs{q, k, v, g, beta, h0};
     for (Tensor& t : inputs) t.set_requires_grad(true);
     auto f = [l2](const std::vector<Tensor>& x) {
-      LinearAttentionOutput out = naive_kda(x[0], x[1], x[2], x[3], x[4], 0.7, x[5], true, l2);
+      LinearAttentionOutput out = naive_kda(x[0], x[1], x[2], x[3], x[4], 0.7, x[5], kFinalState, l2);
       return concat({out.o.reshape({-1}), out.final_state.reshape({-1})}, 0);
     };
     GradCheckResult r = grad_check(f, inputs);
@@ -166,8 +169,8 @@ TEST(Kda, PackedSequencesEqualSeparateCalls) {
     SCOPED_TRACE(chunk ? "chunk" : "fused_recurrent");
     auto call = [chunk](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
                         const Tensor& h0, const Tensor& cu) {
-      if (chunk) return chunk_kda(q, k, v, g, beta, {}, h0, true, false, 16, cu);
-      return fused_recurrent_kda(q, k, v, g, beta, {}, h0, true, false, cu);
+      if (chunk) return chunk_kda(q, k, v, g, beta, {}, h0, kFinalState, kNoL2Norm, 16, cu);
+      return fused_recurrent_kda(q, k, v, g, beta, {}, h0, kFinalState, kNoL2Norm, cu);
     };
     auto packed = [&](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
                       const Tensor& h0) { return call(q, k, v, g, beta, h0, cu_seqlens); };
@@ -200,7 +203,7 @@ TEST(Kda, Bf16ChunkWithinTheBounds) {
     auto bf16 = [&](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
                     const Tensor& h0) {
       const PrecisionGuard guard(Precision::bf16);
-      return chunk_kda(q, k, v, g, beta, {}, h0, true);
+      return chunk_kda(q, k, v, g, beta, {}, h0, kFinalState);
     };
     const testing::DeltaResult got = testing::run_delta(bf16, in, DType::f32);
     const testing::DeltaResult ref = testing::run_delta(naive_op(c), in, DType::f64);
@@ -229,7 +232,7 @@ TEST(Kda, RecurrentStepMatchesFusedRecurrent) {
     testing::DeltaInputs in = make_kda_inputs(c);
     const testing::Inputs& b = in.base;
     const float scale = 0.4f;
-    LinearAttentionOutput ref = fused_recurrent_kda(b.q, b.k, b.v, b.g, in.beta, scale, b.initial_state, true, l2);
+    LinearAttentionOutput ref = fused_recurrent_kda(b.q, b.k, b.v, b.g, in.beta, scale, b.initial_state, kFinalState, l2);
     auto step = [&](const Tensor& q_t, const Tensor& k_t, const Tensor& v_t, const Tensor& g_t, const Tensor& beta_t,
                     Tensor& state) { return recurrent_step_kda(q_t, k_t, v_t, g_t, beta_t, scale, state, l2); };
     testing::expect_steps_match(c, in, ref, step);
@@ -246,8 +249,8 @@ TEST(Kda, FinalStateOptionalAndChains) {
     SCOPED_TRACE(chunk ? "chunk" : "fused_recurrent");
     const testing::DeltaOp op = chunk ? chunk_op(c) : recurrent_op(c);
     auto without = [&](const Tensor& h0) {
-      return chunk ? chunk_kda(b.q, b.k, b.v, b.g, in.beta, {}, h0, false, false, 32)
-                   : fused_recurrent_kda(b.q, b.k, b.v, b.g, in.beta, {}, h0, false);
+      return chunk ? chunk_kda(b.q, b.k, b.v, b.g, in.beta, {}, h0, kNoFinalState, kNoL2Norm, 32)
+                   : fused_recurrent_kda(b.q, b.k, b.v, b.g, in.beta, {}, h0, kNoFinalState);
     };
     LinearAttentionOutput alone = without(b.initial_state);
     EXPECT_FALSE(alone.final_state.defined());
@@ -290,8 +293,8 @@ TEST(Kda, BadInputsThrowClearErrors) {
     const bool chunk = std::string(name) == "chunk_kda";
     auto call = [chunk](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
                         const Tensor& h0) {
-      if (chunk) return chunk_kda(q, k, v, g, beta, {}, h0, true);
-      return fused_recurrent_kda(q, k, v, g, beta, {}, h0, true);
+      if (chunk) return chunk_kda(q, k, v, g, beta, {}, h0, kFinalState);
+      return fused_recurrent_kda(q, k, v, g, beta, {}, h0, kFinalState);
     };
     Generator gen(2);
     expect_error([&] { call(b.q, Tensor::randn({1, 4, 2, 7}, gen), b.v, b.g, in.beta, b.initial_state); },
@@ -310,7 +313,7 @@ TEST(Kda, BadInputsThrowClearErrors) {
     expect_error([&] { call(b.q, b.k, b.v, b.g, in.beta, Tensor::zeros({1, 2, 6, 8})); },
                  {name, "initial_state", "[1, 2, 8, 6]", "got [1, 2, 6, 8]"});
   }
-  expect_error([&] { chunk_kda(b.q, b.k, b.v, b.g, in.beta, {}, {}, false, false, 0); },
+  expect_error([&] { chunk_kda(b.q, b.k, b.v, b.g, in.beta, {}, {}, kNoFinalState, kNoL2Norm, 0); },
                {"chunk_kda", "chunk_size", "> 0", "got 0"});
   Tensor state = Tensor::zeros({1, 2, 8, 6});
   Tensor q_t = Tensor::zeros({1, 2, 8}), v_t = Tensor::zeros({1, 2, 6}), beta_t = Tensor::zeros({1, 2});
