@@ -82,6 +82,14 @@ std::vector<DeltaCase> sweep() {
   return cases;
 }
 
+// delta_param_name with the mixed per-channel regime (Gate::none here) named as such.
+std::string kda_param_name(const ::testing::TestParamInfo<DeltaCase>& info) {
+  std::string name = testing::delta_param_name(info);
+  const std::string none = testing::gate_name(Gate::none);
+  if (const size_t at = name.find(none); at != std::string::npos) name.replace(at, none.size(), "gmixed");
+  return name;
+}
+
 class KdaSweep : public ::testing::TestWithParam<DeltaCase> {};
 
 TEST_P(KdaSweep, ChunkAndRecurrentMatchFloat64Reference) {
@@ -93,7 +101,7 @@ TEST_P(KdaSweep, ChunkAndRecurrentMatchFloat64Reference) {
                               "fused_recurrent");
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, KdaSweep, ::testing::ValuesIn(sweep()), testing::delta_param_name);
+INSTANTIATE_TEST_SUITE_P(Shapes, KdaSweep, ::testing::ValuesIn(sweep()), kda_param_name);
 
 // Finite differences of the float64 reference in every input, with and without the
 // in-kernel L2 norm (g away from 0 and beta inside (0, 1), so the +-eps probes stay valid).
