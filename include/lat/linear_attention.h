@@ -62,6 +62,15 @@ LinearAttentionOutput chunk_gated_delta_rule(const Tensor& q, const Tensor& k, c
                                              bool use_qk_l2norm_in_kernel = false, int chunk_size = 64,
                                              const Tensor& cu_seqlens = {});
 
+/// Kimi Delta Attention (Kimi Linear, 2025): Gated DeltaNet with a per-key-channel gate,
+/// g [B, T, H, K] (log-decay <= 0 per channel):
+/// S_t = (I - beta_t k_t k_t^T) Diag(exp(g_t)) S_{t-1} + beta_t k_t v_t^T, o_t = scale S_t^T q_t.
+/// CPU only for now (a CUDA tensor is a lat::Error).
+LinearAttentionOutput chunk_kda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                                const Tensor& beta, std::optional<float> scale = {}, const Tensor& initial_state = {},
+                                bool output_final_state = false, bool use_qk_l2norm_in_kernel = false,
+                                int chunk_size = 64, const Tensor& cu_seqlens = {});
+
 // ---- token-by-token forms (same arguments and results as the chunk ops) ---------------
 LinearAttentionOutput fused_recurrent_linear_attn(const Tensor& q, const Tensor& k, const Tensor& v,
                                                   std::optional<float> scale = {}, bool normalize = false,
@@ -78,6 +87,10 @@ LinearAttentionOutput fused_recurrent_gated_delta_rule(
     const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
     std::optional<float> scale = {}, const Tensor& initial_state = {}, bool output_final_state = false,
     bool use_qk_l2norm_in_kernel = false, const Tensor& cu_seqlens = {});
+LinearAttentionOutput fused_recurrent_kda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                                          const Tensor& beta, std::optional<float> scale = {},
+                                          const Tensor& initial_state = {}, bool output_final_state = false,
+                                          bool use_qk_l2norm_in_kernel = false, const Tensor& cu_seqlens = {});
 
 // ---- one decoding step, state updated in place (no autograd) ---------------------------
 // q_t, k_t [B, H, K]; v_t [B, H, V]; g_t, beta_t [B, H]; state [B, H, K, V] (V + 1 when
@@ -91,6 +104,9 @@ Tensor recurrent_step_delta_rule(const Tensor& q_t, const Tensor& k_t, const Ten
 Tensor recurrent_step_gated_delta_rule(const Tensor& q_t, const Tensor& k_t, const Tensor& v_t,
                                        const Tensor& g_t, const Tensor& beta_t, float scale, Tensor& state,
                                        bool use_qk_l2norm_in_kernel = false);
+/// KDA's step: g_t [B, H, K] (per key channel); CPU tensors only.
+Tensor recurrent_step_kda(const Tensor& q_t, const Tensor& k_t, const Tensor& v_t, const Tensor& g_t,
+                          const Tensor& beta_t, float scale, Tensor& state, bool use_qk_l2norm_in_kernel = false);
 
 // ---- float64 references (tape ops in f64: outputs and, through backward, gradients) ----
 // Same arguments as the chunk ops; inputs may be f32 or f64 and are converted to f64.
@@ -105,5 +121,9 @@ LinearAttentionOutput naive_gated_delta_rule(const Tensor& q, const Tensor& k, c
                                              std::optional<double> scale = {}, const Tensor& initial_state = {},
                                              bool output_final_state = false,
                                              bool use_qk_l2norm_in_kernel = false);
+/// g [B, T, H, K] (per key channel), as chunk_kda.
+LinearAttentionOutput naive_kda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                                std::optional<double> scale = {}, const Tensor& initial_state = {},
+                                bool output_final_state = false, bool use_qk_l2norm_in_kernel = false);
 
 }  // namespace lat

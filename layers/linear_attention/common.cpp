@@ -99,6 +99,12 @@ void check_g(const char* op, const Tensor& g, const Tensor& q, const Dims& d) {
   check_range(op, "g", g, -INFINITY, 0.0, "log-decay values <= 0");
 }
 
+void check_g_per_key(const char* op, const Tensor& g, const Tensor& q, const Dims& d) {
+  check_shape(op, "g", g, {d.B, d.T, d.H, d.K}, "[B, T, H, K]");
+  check_like(op, "g", g, q);
+  check_range(op, "g", g, -INFINITY, 0.0, "log-decay values <= 0");
+}
+
 void check_beta(const char* op, const Tensor& beta, const Tensor& q, const Dims& d) {
   check_shape(op, "beta", beta, {d.B, d.T, d.H}, "[B, T, H]");
   check_like(op, "beta", beta, q);
@@ -166,6 +172,12 @@ void check_step_beta(const char* op, const Tensor& beta_t, const Dims& d) {
   check_shape(op, "beta_t", beta_t, {d.B, d.H}, "[B, H]");
   check_float(op, "beta_t", beta_t, Dtypes::f32);
   check_range(op, "beta_t", beta_t, 0.0, 1.0, "values in [0, 1]");
+}
+
+void check_step_g_per_key(const char* op, const Tensor& g_t, const Dims& d) {
+  check_shape(op, "g_t", g_t, {d.B, d.H, d.K}, "[B, H, K]");
+  check_float(op, "g_t", g_t, Dtypes::f32);
+  check_range(op, "g_t", g_t, -INFINITY, 0.0, "log-decay values <= 0");
 }
 
 const float* data_or_null(const Tensor& t) { return t.defined() ? t.data<float>() : nullptr; }

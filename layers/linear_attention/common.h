@@ -37,6 +37,9 @@ void check_defined(const char* op, const char* arg, const Tensor& t, const char*
 /// error names the first offending value and its [b, t, h]; NaN is rejected too).
 void check_g(const char* op, const Tensor& g, const Tensor& q, const Dims& d);
 
+/// Checks a per-key-channel log-decay g [B, T, H, K] (KDA) as check_g does.
+void check_g_per_key(const char* op, const Tensor& g, const Tensor& q, const Dims& d);
+
 /// Checks beta [B, T, H]: same dtype and device as q, every value in [0, 1].
 void check_beta(const char* op, const Tensor& beta, const Tensor& q, const Dims& d);
 
@@ -98,6 +101,8 @@ Dims check_step(const char* op, const Tensor& q_t, const Tensor& k_t, const Tens
 /// Checks a per-step gate g_t [B, H] (values <= 0) or beta_t [B, H] (values in [0, 1]).
 void check_step_g(const char* op, const Tensor& g_t, const Dims& d);
 void check_step_beta(const char* op, const Tensor& beta_t, const Dims& d);
+/// Checks a per-key-channel step gate g_t [B, H, K] (values <= 0).
+void check_step_g_per_key(const char* op, const Tensor& g_t, const Dims& d);
 
 /// The scale of o_t = scale S_t^T q_t: the given value, or K^-0.5.
 float resolve_scale(std::optional<float> scale, int64_t K);

@@ -131,4 +131,38 @@ LinearAttentionOutput naive_gated_delta_rule(const Tensor& q, const Tensor& k, c
   return {stack_outputs(o_t, d, d.V), output_final_state ? S : Tensor()};
 }
 
+LinearAttentionOutput naive_kda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                                std::optional<double> scale, const Tensor& initial_state, bool output_final_state,
+                                bool use_qk_l2norm_in_kernel) {
+  const char* op = "naive_kda";
+  Dims d = linear_attention::check_qkv(op, q, k, v, linear_attention::Dtypes::f32_or_f64);
+  linear_attention::check_g_per_key(op, g, q, d);
+  linear_attention::check_beta(op, beta, q, d);
+  linear_attention::check_initial_state(op, initial_state, q, d, d.V, linear_attention::call_spans(op, {}, d));
+  double s = linear_attention::resolve_scale(scale, d.K);
+
+  Tensor q64 = q.to(DType::f64), k64 = k.to(DType::f64);
+  if (use_qk_l2norm_in_kernel) {
+    q64 = l2norm(q64);
+    k64 = l2norm(k64);
+  }
+  std::vector<Tensor> q_t = tokens(q64, {d.B, d.H, 1, d.K});
+  std::vector<Tensor> k_row = tokens(k64, {d.B, d.H, 1, d.K});
+  std::vector<Tensor> v_t = tokens(v.to(DType::f64), {d.B, d.H, 1, d.V});
+  std::vector<Tensor> beta_t = tokens(beta.to(DType::f64), {d.B, d.H, 1, 1});
+  std::vector<Tensor> decay_t = tokens(exp(g.to(DType::f64)), {d.B, d.H, d.K, 1});
+
+  Tensor S = initial_or_zeros(initial_state, d, d.V);
+  std::vector<Tensor> o_t(d.T);
+  for (int64_t t = 0; t < d.T; ++t) {
+    // S_t = (I - beta_t k_t k_t^T) Diag(exp(g_t)) S_{t-1} + beta_t k_t v_t^T, as three steps:
+    // S <- Diag(a) S; u = beta (v - S^T k); S <- S + k u^T.
+    S = S * decay_t[t];
+    Tensor u = beta_t[t] * (v_t[t] - matmul(k_row[t], S));  // [B, H, 1, V]
+    S = S + k_row[t].reshape({d.B, d.H, d.K, 1}) * u;        // k_t u_t^T
+    o_t[t] = matmul(q_t[t], S) * s;
+  }
+  return {stack_outputs(o_t, d, d.V), output_final_state ? S : Tensor()};
+}
+
 }  // namespace lat
