@@ -265,8 +265,9 @@ TEST(KdaMixer, Initialization) {
         EXPECT_LE(e, std::log(16.0f));
       }
     }
-    if (name == "o_norm.weight")
+    if (name == "o_norm.weight") {
       for (float e : v) EXPECT_EQ(e, 1.0f);
+    }
     if (name == "dt_bias") {
       ASSERT_EQ(v.size(), 64u);
       double low = 1, high = 0;
@@ -362,7 +363,7 @@ void expect_config_error(const std::string& yaml, const std::string& expected) {
 
 TEST(KdaConfig, TheLinearKeysBuildTheLayer) {
   const Config c = parse("model:\n  d_model: 64\n  n_heads: 2\n  head_dim: 16\n  expand_v: 2\n  layers: kda,attn\n"
-                         "  norm_eps: 1.0e-5\n  linear: {conv_size: 3, chunk_size: 32, use_gate: false}\n");
+                         "  linear: {conv_size: 3, chunk_size: 32, use_gate: false}\n");
   const HybridLMConfig lm = hybrid_lm_config(c.model, 50);
   Generator gen(0);
   auto m = make_mixer("kda", lm.mixer, gen);
@@ -377,16 +378,16 @@ TEST(KdaConfig, TheLinearKeysBuildTheLayer) {
   EXPECT_EQ(got, expected);
   const auto& kda = dynamic_cast<const KimiDeltaAttention&>(*m);
   EXPECT_EQ(kda.config().chunk_size, 32);
-  EXPECT_EQ(kda.config().norm_eps, 1e-5);
+  EXPECT_EQ(kda.config().conv_size, 3);
 }
 
 TEST(KdaConfig, ImpossibleValuesNameTheKey) {
   expect_config_error("model:\n  layers: kda,attn\n  linear: {n_v_heads: 8}\n",
                       "model.linear.n_v_heads: value heads apart from the key heads exist in gdn and delta_net layers "
-                      "only, got n_v_heads 8 with a kda layer (run.yaml:3)");
+                      "only, but model.layers has 'kda' (run.yaml:4)");
   expect_config_error("model:\n  layers: kda,attn\n  d_model: 1024\n  n_heads: 2\n",
-                      "model.n_heads: the linear-attention kernels take head dimensions up to 256, got head_dim 512 "
-                      "and value dim 512 (run.yaml:5)");
+                      "model.d_model: the linear-attention kernels take head dimensions up to 256, got head_dim 512 "
+                      "and value dim 512 (run.yaml:4)");
 }
 
 // lat info: a kda layer holds its state [H, K, V] and the conv state of q, k and v,
