@@ -24,7 +24,7 @@
 // x [4, 2048, 256] (no GFLOP/s: the count above is the SSD's alone), the peer of
 // bench_torch_peer.py --mamba2.
 //
-//   bench_linear_attention [--op linear_attn|simple_gla|delta_rule|gated_delta_rule]...
+//   bench_linear_attention [--op linear_attn|simple_gla|delta_rule|gated_delta_rule|kda]...
 //                          [--T N]... [--reps N] [--B N] [--H N] [--K N] [--V N] [--C N]
 //                          [--shape mamba2] [--precision fp32|bf16] [--no-recurrent]
 //                          [--default-malloc] [--cpu-time]
@@ -139,17 +139,23 @@ void print_times(const char* name, int64_t T, const double* ms32, const double* 
 // (forward 4CKV + 2C^2(K+V), backward 10CKV + 2C^2(3K+2V)); linear attention has the
 // same chunk structure (2.2's forward count is the same; 2.3's backward is used);
 // 2.4 for the delta rules (forward 6CKV + 2C^2(3K+2V) + 2/3 C^3, backward
-// 16CKV + 2C^2(9K+5V) + 4C^3).
+// 16CKV + 2C^2(9K+5V) + 4C^3). kda: the gated delta rule's count plus its per-channel
+// decay work (ALGORITHMS.md 2.7), for each of the six decayed pair products (two forward,
+// four backward) with sub-chunks of 16: the elementwise diagonal blocks, C (16 + 1) / 2
+// pairs x K channels at 4 FLOPs (exp counted as one, two multiplies, one add), and the
+// reference-row rescales, (C^2 / 32 + C) x K elements at 2 FLOPs (exp and multiply).
 double flops_per_chunk(const std::string& op) {
   const double C = kC, K = kK, V = kV;
   if (op == "linear_attn" || op == "simple_gla")
     return (4 * C * K * V + 2 * C * C * (K + V)) + (10 * C * K * V + 2 * C * C * (3 * K + 2 * V));
-  return (6 * C * K * V + 2 * C * C * (3 * K + 2 * V) + 2.0 / 3.0 * C * C * C) +
-         (16 * C * K * V + 2 * C * C * (9 * K + 5 * V) + 4 * C * C * C);
+  const double delta = (6 * C * K * V + 2 * C * C * (3 * K + 2 * V) + 2.0 / 3.0 * C * C * C) +
+                       (16 * C * K * V + 2 * C * C * (9 * K + 5 * V) + 4 * C * C * C);
+  if (op != "kda") return delta;
+  return delta + 6 * (4 * C * (16 + 1) / 2 * K + 2 * (C * C / 32 + C) * K);
 }
 
 struct Inputs {
-  Tensor q, k, v, g, beta, d_o;
+  Tensor q, k, v, g, gk, beta, d_o;  // gk: kda's per-key-channel gate [B, T, H, K]
 };
 
 Inputs make_inputs(int64_t T) {
@@ -173,6 +179,7 @@ Inputs make_inputs(int64_t T) {
   in.k = leaf(k);
   in.v = leaf(Tensor::randn({kB, T, kH, kV}, gen));
   in.g = leaf(Tensor::uniform({kB, T, kH}, gen, -0.1, -0.01));
+  in.gk = leaf(Tensor::uniform({kB, T, kH, kK}, gen, -0.1, -0.01));
   in.beta = leaf(Tensor::uniform({kB, T, kH}, gen, 0.05, 0.95));
   in.d_o = Tensor::randn({kB, T, kH, kV}, gen);
   return in;
@@ -189,6 +196,9 @@ LinearAttentionOutput run_op(const std::string& op, bool chunk, const Inputs& in
   if (op == "delta_rule")
     return chunk ? lat::chunk_delta_rule(in.q, in.k, in.v, in.beta, {}, {}, false, false, C)
                  : lat::fused_recurrent_delta_rule(in.q, in.k, in.v, in.beta);
+  if (op == "kda")
+    return chunk ? lat::chunk_kda(in.q, in.k, in.v, in.gk, in.beta, {}, {}, false, false, C)
+                 : lat::fused_recurrent_kda(in.q, in.k, in.v, in.gk, in.beta);
   return chunk ? lat::chunk_gated_delta_rule(in.q, in.k, in.v, in.g, in.beta, {}, {}, false, false, C)
                : lat::fused_recurrent_gated_delta_rule(in.q, in.k, in.v, in.g, in.beta);
 }
@@ -199,7 +209,7 @@ void forward_backward(const std::string& op, bool chunk, const Inputs& in, lat::
   const lat::PrecisionGuard guard(precision);
   LinearAttentionOutput out = run_op(op, chunk, in);
   lat::backward(out.o, in.d_o);
-  for (Tensor t : {in.q, in.k, in.v, in.g, in.beta}) t.zero_grad();
+  for (Tensor t : {in.q, in.k, in.v, in.g, in.gk, in.beta}) t.zero_grad();
 }
 
 // The Mamba-2 mixer of --shape mamba2: d_model 256, expand 2, head_dim 64 (8 heads),
@@ -284,7 +294,7 @@ int run(int argc, char** argv) {
     } else {
       if (arg == "--help" || arg == "-h") {
         std::printf(
-            "usage: %s [--op linear_attn|simple_gla|delta_rule|gated_delta_rule]... [--T N]... [--reps N] "
+            "usage: %s [--op linear_attn|simple_gla|delta_rule|gated_delta_rule|kda]... [--T N]... [--reps N] "
             "[--B N] [--H N] [--K N] [--V N] [--C N] [--shape mamba2] [--precision fp32|bf16] [--no-recurrent] "
             "[--default-malloc] [--cpu-time]\n",
             argv[0]);
@@ -292,7 +302,7 @@ int run(int argc, char** argv) {
       }
       std::fprintf(stderr,
                    "error: %s: unknown flag or missing value (usage: %s [--op "
-                   "linear_attn|simple_gla|delta_rule|gated_delta_rule]... [--T N]... [--reps N] "
+                   "linear_attn|simple_gla|delta_rule|gated_delta_rule|kda]... [--T N]... [--reps N] "
                    "[--B N] [--H N] [--K N] [--V N] [--C N] [--shape mamba2] [--precision fp32|bf16] [--no-recurrent] "
                    "[--default-malloc] [--cpu-time])\n",
                    arg.c_str(), argv[0]);
@@ -304,8 +314,9 @@ int run(int argc, char** argv) {
                  : std::vector<std::string>{"linear_attn", "simple_gla", "delta_rule", "gated_delta_rule"};
   if (lengths.empty()) lengths = mamba2 ? std::vector<int64_t>{2048} : std::vector<int64_t>{256, 512, 2048, 8192};
   for (const std::string& op : ops)
-    if (op != "linear_attn" && op != "simple_gla" && op != "delta_rule" && op != "gated_delta_rule") {
-      std::fprintf(stderr, "error: --op: unknown op '%s' (linear_attn, simple_gla, delta_rule, gated_delta_rule)\n",
+    if (op != "linear_attn" && op != "simple_gla" && op != "delta_rule" && op != "gated_delta_rule" && op != "kda") {
+      std::fprintf(stderr,
+                   "error: --op: unknown op '%s' (linear_attn, simple_gla, delta_rule, gated_delta_rule, kda)\n",
                    op.c_str());
       return 2;
     }

@@ -92,6 +92,135 @@ TEST_P(KdaSweep, ChunkAndRecurrentMatchFloat64Reference) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, KdaSweep, ::testing::ValuesIn(sweep()), testing::delta_param_name);
 
+// Finite differences of the float64 reference in every input, with and without the
+// in-kernel L2 norm (g away from 0 and beta inside (0, 1), so the +-eps probes stay valid).
+TEST(Kda, ReferenceMatchesFiniteDifferences) {
+  for (bool l2 : {false, true}) {
+    SCOPED_TRACE(l2 ? "l2norm_in_kernel" : "plain");
+    Generator gen(5);
+    const int64_t B = 1, T = 5, H = 2, K = 3, V = 4;
+    Tensor q = Tensor::randn({B, T, H, K}, gen, DType::f64), k = Tensor::randn({B, T, H, K}, gen, DType::f64);
+    if (!l2) k = k * rsqrt(sum(k * k, -1, true));
+    Tensor v = Tensor::randn({B, T, H, V}, gen, DType::f64);
+    Tensor g = Tensor::uniform({B, T, H, K}, gen, -2.0, -0.05, DType::f64);
+    Tensor beta = Tensor::uniform({B, T, H}, gen, 0.1, 0.9, DType::f64);
+    Tensor h0 = Tensor::randn({B, H, K, V}, gen, DType::f64);
+    std::vector<Tensor> inputs{q, k, v, g, beta, h0};
+    for (Tensor& t : inputs) t.set_requires_grad(true);
+    auto f = [l2](const std::vector<Tensor>& x) {
+      LinearAttentionOutput out = naive_kda(x[0], x[1], x[2], x[3], x[4], 0.7, x[5], true, l2);
+      return concat({out.o.reshape({-1}), out.final_state.reshape({-1})}, 0);
+    };
+    GradCheckResult r = grad_check(f, inputs);
+    ASSERT_EQ(r.rel_error.size(), inputs.size());
+    for (size_t i = 0; i < r.rel_error.size(); ++i) EXPECT_LT(r.rel_error[i], 1e-6) << "input " << i;
+  }
+}
+
+// With one channel per key decaying by g = -20 every token and the next not at all (and the
+// others mild), in every chunk: outputs and gradients finite and as close to the reference
+// as in the sweep, and dg as accurate as dq and dk (within 10x of the larger), whose
+// per-channel cumsums a cancelling formula would lose.
+TEST(Kda, MixedDecaysInOneChunkKeepDgAccurate) {
+  for (int chunk_size : {16, 32, 64}) {
+    SCOPED_TRACE(chunk_size);
+    const DeltaCase c{{2, 150, 2, 32, 24, Gate::none, true, false, 61}, false, chunk_size};
+    testing::DeltaInputs in = make_kda_inputs(c);
+    testing::DeltaResult ref = testing::run_delta(naive_op(c), in, DType::f64);
+    for (const testing::DeltaOp& op : {chunk_op(c), recurrent_op(c)}) {
+      testing::DeltaResult got = testing::run_delta(op, in, DType::f32);
+      const testing::Result& a = got.base;
+      for (const Tensor& t : {a.o, a.final_state, a.dq, a.dk, a.dv, a.dg, got.dbeta, a.d_initial_state})
+        EXPECT_TRUE(testing::all_finite(t));
+      testing::expect_delta_close(got, ref, testing::kTol, "mixed_decays");
+      const double dq = relative_error(a.dq, ref.base.dq), dk = relative_error(a.dk, ref.base.dk);
+      EXPECT_LE(relative_error(a.dg, ref.base.dg), 10.0 * std::max(dq, dk));
+    }
+  }
+}
+
+// g = -inf in some channels (a full reset of those rows of the state) is a valid log-decay.
+TEST(Kda, InfiniteDecayResetsChannels) {
+  const DeltaCase c{{1, 150, 2, 16, 16, Gate::mild, true, false, 55}};
+  testing::DeltaInputs in = make_kda_inputs(c);
+  for (int64_t t : {0, 5, 63, 64, 100, 149}) in.base.g.set({0, t, t % 2, t % 16}, -INFINITY);
+  testing::DeltaResult ref = testing::run_delta(naive_op(c), in, DType::f64);
+  testing::expect_delta_close(testing::run_delta(chunk_op(c), in, DType::f32), ref, testing::kTol, "chunk_reset");
+  testing::expect_delta_close(testing::run_delta(recurrent_op(c), in, DType::f32), ref, testing::kTol,
+                              "recurrent_reset");
+}
+
+// Packed sequences (cu_seqlens, boundaries inside chunks) equal one call per sequence from
+// its own initial state: outputs, final states and every gradient.
+TEST(Kda, PackedSequencesEqualSeparateCalls) {
+  const std::vector<int64_t> lengths{5, 64, 70, 1, 33};
+  std::vector<int64_t> offsets{0};
+  for (int64_t L : lengths) offsets.push_back(offsets.back() + L);
+  const int64_t N = static_cast<int64_t>(lengths.size()), T = offsets.back(), H = 2, K = 16, V = 24;
+  testing::DeltaInputs in = make_kda_inputs({{1, T, H, K, V, Gate::none, true, false, 71}, false, 16});
+  Generator gen(72);
+  in.base.initial_state = Tensor::randn({N, H, K, V}, gen);
+  in.base.d_final_state = Tensor::randn({N, H, K, V}, gen);
+  const Tensor cu_seqlens = Tensor::from_vector(offsets, {N + 1});
+  for (bool chunk : {true, false}) {
+    SCOPED_TRACE(chunk ? "chunk" : "fused_recurrent");
+    auto call = [chunk](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                        const Tensor& h0, const Tensor& cu) {
+      if (chunk) return chunk_kda(q, k, v, g, beta, {}, h0, true, false, 16, cu);
+      return fused_recurrent_kda(q, k, v, g, beta, {}, h0, true, false, cu);
+    };
+    auto packed = [&](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                      const Tensor& h0) { return call(q, k, v, g, beta, h0, cu_seqlens); };
+    auto separate = [&](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                        const Tensor& h0) {
+      std::vector<Tensor> o, ht;
+      for (int64_t n = 0; n < N; ++n) {
+        auto part = [&](const Tensor& x) { return slice(x, 1, offsets[n], offsets[n + 1]); };
+        LinearAttentionOutput out =
+            call(part(q), part(k), part(v), part(g), part(beta), slice(h0, 0, n, n + 1), Tensor());
+        o.push_back(out.o);
+        ht.push_back(out.final_state);
+      }
+      return LinearAttentionOutput{concat(o, 1), concat(ht, 0)};
+    };
+    testing::expect_delta_close(testing::run_delta(packed, in, DType::f32),
+                                testing::run_delta(separate, in, DType::f32), 1e-5, "packed");
+  }
+}
+
+// Under bf16 compute precision the chunk kernel's tile products take bf16 inputs: every
+// tensor within 2u sqrt(max(K, V, 64)) of the float64 reference (test_bf16_chunk.cpp's
+// normwise bound), dg within 10x of dq's, dk's and dv's errors, and bf16 really in use.
+TEST(Kda, Bf16ChunkWithinTheBounds) {
+  if (!bf16_supported(Device::cpu())) GTEST_SKIP() << "this CPU has no AVX512-BF16: bf16 runs in fp32";
+  for (Gate gate : {Gate::none, Gate::mild, Gate::strong}) {
+    const DeltaCase c{{2, 200, 2, 64, 64, gate, true, false, 81}};
+    SCOPED_TRACE(testing::delta_case_name(c));
+    testing::DeltaInputs in = make_kda_inputs(c);
+    auto bf16 = [&](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                    const Tensor& h0) {
+      const PrecisionGuard guard(Precision::bf16);
+      return chunk_kda(q, k, v, g, beta, {}, h0, true);
+    };
+    const testing::DeltaResult got = testing::run_delta(bf16, in, DType::f32);
+    const testing::DeltaResult ref = testing::run_delta(naive_op(c), in, DType::f64);
+    const double bound = 2.0 * 0x1p-8 * std::sqrt(64.0);
+    auto err = [&](const char* name, const Tensor& a, const Tensor& b) {
+      const double e = relative_error(a, b);
+      EXPECT_LE(e, bound) << name;
+      return e;
+    };
+    const testing::Result &a = got.base, &b = ref.base;
+    const double o = err("o", a.o, b.o), dq = err("dq", a.dq, b.dq), dk = err("dk", a.dk, b.dk),
+                 dv = err("dv", a.dv, b.dv), dg = err("dg", a.dg, b.dg);
+    err("final_state", a.final_state, b.final_state);
+    err("dbeta", got.dbeta, ref.dbeta);
+    err("d_initial_state", a.d_initial_state, b.d_initial_state);
+    EXPECT_LE(dg, 10.0 * std::max({dq, dk, dv}));
+    EXPECT_GT(o, testing::kTol) << "an error of fp32's size: bf16 not in use";
+  }
+}
+
 // recurrent_step_kda token by token reproduces fused_recurrent (same f32 math).
 TEST(Kda, RecurrentStepMatchesFusedRecurrent) {
   for (bool l2 : {false, true}) {
@@ -105,6 +234,48 @@ TEST(Kda, RecurrentStepMatchesFusedRecurrent) {
                     Tensor& state) { return recurrent_step_kda(q_t, k_t, v_t, g_t, beta_t, scale, state, l2); };
     testing::expect_steps_match(c, in, ref, step);
   }
+}
+
+TEST(Kda, BadInputsThrowClearErrors) {
+  const DeltaCase c{{1, 4, 2, 8, 6, Gate::mild, true, false, 3}};
+  testing::DeltaInputs in = make_kda_inputs(c);
+  const testing::Inputs& b = in.base;
+  using testing::expect_error;
+  for (const char* name : {"chunk_kda", "fused_recurrent_kda"}) {
+    SCOPED_TRACE(name);
+    const bool chunk = std::string(name) == "chunk_kda";
+    auto call = [chunk](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                        const Tensor& h0) {
+      if (chunk) return chunk_kda(q, k, v, g, beta, {}, h0, true);
+      return fused_recurrent_kda(q, k, v, g, beta, {}, h0, true);
+    };
+    Generator gen(2);
+    expect_error([&] { call(b.q, Tensor::randn({1, 4, 2, 7}, gen), b.v, b.g, in.beta, b.initial_state); },
+                 {name, "k", "expected shape [1, 4, 2, 8]", "got [1, 4, 2, 7]"});
+    expect_error([&] { call(b.q, b.k, b.v, Tensor::zeros({1, 4, 2}), in.beta, b.initial_state); },
+                 {name, "g", "expected shape [1, 4, 2, 8] [B, T, H, K]", "got [1, 4, 2]"});
+    expect_error([&] { call(b.q, b.k, b.v, Tensor(), in.beta, b.initial_state); }, {name, "g", "undefined"});
+    Tensor positive = b.g.clone();
+    positive.set({0, 2, 1, 5}, 0.5);
+    expect_error([&] { call(b.q, b.k, b.v, positive, in.beta, b.initial_state); },
+                 {name, "g", "<= 0", "0.5", "[0, 2, 1, 5]"});
+    expect_error([&] { call(b.q, b.k, b.v, b.g.to(DType::f64), in.beta, b.initial_state); },
+                 {name, "g", "f32 (as q)"});
+    expect_error([&] { call(b.q, b.k, b.v, b.g, Tensor::full({1, 4, 2}, 1.5), b.initial_state); },
+                 {name, "beta", "[0, 1]", "1.5"});
+    expect_error([&] { call(b.q, b.k, b.v, b.g, in.beta, Tensor::zeros({1, 2, 6, 8})); },
+                 {name, "initial_state", "[1, 2, 8, 6]", "got [1, 2, 6, 8]"});
+  }
+  expect_error([&] { chunk_kda(b.q, b.k, b.v, b.g, in.beta, {}, {}, false, false, 0); },
+               {"chunk_kda", "chunk_size", "> 0", "got 0"});
+  Tensor state = Tensor::zeros({1, 2, 8, 6});
+  Tensor q_t = Tensor::zeros({1, 2, 8}), v_t = Tensor::zeros({1, 2, 6}), beta_t = Tensor::zeros({1, 2});
+  expect_error([&] { recurrent_step_kda(q_t, q_t, v_t, Tensor::full({1, 2, 8}, 0.1), beta_t, 1.0f, state); },
+               {"recurrent_step_kda", "g_t", "<= 0"});
+  expect_error([&] { recurrent_step_kda(q_t, q_t, v_t, Tensor::zeros({1, 2}), beta_t, 1.0f, state); },
+               {"recurrent_step_kda", "g_t", "[1, 2, 8] [B, H, K]", "got [1, 2]"});
+  expect_error([&] { recurrent_step_kda(q_t, q_t, v_t, q_t, Tensor::zeros({2}), 1.0f, state); },
+               {"recurrent_step_kda", "beta_t", "[1, 2]"});
 }
 
 }  // namespace

@@ -19,8 +19,7 @@ struct Kda {
   using Params = KdaParams;
   using Saved = KdaSaved;
   using Grads = KdaGrads;
-  static constexpr Kernels<Params, Saved, Grads> chunk_cpu{fused_recurrent_kda_forward_cpu,
-                                                           fused_recurrent_kda_backward_cpu};
+  static constexpr Kernels<Params, Saved, Grads> chunk_cpu{chunk_kda_forward_cpu, chunk_kda_backward_cpu};
   static constexpr Kernels<Params, Saved, Grads> fused_recurrent_cpu{fused_recurrent_kda_forward_cpu,
                                                                      fused_recurrent_kda_backward_cpu};
 #ifdef LAT_WITH_CUDA

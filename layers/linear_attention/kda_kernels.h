@@ -2,7 +2,7 @@
 // the gated delta rule with a per-key-channel decay. State S [K, V]:
 //   S_t = (I - beta_t k_t k_t^T) Diag(a_t) S_{t-1} + beta_t k_t v_t^T,   o_t = scale S_t^T q_t,
 // a_t = exp(g_t), g [B, T, H, K] log-decay <= 0 per key channel; q and k L2-normalized
-// first (qk_l2norm.h) when asked for. Chunk form: ALGORITHMS.md 2.5 (the derivation of the
+// first (qk_l2norm.h) when asked for. Chunk form: ALGORITHMS.md 2.7 (the derivation of the
 // backward sits beside the kernel, chunk_kda_cpu.cpp).
 //
 // As delta_kernels.h: one KdaParams per call in the API layout, output pointers the kernel

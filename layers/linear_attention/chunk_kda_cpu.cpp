@@ -1,0 +1,582 @@
+// CPU kernel of chunkwise KDA, forward and backward (ALGORITHMS.md 2.7; the gated delta
+// rule's chunk form of chunk_gated_delta_rule_cpu.cpp with a decay per key channel).
+// Letters as in common.h; BH = B*H, chunk n = bh * NT + c; x_i is row i of a chunk.
+//
+// Per chunk (rows i, j in [0, C); G [C, K] the chunk-local inclusive cumsum of g per
+// channel, E = e^G, Lambda = G_{C-1}; padded rows have g = 0, q = k = v = beta = 0):
+//   M_ij = sum_c k_ic k_jc e^{G_ic - G_jc} (i > j),   A = diag(beta) M,   T = (I + A)^-1
+//   W = T diag(beta) (K o E),   U = T diag(beta) V,   V_new = U - W S
+//   Q_ij = sum_c q_ic k_jc e^{G_ic - G_jc} (i >= j)
+//   O = scale [(Q o E) S + Q V_new]       (Q o E: q_i scaled per channel by E_i)
+//   S' = Diag(e^Lambda) S + (K o e^{Lambda - G})^T V_new
+//
+// The pairwise decays e^{G_ic - G_jc} (i >= j) are never formed as e^{G_i} e^{-G_j}: the
+// chunk is cut into sub-chunks of kSub rows; a pair in different sub-chunks factorises
+// through a reference row r between them, e^{G_i - G_r} e^{G_r - G_j}, both exponents <= 0
+// (x_i scaled by the first, y_j by the second, then one tile product per sub-chunk), and a
+// pair in the same sub-chunk takes its exponent elementwise, j <= i only (the upper
+// triangle is never exponentiated). Every other exponent (G_i, Lambda - G_i, Lambda) is
+// <= 0 too, so nothing overflows for any decay.
+//
+// Backward (dh = dL/dS' of the chunk; reverse state pass over the chunks):
+//   dV_new = scale Q^T dO + (K o e^{Lambda - G}) dh
+//   dS = Diag(e^Lambda) dh + scale (Q o E)^T dO - W^T dV_new       (the state entering)
+//   dQ_ij = scale dO_i . V_new_j (i >= j);  dQ += scale (dO S^T) o E;  dK += (V_new dh^T) o e^{Lambda - G}
+//   dW = -dV_new S^T, dU = dV_new;  [dKb | dVb] = T^T [dW | dU];  dA = -(dKb W^T + dVb U^T) (i > j)
+//   dK += diag(beta) dKb o E;  dV = diag(beta) dVb;  dbeta = (dKb o K o E) 1 + dVb . V + (dA o M) 1
+//   through the pairs of Q and A (F = dQ strictly lower, or diag(beta) dA):
+//     Y_ic = sum_{j<i} F_ij y_jc e^{G_ic - G_jc},  Z_jc = sum_{i>j} F_ij x_ic e^{G_ic - G_jc}
+//     dx += Y, dy += Z, dG += x o Y - y o Z     (x, y = q, k for Q; k, k for A)
+//   and Q's diagonal adds dQ_ii k_i to dq_i and dQ_ii q_i to dk_i (no decay, no dG).
+//   dG further takes every G-dependent factor's gradient times the factor: the readout
+//   E_i, the write decays e^{Lambda - G_j} (j < last; the pair last, last has no decay),
+//   the key decays E in W, and e^Lambda of the state decay (on Lambda = G_{C-1}).
+//   dg = reverse cumsum of dG within the chunk, per channel.
+// dG is summed from these terms, each with its own decay factor, never as a difference
+// of O(1) products (q . dq - k . dk would lose a dg that strong decay makes tiny;
+// ALGORITHMS.md 2.3).
+//
+// Layout and schedule: the inputs are copied once into the per-head chunked layout of
+// chunk_layout.h (q and k L2-normalized there when asked for); one OpenMP loop over the
+// heads runs each head's chunks in order, with one head's intermediates per thread.
+// Every tile product is a single-threaded tile_product in the call's precision.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "autograd/cpu/aligned_buffer.h"
+#include "layers/linear_attention/chunk_layout.h"
+#include "layers/linear_attention/common.h"
+#include "layers/linear_attention/kda_kernels.h"
+#include "layers/linear_attention/qk_l2norm.h"
+#include "layers/linear_attention/tile_gemm_bf16.h"
+#include "layers/linear_attention/vec16.h"
+
+namespace lat::linear_attention {
+namespace {
+
+using cpu::AlignedBuffer;
+
+// Rows of a sub-chunk: the pairs inside one take their decays elementwise.
+constexpr int64_t kSub = 16;
+
+// Log-decays below this act as this value: e^-100 is 0 in float either way, while -inf
+// (a full reset) would make G_i - G_j = -inf - (-inf) = NaN.
+constexpr float kMinLogDecay = -100.0f;
+
+// One call in the per-head chunked layout ([BH, NT*C, D], rows t >= T zero).
+struct ChunkedParams {
+  int64_t BH = 0, T = 0, NT = 0, C = 0, K = 0, V = 0;
+  float scale = 1.0f;
+  Precision precision = Precision::fp32;
+  const float* q = nullptr;     // [BH, NT*C, K] (L2-normalized when asked for)
+  const float* k = nullptr;     // [BH, NT*C, K]
+  const float* v = nullptr;     // [BH, NT*C, V]
+  const float* g = nullptr;     // [BH, NT*C, K]
+  const float* beta = nullptr;  // [BH, NT*C]
+  const float* h0 = nullptr;    // [BH, K, V], or null
+};
+
+// Gradients in the chunked layout (dh0 may be null).
+struct ChunkedGrads {
+  float* dq = nullptr;
+  float* dk = nullptr;
+  float* dv = nullptr;
+  float* dg = nullptr;
+  float* dbeta = nullptr;
+  float* dh0 = nullptr;  // [BH, K, V]
+};
+
+// out_ic = x_ic e^{G_ic - ref_c} (ref_first false: rows at or after the reference row) or
+// x_ic e^{ref_c - G_ic} (ref_first: rows at or before it), for rows of x, G [rows, K]; the
+// callers' choice of reference row keeps every exponent <= 0.
+void scale_by_decay(const float* x, const float* G, const float* ref, int64_t rows, int64_t K, bool ref_first,
+                    float* out) {
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t c = 0; c < K; ++c) {
+      const float e = ref_first ? ref[c] - G[i * K + c] : G[i * K + c] - ref[c];
+      out[i * K + c] = x[i * K + c] * exp_nonpositive(e);
+    }
+}
+
+// sum_c a_c b_c e_c over n floats in vector accumulators.
+inline float dot3(const float* a, const float* b, const float* e, int64_t n) {
+  Vec16 acc[2] = {};
+  int64_t c = 0;
+  for (; c + 2 * kLanes <= n; c += 2 * kLanes)
+    for (int u = 0; u < 2; ++u)
+      acc[u] += load16(a + c + u * kLanes) * load16(b + c + u * kLanes) * load16(e + c + u * kLanes);
+  for (; c + kLanes <= n; c += kLanes) acc[0] += load16(a + c) * load16(b + c) * load16(e + c);
+  float sum = lane_sum(acc[0] + acc[1]);
+  for (; c < n; ++c) sum += a[c] * b[c] * e[c];
+  return sum;
+}
+
+// One thread's tiles.
+struct Scratch {
+  AlignedBuffer xs, ys, tmp, kb, bv;                          // [C, max(K, V)] each
+  AlignedBuffer dvn, dqe, dG, dkb, dbv, Y, Z;                 // backward, [C, max(K, V)] each
+  AlignedBuffer dA, F;                                        // backward, [C, C]
+  AlignedBuffer dS;                                           // backward, [K, V]
+  AlignedBuffer dlambda;                                      // backward, [K]
+  AlignedBuffer pairs;  // [C, kSub, K]: the chunk's pair decays, see pair_decays
+  explicit Scratch(const ChunkedParams& p) {
+    const int64_t CD = p.C * std::max(p.K, p.V), CC = p.C * p.C;
+    for (AlignedBuffer* b : {&xs, &ys, &tmp, &kb, &bv, &dvn, &dqe, &dG, &dkb, &dbv, &Y, &Z}) *b = AlignedBuffer(CD);
+    dA = AlignedBuffer(CC), F = AlignedBuffer(CC), dS = AlignedBuffer(p.K * p.V), dlambda = AlignedBuffer(p.K);
+    pairs = AlignedBuffer(p.C * kSub * p.K);
+  }
+};
+
+// The element-wise decays of the pairs inside each sub-chunk: e^{G_i - G_j} for
+// r0 <= j <= i < r1 at pairs + (i * kSub + j - r0) * K (entries j > i are not written, nor
+// read). Computed once per chunk for every product that needs them.
+void pair_decays(const ChunkedParams& p, const float* G, float* pairs) {
+  const int64_t C = p.C, K = p.K;
+  for (int64_t i = 0; i < C; ++i) {
+    const int64_t r0 = i / kSub * kSub;
+    const float* gi = G + i * K;
+    for (int64_t j = r0; j <= i; ++j) {
+      const float* gj = G + j * K;
+      float* e = pairs + (i * kSub + j - r0) * K;
+      for (int64_t c = 0; c < K; ++c) e[c] = exp_nonpositive(gi[c] - gj[c]);
+    }
+  }
+}
+
+inline const float* pair_decay(const float* pairs, int64_t i, int64_t j, int64_t K) {
+  return pairs + (i * kSub + j % kSub) * K;
+}
+
+// out [C, C] = sum_c x_ic y_jc e^{G_ic - G_jc} for j < i (j <= i with `diagonal`), 0 above;
+// s.pairs holds the chunk's pair_decays.
+void decayed_scores(const ChunkedParams& p, const float* x, const float* y, const float* G, bool diagonal,
+                    float* out, Scratch& s) {
+  const int64_t C = p.C, K = p.K;
+  std::fill(out, out + C * C, 0.0f);
+  for (int64_t r0 = 0; r0 < C; r0 += kSub) {
+    const int64_t r1 = std::min(C, r0 + kSub), rows = r1 - r0;
+    if (r0 > 0) {  // reference row r0: x_i e^{G_i - G_r0} (i >= r0), y_j e^{G_r0 - G_j} (j < r0)
+      scale_by_decay(x + r0 * K, G + r0 * K, G + r0 * K, rows, K, false, s.xs.data());
+      scale_by_decay(y, G, G + r0 * K, r0, K, true, s.ys.data());
+      tile_product(p.precision, rows, r0, K, {s.xs.data(), K}, {s.ys.data(), K, true}, out + r0 * C, C);
+    }
+    for (int64_t i = r0; i < r1; ++i)
+      for (int64_t j = r0; j < (diagonal ? i + 1 : i); ++j)
+        out[i * C + j] = dot3(x + i * K, y + j * K, pair_decay(s.pairs.data(), i, j, K), K);
+  }
+}
+
+// Y_ic = sum_{j<i} F_ij y_jc e^{G_ic - G_jc} (F [C, C], read strictly below the diagonal)
+// into Y [C, K] (overwritten); s.pairs holds the chunk's pair_decays.
+void decayed_lower_times(const ChunkedParams& p, const float* F, const float* y, const float* G, float* Y,
+                         Scratch& s) {
+  const int64_t C = p.C, K = p.K;
+  for (int64_t r0 = 0; r0 < C; r0 += kSub) {
+    const int64_t r1 = std::min(C, r0 + kSub), rows = r1 - r0;
+    float* Yr = Y + r0 * K;
+    if (r0 > 0) {
+      scale_by_decay(y, G, G + r0 * K, r0, K, true, s.ys.data());
+      tile_product(p.precision, rows, K, r0, {F + r0 * C, C}, {s.ys.data(), K}, s.tmp.data(), K);
+      scale_by_decay(s.tmp.data(), G + r0 * K, G + r0 * K, rows, K, false, Yr);
+    } else {
+      std::fill(Yr, Yr + rows * K, 0.0f);
+    }
+    for (int64_t i = r0; i < r1; ++i)
+      for (int64_t j = r0; j < i; ++j) {
+        const float f = F[i * C + j];
+        const float* e = pair_decay(s.pairs.data(), i, j, K);
+        const float* yj = y + j * K;
+        float* yi = Y + i * K;
+        for (int64_t c = 0; c < K; ++c) yi[c] += f * yj[c] * e[c];
+      }
+  }
+}
+
+// Z_jc = sum_{i>j} F_ij x_ic e^{G_ic - G_jc} (F read strictly below the diagonal) into
+// Z [C, K] (overwritten). The reference row of sub-chunk [r0, r1) is its last, r1 - 1.
+void decayed_upper_times(const ChunkedParams& p, const float* F, const float* x, const float* G, float* Z,
+                         Scratch& s) {
+  const int64_t C = p.C, K = p.K;
+  for (int64_t r0 = 0; r0 < C; r0 += kSub) {
+    const int64_t r1 = std::min(C, r0 + kSub), rows = r1 - r0;
+    const float* ref = G + (r1 - 1) * K;
+    float* Zr = Z + r0 * K;
+    if (r1 < C) {
+      scale_by_decay(x + r1 * K, G + r1 * K, ref, C - r1, K, false, s.xs.data());
+      tile_product(p.precision, rows, K, C - r1, {F + r1 * C + r0, C, true}, {s.xs.data(), K}, s.tmp.data(), K);
+      scale_by_decay(s.tmp.data(), G + r0 * K, ref, rows, K, true, Zr);
+    } else {
+      std::fill(Zr, Zr + rows * K, 0.0f);
+    }
+    for (int64_t j = r0; j < r1; ++j)
+      for (int64_t i = j + 1; i < r1; ++i) {
+        const float f = F[i * C + j];
+        const float* e = pair_decay(s.pairs.data(), i, j, K);
+        const float* xi = x + i * K;
+        float* zj = Z + j * K;
+        for (int64_t c = 0; c < K; ++c) zj[c] += f * xi[c] * e[c];
+      }
+  }
+}
+
+// T = (I + A)^-1 for A = diag(beta) M strictly lower, by forward substitution:
+// T_i = e_i - sum_{j<i} A_ij T_j (row j of T is zero beyond column j).
+void invert_unit_lower(int64_t C, const float* beta, const float* M, float* T) {
+  std::fill(T, T + C * C, 0.0f);
+  for (int64_t i = 0; i < C; ++i) {
+    float* ti = T + i * C;
+    for (int64_t j = 0; j < i; ++j) {
+      const float a = beta[i] * M[i * C + j];
+      const float* tj = T + j * C;
+      for (int64_t x = 0; x <= j; ++x) ti[x] -= a * tj[x];
+    }
+    ti[i] = 1.0f;
+  }
+}
+
+// The intermediates of a head's chunks that do not depend on the state, one slot per
+// chunk (the forward keeps one slot, reused; the backward one per chunk), and the states
+// entering each chunk.
+struct HeadArrays {
+  int64_t slots = 0, C = 0, K = 0, V = 0;
+  AlignedBuffer G, E, wdec;  // [slots, C, K]: cumsum, e^G, e^{Lambda - G}
+  AlignedBuffer M, T, Q;     // [slots, C, C]: key pairs, (I + A)^-1, query-key pairs
+  AlignedBuffer W, vnew;     // [slots, C, K], [slots, C, V]: W, and U then V_new
+  AlignedBuffer h;           // [NT, K, V]: the state entering each chunk (backward)
+
+  HeadArrays(const ChunkedParams& p, int64_t slot_count, bool keep_states)
+      : slots(slot_count), C(p.C), K(p.K), V(p.V) {
+    const int64_t CK = slots * C * K, CC = slots * C * C;
+    G = AlignedBuffer(CK), E = AlignedBuffer(CK), wdec = AlignedBuffer(CK), W = AlignedBuffer(CK);
+    M = AlignedBuffer(CC), T = AlignedBuffer(CC), Q = AlignedBuffer(CC);
+    vnew = AlignedBuffer(slots * C * V);
+    if (keep_states) h = AlignedBuffer(p.NT * K * V);
+  }
+  float* g_of(int64_t m) { return G.data() + m * C * K; }
+  float* e_of(int64_t m) { return E.data() + m * C * K; }
+  float* wdec_of(int64_t m) { return wdec.data() + m * C * K; }
+  float* m_of(int64_t m) { return M.data() + m * C * C; }
+  float* t_of(int64_t m) { return T.data() + m * C * C; }
+  float* q_of(int64_t m) { return Q.data() + m * C * C; }
+  float* w_of(int64_t m) { return W.data() + m * C * K; }
+  float* vnew_of(int64_t m) { return vnew.data() + m * C * V; }
+};
+
+// Phase A of chunk n into slot m: G, E, e^{Lambda - G}, M, T, W, U (in vnew) and Q.
+void phase_a(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n, Scratch& s) {
+  const int64_t C = p.C, K = p.K, V = p.V;
+  const float* q = p.q + n * C * K;
+  const float* k = p.k + n * C * K;
+  const float* g = p.g + n * C * K;
+  const float* beta = p.beta + n * C;
+  float* G = a.g_of(m);
+  float* E = a.e_of(m);
+  float* wdec = a.wdec_of(m);
+  for (int64_t c = 0; c < K; ++c) G[c] = std::max(g[c], kMinLogDecay);
+  for (int64_t i = 1; i < C; ++i)
+    for (int64_t c = 0; c < K; ++c) G[i * K + c] = G[(i - 1) * K + c] + std::max(g[i * K + c], kMinLogDecay);
+  const float* lambda = G + (C - 1) * K;
+  for (int64_t i = 0; i < C; ++i)
+    for (int64_t c = 0; c < K; ++c) {
+      E[i * K + c] = exp_nonpositive(G[i * K + c]);
+      wdec[i * K + c] = exp_nonpositive(lambda[c] - G[i * K + c]);
+    }
+  float* M = a.m_of(m);
+  pair_decays(p, G, s.pairs.data());
+  decayed_scores(p, k, k, G, false, M, s);
+  invert_unit_lower(C, beta, M, a.t_of(m));
+  float* kb = s.kb.data();
+  float* bv = s.bv.data();
+  for (int64_t i = 0; i < C; ++i) {
+    for (int64_t c = 0; c < K; ++c) kb[i * K + c] = beta[i] * k[i * K + c] * E[i * K + c];
+    for (int64_t x = 0; x < V; ++x) bv[i * V + x] = beta[i] * p.v[(n * C + i) * V + x];
+  }
+  tile_product(p.precision, C, K, C, {a.t_of(m), C}, {kb, K}, a.w_of(m), K);
+  tile_product(p.precision, C, V, C, {a.t_of(m), C}, {bv, V}, a.vnew_of(m), V);
+  decayed_scores(p, q, k, G, true, a.q_of(m), s);
+}
+
+// V_new = U - W S in place, then, when next is not null, S' = Diag(e^Lambda) S +
+// (K o e^{Lambda - G})^T V_new into next.
+void state_step(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n, const float* S, float* next,
+                Scratch& s) {
+  const int64_t C = p.C, K = p.K, V = p.V;
+  float* vn = a.vnew_of(m);
+  tile_product(p.precision, C, V, K, {a.w_of(m), K}, {S, V}, vn, V, -1.0f, 1.0f);
+  if (!next) return;
+  const float* lambda_e = a.e_of(m) + (C - 1) * K;
+  for (int64_t c = 0; c < K; ++c)
+    for (int64_t x = 0; x < V; ++x) next[c * V + x] = lambda_e[c] * S[c * V + x];
+  const float* k = p.k + n * C * K;
+  const float* wdec = a.wdec_of(m);
+  float* kd = s.xs.data();
+  for (int64_t x = 0; x < C * K; ++x) kd[x] = k[x] * wdec[x];
+  tile_product(p.precision, K, V, C, {kd, K, true}, {vn, V}, next, V, 1.0f, 1.0f);
+}
+
+// O = scale [(Q o E) S + Q V_new] of chunk n into o.
+void output_chunk(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n, const float* S, float* o, Scratch& s) {
+  const int64_t C = p.C, K = p.K, V = p.V;
+  const float* q = p.q + n * C * K;
+  const float* E = a.e_of(m);
+  float* qe = s.xs.data();
+  for (int64_t x = 0; x < C * K; ++x) qe[x] = p.scale * q[x] * E[x];
+  float* out = o + n * C * V;
+  tile_product(p.precision, C, V, C, {a.q_of(m), C}, {a.vnew_of(m), V}, out, V, p.scale);
+  tile_product(p.precision, C, V, K, {qe, K}, {S, V}, out, V, 1.0f, 1.0f);
+}
+
+// The state S_0 of head bh: h0's, or zeros.
+void initial_state(const ChunkedParams& p, int64_t bh, float* S) {
+  copy_or_zero(p.h0 ? p.h0 + bh * p.K * p.V : nullptr, p.K * p.V, S);
+}
+
+void forward_chunked(const ChunkedParams& p, float* o, float* ht) {
+#pragma omp parallel
+  {
+    Scratch s(p);
+    HeadArrays a(p, 1, false);
+    AlignedBuffer S(p.K * p.V), next(p.K * p.V);
+#pragma omp for schedule(dynamic)
+    for (int64_t bh = 0; bh < p.BH; ++bh) {
+      initial_state(p, bh, S.data());
+      for (int64_t c = 0; c < p.NT; ++c) {
+        const int64_t n = bh * p.NT + c;
+        const bool last = c + 1 == p.NT;
+        float* out_state = last ? (ht ? ht + bh * p.K * p.V : nullptr) : next.data();
+        phase_a(p, a, 0, n, s);
+        state_step(p, a, 0, n, S.data(), out_state, s);
+        output_chunk(p, a, 0, n, S.data(), o, s);
+        if (!last) std::swap(S, next);
+      }
+    }
+  }
+}
+
+// The gradients of chunk n (slot m), given dS = dL/dS' in s.dS: writes dq, dk, dv, dbeta
+// and dg of its rows and replaces s.dS by dL/dS for the state entering the chunk.
+void backward_chunk(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n, int64_t last, const float* d_o,
+                    const ChunkedGrads& grads, Scratch& s) {
+  const int64_t C = p.C, K = p.K, V = p.V;
+  const float* q = p.q + n * C * K;
+  const float* k = p.k + n * C * K;
+  const float* v = p.v + n * C * V;
+  const float* beta = p.beta + n * C;
+  const float* dO = d_o + n * C * V;
+  const float* G = a.g_of(m);
+  const float* E = a.e_of(m);
+  const float* wdec = a.wdec_of(m);
+  const float* M = a.m_of(m);
+  const float* T = a.t_of(m);
+  const float* Q = a.q_of(m);
+  const float* W = a.w_of(m);
+  const float* vn = a.vnew_of(m);
+  const float* S = a.h.data() + (n % p.NT) * K * V;
+  const float* lambda_e = E + (C - 1) * K;
+  float* dS = s.dS.data();
+  float* dq = grads.dq + n * C * K;
+  float* dk = grads.dk + n * C * K;
+  float* dv = grads.dv + n * C * V;
+  float* dbeta = grads.dbeta + n * C;
+  float* dG = s.dG.data();
+  float* dlambda = s.dlambda.data();
+  float* dvn = s.dvn.data();
+  float* kd = s.kb.data();  // K o e^{Lambda - G}
+  for (int64_t x = 0; x < C * K; ++x) kd[x] = k[x] * wdec[x];
+  pair_decays(p, G, s.pairs.data());
+
+  // dV_new = scale Q^T dO + (K o e^{Lambda - G}) dh.
+  tile_product(p.precision, C, V, C, {Q, C, true}, {dO, V}, dvn, V, p.scale);
+  tile_product(p.precision, C, V, K, {kd, K}, {dS, V}, dvn, V, 1.0f, 1.0f);
+  // Readout through S: dqe = scale dO S^T; dq = dqe o E; dG = dqe o q o E.
+  float* dqe = s.dqe.data();
+  tile_product(p.precision, C, K, V, {dO, V}, {S, V, true}, dqe, K, p.scale);
+  for (int64_t x = 0; x < C * K; ++x) {
+    dq[x] = dqe[x] * E[x];
+    dG[x] = dq[x] * q[x];
+  }
+  // Writes into the state: d(K o e^{Lambda - G}) = V_new dh^T; the pairs (last, j), j < last.
+  float* dkd = s.Y.data();
+  tile_product(p.precision, C, K, V, {vn, V}, {dS, V, true}, dkd, K);
+  for (int64_t c = 0; c < K; ++c) {
+    float acc = 0.0f;
+    for (int64_t x = 0; x < V; ++x) acc += S[c * V + x] * dS[c * V + x];
+    dlambda[c] = lambda_e[c] * acc;
+  }
+  for (int64_t i = 0; i < C; ++i)
+    for (int64_t c = 0; c < K; ++c) {
+      const float d = dkd[i * K + c] * wdec[i * K + c];
+      dk[i * K + c] = d;
+      if (i < last) {
+        const float term = d * k[i * K + c];
+        dG[i * K + c] -= term;
+        dlambda[c] += term;
+      }
+    }
+  // The state entering: dS <- Diag(e^Lambda) dh + scale (q o E)^T dO - W^T dV_new.
+  float* qe = s.xs.data();
+  for (int64_t x = 0; x < C * K; ++x) qe[x] = p.scale * q[x] * E[x];
+  for (int64_t c = 0; c < K; ++c)
+    for (int64_t x = 0; x < V; ++x) dS[c * V + x] *= lambda_e[c];
+  tile_product(p.precision, K, V, C, {qe, K, true}, {dO, V}, dS, V, 1.0f, 1.0f);
+  tile_product(p.precision, K, V, C, {W, K, true}, {dvn, V}, dS, V, -1.0f, 1.0f);
+  // Through Q: dQ = scale dO V_new^T (i >= j).
+  float* dQ = s.F.data();
+  tile_product(p.precision, C, C, V, {dO, V}, {vn, V, true}, dQ, C, p.scale);
+  for (int64_t i = 0; i < C; ++i) {
+    const float d = dQ[i * C + i];
+    for (int64_t c = 0; c < K; ++c) {
+      dq[i * K + c] += d * k[i * K + c];
+      dk[i * K + c] += d * q[i * K + c];
+    }
+  }
+  float* Y = s.Y.data();
+  float* Z = s.Z.data();
+  decayed_lower_times(p, dQ, k, G, Y, s);
+  decayed_upper_times(p, dQ, q, G, Z, s);
+  for (int64_t x = 0; x < C * K; ++x) {
+    dq[x] += Y[x];
+    dk[x] += Z[x];
+    dG[x] += q[x] * Y[x] - k[x] * Z[x];
+  }
+  // The WY form: dW = -dV_new S^T, dU = dV_new; [dKb | dVb] = T^T [dW | dU].
+  float* dW = s.tmp.data();
+  tile_product(p.precision, C, K, V, {dvn, V}, {S, V, true}, dW, K, -1.0f);
+  float* dkb = s.dkb.data();
+  float* dbv = s.dbv.data();
+  tile_product(p.precision, C, K, C, {T, C, true}, {dW, K}, dkb, K);
+  tile_product(p.precision, C, V, C, {T, C, true}, {dvn, V}, dbv, V);
+  // dA = -(dKb W^T + dVb U^T), U = V_new + W S (recomputed: the slot holds V_new).
+  float* u = s.bv.data();
+  std::memcpy(u, vn, C * V * sizeof(float));
+  tile_product(p.precision, C, V, K, {W, K}, {S, V}, u, V, 1.0f, 1.0f);
+  float* dA = s.dA.data();
+  tile_product(p.precision, C, C, K, {dkb, K}, {W, K, true}, dA, C, -1.0f);
+  tile_product(p.precision, C, C, V, {dbv, V}, {u, V, true}, dA, C, -1.0f, 1.0f);
+  for (int64_t i = 0; i < C; ++i) {
+    const float b = beta[i];
+    float db = 0.0f;
+    for (int64_t c = 0; c < K; ++c) {
+      const float t = dkb[i * K + c] * E[i * K + c];
+      dk[i * K + c] += b * t;
+      db += t * k[i * K + c];
+      dG[i * K + c] += b * t * k[i * K + c];
+    }
+    for (int64_t x = 0; x < V; ++x) {
+      dv[i * V + x] = b * dbv[i * V + x];
+      db += dbv[i * V + x] * v[i * V + x];
+    }
+    // Through A = diag(beta) M: dbeta_i += sum_j dA_ij M_ij; F = diag(beta) dA, i > j.
+    float* Fi = dQ + i * C;  // dQ is spent: F takes its tile
+    for (int64_t j = 0; j < i; ++j) {
+      db += dA[i * C + j] * M[i * C + j];
+      Fi[j] = b * dA[i * C + j];
+    }
+    dbeta[i] = db;
+  }
+  decayed_lower_times(p, dQ, k, G, Y, s);
+  decayed_upper_times(p, dQ, k, G, Z, s);
+  for (int64_t x = 0; x < C * K; ++x) {
+    dk[x] += Y[x] + Z[x];
+    dG[x] += k[x] * (Y[x] - Z[x]);
+  }
+  for (int64_t c = 0; c < K; ++c) dG[(C - 1) * K + c] += dlambda[c];
+  float* dg = grads.dg + n * C * K;
+  std::memcpy(dg + (C - 1) * K, dG + (C - 1) * K, K * sizeof(float));
+  for (int64_t i = C - 2; i >= 0; --i)
+    for (int64_t c = 0; c < K; ++c) dg[i * K + c] = dg[(i + 1) * K + c] + dG[i * K + c];
+}
+
+void backward_chunked(const ChunkedParams& p, const float* d_o, const float* dht, const ChunkedGrads& grads) {
+#pragma omp parallel
+  {
+    Scratch s(p);
+    HeadArrays a(p, p.NT, true);
+#pragma omp for schedule(dynamic)
+    for (int64_t bh = 0; bh < p.BH; ++bh) {
+      const int64_t KV = p.K * p.V;
+      initial_state(p, bh, a.h.data());
+      for (int64_t c = 0; c < p.NT; ++c) {
+        const int64_t n = bh * p.NT + c;
+        phase_a(p, a, c, n, s);
+        state_step(p, a, c, n, a.h.data() + c * KV, c + 1 < p.NT ? a.h.data() + (c + 1) * KV : nullptr, s);
+      }
+      copy_or_zero(dht ? dht + bh * KV : nullptr, KV, s.dS.data());
+      for (int64_t c = p.NT - 1; c >= 0; --c) {
+        const int64_t last = std::min(p.C, p.T - c * p.C) - 1;
+        backward_chunk(p, a, c, bh * p.NT + c, last, d_o, grads, s);
+      }
+      if (grads.dh0) std::memcpy(grads.dh0 + bh * KV, s.dS.data(), KV * sizeof(float));
+    }
+  }
+}
+
+// What forward keeps for backward: the inputs in the chunked layout (q and k normalized
+// when asked for, with their rstd).
+struct ChunkKdaSaved : KdaSaved {
+  AlignedBuffer q, k, v, g, beta, q_rstd, k_rstd;
+};
+
+int64_t chunked_rows(const KdaParams& p) { return p.B * p.H * p.NT() * p.C; }
+
+std::shared_ptr<ChunkKdaSaved> chunked_inputs(const KdaParams& p) {
+  const int64_t rows = chunked_rows(p);
+  auto in = std::make_shared<ChunkKdaSaved>();
+  in->q = AlignedBuffer(rows * p.K), in->k = AlignedBuffer(rows * p.K), in->v = AlignedBuffer(rows * p.V);
+  in->g = AlignedBuffer(rows * p.K), in->beta = AlignedBuffer(rows);
+  to_chunked({{p.q, in->q.data(), p.K},
+              {p.k, in->k.data(), p.K},
+              {p.v, in->v.data(), p.V},
+              {p.gk, in->g.data(), p.K},
+              {p.beta, in->beta.data(), 1}},
+             p.B, p.T, p.H, p.C);
+  if (p.use_qk_l2norm_in_kernel) {
+    in->q_rstd = AlignedBuffer(rows), in->k_rstd = AlignedBuffer(rows);
+    l2norm_rows_forward(in->q.data(), rows, p.K, in->q_rstd.data());
+    l2norm_rows_forward(in->k.data(), rows, p.K, in->k_rstd.data());
+  }
+  return in;
+}
+
+ChunkedParams chunked_params(const KdaParams& p, const ChunkKdaSaved& in) {
+  ChunkedParams c;
+  c.BH = p.B * p.H, c.T = p.T, c.NT = p.NT(), c.C = p.C, c.K = p.K, c.V = p.V;
+  c.scale = p.scale;
+  c.precision = p.precision;
+  c.q = in.q.data(), c.k = in.k.data(), c.v = in.v.data(), c.g = in.g.data(), c.beta = in.beta.data();
+  c.h0 = p.h0;
+  return c;
+}
+
+}  // namespace
+
+std::shared_ptr<const KdaSaved> chunk_kda_forward_cpu(const KdaParams& p, float* o, float* ht, bool save) {
+  std::shared_ptr<ChunkKdaSaved> in = chunked_inputs(p);
+  AlignedBuffer oc(chunked_rows(p) * p.V);
+  forward_chunked(chunked_params(p, *in), oc.data(), ht);
+  from_chunked({{oc.data(), o, p.V}}, p.B, p.T, p.H, p.C);
+  return save ? in : nullptr;
+}
+
+void chunk_kda_backward_cpu(const KdaParams& p, const KdaSaved& saved, const float* d_o, const float* dht,
+                            const KdaGrads& grads) {
+  const auto& in = static_cast<const ChunkKdaSaved&>(saved);
+  const int64_t rows = chunked_rows(p);
+  AlignedBuffer d_oc(rows * p.V), dq(rows * p.K), dk(rows * p.K), dv(rows * p.V), dg(rows * p.K), dbeta(rows);
+  to_chunked({{d_o, d_oc.data(), p.V}}, p.B, p.T, p.H, p.C);
+  ChunkedGrads out{dq.data(), dk.data(), dv.data(), dg.data(), dbeta.data(), grads.dh0};
+  backward_chunked(chunked_params(p, in), d_oc.data(), dht, out);
+  if (p.use_qk_l2norm_in_kernel) {
+    l2norm_rows_backward(in.q.data(), in.q_rstd.data(), rows, p.K, dq.data());
+    l2norm_rows_backward(in.k.data(), in.k_rstd.data(), rows, p.K, dk.data());
+  }
+  from_chunked({{dq.data(), grads.dq, p.K},
+                {dk.data(), grads.dk, p.K},
+                {dv.data(), grads.dv, p.V},
+                {dg.data(), grads.dgk, p.K},
+                {dbeta.data(), grads.dbeta, 1}},
+               p.B, p.T, p.H, p.C);
+}
+
+}  // namespace lat::linear_attention
