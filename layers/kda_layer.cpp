@@ -72,11 +72,12 @@ Tensor KimiDeltaAttention::run(const Tensor& x, LinearMixerState* state, const T
   } else {
     const Tensor h0 = state != nullptr ? state->recurrent_state : Tensor();
     const bool output_final_state = state != nullptr;
-    const LinearAttentionOutput r =
-        use_chunk(T, state) ? chunk_kda(p.q, p.k, p.v, g, b, {}, h0, output_final_state, kUseQkL2NormInKernel,
-                                        static_cast<int>(config_.chunk_size), cu_seqlens)
-                            : fused_recurrent_kda(p.q, p.k, p.v, g, b, {}, h0, output_final_state,
-                                                  kUseQkL2NormInKernel, cu_seqlens);
+    const LinearAttentionOutput r = use_chunk(T, state)
+                                        ? chunk_kda(p.q, p.k, p.v, g, b, {}, h0, output_final_state,
+                                                    kUseQkL2NormInKernel, static_cast<int>(config_.chunk_size),
+                                                    cu_seqlens)
+                                        : fused_recurrent_kda(p.q, p.k, p.v, g, b, {}, h0, output_final_state,
+                                                              kUseQkL2NormInKernel, cu_seqlens);
     if (state != nullptr) state->recurrent_state = r.final_state;
     o = r.o;
   }

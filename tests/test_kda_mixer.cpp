@@ -132,9 +132,8 @@ class KdaMixerTest : public ::testing::TestWithParam<Case> {};
 TEST_P(KdaMixerTest, MatchesFloat64Reference) {
   const MixerConfig& c = GetParam().config;
   auto m = build(c);
-  expect_matches_float64_reference(*m, c.d_model, [&](ParamMap& P, const Tensor& x64) {
-    return reference_forward(c, P, x64);
-  });
+  expect_matches_float64_reference(*m, c.d_model,
+                                   [&](ParamMap& P, const Tensor& x64) { return reference_forward(c, P, x64); });
 }
 
 // The reference's gradients for every parameter and the input against central differences.
@@ -229,12 +228,21 @@ TEST(KdaMixer, ParameterNamesAndShapes) {
   auto m = make_mixer("kda", c, gen);
   std::vector<std::pair<std::string, Shape>> got;
   for (auto& [name, p] : m->named_parameters()) got.emplace_back(name, p.shape());
-  const std::vector<std::pair<std::string, Shape>> expected = {
-      {"q_proj.weight", {16, 16}},   {"k_proj.weight", {16, 16}},   {"v_proj.weight", {24, 16}},
-      {"q_conv1d.weight", {16, 1, 4}}, {"k_conv1d.weight", {16, 1, 4}}, {"v_conv1d.weight", {24, 1, 4}},
-      {"f_a_proj.weight", {8, 16}},  {"f_b_proj.weight", {16, 8}},  {"A_log", {2}},
-      {"dt_bias", {16}},             {"b_proj.weight", {2, 16}},    {"g_a_proj.weight", {8, 16}},
-      {"g_b_proj.weight", {24, 8}},  {"o_norm.weight", {12}},       {"o_proj.weight", {16, 24}}};
+  const std::vector<std::pair<std::string, Shape>> expected = {{"q_proj.weight", {16, 16}},
+                                                               {"k_proj.weight", {16, 16}},
+                                                               {"v_proj.weight", {24, 16}},
+                                                               {"q_conv1d.weight", {16, 1, 4}},
+                                                               {"k_conv1d.weight", {16, 1, 4}},
+                                                               {"v_conv1d.weight", {24, 1, 4}},
+                                                               {"f_a_proj.weight", {8, 16}},
+                                                               {"f_b_proj.weight", {16, 8}},
+                                                               {"A_log", {2}},
+                                                               {"dt_bias", {16}},
+                                                               {"b_proj.weight", {2, 16}},
+                                                               {"g_a_proj.weight", {8, 16}},
+                                                               {"g_b_proj.weight", {24, 8}},
+                                                               {"o_norm.weight", {12}},
+                                                               {"o_proj.weight", {16, 24}}};
   EXPECT_EQ(got, expected);
 
   c.use_gate = false;
@@ -362,19 +370,27 @@ void expect_config_error(const std::string& yaml, const std::string& expected) {
 }
 
 TEST(KdaConfig, TheLinearKeysBuildTheLayer) {
-  const Config c = parse("model:\n  d_model: 64\n  n_heads: 2\n  head_dim: 16\n  expand_v: 2\n  layers: kda,attn\n"
-                         "  linear: {conv_size: 3, chunk_size: 32, use_gate: false}\n");
+  const Config c = parse(
+      "model:\n  d_model: 64\n  n_heads: 2\n  head_dim: 16\n  expand_v: 2\n  layers: kda,attn\n"
+      "  linear: {conv_size: 3, chunk_size: 32, use_gate: false}\n");
   const HybridLMConfig lm = hybrid_lm_config(c.model, 50);
   Generator gen(0);
   auto m = make_mixer("kda", lm.mixer, gen);
   std::vector<std::pair<std::string, Shape>> got;
   for (auto& [name, p] : m->named_parameters()) got.emplace_back(name, p.shape());
-  const std::vector<std::pair<std::string, Shape>> expected = {
-      {"q_proj.weight", {32, 64}},     {"k_proj.weight", {32, 64}},     {"v_proj.weight", {64, 64}},
-      {"q_conv1d.weight", {32, 1, 3}}, {"k_conv1d.weight", {32, 1, 3}}, {"v_conv1d.weight", {64, 1, 3}},
-      {"f_a_proj.weight", {16, 64}},   {"f_b_proj.weight", {32, 16}},   {"A_log", {2}},
-      {"dt_bias", {32}},               {"b_proj.weight", {2, 64}},      {"o_norm.weight", {32}},
-      {"o_proj.weight", {64, 64}}};
+  const std::vector<std::pair<std::string, Shape>> expected = {{"q_proj.weight", {32, 64}},
+                                                               {"k_proj.weight", {32, 64}},
+                                                               {"v_proj.weight", {64, 64}},
+                                                               {"q_conv1d.weight", {32, 1, 3}},
+                                                               {"k_conv1d.weight", {32, 1, 3}},
+                                                               {"v_conv1d.weight", {64, 1, 3}},
+                                                               {"f_a_proj.weight", {16, 64}},
+                                                               {"f_b_proj.weight", {32, 16}},
+                                                               {"A_log", {2}},
+                                                               {"dt_bias", {32}},
+                                                               {"b_proj.weight", {2, 64}},
+                                                               {"o_norm.weight", {32}},
+                                                               {"o_proj.weight", {64, 64}}};
   EXPECT_EQ(got, expected);
   const auto& kda = dynamic_cast<const KimiDeltaAttention&>(*m);
   EXPECT_EQ(kda.config().chunk_size, 32);
@@ -404,8 +420,8 @@ TEST(KdaConfig, InfoCountsTheStateMemory) {
   EXPECT_EQ(info.total_params, model.num_parameters());
   // q, k [32, 32], v [64, 32]; convs (32 + 32 + 64) x 4; f_a [16, 32], f_b [32, 16]; A_log 2;
   // dt_bias 32; b_proj [2, 32]; g_a [16, 32], g_b [64, 16]; o_norm 32; o_proj [32, 64].
-  const int64_t kda = 2 * 32 * 32 + 64 * 32 + 128 * 4 + 16 * 32 + 32 * 16 + 2 + 32 + 2 * 32 + 16 * 32 + 64 * 16 +
-                      32 + 32 * 64;
+  const int64_t kda = 2 * 32 * 32 + 64 * 32 + 128 * 4 + 16 * 32 + 32 * 16 + 2 + 32 + 2 * 32 + 16 * 32 + 64 * 16 + 32 +
+                      32 * 64;
   EXPECT_EQ(info.params[1].name, "layers.0.attn (kda)");
   EXPECT_EQ(info.params[1].count, kda);
 }
