@@ -263,6 +263,11 @@ class GatedDeltaNet : public DeltaNet {
   Tensor log_decay(const Tensor& x) const { return mamba2_log_decay(x); }
 };
 
+/// Mamba-2's initialization of a decay's A_log and dt_bias (any shapes, each element drawn on
+/// its own): A ~ U[1, 16], A_log = log A; dt log-uniform in [1e-3, 1e-1], at least 1e-4, and
+/// dt_bias = softplus^-1(dt). gdn and simple_gla ([Hv] each) and kda (A_log [H], dt_bias [H*K]).
+void init_mamba2_decay(Tensor& A_log, Tensor& dt_bias, Generator& gen);
+
 /// t [B, T, H, K] -> [B, T, H*G, K], head j repeated as heads j*G .. j*G + G - 1
 /// (torch.repeat_interleave on dim 2); the backward sums each group's gradients into its head.
 Tensor repeat_heads(const Tensor& t, int64_t G);

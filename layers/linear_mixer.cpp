@@ -18,6 +18,8 @@ namespace {
 // The linear-attention kernels' limit on K and V (ALGORITHMS.md 2.6).
 using linear_attention::kMaxHeadDim;
 
+}  // namespace
+
 // Mamba-2's initialization (state-spaces/mamba, mamba_ssm/modules/mamba2.py): A ~ U[1, 16],
 // A_log = log A; dt ~ exp(U[log 1e-3, log 1e-1]) clamped to >= 1e-4, and dt_bias the inverse
 // softplus of dt, dt + log(-expm1(-dt)), so that softplus(dt_bias) = dt at a zero input.
@@ -33,6 +35,8 @@ void init_mamba2_decay(Tensor& A_log, Tensor& dt_bias, Generator& gen) {
     dt_bias.set({h}, dt + std::log(-std::expm1(-dt)));
   }
 }
+
+namespace {
 
 // A short convolution over x [B, T, D]: without a state the training form (zero history,
 // per packed sequence of cu_seqlens when given); with one, it continues from the conv

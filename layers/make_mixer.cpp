@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "layers/attention.h"
+#include "layers/kda_layer.h"
 #include "layers/linear_attention_layers.h"
 #include "layers/mamba2_layer.h"
 
@@ -38,6 +39,9 @@ const std::vector<MixerKind>& kinds() {
        }},
       {"mamba2", [](const MixerConfig& c, Generator& g) -> std::unique_ptr<Mixer> {
          return std::make_unique<Mamba2>(c, g);
+       }},
+      {"kda", [](const MixerConfig& c, Generator& g) -> std::unique_ptr<Mixer> {
+         return std::make_unique<KimiDeltaAttention>(c, g);
        }},
   };
   return table;

@@ -418,6 +418,24 @@ TEST_F(TrainerTest, Mamba2HybridLearnsAndReadsBack) {
   }
 }
 
+// A Kimi Delta Attention hybrid (model.layers "kda,attn") learns the stream in fp32 and in
+// bf16, and its checkpoint reads back to the same val loss (bf16: as the Mamba-2 hybrid's).
+TEST_F(TrainerTest, KdaHybridLearnsAndReadsBack) {
+  for (const std::string precision : {"fp32", "bf16"}) {
+    std::filesystem::remove_all(run_dir());
+    // 60 steps: at 40 the val loss of kda,attn (and of gdn,attn) is only just below half.
+    TrainSummary s = run({"train.max_steps=60", "train.eval_every=0", "train.ckpt_every=0", "model.layers=kda,attn",
+                          "train.precision=" + precision});
+    const auto records = read_metrics(run_dir() / "metrics.jsonl");
+    const double first = records.front()["loss"].get<double>();
+    EXPECT_NEAR(first, std::log(29.0), 0.3) << precision;
+    EXPECT_LT(s.val_loss, 0.5 * first) << precision;
+    CheckpointEval e = evaluate_checkpoint(s.checkpoint);
+    const double tolerance = precision == "fp32" ? 1e-6 : 1e-3;
+    EXPECT_NEAR(e.result.loss, records.back()["val_loss"].get<double>(), tolerance * e.result.loss) << precision;
+  }
+}
+
 // The final eval record is the loss over every target of the val split: it equals an
 // independent evaluation of the final checkpoint, which scores val_size - 1 targets.
 TEST_F(TrainerTest, FinalEvalCoversTheWholeValSplit) {
