@@ -5,6 +5,7 @@
 #include "layers/attention.h"
 #include "layers/linear_attention_layers.h"
 #include "layers/mamba2_layer.h"
+#include "layers/mla_attention.h"
 
 namespace lat {
 namespace {
@@ -38,6 +39,9 @@ const std::vector<MixerKind>& kinds() {
        }},
       {"mamba2", [](const MixerConfig& c, Generator& g) -> std::unique_ptr<Mixer> {
          return std::make_unique<Mamba2>(c, g);
+       }},
+      {"mla", [](const MixerConfig& c, Generator& g) -> std::unique_ptr<Mixer> {
+         return std::make_unique<MlaAttention>(c, g);
        }},
   };
   return table;
