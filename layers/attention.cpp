@@ -2,16 +2,62 @@
 // gate, and the KV cache.
 #include "layers/attention.h"
 
+#include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "lat/ops.h"
 #include "lat/tape.h"
-#include "layers/cache_rows.h"
 #include "layers/cu_seqlens.h"
 #include "layers/fused/attention_op.h"
 #include "layers/fused/rope.h"
 
 namespace lat {
+namespace {
+
+// Appends k_new, v_new [B, T, Hkv, D] to the cache rows [length, length + T). When the
+// buffer is full, rows no longer visible through the sliding window are dropped first, and
+// then the buffer doubles; both are amortized O(1) per token.
+void append_to_cache(KVCache& cache, const Tensor& k_new, const Tensor& v_new, int64_t window_size) {
+  const int64_t B = k_new.size(0), T = k_new.size(1);
+  const int64_t row = k_new.size(2) * k_new.size(3);  // floats per token
+  int64_t capacity = cache.k.defined() ? cache.k.size(1) : 0;
+  if (cache.length + T > capacity && window_size > 0) {
+    // The next query (position `position`) sees keys after position - window_size: the
+    // last window_size - 1 cached rows.
+    const int64_t keep = std::min(cache.length, window_size - 1);
+    const int64_t drop = cache.length - keep;
+    if (drop > 0) {
+      for (Tensor* t : {&cache.k, &cache.v}) {
+        float* base = t->data<float>();
+        for (int64_t b = 0; b < B; ++b) {
+          float* rows = base + b * capacity * row;
+          std::memmove(rows, rows + drop * row, static_cast<size_t>(keep * row) * sizeof(float));
+        }
+      }
+      cache.length = keep;
+    }
+  }
+  if (cache.length + T > capacity) {
+    const int64_t new_capacity = std::max({cache.length + T, 2 * capacity, int64_t{16}});
+    for (Tensor* t : {&cache.k, &cache.v}) {
+      Tensor grown = Tensor::empty({B, new_capacity, k_new.size(2), k_new.size(3)});
+      for (int64_t b = 0; b < B && cache.length > 0; ++b)
+        std::memcpy(grown.data<float>() + b * new_capacity * row, t->data<float>() + b * capacity * row,
+                    static_cast<size_t>(cache.length * row) * sizeof(float));
+      *t = grown;
+    }
+    capacity = new_capacity;
+  }
+  for (int64_t b = 0; b < B; ++b) {
+    const size_t bytes = static_cast<size_t>(T * row) * sizeof(float);
+    std::memcpy(cache.k.data<float>() + (b * capacity + cache.length) * row, k_new.data<float>() + b * T * row, bytes);
+    std::memcpy(cache.v.data<float>() + (b * capacity + cache.length) * row, v_new.data<float>() + b * T * row, bytes);
+  }
+  cache.length += T;
+}
+
+}  // namespace
 
 Attention::Attention(const AttentionConfig& config, Generator& gen) : config_(config) {
   AttentionConfig& c = config_;
@@ -121,7 +167,7 @@ Tensor Attention::step(const Tensor& x, MixerState& state) const {
                                                    << shape_str(x.shape()));
   NoGradGuard no_grad;
   Projected p = project(x, cache->position, Tensor());
-  append_cache_rows({&cache->k, &cache->v}, {p.k, p.v}, cache->length, config_.window_size);
+  append_to_cache(*cache, p.k, p.v, config_.window_size);
   cache->position += x.size(1);
   return output(causal_attention_cached(p.q, cache->k, cache->v, cache->length, {}, config_.window_size), p.gate);
 }

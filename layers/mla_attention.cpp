@@ -7,7 +7,6 @@
 
 #include "lat/ops.h"
 #include "lat/tape.h"
-#include "layers/cache_rows.h"
 #include "layers/cu_seqlens.h"
 #include "layers/fused/attention_op.h"
 #include "layers/fused/rope.h"
@@ -18,6 +17,17 @@ namespace {
 // transformers' KimiLinearRMSNorm default, which KimiLinearAttention's q_a_layernorm and
 // kv_a_layernorm keep whatever the config's rms_norm_eps.
 constexpr double kLatentNormEps = 1e-6;
+
+// The cache rows [B, L, width] followed by the T new ones [B, T, width]. With a sliding window
+// only the last window_size - 1 old rows stay: all that the first new query (and any later
+// one) still sees. Each step expands every kept row again, O(L) work, so the O(L) copy here
+// costs no more; ops keep the cache on the parameters' device.
+Tensor append_rows(const Tensor& rows, const Tensor& new_rows, int64_t window_size) {
+  if (!rows.defined()) return new_rows;
+  const int64_t L = rows.size(1);
+  const Tensor kept = window_size > 0 && L > window_size - 1 ? slice(rows, 1, L - (window_size - 1), L) : rows;
+  return concat({kept, new_rows}, 1);
+}
 
 }  // namespace
 
@@ -155,14 +165,12 @@ Tensor MlaAttention::step(const Tensor& x, MixerState& state) const {
   NoGradGuard no_grad;
   const int64_t B = x.size(0), T = x.size(1);
   const Projected p = project(x, cache->position, Tensor());
-  if (p.k_rot.defined())
-    append_cache_rows({&cache->latent, &cache->k_rot}, {p.latent, p.k_rot}, cache->length, config_.window_size);
-  else
-    append_cache_rows({&cache->latent}, {p.latent}, cache->length, config_.window_size);
+  cache->latent = append_rows(cache->latent, p.latent, config_.window_size);
+  if (p.k_rot.defined()) cache->k_rot = append_rows(cache->k_rot, p.k_rot, config_.window_size);
+  cache->length = cache->latent.size(1);
   cache->position += T;
   const int64_t L = cache->length;
-  const Expanded e =
-      expand(slice(cache->latent, 1, 0, L), p.k_rot.defined() ? slice(cache->k_rot, 1, 0, L) : Tensor());
+  const Expanded e = expand(cache->latent, cache->k_rot);
   const Tensor o = causal_attention_cached(p.q, e.k, e.v, L, {}, config_.window_size);
   return o_proj_->forward(o.reshape({B, T, config_.attn_n_heads * config_.mla.v_head_dim}));
 }

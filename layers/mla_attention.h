@@ -18,14 +18,14 @@
 namespace lat {
 
 /// Generation state of an MlaAttention layer: per token only the normed latent and the shared
-/// key part, latent [B, capacity, C] and k_rot [B, capacity, Dr] (rotated when the layer has
-/// rope; undefined when Dr = 0), rows [0, length) valid: (C + Dr) floats per token against a
-/// plain KV cache's H (Dq + Dv). Each step expands the rows again through kv_b_proj. With a
-/// sliding window only the rows still visible are kept.
+/// key part, latent [B, L, C] and k_rot [B, L, Dr] (rotated when the layer has rope; undefined
+/// when Dr = 0), on the parameters' device: (C + Dr) floats per token against a plain KV
+/// cache's H (Dq + Dv). Each step expands every row again through kv_b_proj (no absorption of
+/// kv_b_proj into q and o_proj). With a sliding window only the rows still visible are kept.
 struct MlaCache : MixerState {
   Tensor latent, k_rot;
   int64_t batch = 0;
-  int64_t length = 0;    // valid rows
+  int64_t length = 0;    // rows kept, L
   int64_t position = 0;  // tokens seen so far: the RoPE position of the next token
 };
 
