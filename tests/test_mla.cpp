@@ -24,6 +24,7 @@
 #include "tests/mixer_reference.h"
 #include "train/config/config.h"
 #include "train/inference/info.h"
+#include "train/run/memory_estimate.h"
 #include "train/run/device.h"
 
 namespace lat {
@@ -478,6 +479,18 @@ TEST(MlaConfig, InfoShowsTheLatentCacheBesideAPlainKvCache) {
       << text;
   const Config windowed = parse("model:\n  layers: mla\n  n_layers: 1\n  attn: {window_size: 100}\n");
   EXPECT_EQ(model_info(windowed, 32, 1000).memory[0].state, 100 * (64 + 16));
+}
+
+// The training step's memory estimate (made before the model is built) counts an mla model's
+// parameters exactly: weights, gradients and two moments, 16 bytes each.
+TEST(MlaConfig, StepMemoryEstimateCountsTheParameters) {
+  for (const std::string q : {"0", "24"}) {
+    SCOPED_TRACE("q_lora_rank " + q);
+    const Config c = parse("model:\n  layers: mla\n  n_layers: 2\n  d_model: 64\n  mla: {q_lora_rank: " + q +
+                           ", kv_lora_rank: 20, qk_nope_head_dim: 6, qk_rope_head_dim: 10, v_head_dim: 12}\n");
+    const ModelInfo info = model_info(c, 32, 16);
+    EXPECT_EQ(estimate_step_memory(c, 32, 1).parameters, 16.0 * static_cast<double>(info.total_params));
+  }
 }
 
 }  // namespace
