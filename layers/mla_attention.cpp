@@ -3,6 +3,7 @@
 // latent cache.
 #include "layers/mla_attention.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "lat/ops.h"
@@ -25,8 +26,9 @@ constexpr double kLatentNormEps = 1e-6;
 Tensor append_rows(const Tensor& rows, const Tensor& new_rows, int64_t window_size) {
   if (!rows.defined()) return new_rows;
   const int64_t L = rows.size(1);
-  const Tensor kept = window_size > 0 && L > window_size - 1 ? slice(rows, 1, L - (window_size - 1), L) : rows;
-  return concat({kept, new_rows}, 1);
+  const int64_t keep = window_size > 0 ? std::min(L, window_size - 1) : L;
+  if (keep == 0) return new_rows;
+  return concat({keep < L ? slice(rows, 1, L - keep, L) : rows, new_rows}, 1);
 }
 
 }  // namespace

@@ -68,7 +68,8 @@ std::vector<Case> cases() {
           {"low_rank_q_rope", mla_config(5, 7, 4, 4, 3, true)},
           {"no_shared_part", mla_config(0, 5, 6, 0, 6, false)},
           {"shared_part_only_rope_window", mla_config(4, 6, 0, 6, 4, true, 5)},
-          {"window_nope", mla_config(3, 4, 2, 2, 2, false, 3)}};
+          {"window_nope", mla_config(3, 4, 2, 2, 2, false, 3)},
+          {"window_of_one_token", mla_config(0, 4, 2, 2, 2, true, 1)}};
 }
 
 // A layer whose RMSNorm weights are away from their init (ones), so that an ignored or swapped
