@@ -23,6 +23,9 @@
 #include "tests/expect_error.h"
 #include "tests/mixer_reference.h"
 #include "train/config/config.h"
+#include "train/config/model_config.h"
+#include "train/files/model_reader.h"
+#include "train/files/trained_model.h"
 #include "train/inference/info.h"
 #include "train/run/memory_estimate.h"
 #include "train/run/device.h"
@@ -492,6 +495,39 @@ TEST(MlaConfig, StepMemoryEstimateCountsTheParameters) {
     const ModelInfo info = model_info(c, 32, 16);
     EXPECT_EQ(estimate_step_memory(c, 32, 1).parameters, 16.0 * static_cast<double>(info.total_params));
   }
+}
+
+// model_from_weights reads an mla model back exactly and compares the latent projections' and
+// o_proj's sizes with model.mla.* and model.attn.n_heads before building the model.
+TEST(MlaConfig, ModelFromWeightsChecksTheMlaSizes) {
+  ModelWeights w{.path = "m.h5",
+                 .config = parse("model: {d_model: 16, n_layers: 2, n_heads: 2, layers: \"mla,gdn\",\n"
+                                 "        mla: {q_lora_rank: 3, kv_lora_rank: 8, qk_nope_head_dim: 4, "
+                                 "qk_rope_head_dim: 2, v_head_dim: 6}}\n"),
+                 .checkpoint = {}};
+  Generator gen(3);
+  HybridLM source(hybrid_lm_config(w.config.model, 13), gen);
+  for (const auto& [name, t] : source.named_parameters()) w.checkpoint.model.emplace_back(name, t.detach().clone());
+  std::unique_ptr<HybridLM> loaded = model_from_weights(w);
+  const auto a = source.named_parameters(), b = loaded->named_parameters();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].second.to_vector(), b[i].second.to_vector()) << a[i].first;
+
+  ModelWeights larger_latent = w;
+  larger_latent.config.model.mla.kv_lora_rank = 12;
+  expect_error([&] { model_from_weights(larger_latent); },
+               {"model_from_weights: 'm.h5': model.mla.kv_lora_rank 12 + qk_rope_head_dim 2 (mla layer) does not match "
+                "tensor 'layers.0.attn.kv_a_proj_with_mqa.weight' [10, 16]: expected 14 rows, found 10"});
+  ModelWeights narrower_values = w;
+  narrower_values.config.model.mla.v_head_dim = 5;
+  expect_error([&] { model_from_weights(narrower_values); },
+               {"model.attn.n_heads 2 x (model.mla.qk_nope_head_dim 4 + v_head_dim 5) (mla layer) does not match "
+                "tensor 'layers.0.attn.kv_b_proj.weight' [20, 8]: expected 18 rows, found 20"});
+  ModelWeights more_heads = w;
+  more_heads.config.model.attn.n_heads = 4;
+  expect_error([&] { model_from_weights(more_heads); },
+               {"model.attn.n_heads 4 x (model.mla.qk_nope_head_dim 4 + v_head_dim 6) (mla layer) does not match "
+                "tensor 'layers.0.attn.kv_b_proj.weight' [20, 8]: expected 40 rows, found 20"});
 }
 
 }  // namespace
