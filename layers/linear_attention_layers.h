@@ -18,6 +18,7 @@
 #include "layers/fused/short_conv.h"
 #include "layers/linear.h"
 #include "layers/mixer.h"
+#include "layers/mla_options.h"
 #include "layers/rms_norm.h"
 
 namespace lat {
@@ -68,6 +69,7 @@ struct MixerConfig {
   double init_std = 0.02;      // every projection but o_proj
   double out_init_std = 0.02;  // o_proj (GPT-2: init_std / sqrt(2 n_layers))
   Mamba2Options mamba;         // mamba2
+  MlaOptions mla;              // mla (its heads: attn_n_heads)
 };
 
 /// Generation state of a linear mixer: the recurrent state plus, with short convolutions,

@@ -6,6 +6,7 @@
 #include "layers/kda_layer.h"
 #include "layers/linear_attention_layers.h"
 #include "layers/mamba2_layer.h"
+#include "layers/mla_attention.h"
 
 namespace lat {
 namespace {
@@ -42,6 +43,9 @@ const std::vector<MixerKind>& kinds() {
        }},
       {"kda", [](const MixerConfig& c, Generator& g) -> std::unique_ptr<Mixer> {
          return std::make_unique<KimiDeltaAttention>(c, g);
+       }},
+      {"mla", [](const MixerConfig& c, Generator& g) -> std::unique_ptr<Mixer> {
+         return std::make_unique<MlaAttention>(c, g);
        }},
   };
   return table;

@@ -37,7 +37,7 @@ class Mixer : public Module {
 };
 
 /// The mixer kinds of model.layers, in the documented order (DESIGN.md): attn, linear_attn,
-/// simple_gla, retention, delta_net, gdn, mamba2. make_mixer builds each; the config accepts these.
+/// simple_gla, retention, delta_net, gdn, mamba2, mla. make_mixer builds each; the config accepts these.
 const std::vector<std::string>& mixer_kinds();
 
 }  // namespace lat

@@ -315,7 +315,7 @@ TEST(Config, ImpossibleValues) {
       {"model.n_layers: 0\n", "model.n_layers: expected an int in [1, 1024], got 0 (run.yaml:2)"},
       {"model.layers: gdn,gdm\n",
        "model.layers: unknown mixer 'gdm', did you mean 'gdn'? (expected attn, linear_attn, simple_gla, retention, "
-       "delta_net, gdn, mamba2, kda) (run.yaml:2)"},
+       "delta_net, gdn, mamba2, kda, mla) (run.yaml:2)"},
       {"model.layers: gdn,,attn\n", "model.layers: empty mixer name in 'gdn,,attn' (run.yaml:2)"},
       {"model:\n  n_layers: 2\n  layers: gdn,attn,gdn\n",
        "model.layers: has 3 mixers but model.n_layers is 2 (the pattern repeats to n_layers, so give at most 2) "

@@ -436,6 +436,21 @@ TEST_F(TrainerTest, KdaHybridLearnsAndReadsBack) {
   }
 }
 
+// A Kimi-Linear-style hybrid (model.layers "gdn,mla", a low-rank query, RoPE on the shared key
+// part) learns the stream, and its checkpoint loads (every mla tensor's shape checked against
+// model.mla) to the same val loss.
+TEST_F(TrainerTest, MlaHybridLearnsAndReadsBack) {
+  TrainSummary s = run({"train.max_steps=40", "train.eval_every=0", "train.ckpt_every=0", "model.layers=gdn,mla",
+                        "model.mla.q_lora_rank=8", "model.mla.kv_lora_rank=16", "model.mla.qk_nope_head_dim=8",
+                        "model.mla.qk_rope_head_dim=8", "model.mla.v_head_dim=16", "model.mla.rope=true"});
+  const auto records = read_metrics(run_dir() / "metrics.jsonl");
+  const double first = records.front()["loss"].get<double>();
+  EXPECT_NEAR(first, std::log(29.0), 0.3);
+  EXPECT_LT(s.val_loss, 0.5 * first);
+  CheckpointEval e = evaluate_checkpoint(s.checkpoint);
+  EXPECT_NEAR(e.result.loss, records.back()["val_loss"].get<double>(), 1e-6 * e.result.loss);
+}
+
 // The final eval record is the loss over every target of the val split: it equals an
 // independent evaluation of the final checkpoint, which scores val_size - 1 targets.
 TEST_F(TrainerTest, FinalEvalCoversTheWholeValSplit) {

@@ -62,6 +62,18 @@ struct MambaConfig {
   bool operator==(const MambaConfig&) const = default;
 };
 
+/// model.mla.*: the multi-head latent attention layers (layers/mla_attention.h); their head
+/// count is model.attn.n_heads, their window model.attn.window_size.
+struct MlaConfig {
+  int64_t q_lora_rank = 0;  // 0 = a plain q_proj
+  int64_t kv_lora_rank = 64;
+  int64_t qk_nope_head_dim = 32;
+  int64_t qk_rope_head_dim = 16;
+  int64_t v_head_dim = 32;
+  bool rope = false;  // RoPE on the shared key part and q's matching channels (Kimi Linear: none)
+  bool operator==(const MlaConfig&) const = default;
+};
+
 /// model.*: the HybridLM shape.
 struct ModelConfig {
   int64_t vocab_size = 0;  // 0 = from the tokenizer
@@ -79,6 +91,7 @@ struct ModelConfig {
   AttnConfig attn;
   LinearConfig linear;
   MambaConfig mamba;
+  MlaConfig mla;
   bool operator==(const ModelConfig&) const = default;
 };
 

@@ -7,6 +7,7 @@ HybridLMConfig hybrid_lm_config(const ModelConfig& model, int64_t vocab_size) {
   const AttnConfig& attn = model.attn;
   const LinearConfig& linear = model.linear;
   const MambaConfig& mamba = model.mamba;
+  const MlaConfig& mla = model.mla;
   return {.vocab_size = model.vocab_size > 0 ? model.vocab_size : vocab_size,
           .layers = layer_mixers(model),
           .mixer = {// model.*
@@ -26,7 +27,11 @@ HybridLMConfig hybrid_lm_config(const ModelConfig& model, int64_t vocab_size) {
                               .n_groups = mamba.n_groups, .conv_size = mamba.conv_size,
                               .chunk_size = mamba.chunk_size, .conv_bias = mamba.conv_bias,
                               .proj_bias = mamba.proj_bias, .time_step_limit = mamba.time_step_limit,
-                              .dt_min = mamba.dt_min, .dt_max = mamba.dt_max}},
+                              .dt_min = mamba.dt_min, .dt_max = mamba.dt_max},
+                    // model.mla.*
+                    .mla = {.q_lora_rank = mla.q_lora_rank, .kv_lora_rank = mla.kv_lora_rank,
+                            .qk_nope_head_dim = mla.qk_nope_head_dim, .qk_rope_head_dim = mla.qk_rope_head_dim,
+                            .v_head_dim = mla.v_head_dim, .rope = mla.rope}},
           .mlp_ratio = model.mlp_ratio,
           .intermediate_size = model.intermediate_size,
           .norm_eps = model.norm_eps,

@@ -66,9 +66,10 @@ void check_head_dims(Validation& v) {
   if (value_dim < 1 || value_dim != std::round(value_dim))
     v.fail("model.expand_v", "head_dim (" + std::to_string(m.head_dim) + ") * expand_v must be a whole number >= 1");
   const std::vector<std::string> pattern = mixer_pattern(m.layers);
-  // mamba2 layers have their own head sizes (model.mamba.*).
-  const bool has_linear = std::any_of(pattern.begin(), pattern.end(),
-                                      [](const std::string& k) { return k != "attn" && k != "mamba2"; });
+  // mamba2 and mla layers have their own head sizes (model.mamba.*, model.mla.*).
+  const bool has_linear = std::any_of(pattern.begin(), pattern.end(), [](const std::string& k) {
+    return k != "attn" && k != "mamba2" && k != "mla";
+  });
   const int64_t limit = linear_attention::kMaxHeadDim;
   if (has_linear && (m.head_dim > limit || value_dim > static_cast<double>(limit)))
     v.fail(head_dim_key(v), "the linear-attention kernels take head dimensions up to " + std::to_string(limit) +
@@ -135,7 +136,7 @@ void resolve_v_heads(Validation& v) {
                                          "), got " + std::to_string(m.linear.n_v_heads));
   if (m.linear.n_v_heads == m.n_heads) return;
   for (const std::string& kind : mixer_pattern(m.layers))
-    if (kind != "attn" && kind != "gdn" && kind != "delta_net")
+    if (kind != "attn" && kind != "mla" && kind != "gdn" && kind != "delta_net")
       v.fail("model.linear.n_v_heads", "value heads apart from the key heads exist in gdn and delta_net layers only, "
                                        "but model.layers has '" + kind + "'");
 }
@@ -320,6 +321,28 @@ void check_dt_range(Validation& v) {
                                      "), got " + format_significant(mamba.dt_max));
 }
 
+/// Whether model.layers has an mla layer (the model.mla.* checks apply only then).
+bool has_mla(const ModelConfig& m) {
+  const std::vector<std::string> pattern = mixer_pattern(m.layers);
+  return std::find(pattern.begin(), pattern.end(), "mla") != pattern.end();
+}
+
+/// model.mla.qk_rope_head_dim: with qk_nope_head_dim, a query/key head of at least one channel.
+void check_mla_qk_dims(Validation& v) {
+  const MlaConfig& mla = v.config().model.mla;
+  if (has_mla(v.config().model) && mla.qk_nope_head_dim + mla.qk_rope_head_dim < 1)
+    v.fail("model.mla.qk_rope_head_dim", "model.mla.qk_nope_head_dim + qk_rope_head_dim is the query/key head size, "
+                                         "expected at least 1, got 0 + 0");
+}
+
+/// model.mla.rope: RoPE rotates pairs, so the shared key part is even and not empty.
+void check_mla_rope(Validation& v) {
+  const MlaConfig& mla = v.config().model.mla;
+  if (has_mla(v.config().model) && mla.rope && (mla.qk_rope_head_dim < 2 || mla.qk_rope_head_dim % 2 != 0))
+    v.fail("model.mla.rope", "rotates model.mla.qk_rope_head_dim channels, expected an even number >= 2 (RoPE "
+                             "rotates pairs), got " + std::to_string(mla.qk_rope_head_dim));
+}
+
 // ---- bounds -------------------------------------------------------------------------------
 
 // Upper bounds of the sizes: far above any model or run lat is meant for, and low enough that
@@ -407,6 +430,12 @@ const std::vector<KeySpec>& schema() {
       {LAT_KEY(model.mamba.time_step_limit), .bounds = floats_from(0), .rule = check_time_step_limit},
       {LAT_KEY(model.mamba.dt_min), .bounds = floats_above_up_to(0, kMaxTimeStep)},
       {LAT_KEY(model.mamba.dt_max), .bounds = floats_above_up_to(0, kMaxTimeStep), .rule = check_dt_range},
+      {LAT_KEY(model.mla.q_lora_rank), .bounds = ints_in(0, kMaxCount)},
+      {LAT_KEY(model.mla.kv_lora_rank), .bounds = ints_in(1, kMaxCount)},
+      {LAT_KEY(model.mla.qk_nope_head_dim), .bounds = ints_in(0, kMaxCount)},
+      {LAT_KEY(model.mla.qk_rope_head_dim), .bounds = ints_in(0, kMaxCount), .rule = check_mla_qk_dims},
+      {LAT_KEY(model.mla.v_head_dim), .bounds = ints_in(1, kMaxCount)},
+      {LAT_KEY(model.mla.rope), .rule = check_mla_rope},
       {LAT_KEY(data.path), .rule = require_data_path, .nullable = true},
       {LAT_KEY(data.format), .bounds = one_of({"auto", "text", "bin", "h5"})},
       {LAT_KEY(data.tokenizer), .rule = check_tokenizer},
@@ -459,8 +488,8 @@ const std::vector<KeySpec>& schema() {
 #undef LAT_KEY
 
 const std::vector<std::string>& sections() {
-  static const std::vector<std::string> names = {"model", "model.attn", "model.linear", "model.mamba", "data", "data.mqar",
-                                                 "data.copy", "train"};
+  static const std::vector<std::string> names = {"model", "model.attn", "model.linear", "model.mamba", "model.mla",
+                                                 "data", "data.mqar", "data.copy", "train"};
   return names;
 }
 

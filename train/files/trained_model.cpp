@@ -53,6 +53,8 @@ class SizeChecks {
         check_attention_sizes(m, layer);
       else if (kinds[i] == "mamba2")
         check_mamba2_sizes(m, layer);
+      else if (kinds[i] == "mla")
+        check_mla_sizes(m, layer);
       else
         check_linear_sizes(m, layer, kinds[i]);
       expect(mlp_text(m), layer + "mlp.gate_proj.weight", 0, hidden, "rows (the SwiGLU hidden width)");
@@ -90,6 +92,23 @@ class SizeChecks {
            layer + "attn.in_proj.weight", 0, 2 * d_inner + 2 * o.n_groups * o.d_state + heads, "rows");
     expect(inner + " (mamba2 layer: d_inner)", layer + "attn.out_proj.weight", 1, d_inner, "columns");
     expect("model.mamba.conv_size " + std::to_string(o.conv_size), layer + "attn.conv1d.weight", 2, o.conv_size, "taps");
+  }
+
+  /// The latent projections and o_proj columns of an mla layer: model.attn.n_heads heads,
+  /// the latent and head sizes of model.mla.
+  void check_mla_sizes(const ModelConfig& m, const std::string& layer) const {
+    const MlaConfig& o = m.mla;
+    const int64_t heads = m.attn.n_heads > 0 ? m.attn.n_heads : m.n_heads;
+    const std::string rank = "model.mla.kv_lora_rank " + std::to_string(o.kv_lora_rank);
+    expect(rank + " + qk_rope_head_dim " + std::to_string(o.qk_rope_head_dim) + " (mla layer)",
+           layer + "attn.kv_a_proj_with_mqa.weight", 0, o.kv_lora_rank + o.qk_rope_head_dim, "rows");
+    expect(rank + " (mla layer)", layer + "attn.kv_b_proj.weight", 1, o.kv_lora_rank, "columns");
+    expect("model.attn.n_heads " + std::to_string(heads) + " x (model.mla.qk_nope_head_dim " +
+               std::to_string(o.qk_nope_head_dim) + " + v_head_dim " + std::to_string(o.v_head_dim) + ") (mla layer)",
+           layer + "attn.kv_b_proj.weight", 0, heads * (o.qk_nope_head_dim + o.v_head_dim), "rows");
+    expect("model.attn.n_heads " + std::to_string(heads) + " x model.mla.v_head_dim " + std::to_string(o.v_head_dim) +
+               " (mla layer)",
+           layer + "attn.o_proj.weight", 1, heads * o.v_head_dim, "columns");
   }
 
   /// q_proj rows and o_proj columns of a linear-attention layer: n_heads key heads of head_dim;

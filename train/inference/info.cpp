@@ -126,6 +126,13 @@ ModelInfo describe_model(const Config& config, const HybridLM& model, int64_t co
     LayerMemory layer{static_cast<int64_t>(i), kinds[i], 0, 0};
     if (kinds[i] == "attn") {
       layer.state = kv_cache;
+    } else if (kinds[i] == "mla") {
+      // The normed latent and the shared key part of each token in the window.
+      const MlaConfig& mla = m.mla;
+      const int64_t heads = m.attn.n_heads > 0 ? m.attn.n_heads : m.n_heads;
+      layer.cache_per_token = mla.kv_lora_rank + mla.qk_rope_head_dim;
+      layer.plain_kv_per_token = heads * (mla.qk_nope_head_dim + mla.qk_rope_head_dim + mla.v_head_dim);
+      layer.state = attn_rows * layer.cache_per_token;
     } else if (kinds[i] == "mamba2") {
       // SSM state [H, N, P] (H * P = d_inner) and the conv state of x, B and C.
       const MambaConfig& mamba = m.mamba;
@@ -225,11 +232,17 @@ std::string format_info(const ModelInfo& info) {
   std::snprintf(line, sizeof line, "  %-5s %-11s %-24s %15s %12s\n", "layer", "kind", "holds", "floats", "bytes");
   out << line;
   for (const LayerMemory& l : info.memory) {
-    const std::string what = l.kind == "attn" ? "KV cache" : l.conv > 0 ? "recurrent + conv" : "recurrent";
+    const std::string what = l.kind == "attn"  ? "KV cache"
+                             : l.kind == "mla" ? "latent cache"
+                             : l.conv > 0      ? "recurrent + conv"
+                                               : "recurrent";
     std::snprintf(line, sizeof line, "  %-5lld %-11s %-24s %15s %12s\n", static_cast<long long>(l.layer),
                   l.kind.c_str(), what.c_str(), grouped(l.state + l.conv).c_str(),
                   bytes_of(l.state + l.conv).c_str());
     out << line;
+    if (l.kind == "mla")
+      out << "        per token " << bytes_of(l.cache_per_token) << " (latent + shared key); a plain KV cache of the "
+          << "same heads: " << bytes_of(l.plain_kv_per_token) << "\n";
   }
   std::snprintf(line, sizeof line, "  %-42s %15s %12s\n", "total", grouped(info.memory_total).c_str(),
                 bytes_of(info.memory_total).c_str());
@@ -239,7 +252,7 @@ std::string format_info(const ModelInfo& info) {
   out << line;
   if (info.memory_total > 0) {
     const bool attention_only = std::all_of(info.memory.begin(), info.memory.end(),
-                                            [](const LayerMemory& l) { return l.kind == "attn"; });
+                                            [](const LayerMemory& l) { return l.kind == "attn" || l.kind == "mla"; });
     std::snprintf(line, sizeof line, "  this %s needs %.3gx the memory of the full-attention model\n",
                   attention_only ? "model" : "hybrid",
                   static_cast<double>(info.memory_total) / static_cast<double>(info.attention_only_total));

@@ -2,7 +2,9 @@
 // Parameters per module (counted on the HybridLM built from the config) and the generation
 // memory at a context of L tokens: each linear layer's recurrent state (H*K*V floats, V+1
 // columns with linear_attn's normalizer) plus its short-convolution states ((W-1) inputs of
-// q, k and v), each attention layer's KV cache (2 * min(L, window) * Hkv * D floats), against
+// q, k and v), each attention layer's KV cache (2 * min(L, window) * Hkv * D floats), each mla
+// layer's latent cache (min(L, window) * (kv_lora_rank + qk_rope_head_dim) floats, shown beside
+// the plain KV cache of its heads), against
 // the KV cache of an attention-only model of the same shape with full attention (every layer
 // attention over all L tokens, no window: the standard transformer). On a checkpoint also
 // step, tokens seen, losses and the config, once the checkpoint has loaded as generate loads it.
@@ -32,6 +34,9 @@ struct LayerMemory {
   std::string kind;     // the mixer kind
   int64_t state = 0;    // recurrent state (linear) or KV cache (attn)
   int64_t conv = 0;     // short-convolution states (linear mixers with use_short_conv)
+  // mla: floats per token of its cache (latent + shared key part), and of a plain KV cache
+  // of the same heads (H * (qk head dim + v head dim)); 0 for other kinds.
+  int64_t cache_per_token = 0, plain_kv_per_token = 0;
 };
 
 /// The numbers `lat info` prints.

@@ -62,8 +62,27 @@ MambaWidths mamba_widths_of(const ModelConfig& m) {
   return w;
 }
 
+/// The widths of an mla layer (model.mla.*): R q_lora_rank, L kv_lora_rank, Dn, Dr, Dv and
+/// Dq = Dn + Dr per head.
+struct MlaWidths {
+  double R, L, Dn, Dr, Dv, Dq;
+};
+
+MlaWidths mla_widths_of(const ModelConfig& m) {
+  const MlaConfig& o = m.mla;
+  return {static_cast<double>(o.q_lora_rank),      static_cast<double>(o.kv_lora_rank),
+          static_cast<double>(o.qk_nope_head_dim), static_cast<double>(o.qk_rope_head_dim),
+          static_cast<double>(o.v_head_dim),       static_cast<double>(o.qk_nope_head_dim + o.qk_rope_head_dim)};
+}
+
 /// Parameters of one mixer of `kind`.
 double mixer_parameters(const std::string& kind, const ModelConfig& m, const Widths& w) {
+  if (kind == "mla") {
+    // q_proj (or q_a_proj, its norm, q_b_proj), kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj, o_proj.
+    const MlaWidths a = mla_widths_of(m);
+    const double q = a.R > 0 ? w.D * a.R + a.R + a.R * w.Ha * a.Dq : w.D * w.Ha * a.Dq;
+    return q + w.D * (a.L + a.Dr) + a.L + a.L * w.Ha * (a.Dn + a.Dv) + w.Ha * a.Dv * w.D;
+  }
   if (kind == "mamba2") {
     // in_proj, conv1d (and its bias), dt_bias, A_log, D, norm, out_proj (biases: a rounding).
     const MambaWidths mw = mamba_widths_of(m);
@@ -85,6 +104,15 @@ double mixer_parameters(const std::string& kind, const ModelConfig& m, const Wid
 /// value head every C tokens) and intra-chunk matrices (C per head), the output norm and gate,
 /// o_proj's output.
 double mixer_activations(const std::string& kind, const ModelConfig& m, const Widths& w) {
+  if (kind == "mla") {
+    // q (and its low-rank path), the latent projection and norm, kv_b_proj's output and its
+    // split, the keys with the shared part, the output and its log-sum-exp; o_proj.
+    const MlaWidths a = mla_widths_of(m);
+    const double q = w.Ha * a.Dq * (m.mla.rope ? 3 : 1) + 2 * a.R;
+    const double latent = 2 * (a.L + a.Dr) + a.L;
+    const double expanded = 2 * w.Ha * (a.Dn + a.Dv) + 2 * w.Ha * a.Dq;
+    return q + latent + expanded + w.Ha * a.Dv + w.Ha + w.D;
+  }
   if (kind == "mamba2") {
     // in_proj's output and its split; the conv's output and sigmoid and their split; B and C
     // repeated to the heads; dt's chain; v = dt x; the chunk kernel's states and intra-chunk
