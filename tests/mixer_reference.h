@@ -1,5 +1,5 @@
 // The pieces of the float64 re-implementations of the linear mixers that the mixer tests
-// share (test_mixers.cpp, test_gva_heads.cpp): written from the formulas with core ops, so
+// share (test_mixers.cpp, test_gva_heads.cpp, test_mamba2.cpp, test_kda_mixer.cpp, test_mla.cpp): written from the formulas with core ops, so
 // that a layer's float32 output and gradients can be checked against float64 autograd.
 #pragma once
 #include <cstdint>
@@ -117,6 +117,50 @@ inline void expect_packed_matches_separate(Mixer& m, int64_t d_model) {
   EXPECT_LT(relative_error(x.grad(), x1.grad()), 1e-6) << "dx";
   size_t i = 0;
   for (auto& [name, p] : m.named_parameters()) EXPECT_LT(relative_error(packed_grads[i++], p.grad()), 1e-5) << name;
+}
+
+/// Feeds x [B, T, d_model] through m.step() in pieces of the given sizes (summing to T), from
+/// a fresh state; the outputs, concatenated along T.
+inline Tensor run_steps(const Mixer& m, const Tensor& x, const std::vector<int64_t>& pieces) {
+  auto state = m.make_state(x.size(0));
+  std::vector<Tensor> outputs;
+  int64_t t = 0;
+  for (int64_t n : pieces) {
+    outputs.push_back(m.step(slice(x, 1, t, t + n), *state));
+    t += n;
+  }
+  EXPECT_EQ(t, x.size(1));
+  return concat(outputs, 1);
+}
+
+/// step() in pieces reproduces forward() on x [B, 37, d_model] within 1e-5: one token at a
+/// time (the one-token step), and a 20-token prompt (longer than a chunk: the chunk op from a
+/// state), a 5-token piece (the fused recurrent op), then single tokens.
+inline void expect_steps_reproduce_forward(const Mixer& m, const Tensor& x) {
+  NoGradGuard no_grad;
+  const int64_t T = x.size(1);
+  const Tensor expected = m.forward(x);
+  std::vector<int64_t> prompt_then_tokens{20, 5};
+  prompt_then_tokens.resize(T - 23, 1);
+  for (const std::vector<int64_t>& pieces : {std::vector<int64_t>(T, 1), prompt_then_tokens})
+    EXPECT_LT(relative_error(run_steps(m, x, pieces), expected), 1e-5) << pieces.size() << " pieces";
+}
+
+/// A prefill of x [B, T, d_model] minus its last token, split at each of `cuts`, gives the
+/// outputs of one unsplit prefill within 1e-5, and the state after it gives the same last token.
+inline void expect_split_prefill_equals_one_pass(const Mixer& m, const Tensor& x, const std::vector<int64_t>& cuts) {
+  NoGradGuard no_grad;
+  const int64_t T = x.size(1);
+  auto whole = m.make_state(x.size(0));
+  const Tensor expected = m.step(slice(x, 1, 0, T - 1), *whole);
+  const Tensor expected_last = m.step(slice(x, 1, T - 1, T), *whole);
+  for (int64_t cut : cuts) {
+    auto state = m.make_state(x.size(0));
+    const Tensor first = m.step(slice(x, 1, 0, cut), *state);
+    const Tensor second = m.step(slice(x, 1, cut, T - 1), *state);
+    EXPECT_LT(relative_error(concat({first, second}, 1), expected), 1e-5) << "cut " << cut;
+    EXPECT_LT(relative_error(m.step(slice(x, 1, T - 1, T), *state), expected_last), 1e-5) << "cut " << cut;
+  }
 }
 
 }  // namespace lat::testing

@@ -228,23 +228,7 @@ TEST_P(GvaTest, StepReproducesForward) {
   const Case& c = GetParam();
   auto m = build();
   perturb_norm_weights(*m);
-  const int64_t B = 2, T = 37;
-  Tensor x = random_input(B, T, c.config.d_model, 4);
-  NoGradGuard no_grad;
-  Tensor expected = m->forward(x);
-  std::vector<int64_t> prompt_then_tokens{20, 5};
-  prompt_then_tokens.resize(14, 1);
-  for (const std::vector<int64_t>& pieces : {std::vector<int64_t>(T, 1), prompt_then_tokens}) {
-    auto state = m->make_state(B);
-    std::vector<Tensor> outputs;
-    int64_t t = 0;
-    for (int64_t n : pieces) {
-      outputs.push_back(m->step(slice(x, 1, t, t + n), *state));
-      t += n;
-    }
-    ASSERT_EQ(t, T);
-    EXPECT_LT(relative_error(concat(outputs, 1), expected), 1e-5) << pieces.size() << " pieces";
-  }
+  expect_steps_reproduce_forward(*m, random_input(2, 37, c.config.d_model, 4));
 }
 
 // x [2, 37] read as one row of 74 tokens cut into sequences (1-token ones, ones shorter than

@@ -166,44 +166,14 @@ TEST_P(KdaMixerTest, ReferenceMatchesFiniteDifferences) {
 // 20-token prompt (chunk op), a 5-token piece (fused recurrent op), then single tokens.
 TEST_P(KdaMixerTest, StepReproducesForward) {
   const MixerConfig& c = GetParam().config;
-  auto m = build(c);
-  const int64_t B = 2, T = 37;
-  const Tensor x = random_input(B, T, c.d_model, 4);
-  NoGradGuard no_grad;
-  const Tensor expected = m->forward(x);
-  std::vector<int64_t> mixed{20, 5};
-  mixed.resize(mixed.size() + 12, 1);
-  for (const std::vector<int64_t>& pieces : {std::vector<int64_t>(T, 1), mixed}) {
-    auto state = m->make_state(B);
-    std::vector<Tensor> outputs;
-    int64_t t = 0;
-    for (int64_t n : pieces) {
-      outputs.push_back(m->step(slice(x, 1, t, t + n), *state));
-      t += n;
-    }
-    ASSERT_EQ(t, T);
-    EXPECT_LT(relative_error(concat(outputs, 1), expected), 1e-5) << pieces.size() << " pieces";
-  }
+  expect_steps_reproduce_forward(*build(c), random_input(2, 37, c.d_model, 4));
 }
 
 // A prefill split anywhere (inside the conv window, at and across chunk boundaries) gives
 // the outputs of one pass, and the states after it continue the same way.
 TEST_P(KdaMixerTest, SplitPrefillEqualsOnePass) {
   const MixerConfig& c = GetParam().config;
-  auto m = build(c);
-  const int64_t B = 2, T = 37;
-  const Tensor x = random_input(B, T, c.d_model, 5);
-  NoGradGuard no_grad;
-  auto whole = m->make_state(B);
-  const Tensor expected = m->step(slice(x, 1, 0, T - 1), *whole);
-  const Tensor expected_last = m->step(slice(x, 1, T - 1, T), *whole);
-  for (int64_t cut : {1, 2, 3, 16, 17, 30, 35}) {
-    auto state = m->make_state(B);
-    const Tensor first = m->step(slice(x, 1, 0, cut), *state);
-    const Tensor second = m->step(slice(x, 1, cut, T - 1), *state);
-    EXPECT_LT(relative_error(concat({first, second}, 1), expected), 1e-5) << "cut " << cut;
-    EXPECT_LT(relative_error(m->step(slice(x, 1, T - 1, T), *state), expected_last), 1e-5) << "cut " << cut;
-  }
+  expect_split_prefill_equals_one_pass(*build(c), random_input(2, 37, c.d_model, 5), {1, 2, 3, 16, 17, 30, 35});
 }
 
 // Packed sequences (1-token ones, ones shorter than the conv, across chunks, a row start

@@ -172,22 +172,7 @@ TEST_P(MixerTest, StepReproducesForward) {
   const Case& c = GetParam();
   auto m = build(c);
   perturb_norm_weights(*m);
-  const int64_t B = 2, T = 37;
-  Tensor x = random_input(B, T, c.config.d_model, 4);
-  NoGradGuard no_grad;
-  Tensor expected = m->forward(x);
-  for (const std::vector<int64_t>& pieces : {std::vector<int64_t>(T, 1), std::vector<int64_t>{20, 5, 1, 1, 1, 1, 1, 1,
-                                                                                                1, 1, 1, 1, 1, 1}}) {
-    auto state = m->make_state(B);
-    std::vector<Tensor> outputs;
-    int64_t t = 0;
-    for (int64_t n : pieces) {
-      outputs.push_back(m->step(slice(x, 1, t, t + n), *state));
-      t += n;
-    }
-    ASSERT_EQ(t, T);
-    EXPECT_LT(relative_error(concat(outputs, 1), expected), 1e-5) << c.name << ", " << pieces.size() << " pieces";
-  }
+  expect_steps_reproduce_forward(*m, random_input(2, 37, c.config.d_model, 4));
 }
 
 TEST_P(MixerTest, GradientsReachEveryParameter) {

@@ -186,19 +186,6 @@ TEST_P(MlaTest, ReferenceMatchesFiniteDifferences) {
     EXPECT_LT(r.rel_error[i], 1e-6) << (i < names.size() ? names[i] : std::string("x"));
 }
 
-// Feeds x [B, T, d_model] through step() in pieces of the given sizes; the outputs, concatenated.
-Tensor run_steps(const Mixer& m, const Tensor& x, const std::vector<int64_t>& pieces) {
-  auto state = m.make_state(x.size(0));
-  std::vector<Tensor> outputs;
-  int64_t t = 0;
-  for (int64_t n : pieces) {
-    outputs.push_back(m.step(slice(x, 1, t, t + n), *state));
-    t += n;
-  }
-  EXPECT_EQ(t, x.size(1));
-  return concat(outputs, 1);
-}
-
 TEST_P(MlaTest, StepTokenByTokenEqualsForward) {
   const MixerConfig& c = GetParam().config;
   auto m = build(c);
