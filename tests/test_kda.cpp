@@ -409,17 +409,16 @@ TEST(KdaCuda, UnsupportedShapesAreClearErrors) {
   LAT_REQUIRE_CUDA();
   const Device gpu = Device::cuda(0);
   using testing::expect_error;
-  Tensor wide = Tensor::zeros({1, 4, 1, 257}, DType::f32, gpu), v = Tensor::zeros({1, 4, 1, 8}, DType::f32, gpu);
+  Tensor wide = Tensor::zeros({1, 4, 1, 257}, DType::f32, gpu), x = Tensor::zeros({1, 4, 1, 8}, DType::f32, gpu);
   Tensor beta = Tensor::zeros({1, 4, 1}, DType::f32, gpu);
-  expect_error([&] { chunk_kda(wide, wide, v, wide, beta); }, {"chunk_kda (cuda)", "K", "at most 256", "257"});
-  expect_error([&] { fused_recurrent_kda(wide, wide, v, wide, beta); },
-               {"fused_recurrent_kda (cuda)", "K", "at most 256", "257"});
-  Tensor x = Tensor::zeros({1, 4, 1, 8}, DType::f32, gpu);
-  expect_error([&] { chunk_kda(x, x, v, x, beta, {}, {}, kNoFinalState, kNoL2Norm, 128); },
+  expect_error([&] { chunk_kda(wide, wide, x, wide, beta); }, {"chunk_kda", "q", "K in 1..256", "K=257"});
+  expect_error([&] { fused_recurrent_kda(x, x, wide, x, beta); },
+               {"fused_recurrent_kda", "v", "V in 1..256", "V=257"});
+  expect_error([&] { chunk_kda(x, x, x, x, beta, {}, {}, kNoFinalState, kNoL2Norm, 128); },
                {"chunk_kda", "chunk_size", "1..64", "128"});
   Tensor state = Tensor::zeros({1, 1, 8, 8}, DType::f32, gpu), q_t = Tensor::zeros({1, 1, 8}, DType::f32, gpu);
-  expect_error([&] { recurrent_step_kda(q_t, q_t, q_t, Tensor::zeros({1, 1, 8}), Tensor::zeros({1, 1}, DType::f32, gpu),
-                                        1.0f, state); },
+  const Tensor beta_t = Tensor::zeros({1, 1}, DType::f32, gpu), g_t_on_cpu = Tensor::zeros({1, 1, 8});
+  expect_error([&] { recurrent_step_kda(q_t, q_t, q_t, g_t_on_cpu, beta_t, 1.0f, state); },
                {"recurrent_step_kda", "g_t", "expected device cuda:0 (as q_t)", "got cpu"});
 }
 
