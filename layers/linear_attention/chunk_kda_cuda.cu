@@ -42,7 +42,7 @@ struct KdaDims {
 };
 
 // e^x for x <= 0 (the callers' exponents are <= 0 up to rounding; the clamp keeps it so).
-__device__ __forceinline__ float exp_nonpositive(float x) { return expf(fminf(x, 0.0f)); }
+__device__ __forceinline__ float decay_exp(float x) { return expf(fminf(x, 0.0f)); }
 
 // Per-block workspace of the forward pass of one chunk, in floats from `base`.
 struct ChunkTiles {
@@ -105,8 +105,8 @@ __device__ void chunk_prepare(const KdaDims& d, const KdaParams& p, const float*
     for (int64_t i = 1; i < C; ++i) t.G[i * K + ch] += t.G[(i - 1) * K + ch];
   __syncthreads();
   for (int64_t e = tid; e < C * K; e += nt) {
-    t.E[e] = exp_nonpositive(t.G[e]);
-    t.wdec[e] = exp_nonpositive(t.G[(C - 1) * K + e % K] - t.G[e]);
+    t.E[e] = decay_exp(t.G[e]);
+    t.wdec[e] = decay_exp(t.G[(C - 1) * K + e % K] - t.G[e]);
   }
   // The pairs j <= i only: M_ij = sum_c k_ic k_jc e^{G_ic - G_jc} (j < i), Qm likewise with q_i (j <= i).
   for (int64_t e = tid; e < C * C; e += nt) {
@@ -115,7 +115,7 @@ __device__ void chunk_prepare(const KdaDims& d, const KdaParams& p, const float*
     if (j <= i) {
       const float *gi = t.G + i * K, *gj = t.G + j * K, *ki = t.k + i * K, *kj = t.k + j * K, *qi = t.q + i * K;
       for (int64_t ch = 0; ch < K; ++ch) {
-        const float x = kj[ch] * exp_nonpositive(gi[ch] - gj[ch]);
+        const float x = kj[ch] * decay_exp(gi[ch] - gj[ch]);
         m += ki[ch] * x;
         qm += qi[ch] * x;
       }
@@ -211,7 +211,7 @@ __device__ float decayed_lower(const KdaDims& d, const float* F, const float* y,
                                int64_t ch) {
   float acc = 0.0f;
   for (int64_t j = 0; j < i; ++j)
-    acc += F[i * d.C + j] * y[j * d.K + ch] * exp_nonpositive(G[i * d.K + ch] - G[j * d.K + ch]);
+    acc += F[i * d.C + j] * y[j * d.K + ch] * decay_exp(G[i * d.K + ch] - G[j * d.K + ch]);
   return acc;
 }
 
@@ -220,7 +220,7 @@ __device__ float decayed_upper(const KdaDims& d, const float* F, const float* x,
                                int64_t ch) {
   float acc = 0.0f;
   for (int64_t i = j + 1; i < d.C; ++i)
-    acc += F[i * d.C + j] * x[i * d.K + ch] * exp_nonpositive(G[i * d.K + ch] - G[j * d.K + ch]);
+    acc += F[i * d.C + j] * x[i * d.K + ch] * decay_exp(G[i * d.K + ch] - G[j * d.K + ch]);
   return acc;
 }
 
@@ -401,7 +401,7 @@ __global__ void __launch_bounds__(lat::cuda::kBlock)
     for (int64_t i = threadIdx.x; i < K; i += blockDim.x) {
       qs[i] = q[row * K + i];
       ks[i] = k[row * K + i];
-      as[i] = exp_nonpositive(p.gk[row * K + i]);
+      as[i] = decay_exp(p.gk[row * K + i]);
     }
     __syncthreads();
     const float b = p.beta[row];
