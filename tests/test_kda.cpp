@@ -2,10 +2,13 @@
 // states and every input gradient (q, k, v, g, beta, initial_state) with random upstream
 // gradients on o and final_state; finite differences of the reference; per-channel decay
 // regimes down to g = -20; packed sequences; recurrent_step_kda against fused_recurrent;
-// bf16 tile products; errors. Letters as in include/lat/linear_attention.h.
+// bf16 tile products; the CUDA kernels against the CPU ones and the reference (skipped
+// without a device); errors. Letters as in include/lat/linear_attention.h.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "tests/expect_error.h"
 #include "tests/linear_attention_testing.h"
@@ -276,19 +279,147 @@ TEST(Kda, FinalStateOptionalAndChains) {
   }
 }
 
-// No CUDA kernel yet: a CUDA q is refused before anything runs.
-TEST(Kda, CudaTensorsAreRefused) {
-  if (!cuda_built() || cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device (or built without CUDA)";
-  const DeltaCase c{{1, 4, 2, 8, 6, Gate::mild, true, false, 3}};
+// ---- CUDA (chunk_kda_cuda.cu, recurrent_cuda.cu): skipped without a device ---------------
+
+#define LAT_REQUIRE_CUDA()                                                                                   \
+  do {                                                                                                       \
+    if (cuda_device_count() == 0)                                                                            \
+      GTEST_SKIP() << (cuda_built() ? "no CUDA device visible" : "lat was built without CUDA (LAT_CUDA=OFF)"); \
+  } while (0)
+
+Tensor to_device(const Tensor& t, const Device& device) { return t.defined() ? t.to(device) : t; }
+
+/// Runs `op` with its tensor arguments moved to the GPU and its results moved back (both
+/// moves are tape ops, so the gradients reach the CPU leaves of run_delta).
+testing::DeltaOp on_gpu(const testing::DeltaOp& op) {
+  return [op](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+              const Tensor& h0) {
+    const Device gpu = Device::cuda(0), cpu = Device::cpu();
+    LinearAttentionOutput out = op(to_device(q, gpu), to_device(k, gpu), to_device(v, gpu), to_device(g, gpu),
+                                   to_device(beta, gpu), to_device(h0, gpu));
+    EXPECT_TRUE(out.o.device().is_cuda());
+    return LinearAttentionOutput{to_device(out.o, cpu), to_device(out.final_state, cpu)};
+  };
+}
+
+// Odd T (1, 63, 65, 200), K != V, K and V across 64 up to K = 256 (the CUDA limit), every
+// per-key regime (the mixed one: channels at 0, -0.05, -20 and U(-3, 0) in one chunk), the
+// in-kernel L2 norm, chunk sizes 16, 32 and 64.
+std::vector<DeltaCase> cuda_sweep() {
+  return {{{2, 1, 2, 16, 16, Gate::none, true, false, 101}},
+          {{2, 63, 2, 16, 16, Gate::mild, false, false, 102}},
+          {{2, 65, 2, 48, 80, Gate::strong, true, false, 103}},
+          {{2, 200, 2, 48, 80, Gate::none, true, false, 104}},
+          {{1, 130, 1, 96, 72, Gate::zero, true, false, 105}},
+          {{1, 70, 1, 256, 40, Gate::none, true, false, 106}},
+          {{2, 90, 2, 16, 24, Gate::none, true, false, 107}, true},
+          {{1, 100, 2, 24, 16, Gate::mild, true, false, 108}, false, 16},
+          {{1, 77, 2, 32, 16, Gate::none, false, false, 109}, true, 32}};
+}
+
+class CudaKdaSweep : public ::testing::TestWithParam<DeltaCase> {};
+
+// chunk_kda and fused_recurrent_kda on CUDA: outputs, final states and all six gradients
+// within the sweep's tolerance of the CPU ops and of the float64 reference.
+TEST_P(CudaKdaSweep, MatchesCpuAndFloat64Reference) {
+  LAT_REQUIRE_CUDA();
+  const DeltaCase& c = GetParam();
   testing::DeltaInputs in = make_kda_inputs(c);
-  const testing::Inputs& b = in.base;
+  const testing::DeltaResult ref = testing::run_delta(naive_op(c), in, DType::f64);
+  for (bool chunk : {true, false}) {
+    SCOPED_TRACE(chunk ? "chunk" : "fused_recurrent");
+    const testing::DeltaOp op = chunk ? chunk_op(c) : recurrent_op(c);
+    const testing::DeltaResult gpu = testing::run_delta(on_gpu(op), in, DType::f32);
+    const std::string label = chunk ? "cuda chunk" : "cuda fused_recurrent";
+    testing::expect_delta_close(gpu, ref, testing::kTol, label);
+    testing::expect_delta_close(gpu, testing::run_delta(op, in, DType::f32), testing::kTol, label + " vs cpu");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaKdaSweep, ::testing::ValuesIn(cuda_sweep()), kda_param_name);
+
+// One channel at g = -20 every token beside one at 0, in every chunk, and g = -inf resets:
+// everything finite, as close to the reference as the CPU kernel, dg within 10x of dq, dk.
+TEST(KdaCuda, MixedAndInfiniteDecaysKeepDgAccurate) {
+  LAT_REQUIRE_CUDA();
+  for (int chunk_size : {16, 64}) {
+    SCOPED_TRACE(chunk_size);
+    const DeltaCase c{{1, 150, 2, 32, 24, Gate::none, true, false, 61}, false, chunk_size};
+    testing::DeltaInputs in = make_kda_inputs(c);
+    for (int64_t t : {0, 63, 64, 149}) in.base.g.set({0, t, t % 2, 3}, -INFINITY);
+    const testing::DeltaResult ref = testing::run_delta(naive_op(c), in, DType::f64);
+    const testing::DeltaResult got = testing::run_delta(on_gpu(chunk_op(c)), in, DType::f32);
+    const testing::Result& a = got.base;
+    for (const Tensor& t : {a.o, a.final_state, a.dq, a.dk, a.dv, a.dg, got.dbeta, a.d_initial_state})
+      EXPECT_TRUE(testing::all_finite(t));
+    testing::expect_delta_close(got, ref, testing::kTol, "cuda mixed_decays");
+    const double dq = relative_error(a.dq, ref.base.dq), dk = relative_error(a.dk, ref.base.dk);
+    EXPECT_LE(relative_error(a.dg, ref.base.dg), 10.0 * std::max(dq, dk));
+  }
+}
+
+// Packed sequences (cu_seqlens, boundaries inside chunks, one state per sequence) on CUDA
+// equal the same call on the CPU: outputs, final states and every gradient.
+TEST(KdaCuda, PackedSequencesMatchCpu) {
+  LAT_REQUIRE_CUDA();
+  const std::vector<int64_t> offsets{0, 5, 69, 70, 103};
+  const int64_t N = 4, T = offsets.back(), H = 2, K = 16, V = 24;
+  testing::DeltaInputs in = make_kda_inputs({{1, T, H, K, V, Gate::none, true, false, 73}});
+  Generator gen(74);
+  in.base.initial_state = Tensor::randn({N, H, K, V}, gen);
+  in.base.d_final_state = Tensor::randn({N, H, K, V}, gen);
+  const Tensor cu_seqlens = Tensor::from_vector(offsets, {N + 1});
+  for (bool chunk : {true, false}) {
+    SCOPED_TRACE(chunk ? "chunk" : "fused_recurrent");
+    const testing::DeltaOp packed = [chunk, &cu_seqlens](const Tensor& q, const Tensor& k, const Tensor& v,
+                                                         const Tensor& g, const Tensor& beta, const Tensor& h0) {
+      if (chunk) return chunk_kda(q, k, v, g, beta, {}, h0, kFinalState, kNoL2Norm, 16, cu_seqlens);
+      return fused_recurrent_kda(q, k, v, g, beta, {}, h0, kFinalState, kNoL2Norm, cu_seqlens);
+    };
+    testing::expect_delta_close(testing::run_delta(on_gpu(packed), in, DType::f32),
+                                testing::run_delta(packed, in, DType::f32), testing::kTol, "cuda packed");
+  }
+}
+
+// recurrent_step_kda on CUDA equals the CPU step token by token (outputs and the state in
+// place), with and without the in-kernel L2 norm.
+TEST(KdaCuda, RecurrentStepMatchesCpu) {
+  LAT_REQUIRE_CUDA();
+  const Device gpu = Device::cuda(0);
+  for (bool l2 : {false, true}) {
+    SCOPED_TRACE(l2 ? "l2norm_in_kernel" : "plain");
+    const DeltaCase c{{2, 12, 3, 40, 72, Gate::none, true, false, 43}, l2};
+    testing::DeltaInputs in = make_kda_inputs(c);
+    const testing::Inputs& b = in.base;
+    Tensor state_cpu = b.initial_state.clone(), state_gpu = b.initial_state.to(gpu);
+    for (int64_t t = 0; t < c.base.T; ++t) {
+      const Tensor q = testing::token_at(b.q, t), k = testing::token_at(b.k, t), v = testing::token_at(b.v, t);
+      const Tensor g = testing::token_at(b.g, t), beta = testing::token_at(in.beta, t);
+      const Tensor o_cpu = recurrent_step_kda(q, k, v, g, beta, 0.3f, state_cpu, l2);
+      const Tensor o_gpu =
+          recurrent_step_kda(q.to(gpu), k.to(gpu), v.to(gpu), g.to(gpu), beta.to(gpu), 0.3f, state_gpu, l2);
+      EXPECT_LT(relative_error(o_gpu.to(Device::cpu()), o_cpu), 1e-5) << "token " << t;
+    }
+    EXPECT_LT(relative_error(state_gpu.to(Device::cpu()), state_cpu), 1e-5);
+  }
+}
+
+// What the CUDA kernels cannot run is refused with a one-line error before any kernel runs.
+TEST(KdaCuda, UnsupportedShapesAreClearErrors) {
+  LAT_REQUIRE_CUDA();
   const Device gpu = Device::cuda(0);
   using testing::expect_error;
-  expect_error([&] { chunk_kda(b.q.to(gpu), b.k.to(gpu), b.v.to(gpu), b.g.to(gpu), in.beta.to(gpu)); },
-               {"chunk_kda", "CUDA tensors are not supported yet"});
-  expect_error(
-      [&] { fused_recurrent_kda(b.q.to(gpu), b.k.to(gpu), b.v.to(gpu), b.g.to(gpu), in.beta.to(gpu)); },
-      {"fused_recurrent_kda", "expected a CPU tensor"});
+  Tensor wide = Tensor::zeros({1, 4, 1, 257}, DType::f32, gpu), x = Tensor::zeros({1, 4, 1, 8}, DType::f32, gpu);
+  Tensor beta = Tensor::zeros({1, 4, 1}, DType::f32, gpu);
+  expect_error([&] { chunk_kda(wide, wide, x, wide, beta); }, {"chunk_kda", "q", "K in 1..256", "K=257"});
+  expect_error([&] { fused_recurrent_kda(x, x, wide, x, beta); },
+               {"fused_recurrent_kda", "v", "V in 1..256", "V=257"});
+  expect_error([&] { chunk_kda(x, x, x, x, beta, {}, {}, kNoFinalState, kNoL2Norm, 128); },
+               {"chunk_kda", "chunk_size", "1..64", "128"});
+  Tensor state = Tensor::zeros({1, 1, 8, 8}, DType::f32, gpu), q_t = Tensor::zeros({1, 1, 8}, DType::f32, gpu);
+  const Tensor beta_t = Tensor::zeros({1, 1}, DType::f32, gpu), g_t_on_cpu = Tensor::zeros({1, 1, 8});
+  expect_error([&] { recurrent_step_kda(q_t, q_t, q_t, g_t_on_cpu, beta_t, 1.0f, state); },
+               {"recurrent_step_kda", "g_t", "expected device cuda:0 (as q_t)", "got cpu"});
 }
 
 TEST(Kda, BadInputsThrowClearErrors) {

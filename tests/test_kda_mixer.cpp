@@ -2,8 +2,8 @@
 // initialization, the float32 layer against a float64 re-implementation that runs the KDA
 // recurrence token by token (outputs and every gradient), that re-implementation against
 // finite differences, step() against forward() (token by token and with the prefill split
-// anywhere), packed sequences against separate calls, bf16 products against fp32, config
-// errors and lat info's state memory.
+// anywhere), packed sequences against separate calls, bf16 products against fp32, the layer
+// on CUDA against the CPU (skipped without a device), config errors and lat info's state memory.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -182,6 +182,40 @@ TEST_P(KdaMixerTest, PackedSequencesEqualSeparateCalls) {
   const MixerConfig& c = GetParam().config;
   auto m = build(c);
   expect_packed_matches_separate(*m, c.d_model);
+}
+
+// The same layer on the GPU: output, dx and every parameter gradient as on the CPU, and
+// generation: a 20-token prompt (chunk op), a 5-token piece (fused recurrent op), then
+// single tokens (recurrent step), all against the CPU forward.
+TEST_P(KdaMixerTest, CudaMatchesCpu) {
+  if (cuda_device_count() == 0)
+    GTEST_SKIP() << (cuda_built() ? "no CUDA device visible" : "lat was built without CUDA (LAT_CUDA=OFF)");
+  const MixerConfig& c = GetParam().config;
+  const Device gpu = Device::cuda(0);
+  auto cpu_layer = build(c), gpu_layer = build(c);
+  move_parameters(*gpu_layer, gpu);
+  const int64_t B = 2, T = 37, D = c.d_model;
+  const Tensor x = random_input(B, T, D, 14);
+  Generator gen(15);
+  const Tensor w = Tensor::randn({B, T, D}, gen);
+  Tensor x_cpu = x.clone().set_requires_grad(true), x_gpu = x.to(gpu).set_requires_grad(true);
+  const Tensor y_cpu = cpu_layer->forward(x_cpu);
+  backward(sum(y_cpu * w));
+  const Tensor y_gpu = gpu_layer->forward(x_gpu);
+  backward(sum(y_gpu * w.to(gpu)));
+  EXPECT_LT(relative_error(y_gpu.detach().to(Device::cpu()), y_cpu.detach()), 1e-5) << "output";
+  EXPECT_LT(relative_error(x_gpu.grad().to(Device::cpu()), x_cpu.grad()), 1e-4) << "dx";
+  const auto cpu_params = cpu_layer->named_parameters(), gpu_params = gpu_layer->named_parameters();
+  ASSERT_EQ(cpu_params.size(), gpu_params.size());
+  for (size_t i = 0; i < cpu_params.size(); ++i)
+    EXPECT_LT(relative_error(gpu_params[i].second.grad().to(Device::cpu()), cpu_params[i].second.grad()), 1e-4)
+        << cpu_params[i].first;
+  NoGradGuard no_grad;
+  auto state = gpu_layer->make_state(B);
+  std::vector<Tensor> outputs{gpu_layer->step(slice(x, 1, 0, 20).to(gpu), *state),
+                              gpu_layer->step(slice(x, 1, 20, 25).to(gpu), *state)};
+  for (int64_t t = 25; t < T; ++t) outputs.push_back(gpu_layer->step(slice(x, 1, t, t + 1).to(gpu), *state));
+  EXPECT_LT(relative_error(concat(outputs, 1).to(Device::cpu()), y_cpu.detach()), 1e-5) << "step";
 }
 
 INSTANTIATE_TEST_SUITE_P(Configs, KdaMixerTest, ::testing::ValuesIn(cases()),

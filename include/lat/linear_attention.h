@@ -65,7 +65,7 @@ LinearAttentionOutput chunk_gated_delta_rule(const Tensor& q, const Tensor& k, c
 /// Kimi Delta Attention (Kimi Linear, 2025): Gated DeltaNet with a per-key-channel gate,
 /// g [B, T, H, K] (log-decay <= 0 per channel):
 /// S_t = (I - beta_t k_t k_t^T) Diag(exp(g_t)) S_{t-1} + beta_t k_t v_t^T, o_t = scale S_t^T q_t.
-/// CPU only for now (a CUDA tensor is a lat::Error).
+/// CPU and CUDA (chunk_size 1..64 on CUDA), as fused_recurrent_kda and recurrent_step_kda.
 LinearAttentionOutput chunk_kda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                                 const Tensor& beta, std::optional<float> scale = {}, const Tensor& initial_state = {},
                                 bool output_final_state = false, bool use_qk_l2norm_in_kernel = false,

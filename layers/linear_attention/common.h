@@ -79,7 +79,7 @@ inline constexpr int kMaxCudaChunkSize = 64;
 void check_chunk_size(const char* op, int chunk_size, const Tensor& q);
 
 /// Which kernels run an op's recurrence: chunkwise (chunk_*), or token by token
-/// (fused_recurrent_*, CPU only).
+/// (fused_recurrent_*, CPU only but for KDA's).
 enum class Form { chunk, fused_recurrent };
 
 /// p + n, or null when p is null (an absent optional input or unwanted gradient).

@@ -2,6 +2,7 @@
 // the one place that checks KDA's arguments, picks its kernels (kda_kernels.h) and records
 // its tape node; the span loops are per_sequence.h's.
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "lat/linear_attention.h"
@@ -23,9 +24,9 @@ struct Kda {
   static constexpr Kernels<Params, Saved, Grads> fused_recurrent_cpu{fused_recurrent_kda_forward_cpu,
                                                                      fused_recurrent_kda_backward_cpu};
 #ifdef LAT_WITH_CUDA
-  // The CUDA dispatch point: run_kda refuses CUDA tensors before any kernel runs, until a
-  // chunk_kda_cuda.cu provides these.
-  static constexpr Kernels<Params, Saved, Grads> chunk_cuda = chunk_cpu;
+  static constexpr Kernels<Params, Saved, Grads> chunk_cuda{chunk_kda_forward_cuda, chunk_kda_backward_cuda};
+  static constexpr Kernels<Params, Saved, Grads> fused_recurrent_cuda{fused_recurrent_kda_forward_cuda,
+                                                                      fused_recurrent_kda_backward_cuda};
 #endif
   static int64_t state_v(const Params& p) { return p.V; }
   // gk is [B, T, H, K]: `row` rows of K channels.
@@ -54,6 +55,7 @@ KdaParams params_of(const Inputs& in, const Options& options, int64_t T) {
   p.gk = in.g.data<float>(), p.beta = in.beta.data<float>(), p.h0 = data_or_null(in.initial_state);
   p.B = in.q.size(0), p.T = T, p.H = in.q.size(-2), p.K = in.q.size(-1), p.V = in.v.size(-1);
   p.C = options.chunk_size;
+  p.device = in.q.device().index;
   p.scale = resolve_scale(options.scale, p.K);
   p.use_qk_l2norm_in_kernel = options.use_qk_l2norm_in_kernel;
   // Read on the calling thread (the precision is thread-local); the tape node's copy of p
@@ -71,13 +73,7 @@ LinearAttentionOutput run_kda(const char* op, Form form, const Inputs& in, const
   check_beta(op, in.beta, in.q, d);
   const Spans spans = call_spans(op, in.cu_seqlens, d);
   check_initial_state(op, in.initial_state, in.q, d, d.V, spans);
-  if (form == Form::chunk) {
-    check_chunk_size(op, options.chunk_size, in.q);
-    LAT_CHECK(in.q.device().is_cpu(), op << ": CUDA tensors are not supported yet (q is on " << in.q.device().str()
-                                         << ")");
-  } else {
-    check_cpu(op, in.q);
-  }
+  if (form == Form::chunk) check_chunk_size(op, options.chunk_size, in.q);
 
   const KdaParams p = params_of(in, options, d.T);
   const Device device = in.q.device();
@@ -115,15 +111,24 @@ LinearAttentionOutput run_kda(const char* op, Form form, const Inputs& in, const
   return {o, final_state};
 }
 
-// One decoding step (CPU only): q_t, k_t, g_t [B, H, K], v_t [B, H, V], beta_t [B, H];
-// state [B, H, K, V] advanced in place. Returns o_t [B, H, V].
+// One decoding step: q_t, k_t, g_t [B, H, K], v_t [B, H, V], beta_t [B, H]; state
+// [B, H, K, V] advanced in place. Returns o_t [B, H, V].
 Tensor run_kda_step(const char* op, const Inputs& in, const Options& options, Tensor& state) {
   const Dims d = check_step(op, in.q, in.k, in.v, state);
   check_step_g_per_key(op, in.g, d);
   check_step_beta(op, in.beta, d);
-  check_cpu(op, in.q);
+  // A gate on another device than q_t would be read by the wrong kernel.
+  for (const auto& [name, t] : {std::pair{"g_t", &in.g}, std::pair{"beta_t", &in.beta}})
+    LAT_CHECK(t->device() == in.q.device(), op << ": " << name << ": expected device " << in.q.device().str()
+                                               << " (as q_t), got " << t->device().str());
   const KdaParams p = params_of(in, options, 1);
   Tensor o = Tensor::empty({p.B, p.H, p.V}, DType::f32, in.q.device());
+#ifdef LAT_WITH_CUDA
+  if (in.q.device().is_cuda()) {
+    recurrent_step_kda_cuda(p, state.data<float>(), o.data<float>());
+    return o;
+  }
+#endif
   recurrent_step_kda_cpu(p, state.data<float>(), o.data<float>());
   return o;
 }

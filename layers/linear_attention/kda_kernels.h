@@ -16,7 +16,7 @@
 
 namespace lat::linear_attention {
 
-/// One call of KDA on the CPU (f32; the caller has checked every argument).
+/// One call of KDA (f32; the caller has checked every argument).
 struct KdaParams {
   const float* q = nullptr;     // [B, T, H, K]
   const float* k = nullptr;     // [B, T, H, K]
@@ -28,7 +28,8 @@ struct KdaParams {
   // gate is gk, offset by Kda::offset_rows instead.
   const float* g = nullptr;
   int64_t B = 0, T = 0, H = 0, K = 0, V = 0;
-  int64_t C = 64;  // chunk size of the chunk kernel
+  int64_t C = 64;  // chunk size of the chunk kernel (CUDA: 1..64)
+  int device = 0;  // CUDA device index of the pointers (CUDA kernels)
   float scale = 1.0f;
   bool use_qk_l2norm_in_kernel = false;
   // bf16: the chunk kernel's tile products take bf16 inputs (fp32 accumulation).
@@ -71,8 +72,20 @@ std::shared_ptr<const KdaSaved> fused_recurrent_kda_forward_cpu(const KdaParams&
 void fused_recurrent_kda_backward_cpu(const KdaParams& p, const KdaSaved& saved, const float* d_o, const float* dht,
                                       const KdaGrads& grads);
 
+/// Chunkwise and token by token on CUDA (chunk_kda_cuda.cu), on device p.device: chunk size
+/// 1..64, K <= 256 (a lat::Error above). The token-by-token backward is the chunk backward
+/// (chunk size 64): the same gradients.
+std::shared_ptr<const KdaSaved> chunk_kda_forward_cuda(const KdaParams& p, float* o, float* ht, bool save);
+void chunk_kda_backward_cuda(const KdaParams& p, const KdaSaved& saved, const float* d_o, const float* dht,
+                             const KdaGrads& grads);
+std::shared_ptr<const KdaSaved> fused_recurrent_kda_forward_cuda(const KdaParams& p, float* o, float* ht, bool save);
+void fused_recurrent_kda_backward_cuda(const KdaParams& p, const KdaSaved& saved, const float* d_o, const float* dht,
+                                       const KdaGrads& grads);
+
 /// One decoding step for every (b, h), T = 1 (q, k, gk [B, H, K], v [B, H, V], beta
 /// [B, H]; p.h0 and p.C are not used): state [B, H, K, V] updated in place, o [B, H, V].
+/// CPU: recurrent_kda_cpu.cpp; CUDA: recurrent_cuda.cu (on device p.device, K <= 256).
 void recurrent_step_kda_cpu(const KdaParams& p, float* state, float* o);
+void recurrent_step_kda_cuda(const KdaParams& p, float* state, float* o);
 
 }  // namespace lat::linear_attention

@@ -38,10 +38,15 @@ struct SpanOffsets {
 };
 
 /// The kernels of `form` on `device`. fused_recurrent has CPU kernels only (its ops accept
-/// CPU tensors only); a CUDA tensor exists only in a lat built with CUDA.
+/// CPU tensors only) unless the family names F::fused_recurrent_cuda; a CUDA tensor exists
+/// only in a lat built with CUDA.
 template <class F>
 const Kernels<typename F::Params, typename F::Saved, typename F::Grads>& kernels_of(
     Form form, [[maybe_unused]] const Device& device) {
+#ifdef LAT_WITH_CUDA
+  if constexpr (requires { F::fused_recurrent_cuda; })
+    if (form == Form::fused_recurrent && device.is_cuda()) return F::fused_recurrent_cuda;
+#endif
   if (form == Form::fused_recurrent) return F::fused_recurrent_cpu;
 #ifdef LAT_WITH_CUDA
   if (device.is_cuda()) return F::chunk_cuda;

@@ -1,12 +1,13 @@
 // CUDA kernels of the single-token decoding steps (recurrent_step_*): one block per
 // (batch, head), one thread per state column, the state [K, Vs] updated in place in f32.
-// Each column of the state evolves on its own in both recurrences, so no thread waits for
+// Each column of the state evolves on its own in every recurrence, so no thread waits for
 // another once q and k are in shared memory.
 #include "autograd/cuda/cuda_check.h"
 #include "autograd/cuda/launch.cuh"
 #include "autograd/cuda/stream.h"
 #include "layers/linear_attention/decay_kernels.h"
 #include "layers/linear_attention/delta_kernels.h"
+#include "layers/linear_attention/kda_kernels.h"
 
 namespace lat::linear_attention {
 namespace {
@@ -86,6 +87,38 @@ __global__ void step_delta_kernel(int64_t K, int64_t V, bool l2norm, const float
   }
 }
 
+// KDA's step, the per-key-channel decay a_i = e^{g_i}: S_a = Diag(a) S, u = beta (v - S_a^T k),
+// S = S_a + k u^T, o = scale S^T q (per column).
+__global__ void step_kda_kernel(int64_t K, int64_t V, bool l2norm, const float* q, const float* k, const float* v,
+                                const float* g, const float* beta, float scale, float* state, float* o) {
+  __shared__ float qs[kMaxK], ks[kMaxK], as[kMaxK], partial[lat::cuda::kBlock / 32];
+  const int64_t bh = blockIdx.x;
+  for (int64_t i = threadIdx.x; i < K; i += blockDim.x) {
+    qs[i] = q[bh * K + i];
+    ks[i] = k[bh * K + i];
+    as[i] = expf(fminf(g[bh * K + i], 0.0f));
+  }
+  __syncthreads();
+  if (l2norm) {
+    l2norm_shared(qs, K, partial);
+    l2norm_shared(ks, K, partial);
+  }
+  const float b = beta[bh];
+  float* S = state + bh * K * V;
+  for (int64_t col = threadIdx.x; col < V; col += blockDim.x) {
+    float p = 0.0f;
+    for (int64_t i = 0; i < K; ++i) p += as[i] * S[i * V + col] * ks[i];
+    const float u = b * (v[bh * V + col] - p);
+    float acc = 0.0f;
+    for (int64_t i = 0; i < K; ++i) {
+      const float s = as[i] * S[i * V + col] + ks[i] * u;
+      S[i * V + col] = s;
+      acc += qs[i] * s;
+    }
+    o[bh * V + col] = scale * acc;
+  }
+}
+
 void check_step(int64_t BH, int64_t K) {
   LAT_CHECK(K >= 1 && K <= kMaxK, "recurrent step (cuda): K: expected 1.." << kMaxK << ", got " << K);
   LAT_CHECK(BH >= 1 && BH < (int64_t{1} << 31), "recurrent step (cuda): B*H = " << BH << " out of range");
@@ -109,6 +142,15 @@ void recurrent_step_delta_cuda(const DeltaParams& p, float* state, float* o) {
   lat::cuda::DeviceGuard guard(p.device);
   step_delta_kernel<<<static_cast<unsigned>(BH), lat::cuda::kBlock, 0, lat::cuda::current_stream(p.device)>>>(
       p.K, p.V, p.use_qk_l2norm_in_kernel, p.q, p.k, p.v, p.g, p.beta, p.scale, state, o);
+  LAT_CUDA_CHECK_LAUNCH();
+}
+
+void recurrent_step_kda_cuda(const KdaParams& p, float* state, float* o) {
+  const int64_t BH = p.B * p.H;
+  check_step(BH, p.K);
+  lat::cuda::DeviceGuard guard(p.device);
+  step_kda_kernel<<<static_cast<unsigned>(BH), lat::cuda::kBlock, 0, lat::cuda::current_stream(p.device)>>>(
+      p.K, p.V, p.use_qk_l2norm_in_kernel, p.q, p.k, p.v, p.gk, p.beta, p.scale, state, o);
   LAT_CUDA_CHECK_LAUNCH();
 }
 
