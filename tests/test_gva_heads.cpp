@@ -37,6 +37,7 @@ using testing::expect_error;
 using testing::conv_silu;
 using testing::expect_matches_float64_reference;
 using testing::expect_packed_matches_separate;
+using testing::expect_steps_reproduce_forward;
 using testing::ParamMap;
 using testing::f64_leaf;
 using testing::l2norm_ref;
