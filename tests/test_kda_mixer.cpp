@@ -29,6 +29,8 @@ using testing::conv_silu;
 using testing::expect_error;
 using testing::expect_matches_float64_reference;
 using testing::expect_packed_matches_separate;
+using testing::expect_split_prefill_equals_one_pass;
+using testing::expect_steps_reproduce_forward;
 using testing::f64_leaf;
 using testing::l2norm_ref;
 using testing::linear;

@@ -36,6 +36,7 @@ using testing::linear;
 using testing::perturb_norm_weights;
 using testing::random_input;
 using testing::rms_norm_ref;
+using testing::expect_steps_reproduce_forward;
 
 // Sizes of the small test layers: K = 8 and V = 12 (K != V), a chunk size of 16 so T = 37
 // spans three partial chunks.

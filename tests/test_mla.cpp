@@ -41,6 +41,7 @@ using testing::linear;
 using testing::ParamMap;
 using testing::random_input;
 using testing::rms_norm_ref;
+using testing::run_steps;
 
 constexpr double kLatentNormEps = 1e-6;  // transformers' KimiLinearRMSNorm default
 
