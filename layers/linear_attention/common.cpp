@@ -38,6 +38,12 @@ void check_head_dims(const char* op, const Dims& d) {
             op << ": v: expected head dim V in 1.." << kMaxHeadDim << ", got V=" << d.V);
 }
 
+// Grouped q/k heads: d.Hk (q's heads) must divide d.H (v's heads).
+void check_groups(const char* op, const char* arg, const Dims& d, const char* layout, const Shape& shape) {
+  LAT_CHECK(d.Hk >= 1 && d.H % d.Hk == 0, op << ": " << arg << ": expected " << layout << " with Hk dividing v's H = "
+                                             << d.H << " (grouped q/k heads), got shape " << shape_str(shape));
+}
+
 // Values of a gate tensor in [lo, hi] (CPU tensors only; device tensors are checked by
 // their backend). Reports the first offender with its index in `layout` order.
 template <class T>
@@ -68,7 +74,8 @@ void check_range(const char* op, const char* arg, const Tensor& t, double lo, do
 
 }  // namespace
 
-Dims check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, Dtypes dtypes) {
+Dims check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, Dtypes dtypes,
+               QkHeads qk_heads) {
   LAT_CHECK(q.defined(), op << ": q: expected a tensor [B, T, H, K], got an undefined tensor");
   LAT_CHECK(k.defined(), op << ": k: expected a tensor [B, T, H, K], got an undefined tensor");
   LAT_CHECK(v.defined(), op << ": v: expected a tensor [B, T, H, V], got an undefined tensor");
@@ -80,7 +87,11 @@ Dims check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v
   check_like(op, "v", v, q);
   LAT_CHECK(k.shape() == q.shape(), op << ": k: expected shape " << shape_str(q.shape())
                                        << " [B, T, H, K] (as q), got " << shape_str(k.shape()));
-  Dims d{q.size(0), q.size(1), q.size(2), q.size(3), v.size(3)};
+  Dims d{q.size(0), q.size(1), q.size(2), q.size(3), v.size(3), q.size(2)};
+  if (qk_heads == QkHeads::grouped) {
+    d.H = v.size(2);
+    check_groups(op, "q", d, "[B, T, Hk, K]", q.shape());
+  }
   Shape v_expected{d.B, d.T, d.H, d.V};
   LAT_CHECK(v.shape() == v_expected, op << ": v: expected shape " << shape_str(v_expected)
                                         << " [B, T, H, V] (B, T, H as q), got " << shape_str(v.shape()));
@@ -136,14 +147,18 @@ void check_chunk_size(const char* op, int chunk_size, const Tensor& q) {
 }
 
 Dims check_step(const char* op, const Tensor& q_t, const Tensor& k_t, const Tensor& v_t, const Tensor& state,
-                int64_t state_v_extra) {
+                int64_t state_v_extra, QkHeads qk_heads) {
   LAT_CHECK(q_t.defined() && q_t.dim() == 3,
             op << ": q_t: expected rank 3 [B, H, K], got "
                << (q_t.defined() ? "shape " + shape_str(q_t.shape()) : std::string("an undefined tensor")));
   check_float(op, "q_t", q_t, Dtypes::f32);
-  Dims d{q_t.size(0), 1, q_t.size(1), q_t.size(2), 0};
+  Dims d{q_t.size(0), 1, q_t.size(1), q_t.size(2), 0, q_t.size(1)};
   check_shape(op, "k_t", k_t, q_t.shape(), "[B, H, K] (as q_t)");
   check_like(op, "k_t", k_t, q_t);
+  if (qk_heads == QkHeads::grouped && v_t.defined() && v_t.dim() == 3) {
+    d.H = v_t.size(1);
+    check_groups(op, "q_t", d, "[B, Hk, K]", q_t.shape());
+  }
   LAT_CHECK(v_t.defined() && v_t.dim() == 3 && v_t.size(0) == d.B && v_t.size(1) == d.H,
             op << ": v_t: expected shape [" << d.B << ", " << d.H << ", V] [B, H, V], got "
                << (v_t.defined() ? shape_str(v_t.shape()) : std::string("an undefined tensor")));
