@@ -239,6 +239,33 @@ TEST(GroupedDecay, RecurrentStepEqualsRepeatedHeadsAndChunk) {
   EXPECT_LT(relative_error(grouped_state, chunk.final_state), testing::kTol);
 }
 
+// CUDA: the chunk kernel and the step read q, k repeated to H heads on the tape; the
+// results equal the CPU kernel's grouped ones. Skipped without a CUDA device.
+TEST(GroupedDecay, CudaMatchesCpu) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device visible";
+  const Device gpu = Device::cuda(0);
+  auto on = [](const Device& device, const Tensor& t) { return t.defined() ? t.to(device) : t; };
+  const GroupedCase c{1, 70, 4, 2, 16, 8, Gate::strong, true, 16, {30, 40}, 61};
+  const GroupedInputs gi = make_grouped(c);
+  const testing::Op cpu = chunk_gla(c.chunk_size, gi.cu_seqlens);
+  const testing::Op cuda = [&](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& h0) {
+    const LinearAttentionOutput out = cpu(on(gpu, q), on(gpu, k), on(gpu, v), on(gpu, g), on(gpu, h0));
+    EXPECT_TRUE(out.o.device().is_cuda());
+    return LinearAttentionOutput{on(Device::cpu(), out.o), on(Device::cpu(), out.final_state)};
+  };
+  testing::expect_close(testing::run(cuda, gi.in, DType::f32), testing::run(cpu, gi.in, DType::f32), testing::kTol);
+
+  Generator gen(62);
+  Tensor state = Tensor::randn({2, 4, 16, 8}, gen), state_gpu = state.to(gpu);
+  const Tensor q_t = Tensor::randn({2, 2, 16}, gen), k_t = Tensor::randn({2, 2, 16}, gen);
+  const Tensor v_t = Tensor::randn({2, 4, 8}, gen), g_t = Tensor::full({2, 4}, -0.3);
+  const Tensor o = recurrent_step_simple_gla(q_t, k_t, v_t, g_t, 0.5f, state);
+  const Tensor o_gpu =
+      recurrent_step_simple_gla(q_t.to(gpu), k_t.to(gpu), v_t.to(gpu), g_t.to(gpu), 0.5f, state_gpu);
+  EXPECT_LT(relative_error(o_gpu.to(Device::cpu()), o), 1e-5);
+  EXPECT_LT(relative_error(state_gpu.to(Device::cpu()), state), 1e-5);
+}
+
 TEST(GroupedDecay, HeadCountNotDividingHIsRefused) {
   Generator gen(1);
   const Tensor q = Tensor::randn({1, 4, 3, 8}, gen), v = Tensor::randn({1, 4, 4, 6}, gen);
