@@ -272,10 +272,11 @@ TEST(GroupedDecay, HeadCountNotDividingHIsRefused) {
   const Tensor g = Tensor::full({1, 4, 4}, -0.1);
   using testing::expect_error;
   expect_error([&] { chunk_simple_gla(q, q, v, g); },
-               {"chunk_simple_gla: q: expected [B, T, Hk, K] with Hk dividing v's H = 4 (grouped q/k heads), got "
-                "shape [1, 4, 3, 8]"});
-  expect_error([&] { fused_recurrent_simple_gla(q, q, v, g); }, {"fused_recurrent_simple_gla", "q", "H = 4", "[1, 4, 3, 8]"});
-  expect_error([&] { chunk_linear_attn(q, q, v); }, {"chunk_linear_attn", "q", "H = 4", "[1, 4, 3, 8]"});
+               {"chunk_simple_gla: v: expected shape [1, 4, 3, 6] [B, T, H, V] (B, T, H as q; or H a multiple of "
+                "q's heads Hk: grouped q/k heads), got [1, 4, 4, 6]"});
+  expect_error([&] { fused_recurrent_simple_gla(q, q, v, g); },
+               {"fused_recurrent_simple_gla", "v", "grouped", "[1, 4, 4, 6]"});
+  expect_error([&] { chunk_linear_attn(q, q, v); }, {"chunk_linear_attn", "v", "grouped", "[1, 4, 4, 6]"});
   // k must have q's heads.
   expect_error([&] { chunk_simple_gla(Tensor::randn({1, 4, 1, 8}, gen), Tensor::randn({1, 4, 2, 8}, gen), v, g); },
                {"chunk_simple_gla", "k", "[1, 4, 1, 8]", "[1, 4, 2, 8]"});
@@ -285,8 +286,8 @@ TEST(GroupedDecay, HeadCountNotDividingHIsRefused) {
         recurrent_step_simple_gla(Tensor::randn({1, 3, 8}, gen), Tensor::randn({1, 3, 8}, gen),
                                   Tensor::randn({1, 4, 6}, gen), Tensor::full({1, 4}, -0.1), 1.0f, state);
       },
-      {"recurrent_step_simple_gla: q_t: expected [B, Hk, K] with Hk dividing v's H = 4 (grouped q/k heads), got "
-       "shape [1, 3, 8]"});
+      {"recurrent_step_simple_gla: v_t: expected shape [1, 3, V] [B, H, V] (or H a multiple of q_t's heads Hk: "
+       "grouped q/k heads), got [1, 4, 6]"});
 }
 
 }  // namespace

@@ -38,7 +38,7 @@ struct LinearAttentionOutput {
 /// h / (H / Hk), as repeat_interleave would); dq, dk are then [B, T, Hk, K], summed over
 /// each group's heads. So may the fused_recurrent_* and recurrent_step_* forms' q, k of
 /// chunk_linear_attn and chunk_simple_gla (q_t, k_t [B, Hk, K]). Otherwise lat::Error
-/// naming q ("Hk dividing v's H").
+/// naming v ("H a multiple of q's heads Hk").
 LinearAttentionOutput chunk_linear_attn(const Tensor& q, const Tensor& k, const Tensor& v,
                                         std::optional<float> scale = {}, bool normalize = false,
                                         const Tensor& initial_state = {}, bool output_final_state = false,

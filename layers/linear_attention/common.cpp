@@ -38,10 +38,14 @@ void check_head_dims(const char* op, const Dims& d) {
             op << ": v: expected head dim V in 1.." << kMaxHeadDim << ", got V=" << d.V);
 }
 
-// Grouped q/k heads: d.Hk (q's heads) must divide d.H (v's heads).
-void check_groups(const char* op, const char* arg, const Dims& d, const char* layout, const Shape& shape) {
-  LAT_CHECK(d.Hk >= 1 && d.H % d.Hk == 0, op << ": " << arg << ": expected " << layout << " with Hk dividing v's H = "
-                                             << d.H << " (grouped q/k heads), got shape " << shape_str(shape));
+// v's heads when they fit q's Hk heads: H = Hk, or with grouped q/k heads any multiple
+// of Hk (then v's error says so).
+int64_t value_heads(int64_t v_heads, int64_t Hk, QkHeads qk_heads) {
+  return qk_heads == QkHeads::grouped && Hk >= 1 && v_heads % Hk == 0 ? v_heads : Hk;
+}
+
+const char* grouped_hint(QkHeads qk_heads) {
+  return qk_heads == QkHeads::grouped ? "; or H a multiple of q's heads Hk: grouped q/k heads" : "";
 }
 
 // Values of a gate tensor in [lo, hi] (CPU tensors only; device tensors are checked by
@@ -87,14 +91,11 @@ Dims check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v
   check_like(op, "v", v, q);
   LAT_CHECK(k.shape() == q.shape(), op << ": k: expected shape " << shape_str(q.shape())
                                        << " [B, T, H, K] (as q), got " << shape_str(k.shape()));
-  Dims d{q.size(0), q.size(1), q.size(2), q.size(3), v.size(3), q.size(2)};
-  if (qk_heads == QkHeads::grouped) {
-    d.H = v.size(2);
-    check_groups(op, "q", d, "[B, T, Hk, K]", q.shape());
-  }
+  Dims d{q.size(0), q.size(1), value_heads(v.size(2), q.size(2), qk_heads), q.size(3), v.size(3), q.size(2)};
   Shape v_expected{d.B, d.T, d.H, d.V};
   LAT_CHECK(v.shape() == v_expected, op << ": v: expected shape " << shape_str(v_expected)
-                                        << " [B, T, H, V] (B, T, H as q), got " << shape_str(v.shape()));
+                                        << " [B, T, H, V] (B, T, H as q" << grouped_hint(qk_heads) << "), got "
+                                        << shape_str(v.shape()));
   LAT_CHECK(d.T >= 1, op << ": q: expected T >= 1 tokens, got T=" << d.T);
   check_head_dims(op, d);
   return d;
@@ -155,13 +156,11 @@ Dims check_step(const char* op, const Tensor& q_t, const Tensor& k_t, const Tens
   Dims d{q_t.size(0), 1, q_t.size(1), q_t.size(2), 0, q_t.size(1)};
   check_shape(op, "k_t", k_t, q_t.shape(), "[B, H, K] (as q_t)");
   check_like(op, "k_t", k_t, q_t);
-  if (qk_heads == QkHeads::grouped && v_t.defined() && v_t.dim() == 3) {
-    d.H = v_t.size(1);
-    check_groups(op, "q_t", d, "[B, Hk, K]", q_t.shape());
-  }
+  if (v_t.defined() && v_t.dim() == 3) d.H = value_heads(v_t.size(1), d.Hk, qk_heads);
   LAT_CHECK(v_t.defined() && v_t.dim() == 3 && v_t.size(0) == d.B && v_t.size(1) == d.H,
-            op << ": v_t: expected shape [" << d.B << ", " << d.H << ", V] [B, H, V], got "
-               << (v_t.defined() ? shape_str(v_t.shape()) : std::string("an undefined tensor")));
+            op << ": v_t: expected shape [" << d.B << ", " << d.H << ", V] [B, H, V]"
+               << (qk_heads == QkHeads::grouped ? " (or H a multiple of q_t's heads Hk: grouped q/k heads)" : "")
+               << ", got " << (v_t.defined() ? shape_str(v_t.shape()) : std::string("an undefined tensor")));
   check_like(op, "v_t", v_t, q_t);
   d.V = v_t.size(2);
   check_head_dims(op, d);
