@@ -204,7 +204,8 @@ TEST(GroupedDecay, ChunkLinearAttnEqualsRepeatedHeads) {
     }
     for (bool chunk : {true, false}) {
       SCOPED_TRACE(chunk ? "chunk_linear_attn" : "fused_recurrent_linear_attn");
-      const testing::Op op = chunk ? testing::linear_attn_chunk(normalize, 32) : testing::linear_attn_recurrent(normalize);
+      const testing::Op op = chunk ? testing::linear_attn_chunk(normalize, 32)
+                                   : testing::linear_attn_recurrent(normalize);
       testing::expect_close(testing::run(op, gi.in, DType::f32), run_repeated(op, gi.in, c.H / c.Hk), kGroupedTol);
     }
   }
@@ -227,8 +228,8 @@ TEST(GroupedDecay, RecurrentStepEqualsRepeatedHeadsAndChunk) {
     };
     const Tensor q_t = token(in.q), k_t = token(in.k), v_t = token(in.v), g_t = token(in.g);
     const Tensor o = recurrent_step_simple_gla(q_t, k_t, v_t, g_t, 0.5f, grouped_state);
-    const Tensor o_repeated =
-        recurrent_step_simple_gla(repeat_plain(q_t, R), repeat_plain(k_t, R), v_t, g_t, 0.5f, repeated_state);
+    const Tensor o_repeated = recurrent_step_simple_gla(repeat_plain(q_t, R), repeat_plain(k_t, R), v_t, g_t, 0.5f,
+                                                        repeated_state);
     EXPECT_EQ(o.to_vector<float>(), o_repeated.to_vector<float>()) << "t=" << t;
     for (float x : o.to_vector<float>()) outputs.push_back(x);
   }
@@ -260,8 +261,7 @@ TEST(GroupedDecay, CudaMatchesCpu) {
   const Tensor q_t = Tensor::randn({2, 2, 16}, gen), k_t = Tensor::randn({2, 2, 16}, gen);
   const Tensor v_t = Tensor::randn({2, 4, 8}, gen), g_t = Tensor::full({2, 4}, -0.3);
   const Tensor o = recurrent_step_simple_gla(q_t, k_t, v_t, g_t, 0.5f, state);
-  const Tensor o_gpu =
-      recurrent_step_simple_gla(q_t.to(gpu), k_t.to(gpu), v_t.to(gpu), g_t.to(gpu), 0.5f, state_gpu);
+  const Tensor o_gpu = recurrent_step_simple_gla(q_t.to(gpu), k_t.to(gpu), v_t.to(gpu), g_t.to(gpu), 0.5f, state_gpu);
   EXPECT_LT(relative_error(o_gpu.to(Device::cpu()), o), 1e-5);
   EXPECT_LT(relative_error(state_gpu.to(Device::cpu()), state), 1e-5);
 }
@@ -278,8 +278,11 @@ TEST(GroupedDecay, HeadCountNotDividingHIsRefused) {
                {"fused_recurrent_simple_gla", "v", "grouped", "[1, 4, 4, 6]"});
   expect_error([&] { chunk_linear_attn(q, q, v); }, {"chunk_linear_attn", "v", "grouped", "[1, 4, 4, 6]"});
   // k must have q's heads.
-  expect_error([&] { chunk_simple_gla(Tensor::randn({1, 4, 1, 8}, gen), Tensor::randn({1, 4, 2, 8}, gen), v, g); },
-               {"chunk_simple_gla", "k", "[1, 4, 1, 8]", "[1, 4, 2, 8]"});
+  expect_error(
+      [&] {
+        chunk_simple_gla(Tensor::randn({1, 4, 1, 8}, gen), Tensor::randn({1, 4, 2, 8}, gen), v, g);
+      },
+      {"chunk_simple_gla", "k", "[1, 4, 1, 8]", "[1, 4, 2, 8]"});
   Tensor state = Tensor::zeros({1, 4, 8, 6});
   expect_error(
       [&] {
