@@ -19,8 +19,9 @@
 // one precision alone (for a profiler; the ratio needs both).
 // --shape mamba2 is the SSD of the Mamba-2 mixer (layers/mamba2_layer.h) at d_model 256,
 // expand 2, head_dim 64, d_state 128, n_groups 1: B = 4, H = 8, K = d_state 128, V = head_dim 64,
-// C = 64, T = 2048, op simple_gla (q = C, k = B, v = dt x, g = A dt); later flags override
-// it. It adds a row "mamba2_mixer": the whole lat::Mamba2 layer's forward+backward on
+// C = 64, T = 2048, op simple_gla (q = C, k = B, v = dt x, g = A dt) with q and k of
+// G = 1 head (grouped heads, the mixer's real call: B and C shared by the 8 heads; the
+// GFLOP/s count Q K^T, P K and P^T Q once per group); later flags override it. It adds a row "mamba2_mixer": the whole lat::Mamba2 layer's forward+backward on
 // x [4, 2048, 256] (no GFLOP/s: the count above is the SSD's alone), the peer of
 // bench_torch_peer.py --mamba2.
 //
@@ -57,6 +58,7 @@ using lat::Tensor;
 
 // Problem sizes; --B, --H, --K, --V, --C change them (e.g. a model's own head size).
 int64_t kB = 4, kH = 4, kK = 64, kV = 64, kC = 64;
+int64_t kGroups = 0;  // heads of q and k in the decayed ops (grouped heads); 0: kH
 
 bool g_cpu_time = false;  // --cpu-time
 
@@ -144,10 +146,18 @@ void print_times(const char* name, int64_t T, const double* ms32, const double* 
 // four backward) with sub-chunks of 16: the elementwise diagonal blocks, C (16 + 1) / 2
 // pairs x K channels at 4 FLOPs (exp counted as one, two multiplies, one add), and the
 // reference-row rescales, (C^2 / 32 + C) x K elements at 2 FLOPs (exp and multiply).
+// With grouped q/k heads (kGroups), the products of q and k alone with C x C matrices
+// (2C^2K forward, 6C^2K backward) are counted once per group, not per head.
+bool decayed(const std::string& op) { return op == "linear_attn" || op == "simple_gla"; }
+
+int64_t qk_heads(const std::string& op) { return decayed(op) && kGroups > 0 ? kGroups : kH; }
+
 double flops_per_chunk(const std::string& op) {
   const double C = kC, K = kK, V = kV;
-  if (op == "linear_attn" || op == "simple_gla")
-    return (4 * C * K * V + 2 * C * C * (K + V)) + (10 * C * K * V + 2 * C * C * (3 * K + 2 * V));
+  if (decayed(op)) {
+    const double group_share = static_cast<double>(qk_heads(op)) / static_cast<double>(kH);
+    return (4 * C * K * V + 2 * C * C * V) + (10 * C * K * V + 4 * C * C * V) + group_share * 8 * C * C * K;
+  }
   const double delta = (6 * C * K * V + 2 * C * C * (3 * K + 2 * V) + 2.0 / 3.0 * C * C * C) +
                        (16 * C * K * V + 2 * C * C * (9 * K + 5 * V) + 4 * C * C * C);
   if (op != "kda") return delta;
@@ -158,19 +168,20 @@ struct Inputs {
   Tensor q, k, v, g, gk, beta, d_o;  // gk: kda's per-key-channel gate [B, T, H, K]
 };
 
-Inputs make_inputs(int64_t T) {
+// q, k [kB, T, Hk, kK]; v, d_o [kB, T, kH, kV]; g, beta [kB, T, kH].
+Inputs make_inputs(int64_t T, int64_t Hk) {
   lat::Generator gen(7);
   Inputs in;
   auto leaf = [](Tensor t) {
     t.set_requires_grad(true);
     return t;
   };
-  in.q = leaf(Tensor::randn({kB, T, kH, kK}, gen));
+  in.q = leaf(Tensor::randn({kB, T, Hk, kK}, gen));
   // Unit-norm keys: the delta rules need them (ALGORITHMS.md 2.4), the others do not mind.
-  Tensor k = Tensor::randn({kB, T, kH, kK}, gen);
+  Tensor k = Tensor::randn({kB, T, Hk, kK}, gen);
   {
     float* p = k.data<float>();
-    for (int64_t r = 0; r < kB * T * kH; ++r) {
+    for (int64_t r = 0; r < kB * T * Hk; ++r) {
       double norm = 0.0;
       for (int64_t i = 0; i < kK; ++i) norm += p[r * kK + i] * p[r * kK + i];
       for (int64_t i = 0; i < kK; ++i) p[r * kK + i] = static_cast<float>(p[r * kK + i] / std::sqrt(norm));
@@ -284,7 +295,7 @@ int run(int argc, char** argv) {
         return 2;
       }
       mamba2 = true;
-      kB = 4, kH = 8, kK = 128, kV = 64, kC = 64;
+      kB = 4, kH = 8, kK = 128, kV = 64, kC = 64, kGroups = 1;
     } else if (arg == "--no-recurrent") {
       recurrent = false;
     } else if (arg == "--default-malloc") {
@@ -340,7 +351,7 @@ int run(int argc, char** argv) {
               "fp32 GFLOP/s", "bf16 GFLOP/s", "us/tok", "recurrent ms", "speedup");
   for (const std::string& op : ops)
     for (int64_t T : lengths) {
-      Inputs in = make_inputs(T);
+      Inputs in = make_inputs(T, qk_heads(op));
       const bool time32 = only != "bf16", time16 = bf16 && only != "fp32";
       std::vector<std::function<void()>> runs;
       if (time32) runs.push_back([&] { forward_backward(op, true, in, Precision::fp32); });

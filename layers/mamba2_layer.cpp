@@ -113,11 +113,8 @@ Tensor Mamba2::run(const Tensor& x, Mamba2State* state, const Tensor& cu_seqlens
   }
   const std::vector<Tensor> xbc = split(xBC, {inner_dim_, G * N, G * N}, 2);
   const Tensor xh = xbc[0].reshape({B, T, H, P});
-  Tensor k = xbc[1].reshape({B, T, G, N}), q = xbc[2].reshape({B, T, G, N});
-  if (H > G) {
-    k = repeat_heads(k, H / G);
-    q = repeat_heads(q, H / G);
-  }
+  // B and C with G heads: the ops read grouped q/k heads (v head h reads group h / (H / G)).
+  const Tensor k = xbc[1].reshape({B, T, G, N}), q = xbc[2].reshape({B, T, G, N});
   const Tensor dt = time_step(zxbcdt[2]);    // [B, T, H]
   const Tensor g = -(exp(A_log_) * dt);      // log-decay A dt <= 0
   const Tensor v = xh * dt.reshape({B, T, H, 1});

@@ -34,6 +34,11 @@ struct LinearAttentionOutput {
 /// Causal linear attention (Katharopoulos et al. 2020, sec. 3.2-3.4): S_t = S_{t-1} + k_t v_t^T,
 /// o_t = scale S_t^T q_t; with normalize, z_t = z_{t-1} + k_t and
 /// o_t = scale S_t^T q_t / (scale q_t . z_t + 1e-6). The feature map is applied by the caller.
+/// Grouped heads: q, k may be [B, T, Hk, K] with Hk dividing v's H (head h reads q/k head
+/// h / (H / Hk), as repeat_interleave would); dq, dk are then [B, T, Hk, K], summed over
+/// each group's heads. So may the fused_recurrent_* and recurrent_step_* forms' q, k of
+/// chunk_linear_attn and chunk_simple_gla (q_t, k_t [B, Hk, K]). Otherwise lat::Error
+/// naming v ("H a multiple of q's heads Hk").
 LinearAttentionOutput chunk_linear_attn(const Tensor& q, const Tensor& k, const Tensor& v,
                                         std::optional<float> scale = {}, bool normalize = false,
                                         const Tensor& initial_state = {}, bool output_final_state = false,
@@ -41,7 +46,8 @@ LinearAttentionOutput chunk_linear_attn(const Tensor& q, const Tensor& k, const 
 
 /// Linear attention with a scalar per-head log-decay (Mamba-2 SSD read as linear attention,
 /// Dao & Gu 2024; RetNet when g is constant): S_t = exp(g_t) S_{t-1} + k_t v_t^T,
-/// o_t = scale S_t^T q_t.
+/// o_t = scale S_t^T q_t. Grouped q, k [B, T, Hk, K] as chunk_linear_attn's (Mamba-2's
+/// n_groups: C and B of G heads shared by H / G heads each); g [B, T, H] is per v head.
 LinearAttentionOutput chunk_simple_gla(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                                        std::optional<float> scale = {}, const Tensor& initial_state = {},
                                        bool output_final_state = false, int chunk_size = 64,

@@ -76,15 +76,14 @@ void head_from_chunked(std::span<const FromChunked> arrays, int64_t bh, int64_t 
   copy_head(arrays, bh, T, H, C, copy_out);
 }
 
-void gather_chunk(const float* x, int64_t T, int64_t H, int64_t D, int64_t C, int64_t n, float* dst,
+void gather_chunk(const float* x, int64_t T, int64_t H, int64_t D, int64_t C, const ChunkAt& at, float* dst,
                   bool ones_column) {
-  int64_t NT = num_chunks(T, C), cols = D + (ones_column ? 1 : 0);
-  int64_t bh = n / NT, c = n % NT, b = bh / H, h = bh % H;
+  int64_t cols = D + (ones_column ? 1 : 0);
   for (int64_t r = 0; r < C; ++r) {
-    int64_t t = c * C + r;
+    int64_t t = at.c * C + r;
     float* row = dst + r * cols;
     if (t < T) {
-      std::memcpy(row, x + ((b * T + t) * H + h) * D, D * sizeof(float));
+      std::memcpy(row, x + ((at.b * T + t) * H + at.h) * D, D * sizeof(float));
       if (ones_column) row[D] = 1.0f;
     } else {
       std::memset(row, 0, cols * sizeof(float));
@@ -92,12 +91,10 @@ void gather_chunk(const float* x, int64_t T, int64_t H, int64_t D, int64_t C, in
   }
 }
 
-void scatter_chunk(const float* src, int64_t cols, int64_t T, int64_t H, int64_t D, int64_t C, int64_t n,
+void scatter_chunk(const float* src, int64_t cols, int64_t T, int64_t H, int64_t D, int64_t C, const ChunkAt& at,
                    float* x) {
-  int64_t NT = num_chunks(T, C);
-  int64_t bh = n / NT, c = n % NT, b = bh / H, h = bh % H;
-  for (int64_t r = 0; r < C && c * C + r < T; ++r)
-    std::memcpy(x + ((b * T + c * C + r) * H + h) * D, src + r * cols, D * sizeof(float));
+  for (int64_t r = 0; r < C && at.c * C + r < T; ++r)
+    std::memcpy(x + ((at.b * T + at.c * C + r) * H + at.h) * D, src + r * cols, D * sizeof(float));
 }
 
 }  // namespace lat::linear_attention

@@ -47,15 +47,20 @@ void head_to_chunked(std::span<const ToChunked> arrays, int64_t bh, int64_t T, i
 /// One head bh of every array chunked -> api, on the calling thread.
 void head_from_chunked(std::span<const FromChunked> arrays, int64_t bh, int64_t T, int64_t H, int64_t C);
 
-/// One chunk n of the chunked order (n = (b*H + h)*NT + c): copies its C rows of
-/// x [B, T, H, D] into dst [C, D + ones_column]; with ones_column, the extra last column
-/// is 1 on valid rows; rows t >= T are zero. For kernels that walk blocks of chunks.
-void gather_chunk(const float* x, int64_t T, int64_t H, int64_t D, int64_t C, int64_t n, float* dst,
+/// Chunk c (rows [c*C, c*C + C)) of head h of batch row b.
+struct ChunkAt {
+  int64_t b = 0, h = 0, c = 0;
+};
+
+/// One chunk of x [B, T, H, D]: copies its C rows into dst [C, D + ones_column]; with
+/// ones_column, the extra last column is 1 on valid rows; rows t >= T are zero. For
+/// kernels that walk blocks of chunks.
+void gather_chunk(const float* x, int64_t T, int64_t H, int64_t D, int64_t C, const ChunkAt& at, float* dst,
                   bool ones_column = false);
 
 /// The inverse of gather_chunk: the first D of the `cols` columns of src [C, cols] into
-/// the valid rows of chunk n of x [B, T, H, D].
-void scatter_chunk(const float* src, int64_t cols, int64_t T, int64_t H, int64_t D, int64_t C, int64_t n,
+/// the valid rows of the chunk `at` of x [B, T, H, D].
+void scatter_chunk(const float* src, int64_t cols, int64_t T, int64_t H, int64_t D, int64_t C, const ChunkAt& at,
                    float* x);
 
 }  // namespace lat::linear_attention

@@ -38,6 +38,16 @@ void check_head_dims(const char* op, const Dims& d) {
             op << ": v: expected head dim V in 1.." << kMaxHeadDim << ", got V=" << d.V);
 }
 
+// v's heads when they fit q's Hk heads: H = Hk, or with grouped q/k heads any multiple
+// of Hk (then v's error says so).
+int64_t value_heads(int64_t v_heads, int64_t Hk, QkHeads qk_heads) {
+  return qk_heads == QkHeads::grouped && Hk >= 1 && v_heads % Hk == 0 ? v_heads : Hk;
+}
+
+const char* grouped_hint(QkHeads qk_heads) {
+  return qk_heads == QkHeads::grouped ? "; or H a multiple of q's heads Hk: grouped q/k heads" : "";
+}
+
 // Values of a gate tensor in [lo, hi] (CPU tensors only; device tensors are checked by
 // their backend). Reports the first offender with its index in `layout` order.
 template <class T>
@@ -68,7 +78,8 @@ void check_range(const char* op, const char* arg, const Tensor& t, double lo, do
 
 }  // namespace
 
-Dims check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, Dtypes dtypes) {
+Dims check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, Dtypes dtypes,
+               QkHeads qk_heads) {
   LAT_CHECK(q.defined(), op << ": q: expected a tensor [B, T, H, K], got an undefined tensor");
   LAT_CHECK(k.defined(), op << ": k: expected a tensor [B, T, H, K], got an undefined tensor");
   LAT_CHECK(v.defined(), op << ": v: expected a tensor [B, T, H, V], got an undefined tensor");
@@ -80,10 +91,11 @@ Dims check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v
   check_like(op, "v", v, q);
   LAT_CHECK(k.shape() == q.shape(), op << ": k: expected shape " << shape_str(q.shape())
                                        << " [B, T, H, K] (as q), got " << shape_str(k.shape()));
-  Dims d{q.size(0), q.size(1), q.size(2), q.size(3), v.size(3)};
+  Dims d{q.size(0), q.size(1), value_heads(v.size(2), q.size(2), qk_heads), q.size(3), v.size(3), q.size(2)};
   Shape v_expected{d.B, d.T, d.H, d.V};
   LAT_CHECK(v.shape() == v_expected, op << ": v: expected shape " << shape_str(v_expected)
-                                        << " [B, T, H, V] (B, T, H as q), got " << shape_str(v.shape()));
+                                        << " [B, T, H, V] (B, T, H as q" << grouped_hint(qk_heads) << "), got "
+                                        << shape_str(v.shape()));
   LAT_CHECK(d.T >= 1, op << ": q: expected T >= 1 tokens, got T=" << d.T);
   check_head_dims(op, d);
   return d;
@@ -142,17 +154,19 @@ void check_chunk_size(const char* op, int chunk_size, const Tensor& q) {
 }
 
 Dims check_step(const char* op, const Tensor& q_t, const Tensor& k_t, const Tensor& v_t, const Tensor& state,
-                int64_t state_v_extra) {
+                int64_t state_v_extra, QkHeads qk_heads) {
   LAT_CHECK(q_t.defined() && q_t.dim() == 3,
             op << ": q_t: expected rank 3 [B, H, K], got "
                << (q_t.defined() ? "shape " + shape_str(q_t.shape()) : std::string("an undefined tensor")));
   check_float(op, "q_t", q_t, Dtypes::f32);
-  Dims d{q_t.size(0), 1, q_t.size(1), q_t.size(2), 0};
+  Dims d{q_t.size(0), 1, q_t.size(1), q_t.size(2), 0, q_t.size(1)};
   check_shape(op, "k_t", k_t, q_t.shape(), "[B, H, K] (as q_t)");
   check_like(op, "k_t", k_t, q_t);
+  if (v_t.defined() && v_t.dim() == 3) d.H = value_heads(v_t.size(1), d.Hk, qk_heads);
   LAT_CHECK(v_t.defined() && v_t.dim() == 3 && v_t.size(0) == d.B && v_t.size(1) == d.H,
-            op << ": v_t: expected shape [" << d.B << ", " << d.H << ", V] [B, H, V], got "
-               << (v_t.defined() ? shape_str(v_t.shape()) : std::string("an undefined tensor")));
+            op << ": v_t: expected shape [" << d.B << ", " << d.H << ", V] [B, H, V]"
+               << (qk_heads == QkHeads::grouped ? " (or H a multiple of q_t's heads Hk: grouped q/k heads)" : "")
+               << ", got " << (v_t.defined() ? shape_str(v_t.shape()) : std::string("an undefined tensor")));
   check_like(op, "v_t", v_t, q_t);
   d.V = v_t.size(2);
   check_head_dims(op, d);

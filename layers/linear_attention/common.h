@@ -12,10 +12,17 @@
 
 namespace lat::linear_attention {
 
-/// Sizes of one call, taken from q [B, T, H, K] and v [B, T, H, V].
+/// Sizes of one call, taken from q [B, T, Hk, K] and v [B, T, H, V]: Hk == H unless the
+/// op takes grouped q/k heads (QkHeads::grouped).
 struct Dims {
   int64_t B = 0, T = 0, H = 0, K = 0, V = 0;
+  int64_t Hk = 0;
 };
+
+/// Whether an op's q and k must have v's H heads (same) or may have Hk heads with Hk
+/// dividing H (grouped: v head h reads q/k head h / (H / Hk), as repeat_interleave of q
+/// and k to H heads would; the decayed family).
+enum class QkHeads { same, grouped };
 
 /// Largest K and V the ops accept (the delta-rule state kernels use 64-wide K slabs,
 /// ALGORITHMS.md 2.6; all four ops share the limit so layers can swap ops freely).
@@ -26,8 +33,10 @@ enum class Dtypes { f32, f32_or_f64 };
 
 /// Checks q, k [B, T, H, K] and v [B, T, H, V]: defined, rank 4, same device, q and k
 /// the same shape, v sharing B, T, H, T >= 1, B, H >= 1, K and V in 1..256, a dtype of
-/// `dtypes`, all the same. Throws lat::Error naming `op`.
-Dims check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, Dtypes dtypes = Dtypes::f32);
+/// `dtypes`, all the same. With QkHeads::grouped, q and k may have Hk heads, Hk dividing
+/// v's H. Throws lat::Error naming `op`.
+Dims check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, Dtypes dtypes = Dtypes::f32,
+               QkHeads qk_heads = QkHeads::same);
 
 /// Checks that an input the op requires, though its type allows it absent (g of the gated
 /// ops), is defined: "op: arg: expected a tensor LAYOUT, got an undefined tensor".
@@ -94,9 +103,10 @@ float* data_or_null(Tensor& t);
 
 /// Checks the arguments of a recurrent_step_*: q_t, k_t [B, H, K], v_t [B, H, V], state
 /// [B, H, K, state_v(V)] (state_v_extra = 1 for the normalized form), all f32 on one
-/// device, state defined. Returns the sizes with T = 1.
+/// device, state defined; with QkHeads::grouped, q_t and k_t may have Hk heads dividing
+/// v_t's H. Returns the sizes with T = 1.
 Dims check_step(const char* op, const Tensor& q_t, const Tensor& k_t, const Tensor& v_t, const Tensor& state,
-                int64_t state_v_extra = 0);
+                int64_t state_v_extra = 0, QkHeads qk_heads = QkHeads::same);
 
 /// Checks a per-step gate g_t [B, H] (values <= 0) or beta_t [B, H] (values in [0, 1]).
 void check_step_g(const char* op, const Tensor& g_t, const Dims& d);

@@ -8,6 +8,7 @@
 #include "lat/tape.h"
 #include "layers/linear_attention/decay_kernels.h"
 #include "layers/linear_attention/per_sequence.h"
+#include "layers/linear_attention_layers.h"
 
 namespace lat::linear_attention {
 namespace {
@@ -34,7 +35,8 @@ DecayParams params_of(const DecayInputs& in, const DecayOptions& options, int64_
   DecayParams p;
   p.q = in.q.data<float>(), p.k = in.k.data<float>(), p.v = in.v.data<float>();
   p.g = data_or_null(in.g), p.h0 = data_or_null(in.initial_state);
-  p.B = in.q.size(0), p.T = T, p.H = in.q.size(-2), p.K = in.q.size(-1), p.V = in.v.size(-1);
+  p.B = in.q.size(0), p.T = T, p.H = in.v.size(-2), p.K = in.q.size(-1), p.V = in.v.size(-1);
+  p.Hk = in.q.size(-2);
   p.C = options.chunk_size;
   p.scale = resolve_scale(options.scale, p.K);
   p.normalize = options.normalize;
@@ -45,17 +47,35 @@ DecayParams params_of(const DecayInputs& in, const DecayOptions& options, int64_
   return p;
 }
 
+// Grouped q/k heads for the kernels that read only Hk == H (every one but the CPU chunk
+// kernel): q and k repeated to H heads on the tape (lat::repeat_heads, whose backward sums
+// each group's gradients), so every form and backend has one semantics. A step's q_t, k_t
+// [B, Hk, K] go through a T = 1 axis.
+DecayInputs with_heads_repeated(const DecayInputs& in, int64_t H) {
+  const int64_t Hk = in.q.size(-2);
+  if (Hk == H) return in;
+  DecayInputs r = in;
+  auto repeat = [&](const Tensor& t) {
+    if (t.dim() == 4) return repeat_heads(t, H / Hk);
+    return repeat_heads(t.reshape({t.size(0), 1, Hk, t.size(2)}), H / Hk).reshape({t.size(0), H, t.size(2)});
+  };
+  r.q = repeat(in.q), r.k = repeat(in.k);
+  return r;
+}
+
 }  // namespace
 
-LinearAttentionOutput run_decay(const char* op, Form form, const DecayInputs& in, const DecayOptions& options) {
-  const Dims d = check_qkv(op, in.q, in.k, in.v);
-  if (in.g.defined()) check_g(op, in.g, in.q, d);
-  const Spans spans = call_spans(op, in.cu_seqlens, d);
-  check_initial_state(op, in.initial_state, in.q, d, options.normalize ? d.V + 1 : d.V, spans);
+LinearAttentionOutput run_decay(const char* op, Form form, const DecayInputs& call, const DecayOptions& options) {
+  const Dims d = check_qkv(op, call.q, call.k, call.v, Dtypes::f32, QkHeads::grouped);
+  if (call.g.defined()) check_g(op, call.g, call.q, d);
+  const Spans spans = call_spans(op, call.cu_seqlens, d);
+  check_initial_state(op, call.initial_state, call.q, d, options.normalize ? d.V + 1 : d.V, spans);
   if (form == Form::chunk)
-    check_chunk_size(op, options.chunk_size, in.q);
+    check_chunk_size(op, options.chunk_size, call.q);
   else
-    check_cpu(op, in.q);
+    check_cpu(op, call.q);
+  const bool grouped_kernel = form == Form::chunk && call.q.device().is_cpu();
+  const DecayInputs in = grouped_kernel ? call : with_heads_repeated(call, d.H);
 
   const DecayParams p = params_of(in, options, d.T);
   const Device device = in.q.device();
@@ -73,8 +93,8 @@ LinearAttentionOutput run_decay(const char* op, Form form, const DecayInputs& in
   record(op, {in.q, in.k, in.v, in.g, in.initial_state}, outputs,
          [form, device, p, spans = spans.spans, states = spans.states,
           saved = std::move(saved)](const std::vector<Tensor>& grad_outputs) {
-           Tensor dq = Tensor::empty({p.B, p.T, p.H, p.K}, DType::f32, device);
-           Tensor dk = Tensor::empty({p.B, p.T, p.H, p.K}, DType::f32, device);
+           Tensor dq = Tensor::empty({p.B, p.T, p.Hk, p.K}, DType::f32, device);
+           Tensor dk = Tensor::empty({p.B, p.T, p.Hk, p.K}, DType::f32, device);
            Tensor dv = Tensor::empty({p.B, p.T, p.H, p.V}, DType::f32, device);
            Tensor dg = p.g ? Tensor::empty({p.B, p.T, p.H}, DType::f32, device) : Tensor();
            Tensor dh0 = p.h0 ? Tensor::empty({states, p.H, p.K, p.Vs()}, DType::f32, device) : Tensor();
@@ -87,9 +107,10 @@ LinearAttentionOutput run_decay(const char* op, Form form, const DecayInputs& in
   return {o, final_state};
 }
 
-Tensor run_decay_step(const char* op, const DecayInputs& in, const DecayOptions& options, Tensor& state) {
-  const Dims d = check_step(op, in.q, in.k, in.v, state, options.normalize ? 1 : 0);
-  if (in.g.defined()) check_step_g(op, in.g, d);
+Tensor run_decay_step(const char* op, const DecayInputs& call, const DecayOptions& options, Tensor& state) {
+  const Dims d = check_step(op, call.q, call.k, call.v, state, options.normalize ? 1 : 0, QkHeads::grouped);
+  if (call.g.defined()) check_step_g(op, call.g, d);
+  const DecayInputs in = with_heads_repeated(call, d.H);
   const DecayParams p = params_of(in, options, 1);
   Tensor o = Tensor::empty({p.B, p.H, p.V}, DType::f32, in.q.device());
 #ifdef LAT_WITH_CUDA

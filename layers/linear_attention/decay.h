@@ -11,7 +11,8 @@
 
 namespace lat::linear_attention {
 
-/// A call's tensors: q, k [B, T, H, K], v [B, T, H, V], g [B, T, H] or undefined (no decay),
+/// A call's tensors: q, k [B, T, Hk, K] (Hk dividing H: grouped heads, head h reads q/k
+/// head h / (H / Hk)), v [B, T, H, V], g [B, T, H] or undefined (no decay),
 /// initial_state [B, H, K, Vs] or undefined (zeros), cu_seqlens i64 [N + 1] or undefined
 /// (with it B == 1 holds N sequences and the states are [N, H, K, Vs]). A decoding step's
 /// tensors have no T axis, and its state is passed on its own.
@@ -28,16 +29,18 @@ struct DecayOptions {
 };
 
 /// Checks the arguments (lat::Error naming `op`, the argument, expected and actual: q, k,
-/// v as check_qkv, g when defined as check_g, cu_seqlens as call_spans, initial_state,
-/// then chunk_size for Form::chunk or CPU tensors for Form::fused_recurrent), runs the
-/// kernels of `form` on q's device once per span (the whole call, or each sequence of
-/// cu_seqlens from its own state: pointers into the inputs, no copies) and, when any input
-/// requires grad, records one tape node named `op` with inputs q, k, v, g, initial_state,
-/// whose backward runs the same kernels' backward per span.
+/// v as check_qkv with grouped q/k heads, g when defined as check_g, cu_seqlens as
+/// call_spans, initial_state, then chunk_size for Form::chunk or CPU tensors for
+/// Form::fused_recurrent), runs the kernels of `form` on q's device once per span (the whole
+/// call, or each sequence of cu_seqlens from its own state: pointers into the inputs, no
+/// copies) and, when any input requires grad, records one tape node named `op` with inputs
+/// q, k, v, g, initial_state, whose backward runs the same kernels' backward per span (dq,
+/// dk [B, T, Hk, K]). The CPU chunk kernel reads grouped q and k as they are; for every
+/// other kernel q and k are first repeated to H heads on the tape (lat::repeat_heads).
 LinearAttentionOutput run_decay(const char* op, Form form, const DecayInputs& in, const DecayOptions& options);
 
-/// One decoding step: checks the arguments as check_step and check_step_g do (the scale is
-/// used as given), then advances state [B, H, K, Vs] in place by the token in `in` on q's
+/// One decoding step: checks the arguments as check_step (grouped q/k heads, repeated to
+/// H for the kernels) and check_step_g do (the scale is used as given), then advances state [B, H, K, Vs] in place by the token in `in` on q's
 /// device (CPU or CUDA). Returns o [B, H, V]; nothing is recorded on the tape.
 Tensor run_decay_step(const char* op, const DecayInputs& in, const DecayOptions& options, Tensor& state);
 

@@ -12,6 +12,9 @@
 // allocates the outputs and records the tape node; per_sequence.h picks the backend.
 //
 // Letters as in common.h; Vs, the state width, is V + 1 with the normalizer, else V.
+// Grouped heads: q and k have Hk heads, Hk dividing H, and head h reads q/k head
+// h / (H / Hk) (Mamba-2's groups, fla's GVA). Only the CPU chunk kernel reads Hk < H;
+// decay.cpp gives every other kernel q and k repeated to H heads (Hk == H).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -25,12 +28,13 @@ inline constexpr float kNormEps = 1e-6f;
 
 /// One call of the family, on one device (f32; the caller has checked every argument).
 struct DecayParams {
-  const float* q = nullptr;   // [B, T, H, K]
-  const float* k = nullptr;   // [B, T, H, K]
+  const float* q = nullptr;   // [B, T, Hk, K]
+  const float* k = nullptr;   // [B, T, Hk, K]
   const float* v = nullptr;   // [B, T, H, V]
   const float* g = nullptr;   // [B, T, H] log-decay <= 0, or null: a_t = 1
   const float* h0 = nullptr;  // [B, H, K, Vs] initial state, or null: zeros
   int64_t B = 0, T = 0, H = 0, K = 0, V = 0;
+  int64_t Hk = 0;             // heads of q and k, a divisor of H
   int64_t C = 64;             // chunk size of the chunk kernels (CUDA: 1..64)
   float scale = 1.0f;
   bool normalize = false;     // Katharopoulos' normalizer (state [K, V + 1])
@@ -47,8 +51,8 @@ struct DecayParams {
 
 /// Input gradients of one call, API layout, every non-null one overwritten.
 struct DecayGrads {
-  float* dq = nullptr;   // [B, T, H, K]
-  float* dk = nullptr;   // [B, T, H, K]
+  float* dq = nullptr;   // [B, T, Hk, K] (summed over the heads of a group)
+  float* dk = nullptr;   // [B, T, Hk, K]
   float* dv = nullptr;   // [B, T, H, V] (the normalizer column's gradient is dropped)
   float* dg = nullptr;   // [B, T, H], or null (not wanted; ignored when p.g is null)
   float* dh0 = nullptr;  // [B, H, K, Vs], or null (not wanted)
@@ -66,7 +70,7 @@ struct DecaySaved {
 // `saved`, reads q, k, v, g and h0 again through p (the caller keeps them alive and
 // unchanged), and writes `grads`.
 
-/// Chunkwise, CPU (chunk_simple_gla_cpu.cpp): any chunk size.
+/// Chunkwise, CPU (chunk_simple_gla_cpu.cpp): any chunk size, any Hk dividing H.
 std::shared_ptr<const DecaySaved> chunk_decay_forward_cpu(const DecayParams& p, float* o, float* ht, bool save);
 void chunk_decay_backward_cpu(const DecayParams& p, const DecaySaved& saved, const float* d_o, const float* dht,
                               const DecayGrads& grads);

@@ -26,14 +26,24 @@ struct Kernels {
   void (*backward)(const Params& p, const Saved& saved, const float* d_o, const float* dht, const Grads& grads);
 };
 
-/// Where span s starts in each layout, in floats: [B, T, H, K] (q, k and their gradients),
+/// The heads of q and k: p.Hk for a family whose params carry grouped q/k heads (the
+/// decayed family, decay_kernels.h), else p.H.
+template <class Params>
+int64_t qk_heads(const Params& p) {
+  if constexpr (requires { p.Hk; })
+    return p.Hk;
+  else
+    return p.H;
+}
+
+/// Where span s starts in each layout, in floats: [B, T, Hk, K] (q, k and their gradients),
 /// [B, T, H, V] (v, o), [B, T, H] (g, and the family's own per-token inputs) and the
 /// states [states, H, K, state_v]. All 0 for the whole call.
 struct SpanOffsets {
   int64_t k, v, row, state;
   template <class F, class Params>
   static SpanOffsets of(const Params& p, const Span& s) {
-    return {s.t0 * p.H * p.K, s.t0 * p.H * p.V, s.t0 * p.H, s.n * p.H * p.K * F::state_v(p)};
+    return {s.t0 * qk_heads(p) * p.K, s.t0 * p.H * p.V, s.t0 * p.H, s.n * p.H * p.K * F::state_v(p)};
   }
 };
 
