@@ -11,6 +11,7 @@
 #include "lat/ops.h"
 #include "lat/tape.h"
 #include "layers/cu_seqlens.h"
+#include "layers/fused/shared_input_linear.h"
 #include "layers/linear_attention/common.h"
 
 namespace lat {
@@ -94,28 +95,68 @@ Tensor Mamba2::gated_norm(const Tensor& y, const Tensor& z) const {
   return rms_norm(gated.reshape({B, T, G, I / G}), unit, config_.norm_eps).reshape({B, T, I}) * norm_->weight();
 }
 
+Mamba2::Parts Mamba2::project(const Tensor& x) const {
+  const Mamba2Options& o = options();
+  const int64_t B = x.size(0), T = x.size(1), D = config_.d_model;
+  const int64_t GN = o.n_groups * o.d_state;
+  const std::vector<int64_t> widths{inner_dim_, inner_dim_, GN, GN, heads_};
+  // Rows of in_proj.weight (and in_proj.bias) part by part: the slices are small copies of
+  // the weight, where splitting the [B, T, 2 I + 2 G N + H] output would copy every activation.
+  std::vector<Tensor> weights, biases;
+  int64_t row = 0;
+  for (int64_t width : widths) {
+    weights.push_back(slice(in_proj_->weight(), 0, row, row + width));
+    if (in_proj_->bias().defined()) biases.push_back(slice(in_proj_->bias(), 0, row, row + width));
+    row += width;
+  }
+  std::vector<Tensor> outs = shared_input_linear(x.reshape({B * T, D}), weights);
+  for (size_t i = 0; i < outs.size(); ++i) {
+    if (!biases.empty()) outs[i] = outs[i] + biases[i];
+    outs[i] = outs[i].reshape({B, T, widths[i]});
+  }
+  return {outs[0], outs[1], outs[2], outs[3], outs[4]};
+}
+
+std::vector<Tensor> Mamba2::convolve(const Parts& parts, const Tensor& cu_seqlens) const {
+  std::vector<Tensor> out;
+  int64_t channel = 0;
+  for (const Tensor* part : {&parts.x, &parts.B, &parts.C}) {
+    const int64_t width = part->size(2);
+    const Tensor bias =
+        conv1d_->bias().defined() ? slice(conv1d_->bias(), 0, channel, channel + width) : Tensor();
+    out.push_back(short_conv(*part, slice(conv1d_->weight(), 0, channel, channel + width), {}, cu_seqlens, bias));
+    channel += width;
+  }
+  return out;
+}
+
 Tensor Mamba2::run(const Tensor& x, Mamba2State* state, const Tensor& cu_seqlens) const {
   const Mamba2Options& o = options();
   const int64_t B = x.size(0), T = x.size(1), H = heads_, P = o.head_dim, G = o.n_groups, N = o.d_state;
-  const std::vector<Tensor> zxbcdt = split(in_proj_->forward(x), {inner_dim_, conv_dim(), H}, 2);
-  const Tensor& z = zxbcdt[0];
+  const Parts parts = project(x);
 
-  // The convolution: zeros before each sequence in forward(); in step() continued from the
-  // conv state, which keeps the last W - 1 inputs.
-  Tensor xBC;
+  // The convolution: zeros before each sequence in forward(), channel group by channel group
+  // (it is depthwise); in step() continued from the conv state, which keeps the last W - 1
+  // inputs of all its channels.
+  std::vector<Tensor> xbc;
   if (state == nullptr || o.conv_size == 1) {
-    xBC = conv1d_->forward(zxbcdt[1], cu_seqlens);
-  } else if (T == 1) {
-    xBC = conv1d_->step(zxbcdt[1], state->conv_state);
+    xbc = convolve(parts, cu_seqlens);
   } else {
-    xBC = short_conv(zxbcdt[1], conv1d_->weight(), state->conv_state, {}, conv1d_->bias());
-    state->conv_state = short_conv_final_state(zxbcdt[1], o.conv_size, state->conv_state);
+    const Tensor xBC = concat({parts.x, parts.B, parts.C}, 2);
+    Tensor y;
+    if (T == 1) {
+      y = conv1d_->step(xBC, state->conv_state);
+    } else {
+      y = short_conv(xBC, conv1d_->weight(), state->conv_state, {}, conv1d_->bias());
+      state->conv_state = short_conv_final_state(xBC, o.conv_size, state->conv_state);
+    }
+    xbc = split(y, {inner_dim_, G * N, G * N}, 2);
   }
-  const std::vector<Tensor> xbc = split(xBC, {inner_dim_, G * N, G * N}, 2);
+  const Tensor& z = parts.z;
   const Tensor xh = xbc[0].reshape({B, T, H, P});
   // B and C with G heads: the ops read grouped q/k heads (v head h reads group h / (H / G)).
   const Tensor k = xbc[1].reshape({B, T, G, N}), q = xbc[2].reshape({B, T, G, N});
-  const Tensor dt = time_step(zxbcdt[2]);    // [B, T, H]
+  const Tensor dt = time_step(parts.dt);    // [B, T, H]
   const Tensor g = -(exp(A_log_) * dt);      // log-decay A dt <= 0
   const Tensor v = xh * dt.reshape({B, T, H, 1});
 

@@ -16,6 +16,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "layers/fused/short_conv.h"
 #include "layers/linear.h"
@@ -66,6 +67,16 @@ class Mamba2 : public Mixer {
   /// The block on x [B, T, D]; `state` null in forward() (on the tape), the generation state in
   /// step(); cu_seqlens: packed sequences of a one-row x, or undefined.
   Tensor run(const Tensor& x, Mamba2State* state, const Tensor& cu_seqlens) const;
+  /// in_proj's outputs, each [B, T, width]: z (I), x (I), B (G N), C (G N), dt (H).
+  struct Parts {
+    Tensor z, x, B, C, dt;
+  };
+  /// in_proj(x) part by part (one tape node: shared_input_linear over in_proj.weight's row
+  /// blocks), so that no [B, T, ...] activation is split or concatenated.
+  Parts project(const Tensor& x) const;
+  /// silu(conv1d(.)) of x, B and C as three depthwise convolutions over conv1d's channel
+  /// blocks, from zeros (forward()); cu_seqlens as short_conv's. Returns {x, B, C}.
+  std::vector<Tensor> convolve(const Parts& parts, const Tensor& cu_seqlens) const;
   /// dt [B, T, H] = clamp(softplus(dt + dt_bias), time_step_limit).
   Tensor time_step(const Tensor& dt) const;
   /// rmsnorm over each group's I / G channels of y * silu(z) (y, z [B, T, I]), times norm.weight.
