@@ -7,6 +7,7 @@
 #include "lat/error.h"
 #include "train/files/hf_config.h"
 #include "train/files/hf_granite.h"
+#include "train/files/hf_kimi.h"
 #include "train/files/hf_qwen35.h"
 
 namespace lat {
@@ -82,6 +83,7 @@ std::map<std::string, std::string> hf_tensor_labels(const ModelConfig& m, int64_
 }
 
 std::vector<HfTensorSpec> hf_tensor_layout(const ModelConfig& m, int64_t vocab_size) {
+  if (hf_family_of(m) == HfFamily::kimi) return kimi_tensor_layout(m, vocab_size);
   return hf_family_of(m) == HfFamily::granite ? granite_tensor_layout(m, vocab_size)
                                               : qwen35_tensor_layout(m, vocab_size);
 }
@@ -114,8 +116,11 @@ NamedTensors hf_tensors_from_lat(const ModelConfig& m, int64_t vocab_size, const
   return out;
 }
 
-NamedTensors lat_tensors_from_hf(const ModelConfig& m, int64_t vocab_size, const NamedTensors& tensors,
+NamedTensors lat_tensors_from_hf(const ModelConfig& m, int64_t vocab_size, const NamedTensors& file_tensors,
                                  const std::string& source) {
+  // transformers' in-memory names of a kimi_linear model, saved as they are, read as
+  // save_pretrained's.
+  const NamedTensors tensors = hf_family_of(m) == HfFamily::kimi ? kimi_saved_names(file_tensors) : file_tensors;
   std::map<std::string, const Tensor*> hf = by_name(tensors);
   NamedTensors out;
   for (const HfTensorSpec& spec : hf_tensor_layout(m, vocab_size)) {
@@ -132,7 +137,9 @@ NamedTensors lat_tensors_from_hf(const ModelConfig& m, int64_t vocab_size, const
                                                                << " (from config.json), got " << shape_str(t.shape()));
     hf.erase(it);
     if (spec.parts.size() == 1) {
-      out.emplace_back(spec.parts.front().lat_name, t);
+      const HfTensorPart& part = spec.parts.front();
+      // A tensor stored in another shape of the same values (kimi's A_log [1, 1, H, 1]).
+      out.emplace_back(part.lat_name, part.shape == spec.shape ? t : Tensor::from_vector(t.to_vector<float>(), part.shape));
       continue;
     }
     const std::vector<float> values = t.to_vector<float>();
