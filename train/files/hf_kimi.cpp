@@ -3,6 +3,7 @@
 #include "train/files/hf_kimi.h"
 
 #include <algorithm>
+#include <cstring>
 #include <optional>
 #include <set>
 
@@ -35,8 +36,9 @@ constexpr int64_t kDefaultFirstKDense = 1;
 /// transformers' default pattern: full_attention at layers 4, 8, ... (0-based), as in
 /// KimiLinearConfig.__post_init__.
 constexpr int64_t kDefaultFullAttentionInterval = 4;
-/// What export writes as the context length (NoPE: nothing in the model depends on it).
-constexpr int64_t kWrittenMaxLength = 32768;
+/// What export writes as the context length: transformers' default, Kimi Linear's 1M tokens
+/// (NoPE: nothing in the model depends on it).
+constexpr int64_t kWrittenMaxLength = 1048576;
 
 /// Keys of the experts and of the MoE router (a dense model never uses them), of the
 /// multi-token-prediction layers transformers does not build, keys transformers derives from
@@ -365,8 +367,22 @@ std::vector<HfTensorSpec> kimi_tensor_layout(const ModelConfig& m, int64_t vocab
     specs.push_back(hf_renamed(mlp + "down_proj.weight", lat + "mlp.down_proj.weight", {d, hidden}));
   }
   specs.push_back(hf_renamed("model.norm.weight", "norm.weight", {d}, norm));
-  if (!m.tie_embeddings) specs.push_back(hf_renamed("lm_head.weight", "lm_head.weight", {vocab_size, d}));
+  specs.push_back(hf_renamed("lm_head.weight", m.tie_embeddings ? "embeddings.weight" : "lm_head.weight",
+                             {vocab_size, d}));
   return specs;
+}
+
+bool kimi_lm_head_is_separate(const NamedTensors& file_tensors) {
+  const Tensor* lm_head = nullptr;
+  const Tensor* embeddings = nullptr;
+  for (const auto& [name, t] : file_tensors) {
+    if (name == "lm_head.weight") lm_head = &t;
+    if (name == "model.embed_tokens.weight") embeddings = &t;
+  }
+  if (lm_head == nullptr || embeddings == nullptr) return false;
+  if (lm_head->shape() != embeddings->shape()) return true;
+  const std::vector<float> a = lm_head->to_vector<float>(), b = embeddings->to_vector<float>();
+  return std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) != 0;
 }
 
 NamedTensors kimi_saved_names(const NamedTensors& tensors) {

@@ -25,7 +25,9 @@
 //   layers.i.mlp_norm.weight          model.layers.i.post_attention_layernorm.weight  (norm)
 //   layers.i.mlp.{gate,up,down}_proj  model.layers.i.block_sparse_moe.{gate,up,down}_proj
 //   norm.weight                       model.norm.weight                               (norm)
-//   lm_head.weight                    lm_head.weight (absent when tied)
+//   lm_head.weight                    lm_head.weight (a copy of the embeddings when tied:
+//                                     transformers ties nothing here and would otherwise
+//                                     initialize it at random)
 //   kda or mla layer i, layers.i.attn.X -> model.layers.i.self_attn.X under the same names,
 //     except kda's A_log [H] -> [1, 1, H, 1].
 // transformers scales by w in the (norm) tensors; where lat's model.norm_zero_centered is true
@@ -71,8 +73,15 @@ nlohmann::ordered_json kimi_config_json(const ModelConfig& model, int64_t vocab_
 ModelConfig model_config_from_kimi(const nlohmann::json& config, const std::string& path);
 
 /// Every tensor of KimiLinearForCausalLM for `model` (resolved, kimi-expressible) with
-/// `vocab_size` tokens (the table above); no lm_head.weight when tied.
+/// `vocab_size` tokens (the table above); when tied, lm_head.weight is read from
+/// embeddings.weight (lat_tensors_from_hf then checks it is a copy).
 std::vector<HfTensorSpec> kimi_tensor_layout(const ModelConfig& model, int64_t vocab_size);
+
+/// True when `file_tensors` hold an lm_head.weight that is not a bit-for-bit copy of
+/// model.embed_tokens.weight: transformers' KimiLinearForCausalLM ties nothing (its lm_head is
+/// always a tensor of its own), so such a file is an untied model whatever
+/// tie_word_embeddings says.
+bool kimi_lm_head_is_separate(const NamedTensors& file_tensors);
 
 /// `tensors` of a kimi_linear file under the names save_pretrained writes: transformers'
 /// in-memory names (a state dict saved as it is) renamed, `.mlp.` -> `.block_sparse_moe.`,

@@ -1,6 +1,7 @@
 // lat <-> transformers tensor names and layouts (hf_weights.h).
 #include "train/files/hf_weights.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 
@@ -69,7 +70,8 @@ std::map<std::string, std::string> hf_tensor_labels(const ModelConfig& m, int64_
   std::map<std::string, std::string> labels;
   for (const HfTensorSpec& spec : hf_tensor_layout(m, vocab_size)) {
     if (spec.parts.size() == 1) {
-      labels[spec.parts.front().lat_name] = "'" + spec.hf_name + "'";
+      // The first tensor that holds it names it (kimi's tied lm_head is the embeddings again).
+      labels.emplace(spec.parts.front().lat_name, "'" + spec.hf_name + "'");
       continue;
     }
     int64_t row = 0;
@@ -138,6 +140,12 @@ NamedTensors lat_tensors_from_hf(const ModelConfig& m, int64_t vocab_size, const
     hf.erase(it);
     if (spec.parts.size() == 1) {
       const HfTensorPart& part = spec.parts.front();
+      // A lat tensor the file holds twice (kimi's tied lm_head) must be a copy.
+      const bool read_before = std::any_of(out.begin(), out.end(), [&](const auto& o) { return o.first == part.lat_name; });
+      if (read_before) {
+        check_tied_lm_head(t, *by_name(tensors).at("model.embed_tokens.weight"), source);
+        continue;
+      }
       // A tensor stored in another shape of the same values (kimi's A_log [1, 1, H, 1]).
       out.emplace_back(part.lat_name, part.shape == spec.shape ? t : Tensor::from_vector(t.to_vector<float>(), part.shape));
       continue;
