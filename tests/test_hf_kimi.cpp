@@ -2,9 +2,9 @@
 // values, Moonshot's linear_attn_config form, the keys lat cannot honour named, export
 // refusals naming the layer and the feature; tensors lat -> transformers -> lat bit for bit
 // (A_log as [1, 1, H, 1], a tied model's lm_head written as a copy); transformers' in-memory
-// names read; a tied config.json beside an lm_head of its own read as untied; and the CLI: a
-// kda + mla checkpoint exported, read back bit for bit, exported again to the same bytes,
-// generating the same text.
+// names read; a tied config.json beside an lm_head of its own read as untied, init_from of a
+// directory; and the CLI: a kda + mla checkpoint exported, read back bit for bit, exported
+// again to the same bytes, generating the same text.
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
@@ -29,6 +29,7 @@
 #include "train/files/model_reader.h"
 #include "train/files/safetensors.h"
 #include "train/files/trained_model.h"
+#include "train/run/finetune.h"
 
 namespace fs = std::filesystem;
 
@@ -312,6 +313,12 @@ TEST_F(KimiDirTest, ATiedConfigIsUntiedByAnLmHeadOfItsOwnAndRefusedWithoutOne) {
   EXPECT_EQ(w.format, lat::ModelFormat::hf);
   EXPECT_TRUE(w.config.model.tie_embeddings);  // lm_head a copy: tied
   EXPECT_FALSE(has(w.checkpoint.model, "lm_head.weight"));
+  // init_from: DIR copies every tensor into a model of the config's shape.
+  lat::Generator gen(1);
+  const lat::HybridLM tied_model(lat::hybrid_lm_config(w.config.model, 12), gen);
+  EXPECT_EQ(lat::init_from_weights(tied_model, w, true).loaded.size(), w.checkpoint.model.size());
+  for (const auto& [name, t] : tied_model.named_parameters())
+    EXPECT_TRUE(bit_equal(t, find(lat_tensors, name))) << name;
 
   // transformers' KimiLinearForCausalLM computes with lm_head.weight whatever
   // tie_word_embeddings says: one of its own makes the model untied.
