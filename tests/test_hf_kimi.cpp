@@ -53,7 +53,9 @@ std::string kimi_shape_with(const std::string& from, const std::string& to) {
 }
 
 /// kKimiShape with more model.mla keys (", key: value").
-std::string kimi_shape_with_mla(const std::string& keys) { return kimi_shape_with("v_head_dim: 6", "v_head_dim: 6" + keys); }
+std::string kimi_shape_with_mla(const std::string& keys) {
+  return kimi_shape_with("v_head_dim: 6", "v_head_dim: 6" + keys);
+}
 
 // Tied, with a low-rank query.
 const std::string kTiedQLoraShape = kimi_shape_with_mla(", q_lora_rank: 4") + "  tie_embeddings: true\n";
@@ -267,7 +269,8 @@ TEST(KimiWeights, NormsOfAZeroCentredModelAreStoredAsWPlusOneAndTheLayersOwnAsTh
   for (float& w : expected) w += 1.0f;
   EXPECT_EQ(find(hf, "model.layers.1.post_attention_layernorm.weight").to_vector<float>(), expected);
   // kda's output norm and mla's latent norm scale by w in both.
-  EXPECT_TRUE(bit_equal(find(hf, "model.layers.0.self_attn.o_norm.weight"), find(lat_tensors, "layers.0.attn.o_norm.weight")));
+  EXPECT_TRUE(
+      bit_equal(find(hf, "model.layers.0.self_attn.o_norm.weight"), find(lat_tensors, "layers.0.attn.o_norm.weight")));
   EXPECT_TRUE(bit_equal(find(hf, "model.layers.1.self_attn.kv_a_layernorm.weight"),
                         find(lat_tensors, "layers.1.attn.kv_a_layernorm.weight")));
 }
@@ -340,7 +343,8 @@ TEST_F(KimiDirTest, ATiedConfigIsUntiedByAnLmHeadOfItsOwnAndRefusedWithoutOne) {
   hf.pop_back();
   lat::save_safetensors(path("kimi/model.safetensors"), hf, lat::SafetensorsDType::f32, {{"format", "pt"}});
   expect_error([&] { lat::load_model_weights(path("kimi")); },
-               {"'" + path("kimi/model.safetensors") + "' has no tensor 'lm_head.weight' (expected [12, 16] from "
+               {"'" + path("kimi/model.safetensors") +
+                "' has no tensor 'lm_head.weight' (expected [12, 16] from "
                 "config.json)"});
 }
 

@@ -59,23 +59,29 @@ void check_kimi_linear(const ModelConfig& m) {
     const std::string at = layer_prefix(i, kind);
     if (kind == "kda") {
       if (!m.linear.use_short_conv)
-        throw ConfigError(at + "model.linear.use_short_conv false: llama.cpp's kimi-linear has short convolutions "
-                               "(expected true)");
+        throw ConfigError(at +
+                          "model.linear.use_short_conv false: llama.cpp's kimi-linear has short convolutions "
+                          "(expected true)");
       if (!m.linear.use_gate)
-        throw ConfigError(at + "model.linear.use_gate false: llama.cpp's kimi-linear has the gated output norm "
-                               "(expected true)");
+        throw ConfigError(at +
+                          "model.linear.use_gate false: llama.cpp's kimi-linear has the gated output norm "
+                          "(expected true)");
       if (value_head_dim(m) != m.head_dim)
         throw ConfigError(at + "value head dim " + std::to_string(value_head_dim(m)) + " (model.expand_v " +
-                          format_significant(m.expand_v) + "): llama.cpp's kimi-linear needs it equal to the key "
-                          "head dim " + std::to_string(m.head_dim) + " (expected model.expand_v 1)");
+                          format_significant(m.expand_v) +
+                          "): llama.cpp's kimi-linear needs it equal to the key "
+                          "head dim " +
+                          std::to_string(m.head_dim) + " (expected model.expand_v 1)");
       if (m.attn.n_heads != m.n_heads)
         throw ConfigError(at + "model.attn.n_heads " + std::to_string(m.attn.n_heads) +
                           ": llama.cpp's kimi-linear has one head count for its kda and mla layers (expected "
-                          "model.n_heads " + std::to_string(m.n_heads) + ")");
+                          "model.n_heads " +
+                          std::to_string(m.n_heads) + ")");
     } else if (kind == "mla") {
       if (m.mla.rope)
-        throw ConfigError(at + "model.mla.rope true: llama.cpp's kimi-linear applies no position encoding "
-                               "(expected false)");
+        throw ConfigError(at +
+                          "model.mla.rope true: llama.cpp's kimi-linear applies no position encoding "
+                          "(expected false)");
       if (m.attn.window_size > 0)
         throw ConfigError(at + "model.attn.window_size " + std::to_string(m.attn.window_size) +
                           ": llama.cpp's kimi-linear has no sliding window (expected 0)");
@@ -177,7 +183,8 @@ void add_kimi_linear_tensors(GgufWriter& out, const ModelWeights& w, int64_t /*v
       for (int64_t h = 0; h < Ha; ++h) {
         const int64_t head = h * (Dn + Dv);
         for (int64_t j = 0; j < Dn; ++j)
-          for (int64_t c = 0; c < C; ++c) k_b[static_cast<size_t>((h * C + c) * Dn + j)] = kv_b[static_cast<size_t>((head + j) * C + c)];
+          for (int64_t c = 0; c < C; ++c)
+            k_b[static_cast<size_t>((h * C + c) * Dn + j)] = kv_b[static_cast<size_t>((head + j) * C + c)];
         std::copy_n(kv_b.begin() + static_cast<std::ptrdiff_t>((head + Dn) * C), Dv * C,
                     v_b.begin() + static_cast<std::ptrdiff_t>(h * Dv * C));
       }

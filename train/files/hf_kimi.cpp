@@ -45,13 +45,32 @@ constexpr int64_t kWrittenMaxLength = 1048576;
 /// others (head_dim = qk_rope_head_dim, qk_head_dim = qk_nope + qk_rope), and RoPE's keys,
 /// which a model without position encoding never reads.
 const std::set<std::string>& kimi_informational_keys() {
-  static const std::set<std::string> keys = {
-      "num_experts", "num_local_experts", "moe_intermediate_size", "moe_renormalize", "norm_topk_prob",
-      "num_expert_group", "n_group", "topk_group", "num_experts_per_token", "num_experts_per_tok",
-      "num_shared_experts", "n_shared_experts", "routed_scaling_factor", "output_router_logits",
-      "router_aux_loss_coef", "moe_layer_freq", "moe_router_activation_func", "use_grouped_topk",
-      "pretraining_tp", "num_nextn_predict_layers", "auto_map", "head_dim", "qk_head_dim", "rope_theta",
-      "rope_scaling", "rope_parameters"};
+  static const std::set<std::string> keys = {"num_experts",
+                                             "num_local_experts",
+                                             "moe_intermediate_size",
+                                             "moe_renormalize",
+                                             "norm_topk_prob",
+                                             "num_expert_group",
+                                             "n_group",
+                                             "topk_group",
+                                             "num_experts_per_token",
+                                             "num_experts_per_tok",
+                                             "num_shared_experts",
+                                             "n_shared_experts",
+                                             "routed_scaling_factor",
+                                             "output_router_logits",
+                                             "router_aux_loss_coef",
+                                             "moe_layer_freq",
+                                             "moe_router_activation_func",
+                                             "use_grouped_topk",
+                                             "pretraining_tp",
+                                             "num_nextn_predict_layers",
+                                             "auto_map",
+                                             "head_dim",
+                                             "qk_head_dim",
+                                             "rope_theta",
+                                             "rope_scaling",
+                                             "rope_parameters"};
   return keys;
 }
 
@@ -136,7 +155,8 @@ std::string read_layer_types(HfConfigReader& r, std::optional<int64_t> read_n_la
     if (from_linear_attn_config) return join(*from_linear_attn_config, ",");
     if (n_layers > kMaxLayerTypes) return "kda";  // the validator names num_hidden_layers
     std::vector<std::string> kinds;
-    for (int64_t i = 0; i < n_layers; ++i) kinds.push_back(i > 0 && i % kDefaultFullAttentionInterval == 0 ? "mla" : "kda");
+    for (int64_t i = 0; i < n_layers; ++i)
+      kinds.push_back(i > 0 && i % kDefaultFullAttentionInterval == 0 ? "mla" : "kda");
     return join(kinds, ",");
   }
   const nlohmann::json& types = r.value("layer_types");
@@ -175,8 +195,8 @@ void require_dense_mlps(HfConfigReader& r, std::optional<int64_t> read_n_layers)
       return;
     }
     if (read_n_layers && static_cast<int64_t>(types.size()) != *read_n_layers)
-      r.problem("mlp_layer_types: expected num_hidden_layers (" + std::to_string(*read_n_layers) +
-                ") entries, got " + std::to_string(types.size()));
+      r.problem("mlp_layer_types: expected num_hidden_layers (" + std::to_string(*read_n_layers) + ") entries, got " +
+                std::to_string(types.size()));
     for (size_t i = 0; i < types.size(); ++i)
       if (types[i] != kDenseMlp) {
         r.problem("mlp_layer_types[" + std::to_string(i) + "]: " + json_excerpt(types[i]) +
@@ -186,13 +206,14 @@ void require_dense_mlps(HfConfigReader& r, std::optional<int64_t> read_n_layers)
     return;
   }
   const nlohmann::json k = r.has("first_k_dense_replace") ? r.value("first_k_dense_replace")
-                                                           : nlohmann::json(kDefaultFirstKDense);
+                                                          : nlohmann::json(kDefaultFirstKDense);
   if (!read_n_layers) return;
   if (!k.is_number_integer() || k.get<int64_t>() < *read_n_layers)
     r.problem("first_k_dense_replace: " + json_excerpt(k) +
               (r.has("first_k_dense_replace") ? std::string() : std::string(" (transformers' default)")) +
               " without mlp_layer_types makes layers from it on MoE (lat honours only a dense MLP in every layer: "
-              "expected num_hidden_layers " + std::to_string(*read_n_layers) + " or more)");
+              "expected num_hidden_layers " +
+              std::to_string(*read_n_layers) + " or more)");
 }
 
 }  // namespace
@@ -204,18 +225,22 @@ void check_kimi_expressible(const ModelConfig& m) {
     const std::string at = hf_layer_feature(i, kind);
     if (kind == "kda") {
       if (!m.linear.use_short_conv)
-        throw ConfigError(at + "model.linear.use_short_conv false: kimi_linear's linear_attention layers have short "
-                               "convolutions (expected true)");
+        throw ConfigError(at +
+                          "model.linear.use_short_conv false: kimi_linear's linear_attention layers have short "
+                          "convolutions (expected true)");
       if (!m.linear.use_gate)
-        throw ConfigError(at + "model.linear.use_gate false: kimi_linear's linear_attention layers have the gated "
-                               "output norm (expected true)");
+        throw ConfigError(at +
+                          "model.linear.use_gate false: kimi_linear's linear_attention layers have the gated "
+                          "output norm (expected true)");
       if (value_head_dim(m) != m.head_dim)
-        throw ConfigError(at + "model.expand_v " + format_significant(m.expand_v) + ": kimi_linear's "
+        throw ConfigError(at + "model.expand_v " + format_significant(m.expand_v) +
+                          ": kimi_linear's "
                           "linear_attention layers have value head dim = key head dim (expected 1)");
     } else if (kind == "mla") {
       if (m.mla.rope)
-        throw ConfigError(at + "model.mla.rope true: kimi_linear's full_attention layers have no position "
-                               "encoding (expected false)");
+        throw ConfigError(at +
+                          "model.mla.rope true: kimi_linear's full_attention layers have no position "
+                          "encoding (expected false)");
       if (m.attn.window_size > 0)
         throw ConfigError(at + "model.attn.window_size " + std::to_string(m.attn.window_size) +
                           ": kimi_linear's full_attention layers have no sliding window (expected 0)");
@@ -257,7 +282,8 @@ nlohmann::ordered_json kimi_config_json(const ModelConfig& m, int64_t vocab_size
   j["num_hidden_layers"] = m.n_layers;
   j["num_key_value_heads"] = m.attn.n_heads;
   j["pad_token_id"] = nullptr;
-  j["q_lora_rank"] = m.mla.q_lora_rank > 0 ? nlohmann::ordered_json(m.mla.q_lora_rank) : nlohmann::ordered_json(nullptr);
+  j["q_lora_rank"] = m.mla.q_lora_rank > 0 ? nlohmann::ordered_json(m.mla.q_lora_rank)
+                                           : nlohmann::ordered_json(nullptr);
   j["qk_nope_head_dim"] = m.mla.qk_nope_head_dim;
   j["qk_rope_head_dim"] = m.mla.qk_rope_head_dim;
   j["rms_norm_eps"] = m.norm_eps;
@@ -367,8 +393,8 @@ std::vector<HfTensorSpec> kimi_tensor_layout(const ModelConfig& m, int64_t vocab
     specs.push_back(hf_renamed(mlp + "down_proj.weight", lat + "mlp.down_proj.weight", {d, hidden}));
   }
   specs.push_back(hf_renamed("model.norm.weight", "norm.weight", {d}, norm));
-  specs.push_back(hf_renamed("lm_head.weight", m.tie_embeddings ? "embeddings.weight" : "lm_head.weight",
-                             {vocab_size, d}));
+  specs.push_back(
+      hf_renamed("lm_head.weight", m.tie_embeddings ? "embeddings.weight" : "lm_head.weight", {vocab_size, d}));
   return specs;
 }
 
@@ -394,7 +420,8 @@ NamedTensors kimi_saved_names(const NamedTensors& tensors) {
   const std::string conv = "self_attn.conv1d.weight";
   NamedTensors out;
   for (const auto& [name, t] : tensors) {
-    const bool is_fused_conv = name.size() >= conv.size() && name.compare(name.size() - conv.size(), conv.size(), conv) == 0;
+    const bool is_fused_conv = name.size() >= conv.size() &&
+                               name.compare(name.size() - conv.size(), conv.size(), conv) == 0;
     if (is_fused_conv && t.dim() == 3 && t.size(0) % 3 == 0) {
       // q, k and v each have H K channels (kimi_linear's value head dim is its key head dim).
       const std::string prefix = name.substr(0, name.size() - std::string("conv1d.weight").size());
@@ -403,13 +430,15 @@ NamedTensors kimi_saved_names(const NamedTensors& tensors) {
       const size_t n = static_cast<size_t>(rows * t.size(1) * t.size(2));
       const char* parts[] = {"q_conv1d.weight", "k_conv1d.weight", "v_conv1d.weight"};
       for (size_t p = 0; p < 3; ++p)
-        out.emplace_back(prefix + parts[p],
-                         Tensor::from_vector(std::vector<float>(values.begin() + static_cast<std::ptrdiff_t>(p * n),
-                                                                values.begin() + static_cast<std::ptrdiff_t>((p + 1) * n)),
-                                             {rows, t.size(1), t.size(2)}));
+        out.emplace_back(
+            prefix + parts[p],
+            Tensor::from_vector(std::vector<float>(values.begin() + static_cast<std::ptrdiff_t>(p * n),
+                                                   values.begin() + static_cast<std::ptrdiff_t>((p + 1) * n)),
+                                {rows, t.size(1), t.size(2)}));
       continue;
     }
-    out.emplace_back(replaced(replaced(name, ".mlp.", ".block_sparse_moe."), "self_attn.forget_gate.", "self_attn."), t);
+    out.emplace_back(replaced(replaced(name, ".mlp.", ".block_sparse_moe."), "self_attn.forget_gate.", "self_attn."),
+                     t);
   }
   return out;
 }
