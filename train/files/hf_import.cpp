@@ -123,7 +123,8 @@ HfModel load_hf_model(const std::string& dir_name) {
   }
   // transformers' KimiLinearForCausalLM ties nothing: an lm_head.weight of its own is what it
   // computes with, whatever tie_word_embeddings says.
-  if (hf_family_of(config.model) == HfFamily::kimi && config.model.tie_embeddings && kimi_lm_head_is_separate(tensors)) {
+  if (hf_family_of(config.model) == HfFamily::kimi && config.model.tie_embeddings &&
+      kimi_lm_head_is_separate(tensors)) {
     config.model.tie_embeddings = false;
     ckpt.config_yaml = to_yaml(config);
   }

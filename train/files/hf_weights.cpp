@@ -141,13 +141,15 @@ NamedTensors lat_tensors_from_hf(const ModelConfig& m, int64_t vocab_size, const
     if (spec.parts.size() == 1) {
       const HfTensorPart& part = spec.parts.front();
       // A lat tensor the file holds twice (kimi's tied lm_head) must be a copy.
-      const bool read_before = std::any_of(out.begin(), out.end(), [&](const auto& o) { return o.first == part.lat_name; });
+      const bool read_before = std::any_of(out.begin(), out.end(),
+                                           [&](const auto& o) { return o.first == part.lat_name; });
       if (read_before) {
         check_tied_lm_head(t, *by_name(tensors).at("model.embed_tokens.weight"), source);
         continue;
       }
       // A tensor stored in another shape of the same values (kimi's A_log [1, 1, H, 1]).
-      out.emplace_back(part.lat_name, part.shape == spec.shape ? t : Tensor::from_vector(t.to_vector<float>(), part.shape));
+      out.emplace_back(part.lat_name,
+                       part.shape == spec.shape ? t : Tensor::from_vector(t.to_vector<float>(), part.shape));
       continue;
     }
     const std::vector<float> values = t.to_vector<float>();
