@@ -737,7 +737,7 @@ model:
   n_heads: 2
   head_dim: 16
   layers: "kda,mla,kda"
-  tie_embeddings: true
+  tie_embeddings: false
   attn:
     n_heads: 4
   mla:
