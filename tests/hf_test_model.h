@@ -27,13 +27,17 @@ inline const std::string kQwenShape =
 // 12 characters, one of them two bytes in UTF-8.
 inline const std::string kVocab = "\n abcdefghi\xc3\xa9";
 
-/// Seeded random values for every lat tensor of `m`'s layout (norms around 0).
+/// Seeded random values for every lat tensor of `m`'s layout, once each (norms around 0).
 inline NamedTensors random_lat_tensors(const ModelConfig& m, int64_t vocab_size) {
   std::mt19937 rng(7);
   std::normal_distribution<float> normal(0.0f, 0.5f);
   NamedTensors tensors;
   for (const HfTensorSpec& spec : hf_tensor_layout(m, vocab_size))
     for (const HfTensorPart& part : spec.parts) {
+      // A tensor the layout holds twice (kimi's tied lm_head is the embeddings) is made once.
+      bool made = false;
+      for (const auto& [name, t] : tensors) made = made || name == part.lat_name;
+      if (made) continue;
       int64_t n = 1;
       for (int64_t s : part.shape) n *= s;
       std::vector<float> data(static_cast<size_t>(n));

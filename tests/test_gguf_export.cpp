@@ -2,7 +2,7 @@
 // reader written here from the format's description (header, every key-value pair, tensor
 // infos, 32-byte aligned offsets and data), and its values are compared with the lat tensors
 // they come from: f32 bit for bit after llama.cpp's transforms (norms, -exp(A_log), value heads
-// tiled, appended token rows), f16 / bf16 / q8_0 within their rounding. f16 and q8_0 by known
+// tiled, kimi's kv_b_proj split per head, appended token rows), f16 / bf16 / q8_0 within their rounding. f16 and q8_0 by known
 // answers; refusals name what llama.cpp cannot express and write nothing.
 #include <cmath>
 #include <cstring>
@@ -809,6 +809,162 @@ TEST_F(GgufExportTest, RefusalsNameTheFeatureAndWriteNothing) {
   lat::testing::expect_error<lat::ConfigError>(
       [] { lat::gguf_vocabulary(lat::Tokenizer::char_from_vocab("ab\xe2\x96\x81"), 3); },
       {"export --format gguf: tokenizer char: the vocabulary holds", "escaped space"});
+}
+
+// kda (2 heads of 16) and mla (2 heads over a latent of 8, key parts 4 + 2, values of 6), tied,
+// zero-centred norms: llama.cpp's kimi-linear.
+const std::string kKimiShape =
+    "  d_model: 32\n  n_layers: 2\n  n_heads: 2\n  head_dim: 16\n  layers: \"kda,mla\"\n"
+    "  intermediate_size: 64\n  tie_embeddings: true\n  norm_zero_centered: true\n"
+    "  mla: {kv_lora_rank: 8, qk_nope_head_dim: 4, qk_rope_head_dim: 2, v_head_dim: 6}\n";
+
+TEST_F(GgufExportTest, KimiLinearFileHoldsKdaAndMlaLayersAsLlamaCppReadsThem) {
+  const lat::NamedTensors lat_tensors = save("k.h5", kKimiShape);
+  export_gguf("k.h5", "k.gguf");
+  const GgufFile f(path("k.gguf"));
+  EXPECT_EQ(f.string("general.architecture"), "kimi-linear");
+  const std::map<std::string, double> numbers = {{"kimi-linear.context_length", 32768},
+                                                 {"kimi-linear.embedding_length", 32},
+                                                 {"kimi-linear.block_count", 2},
+                                                 {"kimi-linear.feed_forward_length", 64},
+                                                 {"kimi-linear.attention.head_count", 2},
+                                                 {"kimi-linear.attention.key_length", 8 + 2},
+                                                 {"kimi-linear.attention.key_length_mla", 4 + 2},
+                                                 {"kimi-linear.attention.value_length_mla", 6},
+                                                 {"kimi-linear.attention.kv_lora_rank", 8},
+                                                 {"kimi-linear.rope.dimension_count", 2},
+                                                 {"kimi-linear.ssm.conv_kernel", 4},
+                                                 {"kimi-linear.kda.head_dim", 16},
+                                                 {"kimi-linear.leading_dense_block_count", 2},
+                                                 {"kimi-linear.expert_feed_forward_length", 64},
+                                                 {"kimi-linear.expert_shared_count", 0},
+                                                 {"kimi-linear.expert_gating_func", 2}};
+  for (const auto& [key, value] : numbers) EXPECT_EQ(f.number(key), value) << key;
+  EXPECT_FLOAT_EQ(f.number("kimi-linear.attention.layer_norm_rms_epsilon"), 1e-6f);
+  // 0 marks the kda layer; the mla layer's cache is one latent "head".
+  EXPECT_EQ(f.kv.at("kimi-linear.attention.head_count_kv").numbers, (std::vector<double>{0, 1}));
+
+  const std::vector<std::string> names = {"token_embd.weight",
+                                          "blk.0.attn_norm.weight",
+                                          "blk.0.attn_q.weight",
+                                          "blk.0.attn_k.weight",
+                                          "blk.0.attn_v.weight",
+                                          "blk.0.ssm_conv1d_q.weight",
+                                          "blk.0.ssm_conv1d_k.weight",
+                                          "blk.0.ssm_conv1d_v.weight",
+                                          "blk.0.ssm_f_a.weight",
+                                          "blk.0.ssm_f_b.weight",
+                                          "blk.0.ssm_a",
+                                          "blk.0.ssm_dt.bias",
+                                          "blk.0.ssm_beta.weight",
+                                          "blk.0.ssm_g_a.weight",
+                                          "blk.0.ssm_g_b.weight",
+                                          "blk.0.ssm_norm.weight",
+                                          "blk.0.attn_output.weight",
+                                          "blk.0.ffn_norm.weight",
+                                          "blk.0.ffn_gate.weight",
+                                          "blk.0.ffn_up.weight",
+                                          "blk.0.ffn_down.weight",
+                                          "blk.1.attn_norm.weight",
+                                          "blk.1.attn_q.weight",
+                                          "blk.1.attn_kv_a_mqa.weight",
+                                          "blk.1.attn_kv_a_norm.weight",
+                                          "blk.1.attn_k_b.weight",
+                                          "blk.1.attn_v_b.weight",
+                                          "blk.1.attn_output.weight",
+                                          "blk.1.ffn_norm.weight",
+                                          "blk.1.ffn_gate.weight",
+                                          "blk.1.ffn_up.weight",
+                                          "blk.1.ffn_down.weight",
+                                          "output_norm.weight",
+                                          "output.weight"};
+  EXPECT_EQ(f.tensor_order, names);
+  // ne: innermost first.
+  const std::map<std::string, std::vector<uint64_t>> shapes = {{"blk.0.ssm_conv1d_v.weight", {4, 1, 32}},
+                                                               {"blk.0.ssm_f_a.weight", {32, 16}},
+                                                               {"blk.0.ssm_f_b.weight", {16, 32}},
+                                                               {"blk.0.ssm_a", {1, 2}},
+                                                               {"blk.0.ssm_dt.bias", {32}},
+                                                               {"blk.0.ssm_beta.weight", {32, 2}},
+                                                               {"blk.0.ssm_norm.weight", {16}},
+                                                               {"blk.1.attn_q.weight", {32, 2 * 6}},
+                                                               {"blk.1.attn_kv_a_mqa.weight", {32, 10}},
+                                                               {"blk.1.attn_k_b.weight", {4, 8, 2}},
+                                                               {"blk.1.attn_v_b.weight", {8, 6, 2}},
+                                                               {"blk.1.attn_output.weight", {12, 32}},
+                                                               {"output.weight", {32, 13}}};
+  for (const auto& [name, ne] : shapes) EXPECT_EQ(f.tensors.at(name).ne, ne) << name;
+
+  const auto same = [&](const std::string& gguf, const std::string& lat) {
+    EXPECT_EQ(f.f32(gguf), values_of(lat_tensors, lat)) << gguf;
+  };
+  same("blk.0.attn_k.weight", "layers.0.attn.k_proj.weight");
+  same("blk.0.ssm_conv1d_q.weight", "layers.0.attn.q_conv1d.weight");
+  same("blk.0.ssm_f_b.weight", "layers.0.attn.f_b_proj.weight");
+  same("blk.0.ssm_dt.bias", "layers.0.attn.dt_bias");
+  same("blk.0.ssm_beta.weight", "layers.0.attn.b_proj.weight");
+  same("blk.0.ssm_g_b.weight", "layers.0.attn.g_b_proj.weight");
+  same("blk.0.ssm_norm.weight", "layers.0.attn.o_norm.weight");  // scales by w in both
+  same("blk.1.attn_kv_a_mqa.weight", "layers.1.attn.kv_a_proj_with_mqa.weight");
+  same("blk.1.attn_kv_a_norm.weight", "layers.1.attn.kv_a_layernorm.weight");
+  same("blk.1.attn_output.weight", "layers.1.attn.o_proj.weight");
+  const std::vector<float> a_log = values_of(lat_tensors, "layers.0.attn.A_log");
+  const std::vector<float> ssm_a = f.f32("blk.0.ssm_a");
+  for (size_t h = 0; h < 2; ++h) EXPECT_EQ(ssm_a[h], -std::exp(a_log[h])) << h;
+  // kv_b_proj [2 (4 + 6), 8]: head h's key row j is k_b[h][c][j], its value row j is v_b[h][j][c].
+  const std::vector<float> kv_b = values_of(lat_tensors, "layers.1.attn.kv_b_proj.weight");
+  const std::vector<float> k_b = f.f32("blk.1.attn_k_b.weight"), v_b = f.f32("blk.1.attn_v_b.weight");
+  for (int h = 0; h < 2; ++h)
+    for (int c = 0; c < 8; ++c) {
+      for (int j = 0; j < 4; ++j) EXPECT_EQ(k_b[(h * 8 + c) * 4 + j], kv_b[(h * 10 + j) * 8 + c]) << h << c << j;
+      for (int j = 0; j < 6; ++j) EXPECT_EQ(v_b[(h * 6 + j) * 8 + c], kv_b[(h * 10 + 4 + j) * 8 + c]) << h << c << j;
+    }
+  std::vector<float> norm = values_of(lat_tensors, "layers.1.mlp_norm.weight");
+  for (float& x : norm) x += 1.0f;  // zero-centred: llama.cpp scales by the stored 1 + w
+  EXPECT_EQ(f.f32("blk.1.ffn_norm.weight"), norm);
+  // Tied: llama.cpp requires output, so the embeddings are written again.
+  std::vector<float> embd = values_of(lat_tensors, "embeddings.weight");
+  embd.resize(13 * 32, 0.0f);
+  EXPECT_EQ(f.f32("token_embd.weight"), embd);
+  EXPECT_EQ(f.f32("output.weight"), embd);
+}
+
+TEST_F(GgufExportTest, KimiLinearRefusalsNameTheLayerAndKeyAndWriteNothing) {
+  const auto kimi_with = [](const std::string& from, const std::string& to) {
+    std::string s = kKimiShape;
+    s.replace(s.find(from), from.size(), to);
+    return s;
+  };
+  struct Case {
+    std::string shape;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {kimi_with("v_head_dim: 6", "v_head_dim: 6, q_lora_rank: 4"),
+       "export --format gguf: layer 1 (mla): model.mla.q_lora_rank 4: llama.cpp's kimi-linear multiplies by one "
+       "q_proj (expected 0)"},
+      {kimi_with("v_head_dim: 6", "v_head_dim: 6, rope: true"),
+       "export --format gguf: layer 1 (mla): model.mla.rope true: llama.cpp's kimi-linear applies no position "
+       "encoding (expected false)"},
+      {kimi_with("head_dim: 16\n", "head_dim: 16\n  expand_v: 2.0\n"),
+       "export --format gguf: layer 0 (kda): value head dim 32 (model.expand_v 2): llama.cpp's kimi-linear needs it "
+       "equal to the key head dim 16 (expected model.expand_v 1)"},
+      {kimi_with("head_dim: 16\n", "head_dim: 16\n  attn: {n_heads: 4}\n"),
+       "export --format gguf: layer 0 (kda): model.attn.n_heads 4: llama.cpp's kimi-linear has one head count for "
+       "its kda and mla layers (expected model.n_heads 2)"},
+      {kimi_with("\"kda,mla\"", "\"kda\""),
+       "export --format gguf: model.layers has no mla layer: llama.cpp's kimi-linear aborts on a model without "
+       "both kinds (expected kda and mla layers)"},
+      {kimi_with("\"kda,mla\"", "\"kda,attn\""),
+       "export --format gguf: layer 1 (attn): a attn mixer: llama.cpp's kimi-linear has kda and mla layers only"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.shape);
+    save("k.h5", c.shape);
+    EXPECT_EQ(lat::testing::expect_error<lat::ConfigError>([&] { export_gguf("k.h5", "k.gguf"); }, {c.message}),
+              c.message);
+    EXPECT_FALSE(fs::exists(path("k.gguf")));
+  }
 }
 
 }  // namespace

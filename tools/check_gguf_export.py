@@ -3,7 +3,7 @@
 
 Usage (inside the virtualenv `make interop` creates):
   .venv-interop/bin/python tools/check_gguf_export.py [--lat build/lat] [--text data/tinyshakespeare.txt]
-                                                      [--vocab-dir DIR] [--keep DIR]
+                                                      [--vocab-dir DIR] [--keep DIR] [--only NAME]
 
 For each tiny model lat trains here in seconds, all but the last with gdn layers of 4 value
 heads over 2 key heads and gated attention with partial RoPE:
@@ -16,6 +16,8 @@ heads over 2 key heads and gated attention with partial RoPE:
                  zero-centred norms, untied;               GGUF f32, f16, q8_0
   granite        char, mamba2 and attn layers (llama.cpp's granitehybrid: 8 mamba heads in 2
                  groups, attention without gate or q/k norm), plain norms, untied; GGUF f32, f16
+  kimi           char, kda and mla layers (llama.cpp's kimi-linear: 4 heads of 16 in both, an
+                 mla latent of 32 with a shared key part of 8), plain norms, tied; GGUF f32, f16, q8_0
 exported as GGUF and loaded by llama.cpp on CPU (lat and llama.cpp on one thread):
   ids      llama.cpp's tokenization of several prompts (accents and other multi-byte characters,
            newlines, runs of spaces; for the subword models also digits, CJK, an emoji, a tab and a
@@ -118,6 +120,28 @@ model:
     chunk_size: 16
 """ + LAT_CONFIG[LAT_CONFIG.index("data:"):]
 
+# Kimi Linear (llama.cpp's kimi-linear): kda layers and one mla layer, with one head count for
+# both (llama.cpp has one), value head dim = key head dim (llama.cpp needs it), no low-rank
+# query (its graph has none); data and train as LAT_CONFIG's.
+KIMI_CONFIG = """\
+model:
+  d_model: {d_model}
+  n_layers: 4
+  n_heads: 4
+  head_dim: 16
+  layers: "kda,kda,mla,kda"
+  intermediate_size: 128
+  tie_embeddings: {tie}
+  norm_zero_centered: {zero_centered}
+  mla:
+    kv_lora_rank: 32
+    qk_nope_head_dim: 16
+    qk_rope_head_dim: 8
+    v_head_dim: 16
+  linear:
+    chunk_size: 16
+""" + LAT_CONFIG[LAT_CONFIG.index("data:"):]
+
 # Subword models: every prompt above, plus runs of spaces and newlines, digits, CJK, an emoji
 # (SentencePiece spells it in byte-fallback tokens), a tab and a carriage return.
 SUBWORD_PROMPTS = PROMPTS + ["  two  spaces\n\n\n12345 the end, 2026", "中文 🙂 tabs\tand\r\n"]
@@ -165,6 +189,9 @@ MODELS = [
     Model("char mamba2 + attn (granitehybrid), plain norms, untied", "char", tie=False, zero_centered=False,
           dtypes=("f32", "f16"), prompts=PROMPTS, appends_end_of_text=True, config=GRANITE_CONFIG,
           directory="granite"),
+    Model("char kda + mla (kimi-linear), plain norms, tied", "char", tie=True, zero_centered=False,
+          dtypes=("f32", "f16", "q8_0"), prompts=PROMPTS, appends_end_of_text=True, config=KIMI_CONFIG,
+          directory="kimi"),
 ]
 
 
@@ -315,12 +342,16 @@ def main():
     parser.add_argument("--vocab-dir", default=DEFAULT_VOCAB_DIR,
                         help="where llama.cpp's test vocabularies are kept (fetched when missing)")
     parser.add_argument("--keep", help="work directory to keep (default: a temporary one, removed)")
+    parser.add_argument("--only", choices=[m.directory for m in MODELS if m.directory],
+                        help="check only this model (its work directory's name)")
     args = parser.parse_args()
     text = Path(args.text).read_text(encoding="utf-8")[:TEXT_CHARS] + TEXT_EXTRA
     work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="check_gguf_"))
     work.mkdir(parents=True, exist_ok=True)
     try:
         for model in MODELS:
+            if args.only and model.directory != args.only:
+                continue
             name, line = check_model(model, args.lat, text, work.resolve(), Path(args.vocab_dir).expanduser())
             print(f"gguf {name}: {line}", flush=True)
     except CheckFailed as e:

@@ -3,9 +3,9 @@
 
 Usage (inside the virtualenv `make interop` creates):
   .venv-interop/bin/python tools/check_hf_export.py [--lat build/lat] [--text data/tinyshakespeare.txt]
-                                                    [--keep DIR]
+                                                    [--keep DIR] [--only kimi]
 
-Seven checks, all on CPU in float32, each printing one line with its measured figures:
+Eight checks, all on CPU in float32, each printing one line with its measured figures:
   (a) lat -> transformers: trains tiny lat models (gdn and gated attention layers, GVA value
       heads, attention heads and head size apart from the linear layers', partial RoPE; zero-
       centred norms with tied embeddings, plain norms with untied ones), exports them with
@@ -40,6 +40,10 @@ Seven checks, all on CPU in float32, each printing one line with its measured fi
       so that its Mamba2Mixer forward and cached step are a float64 reference for lat's float32);
       and a model with attention
       but no RoPE refused naming position_embedding_type.
+  (h) kimi_linear (KimiLinearForCausalLM, a dense MLP in every layer): (a) for a lat-trained
+      kda + mla model; (b) and (c) for random models (untied with a plain q_proj, tied with
+      q_lora_rank; transformers in float64 on the saved float32 weights); and a model with MoE
+      layers refused naming mlp_layer_types.
 
 Logits match when max|lat - transformers| / max|transformers| < 1e-4. Exit 0 when every check
 passes; otherwise 1 with one line naming the first failure. transformers runs its PyTorch
@@ -724,11 +728,152 @@ def check_granite_refusal(lat, work, vocab):
     return name, f"exit {result.returncode}: {result.stderr.strip().splitlines()[-1]}"
 
 
+# --- (h) kimi_linear: lat -> transformers, transformers -> lat, round trip -----------------
+
+KIMI_LAT_CONFIG = """\
+model:
+  d_model: 48
+  n_layers: 3
+  n_heads: 2
+  head_dim: 16
+  layers: "kda,mla,kda"
+  tie_embeddings: false
+  attn:
+    n_heads: 4
+  mla:
+    kv_lora_rank: 16
+    qk_nope_head_dim: 8
+    qk_rope_head_dim: 4
+    v_head_dim: 12
+  linear:
+    chunk_size: 16
+""" + LAT_CONFIG[LAT_CONFIG.index("data:"):]  # data and train as (a)'s
+
+
+def check_lat_to_kimi(lat, work, text):
+    """A lat-trained kda + mla model (2 kda heads of 16, 4 mla heads over a latent of 16 with a
+    shared key part of 4) exported with `lat export --format hf` and loaded by transformers as
+    KimiLinearForCausalLM."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    name = "lat->transformers (kimi_linear, kda + mla)"
+    run = work / "h_lat"
+    lat_run = train_tiny_model(lat.exe, run, text, KIMI_LAT_CONFIG.format(out_dir="run", seed=SEED))
+    vocab = lat_vocab(lat_run, run / "run", run / "lat_export")
+    hf_dir = run / "hf"
+    lat_run("export", "--checkpoint", run / "run", "--format", "hf", "--out", hf_dir)
+    model = AutoModelForCausalLM.from_pretrained(hf_dir, dtype="float32").eval()
+    tokenizer = AutoTokenizer.from_pretrained(hf_dir)
+    if type(model).__name__ != "KimiLinearForCausalLM":
+        raise CheckFailed(f"{name}: {hf_dir} loads as {type(model).__name__} ({model.config.model_type}), "
+                          "expected KimiLinearForCausalLM (kimi_linear)")
+    return name, compare_model(name, lat_run, run / "run", hf_dir, model, tokenizer, vocab, run)
+
+
+def kimi_config(vocab_size, tie, q_lora_rank, mlp_layer_types=None):
+    """Small kimi_linear dimensions that exercise every mapping: kda, mla, kda layers (4 kda
+    heads of 12; 4 mla heads, latent 16, key parts 8 + 4, value head 12), every MLP dense."""
+    from transformers import KimiLinearConfig
+
+    return KimiLinearConfig(
+        vocab_size=vocab_size, hidden_size=48, intermediate_size=96, num_hidden_layers=3,
+        layer_types=["linear_attention", "full_attention", "linear_attention"],
+        mlp_layer_types=mlp_layer_types or ["dense"] * 3, num_local_experts=0, num_attention_heads=4,
+        num_key_value_heads=4, kv_lora_rank=16, q_lora_rank=q_lora_rank, qk_nope_head_dim=8, qk_rope_head_dim=4,
+        v_head_dim=12, linear_head_dim=12, linear_num_heads=4, linear_conv_kernel_dim=4, rms_norm_eps=1e-6,
+        tie_word_embeddings=tie, bos_token_id=None, eos_token_id=None, pad_token_id=None)
+
+
+def spread_kimi_weights(model):
+    """spread_weights for kimi_linear: its norms scale by w, so they move around one; A_log
+    and dt_bias are jittered around their initial range."""
+    import torch
+
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("embed_tokens.weight"):
+                p.normal_(0.0, 0.25)
+            elif name.endswith("conv1d.weight"):
+                p.normal_(0.0, p.shape[-1] ** -0.5)
+            elif name.endswith("norm.weight"):
+                p.uniform_(0.5, 1.5)
+            elif name.endswith("A_log") or name.endswith("dt_bias"):
+                p.uniform_(-1.0, 1.0)
+            elif p.dim() == 2:
+                p.normal_(0.0, p.shape[1] ** -0.5)
+            else:
+                raise CheckFailed(f"spread_kimi_weights: no rule for parameter {name} {tuple(p.shape)}")
+
+
+def check_transformers_to_lat_kimi(lat, work, vocab, tie, q_lora_rank):
+    """A random KimiLinearForCausalLM saved with save_pretrained, read by lat."""
+    import torch
+    from transformers import AutoTokenizer, KimiLinearForCausalLM
+
+    name = f"transformers->lat (kimi_linear, {'tied' if tie else 'untied'}, q_lora_rank {q_lora_rank})"
+    base = work / f"h_{int(tie)}"
+    torch.manual_seed(SEED)
+    model = KimiLinearForCausalLM(kimi_config(len(vocab), tie, q_lora_rank)).float().eval()
+    spread_kimi_weights(model)
+    if tie:  # KimiLinearForCausalLM ties nothing itself: a tied model's lm_head is a copy
+        with torch.no_grad():
+            model.lm_head.weight.copy_(model.model.embed_tokens.weight)
+    hf_dir = base / "hf"
+    model.save_pretrained(hf_dir)
+    write_char_tokenizer(hf_dir, vocab)
+    tokenizer = AutoTokenizer.from_pretrained(hf_dir)
+    # The reference runs in float64 on the saved float32 weights: transformers' chunked and
+    # recurrent KDA computed without rounding of their own, against lat's float32.
+    model = model.double()
+    figures = compare_model(name, lat, hf_dir, hf_dir, model, tokenizer, vocab, base, min_margin=MIN_MARGIN)
+    return name, figures + ", transformers in float64", hf_dir
+
+
+def check_kimi_refusal(lat, work, vocab):
+    """A kimi_linear with MoE layers: lat has a dense MLP in every layer, so `--checkpoint DIR`
+    refuses it naming mlp_layer_types, and writes nothing."""
+    from transformers import KimiLinearForCausalLM
+
+    name = "refusal (kimi_linear, MoE layers)"
+    hf_dir = work / "h_moe" / "hf"
+    config = kimi_config(len(vocab), True, None, ["dense", "sparse", "sparse"])
+    config.num_local_experts, config.num_experts_per_tok, config.moe_intermediate_size = 4, 2, 16
+    KimiLinearForCausalLM(config).save_pretrained(hf_dir)
+    out = hf_dir.parent / "lat_hf"
+    result = subprocess.run([lat.exe, "export", "--checkpoint", str(hf_dir), "--format", "hf", "--out", str(out)],
+                            cwd=lat.cwd, capture_output=True, encoding="utf-8")
+    expected = ("mlp_layer_types[1]: \"sparse\" (lat honours only \"dense\": a dense MLP in every layer, "
+                "no experts)")
+    if result.returncode == 0 or expected not in result.stderr or out.exists():
+        raise CheckFailed(f"{name}: expected a failing export naming {expected!r} and no {out}, got exit "
+                          f"{result.returncode}: {result.stderr.strip()!r}")
+    return name, f"exit {result.returncode}: {result.stderr.strip().splitlines()[-1]}"
+
+
+def run_kimi_checks(lat, work, text):
+    """(h), printing one line per check; returns its seconds."""
+    import time
+
+    start = time.monotonic()
+    with one_torch_thread():
+        name, figures = check_lat_to_kimi(lat, work, text)
+        print(f"ok  {name}: {figures}", flush=True)
+        for tie, q_lora_rank in ((False, None), (True, 8)):
+            name, figures, hf_dir = check_transformers_to_lat_kimi(lat, work, sorted(set(text)), tie, q_lora_rank)
+            print(f"ok  {name}: {figures}", flush=True)
+            name, figures = check_round_trip(lat, work, hf_dir)
+            print(f"ok  {name}: {figures}", flush=True)
+        name, figures = check_kimi_refusal(lat, work, sorted(set(text)))
+        print(f"ok  {name}: {figures}", flush=True)
+    return time.monotonic() - start
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--lat", default="build/lat", help="the lat executable (default build/lat)")
     parser.add_argument("--text", default="data/tinyshakespeare.txt", help="training text of (a)")
     parser.add_argument("--keep", help="work in this directory (created) and keep it, instead of a temporary one")
+    parser.add_argument("--only", choices=["kimi"], help="run only this family's checks ((h) kimi_linear)")
     args = parser.parse_args()
     try:
         refuse_gpu_only_kernels()
@@ -750,6 +895,9 @@ def main():
         work.mkdir(parents=True, exist_ok=True)
         lat = Lat(args.lat, work)
         try:
+            if args.only == "kimi":
+                print(f"kimi_linear checks: {run_kimi_checks(lat, work, text):.0f} s", flush=True)
+                return 0
             for tie, zero_centered in ((True, True), (False, False)):
                 name, figures = check_lat_to_transformers(lat, work, text, tie, zero_centered)
                 print(f"ok  {name}: {figures}", flush=True)
@@ -768,6 +916,7 @@ def main():
                     print(f"ok  {name}: {figures}", flush=True)
                 name, figures = check_granite_refusal(lat, work, sorted(set(text)))
                 print(f"ok  {name}: {figures}", flush=True)
+            print(f"kimi_linear checks: {run_kimi_checks(lat, work, text):.0f} s", flush=True)
             for kind in ("sentencepiece", "bpe", "bpe, saved by transformers"):
                 name, figures = check_subword_tokenizer(lat, work, text, kind)
                 print(f"ok  {name}: {figures}", flush=True)

@@ -5,6 +5,7 @@
 #include "lat/version.h"
 #include "layers/swiglu.h"
 #include "train/files/hf_granite.h"
+#include "train/files/hf_kimi.h"
 #include "train/files/hf_qwen35.h"
 #include "train/files/json_file.h"
 
@@ -57,7 +58,8 @@ nlohmann::json read_export_config_json(const std::string& path, const std::strin
     throw Error("load_model_weights: '" + path + "': model_type " + json_excerpt(config["model_type"]) +
                 ": expected \"" + kQwen35ModelType +
                 "\" (a Hugging Face Qwen3_5ForCausalLM, the text model), \"" + kGraniteModelType +
-                "\" (GraniteMoeHybridForCausalLM) or lat's own export (with 'lat_config')");
+                "\" (GraniteMoeHybridForCausalLM), \"" + kKimiModelType +
+                "\" (KimiLinearForCausalLM) or lat's own export (with 'lat_config')");
   if (!config.is_object() || !config.contains("lat_config") || !config["lat_config"].is_string())
     throw Error("load_model_weights: '" + path +
                 "': no string 'lat_config' (the resolved lat config; written by lat export)");

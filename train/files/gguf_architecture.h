@@ -1,7 +1,7 @@
 // The llama.cpp architectures `lat export --format gguf` writes, and what their writers share.
 // gguf_export.cpp picks one by model.layers (gguf_architecture_for); each architecture's
 // mapping of lat's tensors lives in its own file: gguf_qwen35.cpp (gdn and attn layers),
-// gguf_granite.cpp (mamba2 and attn layers).
+// gguf_granite.cpp (mamba2 and attn layers), gguf_kimi.cpp (kda and mla layers).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -32,9 +32,11 @@ struct GgufArchitecture {
 const GgufArchitecture& gguf_qwen35();
 /// granitehybrid (gguf_granite.cpp).
 const GgufArchitecture& gguf_granite_hybrid();
+/// kimi-linear (gguf_kimi.cpp).
+const GgufArchitecture& gguf_kimi_linear();
 
-/// granitehybrid for a model with a mamba2 layer, qwen35 otherwise (whose check names what it
-/// cannot express).
+/// kimi-linear for a model with a kda or mla layer, granitehybrid for one with a mamba2 layer,
+/// qwen35 otherwise (each check names what its architecture cannot express).
 const GgufArchitecture& gguf_architecture_for(const ModelConfig& model);
 
 /// The first "<arch>.*" keys of every architecture: context_length, embedding_length,

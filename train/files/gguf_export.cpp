@@ -15,7 +15,9 @@ namespace lat {
 
 const GgufArchitecture& gguf_architecture_for(const ModelConfig& m) {
   const std::vector<std::string> kinds = layer_mixers(m);
-  const bool mamba2 = std::find(kinds.begin(), kinds.end(), "mamba2") != kinds.end();
+  const auto has = [&](const char* kind) { return std::find(kinds.begin(), kinds.end(), kind) != kinds.end(); };
+  if (has("kda") || has("mla")) return gguf_kimi_linear();
+  const bool mamba2 = has("mamba2");
   return mamba2 ? gguf_granite_hybrid() : gguf_qwen35();
 }
 

@@ -1,6 +1,7 @@
 // `lat export --format gguf`: a model as one GGUF file of a llama.cpp architecture (DESIGN.md
 // "Export formats"): qwen35 for gdn + attn models (gguf_qwen35.cpp), granitehybrid for mamba2
-// + attn models (gguf_granite.cpp), chosen by model.layers (gguf_architecture.h). Each lat
+// + attn models (gguf_granite.cpp), kimi-linear for kda + mla models (gguf_kimi.cpp), chosen
+// by model.layers (gguf_architecture.h). Each lat
 // tensor becomes llama.cpp's as llama.cpp's own converter would write it from the Hugging Face
 // model. Norms, 1-D tensors and convolutions stay f32 (as llama.cpp's converter keeps them);
 // q8_0 tensors whose rows are not a multiple of 32 are stored f16.
@@ -22,7 +23,8 @@ GgmlType parse_gguf_dtype(const std::string& name);
 /// Throws ConfigError "export --format gguf: ..." for the first thing of `model` (resolved)
 /// and `tokenizer` (for `vocab_size` embedding rows) that the chosen llama.cpp architecture
 /// cannot express (qwen35: what Qwen3.5 cannot (check_qwen35_expressible), a gdn value head dim
-/// other than its key head dim, layers of one kind only; granitehybrid: see gguf_granite.cpp),
+/// other than its key head dim, layers of one kind only; granitehybrid: see gguf_granite.cpp;
+/// kimi-linear: see gguf_kimi.cpp),
 /// a model without a tokenizer (trained on token ids), or a tokenizer gguf_vocabulary refuses.
 void check_gguf_expressible(const ModelConfig& model, const std::optional<Tokenizer>& tokenizer, int64_t vocab_size);
 

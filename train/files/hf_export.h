@@ -1,5 +1,5 @@
 // `lat export --format hf`: a model as a Hugging Face directory of its family (hf_config.h:
-// Qwen3.5 or granitemoehybrid; DESIGN.md "Interop"), which transformers loads with
+// Qwen3.5, granitemoehybrid or kimi_linear; DESIGN.md "Interop"), which transformers loads with
 // AutoModelForCausalLM / AutoTokenizer.from_pretrained(DIR):
 //
 //   DIR/config.json               Qwen3_5ForCausalLM's or GraniteMoeHybridForCausalLM's config

@@ -8,6 +8,7 @@
 #include "train/files/finite_weights.h"
 #include "train/files/hf_config.h"
 #include "train/files/hf_export.h"
+#include "train/files/hf_kimi.h"
 #include "train/files/hf_shards.h"
 #include "train/files/hf_tokenizer.h"
 #include "train/files/hf_weights.h"
@@ -119,6 +120,13 @@ HfModel load_hf_model(const std::string& dir_name) {
     tensors = load_hf_shards(hf.weights_path);
   } else {
     throw Error("load_model_weights: '" + dir.string() + "' has no " + kWeightsFile + " or " + kWeightsIndexFile);
+  }
+  // transformers' KimiLinearForCausalLM ties nothing: an lm_head.weight of its own is what it
+  // computes with, whatever tie_word_embeddings says.
+  if (hf_family_of(config.model) == HfFamily::kimi && config.model.tie_embeddings &&
+      kimi_lm_head_is_separate(tensors)) {
+    config.model.tie_embeddings = false;
+    ckpt.config_yaml = to_yaml(config);
   }
   ckpt.model = lat_tensors_from_hf(config.model, config.model.vocab_size, tensors, hf.weights_path);
   hf.tensor_labels = hf_tensor_labels(config.model, config.model.vocab_size);

@@ -1,5 +1,5 @@
 // Reading a Hugging Face directory of one of lat's families (hf_config.h: Qwen3.5,
-// granitemoehybrid; hf_export.h's files, whoever wrote them: `lat export --format hf` or
+// granitemoehybrid, kimi_linear; hf_export.h's files, whoever wrote them: `lat export --format hf` or
 // transformers' save_pretrained) as a lat model.
 #pragma once
 #include <map>
@@ -15,7 +15,8 @@ inline constexpr const char* kHfConfigPart = "config.json as lat keys";
 
 /// The Hugging Face model directory `path` names: `path` itself, or the directory of a
 /// config.json, model.safetensors or model.safetensors.index.json given as `path`, when that
-/// directory's config.json has a family's model_type (qwen3_5_text, granitemoehybrid);
+/// directory's config.json has a family's model_type (qwen3_5_text, granitemoehybrid,
+/// kimi_linear);
 /// nullopt otherwise (another format).
 /// Throws lat::Error when that config.json cannot be read or is not JSON.
 std::optional<std::string> hf_model_dir(const std::string& path);

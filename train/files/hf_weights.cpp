@@ -1,12 +1,14 @@
 // lat <-> transformers tensor names and layouts (hf_weights.h).
 #include "train/files/hf_weights.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 
 #include "lat/error.h"
 #include "train/files/hf_config.h"
 #include "train/files/hf_granite.h"
+#include "train/files/hf_kimi.h"
 #include "train/files/hf_qwen35.h"
 
 namespace lat {
@@ -68,7 +70,8 @@ std::map<std::string, std::string> hf_tensor_labels(const ModelConfig& m, int64_
   std::map<std::string, std::string> labels;
   for (const HfTensorSpec& spec : hf_tensor_layout(m, vocab_size)) {
     if (spec.parts.size() == 1) {
-      labels[spec.parts.front().lat_name] = "'" + spec.hf_name + "'";
+      // The first tensor that holds it names it (kimi's tied lm_head is the embeddings again).
+      labels.emplace(spec.parts.front().lat_name, "'" + spec.hf_name + "'");
       continue;
     }
     int64_t row = 0;
@@ -82,6 +85,7 @@ std::map<std::string, std::string> hf_tensor_labels(const ModelConfig& m, int64_
 }
 
 std::vector<HfTensorSpec> hf_tensor_layout(const ModelConfig& m, int64_t vocab_size) {
+  if (hf_family_of(m) == HfFamily::kimi) return kimi_tensor_layout(m, vocab_size);
   return hf_family_of(m) == HfFamily::granite ? granite_tensor_layout(m, vocab_size)
                                               : qwen35_tensor_layout(m, vocab_size);
 }
@@ -114,8 +118,11 @@ NamedTensors hf_tensors_from_lat(const ModelConfig& m, int64_t vocab_size, const
   return out;
 }
 
-NamedTensors lat_tensors_from_hf(const ModelConfig& m, int64_t vocab_size, const NamedTensors& tensors,
+NamedTensors lat_tensors_from_hf(const ModelConfig& m, int64_t vocab_size, const NamedTensors& file_tensors,
                                  const std::string& source) {
+  // transformers' in-memory names of a kimi_linear model, saved as they are, read as
+  // save_pretrained's.
+  const NamedTensors tensors = hf_family_of(m) == HfFamily::kimi ? kimi_saved_names(file_tensors) : file_tensors;
   std::map<std::string, const Tensor*> hf = by_name(tensors);
   NamedTensors out;
   for (const HfTensorSpec& spec : hf_tensor_layout(m, vocab_size)) {
@@ -132,7 +139,17 @@ NamedTensors lat_tensors_from_hf(const ModelConfig& m, int64_t vocab_size, const
                                                                << " (from config.json), got " << shape_str(t.shape()));
     hf.erase(it);
     if (spec.parts.size() == 1) {
-      out.emplace_back(spec.parts.front().lat_name, t);
+      const HfTensorPart& part = spec.parts.front();
+      // A lat tensor the file holds twice (kimi's tied lm_head) must be a copy.
+      const bool read_before = std::any_of(out.begin(), out.end(),
+                                           [&](const auto& o) { return o.first == part.lat_name; });
+      if (read_before) {
+        check_tied_lm_head(t, *by_name(tensors).at("model.embed_tokens.weight"), source);
+        continue;
+      }
+      // A tensor stored in another shape of the same values (kimi's A_log [1, 1, H, 1]).
+      out.emplace_back(part.lat_name,
+                       part.shape == spec.shape ? t : Tensor::from_vector(t.to_vector<float>(), part.shape));
       continue;
     }
     const std::vector<float> values = t.to_vector<float>();

@@ -67,7 +67,8 @@ NamedTensors hf_tensors_from_lat(const ModelConfig& model, int64_t vocab_size, c
 /// for bit). An
 /// lm_head.weight beside tied embeddings is dropped when it is an exact copy of
 /// model.embed_tokens.weight; mtp.* and model.visual.* tensors are skipped, as transformers
-/// skips them. Throws lat::Error naming `source` and the tensor (transformers' name) that is
+/// skips them; a kimi_linear file's tensors are read under save_pretrained's names
+/// (kimi_saved_names). Throws lat::Error naming `source` and the tensor (transformers' name) that is
 /// missing, unexpected, of another shape, or a tied lm_head.weight that is not a copy.
 NamedTensors lat_tensors_from_hf(const ModelConfig& model, int64_t vocab_size, const NamedTensors& tensors,
                                  const std::string& source);
