@@ -63,4 +63,28 @@ std::vector<float> gguf_norm_scale(const Tensor& w, const ModelConfig& model);
 /// The tensor `name` of w's checkpoint; throws lat::Error naming it and the file when absent.
 const Tensor& lat_tensor(const ModelWeights& w, const std::string& name);
 
+/// Copies a checkpoint's tensors into the file under llama.cpp's names, one call per tensor:
+/// the writers of architectures whose tensors are lat's one for one (granitehybrid,
+/// kimi-linear). Each method throws lat::Error naming a lat tensor the checkpoint lacks.
+class GgufTensorCopier {
+ public:
+  /// n_tokens: the rows of the token embedding and LM head (with_token_rows).
+  GgufTensorCopier(GgufWriter& out, const ModelWeights& w, GgmlType dtype, int64_t n_tokens)
+      : out_(out), w_(w), dtype_(dtype), n_tokens_(n_tokens) {}
+  /// lat's `lat_name` as `gguf_name`, a weight matrix stored in the export's dtype.
+  void weight(const std::string& gguf_name, const std::string& lat_name) const;
+  /// The same, stored f32 whatever the dtype (convolutions, gated-norm weights).
+  void f32(const std::string& gguf_name, const std::string& lat_name) const;
+  /// An RMSNorm weight as llama.cpp's scale (gguf_norm_scale), f32.
+  void norm(const std::string& gguf_name, const std::string& lat_name) const;
+  /// An embedding or LM head [rows, d_model] grown to n_tokens rows, in the export's dtype.
+  void token_rows(const std::string& gguf_name, const std::string& lat_name) const;
+
+ private:
+  GgufWriter& out_;
+  const ModelWeights& w_;
+  GgmlType dtype_;
+  int64_t n_tokens_;
+};
+
 }  // namespace lat

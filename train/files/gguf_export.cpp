@@ -94,4 +94,26 @@ const Tensor& lat_tensor(const ModelWeights& w, const std::string& name) {
   throw Error("export --format gguf: '" + w.path + "' has no tensor '" + name + "'");
 }
 
+void GgufTensorCopier::weight(const std::string& gguf_name, const std::string& lat_name) const {
+  const Tensor& t = lat_tensor(w_, lat_name);
+  add_gguf_tensor(out_, gguf_name, t.shape(), t.to_vector<float>(), dtype_, GgufStorage::weight);
+}
+
+void GgufTensorCopier::f32(const std::string& gguf_name, const std::string& lat_name) const {
+  const Tensor& t = lat_tensor(w_, lat_name);
+  add_gguf_tensor(out_, gguf_name, t.shape(), t.to_vector<float>(), dtype_, GgufStorage::f32);
+}
+
+void GgufTensorCopier::norm(const std::string& gguf_name, const std::string& lat_name) const {
+  const Tensor& t = lat_tensor(w_, lat_name);
+  add_gguf_tensor(out_, gguf_name, t.shape(), gguf_norm_scale(t, w_.config.model), dtype_, GgufStorage::f32);
+}
+
+void GgufTensorCopier::token_rows(const std::string& gguf_name, const std::string& lat_name) const {
+  const Tensor& t = lat_tensor(w_, lat_name);
+  const int64_t D = t.size(1);
+  add_gguf_tensor(out_, gguf_name, {n_tokens_, D}, with_token_rows(t.to_vector<float>(), D, n_tokens_), dtype_,
+                  GgufStorage::weight);
+}
+
 }  // namespace lat

@@ -132,31 +132,19 @@ std::vector<float> rope_pairs_adjacent(const std::vector<float>& w, int64_t head
 void add_granite_hybrid_tensors(GgufWriter& out, const ModelWeights& w, int64_t /*vocab_size*/, int64_t n_tokens,
                                 GgmlType dtype) {
   const ModelConfig& m = w.config.model;
+  const GgufTensorCopier copy(out, w, dtype, n_tokens);
   const int64_t D = m.d_model;
-  const auto weight = [&](const std::string& gguf_name, const std::string& lat_name) {
-    const Tensor& t = lat_tensor(w, lat_name);
-    add_gguf_tensor(out, gguf_name, t.shape(), t.to_vector<float>(), dtype, GgufStorage::weight);
-  };
-  const auto norm = [&](const std::string& gguf_name, const std::string& lat_name) {
-    const Tensor& t = lat_tensor(w, lat_name);
-    add_gguf_tensor(out, gguf_name, t.shape(), gguf_norm_scale(t, m), dtype, GgufStorage::f32);
-  };
-  const auto token_rows = [&](const std::string& gguf_name, const std::string& lat_name) {
-    const Tensor& t = lat_tensor(w, lat_name);
-    add_gguf_tensor(out, gguf_name, {n_tokens, D}, with_token_rows(t.to_vector<float>(), D, n_tokens), dtype,
-                    GgufStorage::weight);
-  };
 
-  token_rows("token_embd.weight", "embeddings.weight");
+  copy.token_rows("token_embd.weight", "embeddings.weight");
   const std::vector<std::string> kinds = layer_mixers(m);
   for (size_t i = 0; i < kinds.size(); ++i) {
     const std::string layer = "layers." + std::to_string(i) + ".", blk = "blk." + std::to_string(i) + ".";
     const std::string mixer = layer + "attn.";
-    norm(blk + "attn_norm.weight", layer + "attn_norm.weight");
+    copy.norm(blk + "attn_norm.weight", layer + "attn_norm.weight");
     if (kinds[i] == "mamba2") {
       const MambaConfig& o = m.mamba;
       const int64_t I = o.expand * D, H = I / o.head_dim, G = o.n_groups, C = I + 2 * G * o.d_state;
-      weight(blk + "ssm_in.weight", mixer + "in_proj.weight");
+      copy.weight(blk + "ssm_in.weight", mixer + "in_proj.weight");
       const Tensor& conv = lat_tensor(w, mixer + "conv1d.weight");
       add_gguf_tensor(out, blk + "ssm_conv1d.weight", {C, o.conv_size}, conv.to_vector<float>(), dtype,
                       GgufStorage::f32);
@@ -173,7 +161,7 @@ void add_granite_hybrid_tensors(GgufWriter& out, const ModelWeights& w, int64_t 
                       GgufStorage::f32);
       add_gguf_tensor(out, blk + "ssm_norm.weight", {G, I / G}, lat_tensor(w, mixer + "norm.weight").to_vector<float>(),
                       dtype, GgufStorage::f32);
-      weight(blk + "ssm_out.weight", mixer + "out_proj.weight");
+      copy.weight(blk + "ssm_out.weight", mixer + "out_proj.weight");
     } else {
       const int64_t head_dim = m.attn.head_dim, rotary = rotary_dim_of(head_dim, m.attn.rope_fraction);
       for (const auto& [name, heads] :
@@ -183,16 +171,16 @@ void add_granite_hybrid_tensors(GgufWriter& out, const ModelWeights& w, int64_t 
                         rope_pairs_adjacent(t.to_vector<float>(), heads, head_dim, rotary, D), dtype,
                         GgufStorage::weight);
       }
-      weight(blk + "attn_v.weight", mixer + "v_proj.weight");
-      weight(blk + "attn_output.weight", mixer + "o_proj.weight");
+      copy.weight(blk + "attn_v.weight", mixer + "v_proj.weight");
+      copy.weight(blk + "attn_output.weight", mixer + "o_proj.weight");
     }
-    norm(blk + "ffn_norm.weight", layer + "mlp_norm.weight");
-    weight(blk + "ffn_gate.weight", layer + "mlp.gate_proj.weight");
-    weight(blk + "ffn_up.weight", layer + "mlp.up_proj.weight");
-    weight(blk + "ffn_down.weight", layer + "mlp.down_proj.weight");
+    copy.norm(blk + "ffn_norm.weight", layer + "mlp_norm.weight");
+    copy.weight(blk + "ffn_gate.weight", layer + "mlp.gate_proj.weight");
+    copy.weight(blk + "ffn_up.weight", layer + "mlp.up_proj.weight");
+    copy.weight(blk + "ffn_down.weight", layer + "mlp.down_proj.weight");
   }
-  norm("output_norm.weight", "norm.weight");
-  if (!m.tie_embeddings) token_rows("output.weight", "lm_head.weight");
+  copy.norm("output_norm.weight", "norm.weight");
+  if (!m.tie_embeddings) copy.token_rows("output.weight", "lm_head.weight");
 }
 
 }  // namespace

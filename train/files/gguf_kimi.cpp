@@ -127,56 +127,40 @@ void add_kimi_linear_metadata(GgufWriter& out, const ModelConfig& m) {
 void add_kimi_linear_tensors(GgufWriter& out, const ModelWeights& w, int64_t /*vocab_size*/, int64_t n_tokens,
                              GgmlType dtype) {
   const ModelConfig& m = w.config.model;
-  const int64_t D = m.d_model, H = m.n_heads, K = m.head_dim, HK = H * K;
+  const GgufTensorCopier copy(out, w, dtype, n_tokens);
+  const int64_t H = m.n_heads, K = m.head_dim, HK = H * K;
   const MlaConfig& mla = m.mla;
-  const auto weight = [&](const std::string& gguf_name, const std::string& lat_name) {
-    const Tensor& t = lat_tensor(w, lat_name);
-    add_gguf_tensor(out, gguf_name, t.shape(), t.to_vector<float>(), dtype, GgufStorage::weight);
-  };
-  const auto as_is_f32 = [&](const std::string& gguf_name, const std::string& lat_name) {
-    const Tensor& t = lat_tensor(w, lat_name);
-    add_gguf_tensor(out, gguf_name, t.shape(), t.to_vector<float>(), dtype, GgufStorage::f32);
-  };
-  const auto norm = [&](const std::string& gguf_name, const std::string& lat_name) {
-    const Tensor& t = lat_tensor(w, lat_name);
-    add_gguf_tensor(out, gguf_name, t.shape(), gguf_norm_scale(t, m), dtype, GgufStorage::f32);
-  };
-  const auto token_rows = [&](const std::string& gguf_name, const std::string& lat_name) {
-    const Tensor& t = lat_tensor(w, lat_name);
-    add_gguf_tensor(out, gguf_name, {n_tokens, D}, with_token_rows(t.to_vector<float>(), D, n_tokens), dtype,
-                    GgufStorage::weight);
-  };
 
-  token_rows("token_embd.weight", "embeddings.weight");
+  copy.token_rows("token_embd.weight", "embeddings.weight");
   const std::vector<std::string> kinds = layer_mixers(m);
   for (size_t i = 0; i < kinds.size(); ++i) {
     const std::string layer = "layers." + std::to_string(i) + ".", blk = "blk." + std::to_string(i) + ".";
     const std::string mixer = layer + "attn.";
-    norm(blk + "attn_norm.weight", layer + "attn_norm.weight");
+    copy.norm(blk + "attn_norm.weight", layer + "attn_norm.weight");
     if (kinds[i] == "kda") {
-      weight(blk + "attn_q.weight", mixer + "q_proj.weight");
-      weight(blk + "attn_k.weight", mixer + "k_proj.weight");
-      weight(blk + "attn_v.weight", mixer + "v_proj.weight");
-      as_is_f32(blk + "ssm_conv1d_q.weight", mixer + "q_conv1d.weight");
-      as_is_f32(blk + "ssm_conv1d_k.weight", mixer + "k_conv1d.weight");
-      as_is_f32(blk + "ssm_conv1d_v.weight", mixer + "v_conv1d.weight");
-      weight(blk + "ssm_f_a.weight", mixer + "f_a_proj.weight");
-      weight(blk + "ssm_f_b.weight", mixer + "f_b_proj.weight");
+      copy.weight(blk + "attn_q.weight", mixer + "q_proj.weight");
+      copy.weight(blk + "attn_k.weight", mixer + "k_proj.weight");
+      copy.weight(blk + "attn_v.weight", mixer + "v_proj.weight");
+      copy.f32(blk + "ssm_conv1d_q.weight", mixer + "q_conv1d.weight");
+      copy.f32(blk + "ssm_conv1d_k.weight", mixer + "k_conv1d.weight");
+      copy.f32(blk + "ssm_conv1d_v.weight", mixer + "v_conv1d.weight");
+      copy.weight(blk + "ssm_f_a.weight", mixer + "f_a_proj.weight");
+      copy.weight(blk + "ssm_f_b.weight", mixer + "f_b_proj.weight");
       std::vector<float> A = lat_tensor(w, mixer + "A_log").to_vector<float>();
       for (float& x : A) x = -std::exp(x);
       add_gguf_tensor(out, blk + "ssm_a", {H, 1}, A, dtype, GgufStorage::f32);
       add_gguf_tensor(out, blk + "ssm_dt.bias", {HK}, lat_tensor(w, mixer + "dt_bias").to_vector<float>(), dtype,
                       GgufStorage::f32);
-      weight(blk + "ssm_beta.weight", mixer + "b_proj.weight");
-      weight(blk + "ssm_g_a.weight", mixer + "g_a_proj.weight");
-      weight(blk + "ssm_g_b.weight", mixer + "g_b_proj.weight");
-      as_is_f32(blk + "ssm_norm.weight", mixer + "o_norm.weight");
-      weight(blk + "attn_output.weight", mixer + "o_proj.weight");
+      copy.weight(blk + "ssm_beta.weight", mixer + "b_proj.weight");
+      copy.weight(blk + "ssm_g_a.weight", mixer + "g_a_proj.weight");
+      copy.weight(blk + "ssm_g_b.weight", mixer + "g_b_proj.weight");
+      copy.f32(blk + "ssm_norm.weight", mixer + "o_norm.weight");
+      copy.weight(blk + "attn_output.weight", mixer + "o_proj.weight");
     } else {
       const int64_t Ha = m.attn.n_heads, C = mla.kv_lora_rank, Dn = mla.qk_nope_head_dim, Dv = mla.v_head_dim;
-      weight(blk + "attn_q.weight", mixer + "q_proj.weight");
-      weight(blk + "attn_kv_a_mqa.weight", mixer + "kv_a_proj_with_mqa.weight");
-      as_is_f32(blk + "attn_kv_a_norm.weight", mixer + "kv_a_layernorm.weight");
+      copy.weight(blk + "attn_q.weight", mixer + "q_proj.weight");
+      copy.weight(blk + "attn_kv_a_mqa.weight", mixer + "kv_a_proj_with_mqa.weight");
+      copy.f32(blk + "attn_kv_a_norm.weight", mixer + "kv_a_layernorm.weight");
       // kv_b_proj's rows per head: Dn key rows, then Dv value rows, each [C].
       const std::vector<float> kv_b = lat_tensor(w, mixer + "kv_b_proj.weight").to_vector<float>();
       std::vector<float> k_b(static_cast<size_t>(Ha * C * Dn)), v_b(static_cast<size_t>(Ha * Dv * C));
@@ -190,16 +174,16 @@ void add_kimi_linear_tensors(GgufWriter& out, const ModelWeights& w, int64_t /*v
       }
       add_gguf_tensor(out, blk + "attn_k_b.weight", {Ha, C, Dn}, k_b, dtype, GgufStorage::weight);
       add_gguf_tensor(out, blk + "attn_v_b.weight", {Ha, Dv, C}, v_b, dtype, GgufStorage::weight);
-      weight(blk + "attn_output.weight", mixer + "o_proj.weight");
+      copy.weight(blk + "attn_output.weight", mixer + "o_proj.weight");
     }
-    norm(blk + "ffn_norm.weight", layer + "mlp_norm.weight");
-    weight(blk + "ffn_gate.weight", layer + "mlp.gate_proj.weight");
-    weight(blk + "ffn_up.weight", layer + "mlp.up_proj.weight");
-    weight(blk + "ffn_down.weight", layer + "mlp.down_proj.weight");
+    copy.norm(blk + "ffn_norm.weight", layer + "mlp_norm.weight");
+    copy.weight(blk + "ffn_gate.weight", layer + "mlp.gate_proj.weight");
+    copy.weight(blk + "ffn_up.weight", layer + "mlp.up_proj.weight");
+    copy.weight(blk + "ffn_down.weight", layer + "mlp.down_proj.weight");
   }
-  norm("output_norm.weight", "norm.weight");
+  copy.norm("output_norm.weight", "norm.weight");
   // llama.cpp's kimi-linear requires output: a tied model writes its embeddings again.
-  token_rows("output.weight", m.tie_embeddings ? "embeddings.weight" : "lm_head.weight");
+  copy.token_rows("output.weight", m.tie_embeddings ? "embeddings.weight" : "lm_head.weight");
 }
 
 }  // namespace
