@@ -21,7 +21,9 @@ Modes (--modes, each timed in the same process on the same random batches):
   eager          fp32
   compile        torch.compile (inductor, its C++ CPU backend) of the model's forward, fp32
   compile-bf16   the same under torch.autocast("cpu", dtype=torch.bfloat16): matmuls in bf16
-Median ms/step over --steps after --warmup steps; tokens/s = batch * block / median.
+Median ms/step over --steps after --warmup steps; tokens/s = batch * block / median. --cpu-time
+times with the process CPU clock instead of the wall clock (with --threads 1 on shared cores it
+still measures the work, as bench_linear_attention --cpu-time).
 --mamba2 times instead one transformers Mamba2Mixer (transformers.models.mamba2; 5.24 has no
 separate torch_forward: its forward falls back to plain PyTorch when neither the `kernels` hub
 package nor mamba_ssm / causal_conv1d is installed, which the script checks) forward + backward
@@ -29,6 +31,14 @@ of x [4, 2048, 256] at hidden_size 256, expand 2, head_dim 64 (8 heads), state_s
 n_groups 1, chunk_size 64, conv_kernel 4, fp32, in train mode, modes eager and compile
 (--modes); median ms per forward+backward. Its lat peer is build/bench/bench_linear_attention
 --shape mamba2 (rows simple_gla: the SSD op alone, mamba2_mixer: the whole mixer).
+--kda times instead transformers' chunk_kimi_delta_attention (transformers.models.kimi_linear,
+its plain-PyTorch path: the script refuses to run where `fla` or `kernels` is importable)
+forward + backward (dq, dk, dv, dg, dbeta) at B 4, T 2048, H 4, K = V = 64, chunk 64, fp32,
+use_qk_l2norm_in_kernel as KimiLinearDeltaAttention calls it; g drawn as the forget gate makes
+it at initialization (-exp(A_log) softplus(x + dt_bias), A_log = log U[1, 16] per head, dt_bias
+for dt log-uniform in [1e-3, 1e-1] per channel, x ~ N(0, 1)), beta = sigmoid(N(0, 1)); modes eager and
+compile; median ms per forward+backward. Its lat peer is build/bench/bench_linear_attention
+--op kda --op gated_delta_rule --T 2048 (B 4, H 4, K = V = 64, C 64).
 Run it with the interop virtualenv (make interop-venv): .venv-interop/bin/python
 bench/bench_torch_peer.py --threads 1; compare with build/bench/bench_model --skip-generate
 --models hybrid --threads 1 run right after (this VM's speed drifts between periods).
@@ -200,6 +210,19 @@ class HybridLM(nn.Module):
         return self.lm_head(self.norm(x))
 
 
+def median_seconds(step, args):
+    """Median seconds of step(i) over args.steps calls after args.warmup untimed ones; wall clock,
+    or with --cpu-time this process's CPU time (all its threads)."""
+    clock = time.process_time if args.cpu_time else time.perf_counter
+    times = []
+    for i in range(args.warmup + args.steps):
+        start = clock()
+        step(i)
+        if i >= args.warmup:
+            times.append(clock() - start)
+    return statistics.median(times)
+
+
 def time_mode(mode, cfg, args, batches):
     torch.manual_seed(0)
     train = cfg.get("train", {})
@@ -220,13 +243,7 @@ def time_mode(mode, cfg, args, batches):
         opt.step()
         return loss.item()
 
-    times = []
-    for i in range(args.warmup + args.steps):
-        start = time.perf_counter()
-        step(batches[i % len(batches)])
-        if i >= args.warmup:
-            times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return median_seconds(lambda i: step(batches[i % len(batches)]), args)
 
 
 def time_mamba2_mixer(mode, args):
@@ -255,13 +272,47 @@ def time_mamba2_mixer(mode, args):
         x.grad = None
         mixer.zero_grad(set_to_none=True)
 
-    times = []
-    for i in range(args.warmup + args.steps):
-        start = time.perf_counter()
-        step()
-        if i >= args.warmup:
-            times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return median_seconds(lambda i: step(), args)
+
+
+def time_chunk_kda(mode, args):
+    """Median seconds of one chunk_kimi_delta_attention forward + backward, [4, 2048, 4, 64]."""
+    import importlib.util
+
+    from transformers.models.kimi_linear.modeling_kimi_linear import chunk_kimi_delta_attention
+
+    for package in ("fla", "kernels"):
+        if importlib.util.find_spec(package) is not None:
+            sys.exit(f"bench_torch_peer: --kda: '{package}' is installed; the peer is the plain-PyTorch path "
+                     "(run it in an environment without it)")
+    batch, length, heads, dim = 4, 2048, 4, 64
+    gen = torch.Generator().manual_seed(1)
+
+    def leaf(t):
+        return t.requires_grad_(True)
+
+    q = leaf(torch.randn(batch, length, heads, dim, generator=gen))
+    k = leaf(torch.randn(batch, length, heads, dim, generator=gen))
+    v = leaf(torch.randn(batch, length, heads, dim, generator=gen))
+    a_log = torch.log(torch.empty(heads, 1).uniform_(1.0, 16.0, generator=gen))
+    dt = torch.exp(torch.empty(heads, dim).uniform_(math.log(1e-3), math.log(1e-1), generator=gen))
+    dt_bias = dt + torch.log(-torch.expm1(-dt))  # softplus^-1(dt)
+    gate_in = torch.randn(batch, length, heads, dim, generator=gen)
+    g = leaf(-torch.exp(a_log) * F.softplus(gate_in + dt_bias))
+    beta = leaf(torch.sigmoid(torch.randn(batch, length, heads, generator=gen)))
+    do = torch.randn(batch, length, heads, dim, generator=gen)
+
+    def attend(q, k, v, g, beta):
+        return chunk_kimi_delta_attention(q, k, v, g=g, beta=beta, chunk_size=64, use_qk_l2norm_in_kernel=True)[0]
+
+    forward = torch.compile(attend) if mode == "compile" else attend
+
+    def step():
+        forward(q, k, v, g, beta).backward(do)
+        for t in (q, k, v, g, beta):
+            t.grad = None
+
+    return median_seconds(lambda i: step(), args)
 
 
 def main():
@@ -272,9 +323,28 @@ def main():
     parser.add_argument("--warmup", type=int, default=5, help="steps before timing (compilation happens here)")
     parser.add_argument("--modes", default="eager,compile,compile-bf16")
     parser.add_argument("--vocab", type=int, default=65)
+    parser.add_argument("--cpu-time", action="store_true",
+                        help="time with the process CPU clock (bench_linear_attention --cpu-time's measure on shared cores)")
     parser.add_argument("--mamba2", action="store_true", help="time one Mamba2Mixer forward + backward instead")
+    parser.add_argument("--kda", action="store_true",
+                        help="time transformers' chunk_kimi_delta_attention forward + backward instead")
     args = parser.parse_args()
+    if args.mamba2 and args.kda:
+        parser.error("--mamba2 and --kda time different things; give one")
     torch.set_num_threads(args.threads)
+    if args.kda:
+        import transformers
+
+        modes = args.modes if args.modes != parser.get_default("modes") else "eager,compile"
+        print(f"torch {torch.__version__}, transformers {transformers.__version__}, {args.threads} thread(s), "
+              f"chunk_kimi_delta_attention B 4, T 2048, H 4, K = V = 64, chunk 64, qk l2norm, forward+backward; "
+              f"median of {args.steps} after {args.warmup}")
+        print(f"{'mode':<14} {'ms':>9}")
+        for mode in modes.split(","):
+            if mode not in ("eager", "compile"):
+                sys.exit(f"bench_torch_peer: --modes: unknown mode '{mode}' with --kda (eager, compile)")
+            print(f"{mode:<14} {1e3 * time_chunk_kda(mode, args):9.2f}", flush=True)
+        return
     if args.mamba2:
         import transformers
 
