@@ -33,8 +33,9 @@ std::vector<int64_t> parse_ids(const std::string& text) {
 
 Command add_export_command(CLI::App& app) {
   CLI::App* sub = app.add_subcommand("export", "Write a checkpoint's weights for other tools (safetensors), "
-                                               "as a weights-only checkpoint (h5-weights) or as a Hugging Face "
-                                               "Qwen3.5 model directory (hf), or as one llama.cpp file (gguf)");
+                                               "as a weights-only checkpoint (h5-weights), as a Hugging Face "
+                                               "model directory (hf: Qwen3.5, Granite-4.0-H or Kimi Linear), or as "
+                                               "one llama.cpp file (gguf)");
   auto o = std::make_shared<ExportOptions>();
   auto check_tokens = std::make_shared<std::string>();
   sub->add_option("--checkpoint", o->checkpoint,
@@ -54,12 +55,15 @@ Command add_export_command(CLI::App& app) {
       "safetensors: DIR/model.safetensors (the checkpoint's tensor names and shapes; with tied embeddings "
       "also lm_head.weight), DIR/config.json (hyperparameters, architectures, model_type, lat_config), "
       "DIR/tokenizer.json. h5-weights: DIR/model.h5 (model, config, tokenizer; no optimizer state). "
-      "hf: what transformers' AutoModelForCausalLM and AutoTokenizer load (Qwen3_5ForCausalLM: config.json, "
-      "model.safetensors, generation_config.json, tokenizer.json, tokenizer_config.json); only gdn and attn "
-      "layers with attn.output_gate and attn.qk_norm, no window, are expressible. "
+      "hf: what transformers' AutoModelForCausalLM and AutoTokenizer load (config.json, model.safetensors, "
+      "generation_config.json, tokenizer.json, tokenizer_config.json), by model.layers: gdn and attn layers "
+      "(with attn.output_gate and attn.qk_norm) as Qwen3_5ForCausalLM, mamba2 and attn layers as "
+      "GraniteMoeHybridForCausalLM, kda and mla layers as KimiLinearForCausalLM; no attention window. "
       "gguf: FILE.gguf for llama.cpp (arch qwen35: the layers hf expresses, with equal gdn key and value head "
-      "dims; arch granitehybrid: mamba2 (expand 2) and attn layers, no attn gate, q/k norm or window; tokenizer metadata for char, byte, byte-level BPE and SentencePiece BPE tokenizers); norms, 1-D tensors and the "
-      "convolutions stay f32. "
+      "dims; arch granitehybrid: mamba2 (expand 2) and attn layers, no attn gate, q/k norm or window; arch "
+      "kimi-linear: kda and mla layers, both kinds, equal kda key and value head dims, no q_lora_rank; "
+      "tokenizer metadata for char, byte, byte-level BPE and SentencePiece BPE tokenizers); norms, 1-D "
+      "tensors and the convolutions stay f32. "
       "The others load back with `lat generate --checkpoint DIR/model.safetensors` (or DIR/model.h5, or DIR for hf). "
       "The written paths go to stdout, one per line.");
   return {sub, [o, check_tokens] {
