@@ -466,6 +466,9 @@ TEST(MlaConfig, InfoShowsTheLatentCacheBesideAPlainKvCache) {
   EXPECT_EQ(info.memory[1].conv, 0);
   const std::string text = format_info(info);
   EXPECT_NE(text.find("latent cache"), std::string::npos) << text;
+  // The model line gives the mla sizes, and no attention line for a model without attn layers.
+  EXPECT_NE(text.find("; mla 4 heads, latent 64, q/k 32 + 16 shared, v 32; vocab"), std::string::npos) << text;
+  EXPECT_EQ(text.find("; attention "), std::string::npos) << text;
   EXPECT_NE(text.find("per token 320 B (latent + shared key); a plain KV cache of the same heads: 1.25 KiB"),
             std::string::npos)
       << text;

@@ -206,10 +206,19 @@ std::string format_info(const ModelInfo& info) {
   out << "model: " << m.n_layers << " layers (" << join(layer_mixers(m), ",") << "), d_model " << m.d_model << ", " << m.n_heads
       << " heads x " << m.head_dim << ", value head dim " << value_head_dim(m);
   if (m.linear.n_v_heads > 0 && m.linear.n_v_heads != m.n_heads) out << " (" << m.linear.n_v_heads << " value heads)";
-  out << "; attention " << (m.attn.n_heads > 0 ? m.attn.n_heads : m.n_heads) << " heads x "
-      << (m.attn.head_dim > 0 ? m.attn.head_dim : m.head_dim) << ", kv heads " << m.attn.n_kv_heads;
   const std::vector<std::string> kinds = layer_mixers(m);
-  if (std::find(kinds.begin(), kinds.end(), "mamba2") != kinds.end())
+  const auto has = [&](const char* kind) { return std::find(kinds.begin(), kinds.end(), kind) != kinds.end(); };
+  const int64_t attn_heads = m.attn.n_heads > 0 ? m.attn.n_heads : m.n_heads;
+  if (has("attn"))
+    out << "; attention " << attn_heads << " heads x " << (m.attn.head_dim > 0 ? m.attn.head_dim : m.head_dim)
+        << ", kv heads " << m.attn.n_kv_heads;
+  if (has("mla")) {
+    const MlaConfig& mla = m.mla;
+    out << "; mla " << attn_heads << " heads, latent " << mla.kv_lora_rank << ", q/k " << mla.qk_nope_head_dim << " + "
+        << mla.qk_rope_head_dim << " shared" << (mla.rope ? " (RoPE)" : "") << ", v " << mla.v_head_dim;
+    if (mla.q_lora_rank > 0) out << ", q_lora_rank " << mla.q_lora_rank;
+  }
+  if (has("mamba2"))
     out << "; mamba2 " << m.mamba.expand * m.d_model / m.mamba.head_dim << " heads x " << m.mamba.head_dim
         << ", d_state " << m.mamba.d_state << ", " << m.mamba.n_groups << (m.mamba.n_groups == 1 ? " group" : " groups");
   out << "; vocab " << info.vocab_size << "\n";
