@@ -255,9 +255,13 @@ TEST_F(FinetuneTest, TrainingKeepsFrozenWeightsBitIdenticalAndChangesTheOthers) 
 
 TEST_F(FinetuneTest, InitFromMismatchThroughTrainNamesEachParameter) {
   train("base", "", 1);
-  expect_error([&] { train("wide", "init_from: " + path("base") + "\nmodel.mlp_ratio: 2.0\n", 1); },
-               {"layers.0.mlp.gate_proj.weight: checkpoint [64, 16], model [32, 16]",
-                "layers.1.mlp.down_proj.weight: checkpoint [16, 64], model [16, 32]"});
+  const std::string message =
+      expect_error([&] { train("wide", "init_from: " + path("base") + "\nmodel.mlp_ratio: 2.0\n", 1); },
+                   {"layers.0.mlp.gate_proj.weight: checkpoint [64, 16], model [32, 16]",
+                    "layers.1.mlp.down_proj.weight: checkpoint [16, 64], model [16, 32]",
+                    "model.* keys that differ from this run's: model.mlp_ratio: "});
+  // The key to change comes before the tensors it changes.
+  EXPECT_LT(message.find("model.mlp_ratio"), message.find("layers.0.mlp.gate_proj.weight")) << message;
   EXPECT_FALSE(fs::exists(path("wide/ckpt_00000001.h5")));
 }
 

@@ -209,11 +209,12 @@ Run::ModelSetup Run::build_model(int64_t vocab_size, const std::optional<ModelWe
     try {
       setup.init_report = init_from_weights(*model_, *init, config_.init_from_strict);
     } catch (const Error& e) {
-      // The shapes alone do not say which key to change: name the model.* keys that differ.
+      // The shapes alone do not say which key to change: name the model.* keys that differ,
+      // first, since a model of another layout lists dozens of tensors.
       const std::vector<std::string> differ = model_keys_differing(init->config, config_);
       if (differ.empty()) throw;
-      throw Error(std::string(e.what()) + "; model.* keys that differ from init_from's: " + join(differ, ", ") +
-                  " (`lat info " + config_.init_from + "` prints its model keys)");
+      throw Error("init_from '" + config_.init_from + "': model.* keys that differ from this run's: " +
+                  join(differ, ", ") + " (`lat info " + config_.init_from + "` prints its model keys); " + e.what());
     }
   }
   // Frozen parameters keep no gradient and get no optimizer state.
