@@ -334,6 +334,11 @@ TEST_F(CheckpointTest, MissingTextAndTruncatedFilesAreErrorsNamingTheFile) {
   write_bytes(text, "this is not an HDF5 file\n");
   expect_error([&] { lat::load_checkpoint(text); }, {"'" + text + "'", "not an HDF5 file"});
   EXPECT_EQ(read_bytes(text), "this is not an HDF5 file\n");
+  // A llama.cpp file (magic "GGUF") is named as such.
+  const std::string gguf = path("model.gguf");
+  write_bytes(gguf, std::string("GGUF\x03\0\0\0", 8));
+  expect_error([&] { lat::load_checkpoint(gguf); },
+               {"'" + gguf + "'", "a GGUF file (llama.cpp's format, which lat exports but does not read)"});
 
   lat::save_checkpoint(path("full.h5"), sample_checkpoint());
   const std::string bytes = read_bytes(path("full.h5"));

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 #include <set>
 
@@ -640,6 +641,12 @@ Checkpoint load_checkpoint(const std::string& path, CheckpointParts parts) {
   SilenceHdf5Errors silence;
   if (H5Fis_hdf5(path.c_str()) <= 0) {
     H5Eclear2(H5E_DEFAULT);
+    // llama.cpp's files start with the magic "GGUF": lat writes them (export) but reads none.
+    char magic[4] = {};
+    std::ifstream in(path, std::ios::binary);
+    if (in.read(magic, sizeof magic) && std::string(magic, sizeof magic) == "GGUF")
+      throw Error(where + "a GGUF file (llama.cpp's format, which lat exports but does not read): expected a lat "
+                          "checkpoint (.h5), an exported model.safetensors, or a run, export or Hugging Face directory");
     throw Error(where + "not an HDF5 file (another format, or truncated)");
   }
   try {
