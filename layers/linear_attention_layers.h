@@ -270,10 +270,6 @@ class GatedDeltaNet : public DeltaNet {
 /// dt_bias = softplus^-1(dt). gdn and simple_gla ([Hv] each) and kda (A_log [H], dt_bias [H*K]).
 void init_mamba2_decay(Tensor& A_log, Tensor& dt_bias, Generator& gen);
 
-/// t [B, T, H, K] -> [B, T, H*G, K], head j repeated as heads j*G .. j*G + G - 1
-/// (torch.repeat_interleave on dim 2); the backward sums each group's gradients into its head.
-Tensor repeat_heads(const Tensor& t, int64_t G);
-
 /// The mixer of model.layers kind `kind`: attn, linear_attn, simple_gla, retention, delta_net,
 /// gdn, mamba2. Throws lat::Error naming an unknown kind and listing the valid ones.
 std::unique_ptr<Mixer> make_mixer(const std::string& kind, const MixerConfig& config, Generator& gen);

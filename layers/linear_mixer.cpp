@@ -51,14 +51,6 @@ Tensor run_conv(const ShortConvolution& conv, const Tensor& x, Tensor* conv_stat
 
 }  // namespace
 
-// A broadcast add of zeros [G, 1] over [B, T, H, 1, K]: one elementwise pass forward, and its
-// backward (sum_to) sums each group's gradients into its key head, on CPU and CUDA alike.
-Tensor repeat_heads(const Tensor& t, int64_t G) {
-  const int64_t B = t.size(0), T = t.size(1), H = t.size(2), K = t.size(3);
-  const Tensor zeros = Tensor::zeros({G, 1}, t.dtype(), t.device());
-  return (t.reshape({B, T, H, 1, K}) + zeros).reshape({B, T, H * G, K});
-}
-
 LinearMixer::LinearMixer(std::string kind, const MixerConfig& config, ValueHeads value_heads)
     : config_(config), kind_(std::move(kind)) {
   MixerConfig& c = config_;
@@ -167,8 +159,8 @@ LinearMixer::QKV LinearMixer::conv_qkv(const Projections& p, LinearMixerState* s
   // The repeat comes after the convolutions (they act on the H*K channels of q_proj and
   // k_proj); the kernels' in-kernel L2 norm commutes with it.
   if (const int64_t G = value_heads_ / H; G > 1) {
-    q = repeat_heads(q, G);
-    k = repeat_heads(k, G);
+    q = linear_attention::repeat_heads(q, G);
+    k = linear_attention::repeat_heads(k, G);
   }
   return {q, k, v.reshape({B, T, value_heads_, value_dim_})};
 }

@@ -5,6 +5,7 @@
 #include <sstream>
 #include <string>
 
+#include "lat/ops.h"
 #include "layers/cu_seqlens.h"
 
 namespace lat::linear_attention {
@@ -203,6 +204,14 @@ float resolve_scale(std::optional<float> scale, int64_t K) {
 
 double resolve_scale(std::optional<double> scale, int64_t K) {
   return scale ? *scale : 1.0 / std::sqrt(static_cast<double>(K));
+}
+
+// A broadcast add of zeros [G, 1] over [B, T, H, 1, K]: one elementwise pass forward, and its
+// backward (sum_to) sums each group's gradients into its key head, on CPU and CUDA alike.
+Tensor repeat_heads(const Tensor& t, int64_t G) {
+  const int64_t B = t.size(0), T = t.size(1), H = t.size(2), K = t.size(3);
+  const Tensor zeros = Tensor::zeros({G, 1}, t.dtype(), t.device());
+  return (t.reshape({B, T, H, 1, K}) + zeros).reshape({B, T, H * G, K});
 }
 
 }  // namespace lat::linear_attention

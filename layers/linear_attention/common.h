@@ -127,4 +127,9 @@ inline int64_t num_chunks(int64_t T, int64_t C) { return (T + C - 1) / C; }
 /// so this is the only exp the kernels need.
 inline float exp_nonpositive(float x) { return cpu::fast_exp(x); }
 
+/// t [B, T, H, K] -> [B, T, H*G, K], head j repeated as heads j*G .. j*G + G - 1
+/// (torch.repeat_interleave on dim 2), on the tape: the backward sums each group's gradients
+/// into its head. For kernels without grouped q/k heads (and layers calling them).
+Tensor repeat_heads(const Tensor& t, int64_t G);
+
 }  // namespace lat::linear_attention

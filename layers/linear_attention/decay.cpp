@@ -8,7 +8,6 @@
 #include "lat/tape.h"
 #include "layers/linear_attention/decay_kernels.h"
 #include "layers/linear_attention/per_sequence.h"
-#include "layers/linear_attention_layers.h"
 
 namespace lat::linear_attention {
 namespace {
@@ -48,7 +47,7 @@ DecayParams params_of(const DecayInputs& in, const DecayOptions& options, int64_
 }
 
 // Grouped q/k heads for the kernels that read only Hk == H (every one but the CPU chunk
-// kernel): q and k repeated to H heads on the tape (lat::repeat_heads, whose backward sums
+// kernel): q and k repeated to H heads on the tape (repeat_heads, common.h, whose backward sums
 // each group's gradients), so every form and backend has one semantics. A step's q_t, k_t
 // [B, Hk, K] go through a T = 1 axis.
 DecayInputs with_heads_repeated(const DecayInputs& in, int64_t H) {

@@ -36,7 +36,7 @@ struct DecayOptions {
 /// copies) and, when any input requires grad, records one tape node named `op` with inputs
 /// q, k, v, g, initial_state, whose backward runs the same kernels' backward per span (dq,
 /// dk [B, T, Hk, K]). The CPU chunk kernel reads grouped q and k as they are; for every
-/// other kernel q and k are first repeated to H heads on the tape (lat::repeat_heads).
+/// other kernel q and k are first repeated to H heads on the tape (repeat_heads, common.h).
 LinearAttentionOutput run_decay(const char* op, Form form, const DecayInputs& in, const DecayOptions& options);
 
 /// One decoding step: checks the arguments as check_step (grouped q/k heads, repeated to
