@@ -4,6 +4,7 @@
 #include "layers/mla_attention.h"
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "lat/ops.h"
@@ -21,7 +22,7 @@ constexpr double kLatentNormEps = 1e-6;
 
 // The cache rows [B, L, width] followed by the T new ones [B, T, width]. With a sliding window
 // only the last window_size - 1 old rows stay: all that the first new query (and any later
-// one) still sees. Each step expands every kept row again, O(L) work, so the O(L) copy here
+// one) still sees. Each step attends over every kept row, O(L) work, so the O(L) copy here
 // costs no more; ops keep the cache on the parameters' device.
 Tensor append_rows(const Tensor& rows, const Tensor& new_rows, int64_t window_size) {
   if (!rows.defined()) return new_rows;
@@ -171,10 +172,41 @@ Tensor MlaAttention::step(const Tensor& x, MixerState& state) const {
   if (p.k_rot.defined()) cache->k_rot = append_rows(cache->k_rot, p.k_rot, config_.window_size);
   cache->length = cache->latent.size(1);
   cache->position += T;
-  const int64_t L = cache->length;
-  const Expanded e = expand(cache->latent, cache->k_rot);
-  const Tensor o = causal_attention_cached(p.q, e.k, e.v, L, {}, config_.window_size);
+  const Tensor o = attend_latent(p.q, *cache);
   return o_proj_->forward(o.reshape({B, T, config_.attn_n_heads * config_.mla.v_head_dim}));
+}
+
+Tensor MlaAttention::attend_latent(const Tensor& q, const MlaCache& cache) const {
+  const MlaOptions& o = config_.mla;
+  const int64_t B = q.size(0), T = q.size(1), H = config_.attn_n_heads, C = o.kv_lora_rank,
+                Dn = o.qk_nope_head_dim, Dr = o.qk_rope_head_dim, Dv = o.v_head_dim, L = cache.length;
+  // kv_b_proj's rows per head: Dn key rows, then Dv value rows, each over the C latent channels.
+  const std::vector<Tensor> w = split(kv_b_proj_->weight().reshape({H, Dn + Dv, C}), {Dn, Dv}, 1);
+  const Tensor latent = cache.latent.reshape({B, L, 1, C});
+  // q_nope . (W_uk c) = (q_nope W_uk) . c: each head's query moves into the latent space, where
+  // every head reads the same keys (multi-query attention over the cache rows).
+  Tensor q_latent, k;
+  std::vector<Tensor> q_parts = split(q, {Dn, Dr}, 3);
+  if (Dn > 0) {
+    const Tensor q_nope = permute(q_parts[0], {2, 0, 1, 3}).reshape({H, B * T, Dn});
+    q_latent = permute(matmul(q_nope, w[0]).reshape({H, B, T, C}), {1, 2, 0, 3});
+  }
+  if (Dr == 0) {
+    k = latent;
+  } else if (Dn == 0) {
+    q_latent = q_parts[1];
+    k = cache.k_rot.reshape({B, L, 1, Dr});
+  } else {
+    q_latent = concat({q_latent, q_parts[1]}, 3);
+    k = concat({latent, cache.k_rot.reshape({B, L, 1, Dr})}, 3);
+  }
+  // The scale stays the expanded key's Dq^-0.5: the scores are the same numbers.
+  const double scale = 1.0 / std::sqrt(static_cast<double>(Dn + Dr));
+  const Tensor o_latent = causal_attention_cached(q_latent, k, latent, L, scale, config_.window_size);
+  // softmax . (W_uv c) = W_uv (softmax . c): each head's output leaves the latent space.
+  const Tensor o_heads = permute(o_latent, {2, 0, 1, 3}).reshape({H, B * T, C});
+  return permute(matmul(o_heads, transpose(w[1], 1, 2)).reshape({H, B, T, Dv}),
+                 {1, 2, 0, 3});
 }
 
 }  // namespace lat

@@ -20,8 +20,8 @@ namespace lat {
 /// Generation state of an MlaAttention layer: per token only the normed latent and the shared
 /// key part, latent [B, L, C] and k_rot [B, L, Dr] (rotated when the layer has rope; undefined
 /// when Dr = 0), on the parameters' device: (C + Dr) floats per token against a plain KV
-/// cache's H (Dq + Dv). Each step expands every row again through kv_b_proj (no absorption of
-/// kv_b_proj into q and o_proj). With a sliding window only the rows still visible are kept.
+/// cache's H (Dq + Dv). Steps never expand the rows: kv_b_proj is absorbed into the queries and
+/// the outputs (MlaAttention::step). With a sliding window only the rows still visible are kept.
 struct MlaCache : MixerState {
   Tensor latent, k_rot;
   int64_t batch = 0;
@@ -53,8 +53,11 @@ class MlaAttention : public Mixer {
   Tensor forward(const Tensor& x, const Tensor& cu_seqlens = {}) const override;
   /// An empty MlaCache.
   std::unique_ptr<MixerState> make_state(int64_t batch) const override;
-  /// Appends the latents of the T tokens of x [B, T, d_model] to the MlaCache `state`,
-  /// expands every cached row through kv_b_proj and attends over them.
+  /// Appends the latents of the T tokens of x [B, T, d_model] to the MlaCache `state` and
+  /// attends over the cached rows in the latent space (DeepSeek-V2 sec. 2.1.2, absorbed
+  /// kv_b_proj): per head q_nope W_uk [C] beside the rotated part scores every row's
+  /// [latent | k_rot] at scale Dq^-0.5, the weighted latents [C] leave through W_uv [Dv, C].
+  /// O(L (C + Dr)) work per query and head, instead of expanding L rows to H (Dq + Dv).
   Tensor step(const Tensor& x, MixerState& state) const override;
 
   /// The config with attn_n_heads (H) resolved.
@@ -76,6 +79,9 @@ class MlaAttention : public Mixer {
   Expanded expand(const Tensor& latent, const Tensor& k_rot) const;
   /// forward() on x [B, T, d_model] (B == 1 with cu_seqlens, the row's packed sequences).
   Tensor attend(const Tensor& x, const Tensor& cu_seqlens) const;
+  /// Attention of q [B, T, H, Dq] (rotated) over the cache's L rows without expanding them:
+  /// -> [B, T, H, Dv] (see step()).
+  Tensor attend_latent(const Tensor& q, const MlaCache& cache) const;
   /// RoPE on x [B, T, heads, Dr] from position_offset, when the layer has rope.
   Tensor rotate(const Tensor& x, int64_t position_offset, const Tensor& cu_seqlens) const;
 
