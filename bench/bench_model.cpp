@@ -29,9 +29,19 @@
 //     the same initial weights, the precisions taking turns step by step on the same batches,
 //     and the ratio of their tokens/s (a ratio from one process holds on a loaded machine,
 //     where absolute figures do not).
-// Generation runs first, so that its peak RSS is not the training part's. Peak RSS is the
-// process's high-water mark so far: rows run in the printed order, so a row's figure also
-// covers the rows above it (run one model with --models for a clean figure).
+//     Sizes (--preset): main, the rows above; 25M, the main job's hybrid at d_model 512, 8
+//     layers gdn,gdn,gdn,attn x 2, 8 heads of 64, block 512, batch 4, chunks of 64, window 512;
+//     100M, d_model 768, gdn,gdn,gdn,attn x 3, 12 heads of 64, block 1024, batch 4, chunks of 64,
+//     window 1024 (overrides on shakespeare_hybrid.yaml; bench_torch_peer.py --preset has the
+//     same shapes). --long-context runs instead, at the 25M width, for each block of --blocks
+//     (512,2048,8192,16384) at 16384 tokens per step (batch 16384 / block): "gdn block B" (gdn x
+//     8) and "hybrid-swa block B" (gdn,gdn,gdn,attn x 2, window 512). Each row also reports its
+//     peak RSS (the row runs in a process of its own: this executable started again) and its MFU:
+//     model FLOPs per token (bench/model_flops.h, docs/MFU.md) x tokens/s over the product peak
+//     of its precision (lat::matmul 1024^3, best of 20), measured before the rows and printed.
+// Generation runs first, so that its peak RSS is not the training part's. A generation row's
+// peak RSS is the process's high-water mark so far: rows run in the printed order, so its
+// figure also covers the rows above it (run one model with --models for a clean figure).
 //
 // Threads: OpenMP's default (OMP_NUM_THREADS, else all cores), or --threads N. Run it on
 // idle cores: when another process competes for them, OpenMP's barriers can make a step
@@ -64,7 +74,7 @@
 // more threads it also counts OpenMP's spinning), --competing N (default 0: no loaded case;
 // see 3. above), --rows NAME,.. (the training rows to run, named as printed with '-' for
 // spaces, e.g. hybrid,hybrid-nanoGPT-size; default all), --skip-train, --skip-generate,
-// --skip-inference.
+// --skip-inference, --preset main|25M|100M, --long-context, --blocks B1,B2,.. (see 2. above).
 #include <omp.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -143,6 +153,7 @@ struct Options {
   std::string preset = "main";  // the training rows' sizes: main, 25M, 100M
   bool long_context = false;    // the long-context rows instead of the preset's
   std::vector<int64_t> blocks = {512, 2048, 8192, 16384};  // their block sizes
+  std::vector<std::string> args;  // the command line's arguments, for the row processes
 };
 
 double ms_since(Clock::time_point start) {
@@ -251,6 +262,7 @@ Options parse_options(int argc, char** argv) {
   using lat::bench::parse_int_flag;
   constexpr int64_t kMaxContext = int64_t{1} << 20, kMaxCompeting = 64;
   Options o;
+  o.args.assign(argv + 1, argv + argc);
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto value = [&]() -> std::string {
@@ -779,7 +791,7 @@ double product_peak(lat::Precision precision) {
 }
 
 /// A row's results as text lines of tab-separated fields, to come back from the process
-/// that measured them (run_row_in_child): the data source, then one line per precision.
+/// that measured them (run_row_in_process): the data source, then one line per precision.
 std::string serialize_results(const std::vector<TrainResult>& results) {
   std::string text = results.front().data + "\n";
   char line[512];
@@ -827,34 +839,46 @@ std::vector<TrainResult> parse_results(const std::string& text, const TrainResul
   return results;
 }
 
-/// bench_training of one row in a forked child process, so that the row's peak RSS is its
-/// own (the child's high-water mark: its own allocations over what it shares with this
-/// process at the fork). Throws std::runtime_error with the child's error when it fails.
-std::vector<TrainResult> run_row_in_child(const TrainingRow& row, const lat::Config& config, const fs::path& repo_root,
-                                          const std::vector<lat::Precision>& precisions, const Options& options,
-                                          Competitors& competitors) {
+/// argv[1] of a process that measures one training row (then: the row's name, then the
+/// benchmark's own arguments): it prints serialize_results of that row.
+constexpr const char* kRowChild = "--row-child";
+
+/// The precisions of --precision that this CPU runs (bf16 needs AVX512-BF16), printing a line
+/// for each one skipped when `say_skipped`.
+std::vector<lat::Precision> runnable_precisions(const Options& options, bool say_skipped) {
+  std::vector<lat::Precision> precisions;
+  for (lat::Precision p : options.precisions) {
+    if (lat::bf16_supported(lat::Device::cpu()) || p == lat::Precision::fp32)
+      precisions.push_back(p);
+    else if (say_skipped)
+      std::printf("precision %s skipped: this CPU has no AVX512-BF16 (or DNNL_MAX_CPU_ISA caps it)\n",
+                  lat::precision_name(p));
+  }
+  return precisions;
+}
+
+/// bench_training of one row in a process of its own, this executable started again (a
+/// forked copy could not use OpenMP: libgomp's threads do not survive a fork), so that the
+/// row's peak RSS is its own. Throws std::runtime_error when that process fails (its error
+/// went to stderr).
+std::vector<TrainResult> run_row_in_process(const TrainingRow& row, const lat::Config& config,
+                                            const Options& options) {
   int fds[2];
   if (pipe(fds) != 0) throw std::runtime_error(std::string("training: pipe: ") + std::strerror(errno));
-  std::fflush(stdout);  // or the child would print this process's buffered lines again
+  std::fflush(stdout);
   const pid_t pid = fork();
   if (pid < 0) throw std::runtime_error(std::string("training: fork: ") + std::strerror(errno));
   if (pid == 0) {
+    dup2(fds[1], STDOUT_FILENO);
     close(fds[0]);
-    std::string text;
-    int code = 0;
-    try {
-      text = serialize_results(bench_training(row.name, config, repo_root, precisions, options, competitors));
-    } catch (const std::exception& e) {
-      text = e.what();
-      code = 1;
-    }
-    for (size_t done = 0; done < text.size();) {
-      const ssize_t n = write(fds[1], text.data() + done, text.size() - done);
-      if (n <= 0) break;
-      done += static_cast<size_t>(n);
-    }
     close(fds[1]);
-    _exit(code);
+    std::vector<std::string> strings = {"bench_model", kRowChild, row_flag_name(row.name)};
+    strings.insert(strings.end(), options.args.begin(), options.args.end());
+    std::vector<char*> args;
+    for (std::string& a : strings) args.push_back(a.data());
+    args.push_back(nullptr);
+    execv("/proc/self/exe", args.data());
+    _exit(127);
   }
   close(fds[1]);
   std::string text;
@@ -864,9 +888,10 @@ std::vector<TrainResult> run_row_in_child(const TrainingRow& row, const lat::Con
   int status = 0;
   waitpid(pid, &status, 0);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-    throw std::runtime_error(WIFEXITED(status) ? text
-                                               : row.name + ": the measuring process died of signal " +
-                                                     std::to_string(WTERMSIG(status)));
+    throw std::runtime_error(row.name + ": the row's measuring process failed (" +
+                             (WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status))
+                                                : "signal " + std::to_string(WTERMSIG(status))) +
+                             ")");
   TrainResult shape;
   shape.name = row.name;
   shape.batch = config.train.batch_size;
@@ -875,20 +900,29 @@ std::vector<TrainResult> run_row_in_child(const TrainingRow& row, const lat::Con
   return parse_results(text, shape);
 }
 
+/// The row-measuring process (kRowChild): the row named `name` (as --rows spells it) of
+/// `options`, its results printed by serialize_results.
+void measure_row(const std::string& name, const Options& options) {
+  const fs::path config_dir = find_config_dir(options.config_dir);
+  if (options.threads > 0) lat::set_num_threads(options.threads);
+  lat::keep_freed_memory();
+  Options one = options;
+  one.rows = {name};
+  const TrainingRow row = selected_training_rows(one).front();
+  const lat::Config config = lat::load_config((config_dir / row.file).string(), row.overrides);
+  Competitors none(0);
+  const std::vector<TrainResult> results = bench_training(row.name, config, config_dir.parent_path(),
+                                                          runnable_precisions(options, false), options, none);
+  std::fputs(serialize_results(results).c_str(), stdout);
+}
+
 /// The training part: both configs as they are and at nanoGPT size, at each precision of
 /// --precision that this CPU runs (bf16 needs AVX512-BF16), with the ratio of each to the first.
 void run_training(const fs::path& config_dir, const Options& options) {
   lat::keep_freed_memory();
   const fs::path repo_root = config_dir.parent_path();
   const std::vector<TrainingRow> rows = selected_training_rows(options);
-  std::vector<lat::Precision> precisions;
-  for (lat::Precision p : options.precisions) {
-    if (lat::bf16_supported(lat::Device::cpu()) || p == lat::Precision::fp32)
-      precisions.push_back(p);
-    else
-      std::printf("precision %s skipped: this CPU has no AVX512-BF16 (or DNNL_MAX_CPU_ISA caps it)\n",
-                  lat::precision_name(p));
-  }
+  const std::vector<lat::Precision> precisions = runnable_precisions(options, true);
   if (precisions.empty()) return;
   std::map<lat::Precision, double> peak;  // FLOP/s
   for (lat::Precision p : precisions) peak[p] = product_peak(p);
@@ -916,7 +950,7 @@ void run_training(const fs::path& config_dir, const Options& options) {
     // With competitors the rows run here: they are this process's children to stop and resume.
     const std::vector<TrainResult> results =
         competitors.count() > 0 ? bench_training(row.name, config, repo_root, precisions, options, competitors)
-                                : run_row_in_child(row, config, repo_root, precisions, options, competitors);
+                                : run_row_in_process(row, config, options);
     first_step_ms[row.name] = results.front().step_ms;
     for (const TrainResult& r : results) {
       const double tokens = static_cast<double>(r.batch * r.block * r.accum);
@@ -947,9 +981,8 @@ void run_training(const fs::path& config_dir, const Options& options) {
   if (competitors.count() > 0)
     std::printf("(peak RSS: this process's high-water mark so far, rows in the printed order)\n");
   else
-    std::printf("(peak RSS: the row's own process, forked from this one at %.0f MiB, with every precision's model "
-                "and optimizer)\n",
-                current_rss_mib());
+    std::printf("(peak RSS: the row's own process, this executable started again for it, with every precision's "
+                "model and optimizer)\n");
   std::printf("(MFU: model FLOPs per token, docs/MFU.md, x tokens/s over the product peak of the precision; "
               "-: a mixer the count does not know)\n");
   if (competitors.count() > 0)
@@ -1064,6 +1097,11 @@ int main(int argc, char** argv) {
       measure_inference(argv[2], static_cast<int>(parse_int_flag(argv[3], "threads", 0, lat::bench::kMaxThreads)),
                         parse_int_flag(argv[4], "--steps", 1, kMaxSteps),
                         parse_int_flag(argv[5], "--decode-steps", 1, kMaxSteps));
+      return 0;
+    }
+    // A process that measures one training row, started by run_row_in_process.
+    if (argc >= 3 && std::string(argv[1]) == kRowChild) {
+      measure_row(argv[2], parse_options(argc - 2, argv + 2));
       return 0;
     }
     const Options options = parse_options(argc, argv);
