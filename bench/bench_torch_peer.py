@@ -265,6 +265,17 @@ def training_rows(cfg, args):
     return [(Path(args.config).stem, cfg)]
 
 
+def block_list(text):
+    """--blocks: comma-separated positive integers."""
+    try:
+        blocks = [int(b) for b in text.split(",")]
+    except ValueError:
+        blocks = []
+    if not blocks or min(blocks) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers separated by commas, got '{text}'")
+    return blocks
+
+
 def attended_pairs(t, w):
     """Query-key pairs a causal attention with window w (0: none) scores over t tokens."""
     w = min(w, t) if w > 0 else t
@@ -437,7 +448,7 @@ def main():
                         help="the training rows' sizes (bench_model --preset)")
     parser.add_argument("--long-context", action="store_true",
                         help="the long-context rows (gdn and hybrid-swa at each of --blocks) instead")
-    parser.add_argument("--blocks", type=lambda text: [int(b) for b in text.split(",")],
+    parser.add_argument("--blocks", type=block_list,
                         default=[512, 2048, 8192, 16384], help="the long-context rows' block sizes")
     parser.add_argument("--mamba2", action="store_true", help="time one Mamba2Mixer forward + backward instead")
     parser.add_argument("--kda", action="store_true",
