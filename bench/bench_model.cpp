@@ -943,7 +943,7 @@ void run_training(const fs::path& config_dir, const Options& options) {
   if (competitors.count() > 0) std::printf(" %11s %12s", "loaded t/s", "loaded/idle");
   std::printf("\n");
   std::fflush(stdout);
-  std::vector<std::string> sources;
+  std::vector<std::string> sources, uncounted;
   std::map<std::string, double> first_step_ms;  // row name -> ms/step at the first precision
   for (const TrainingRow& row : rows) {
     const lat::Config config = lat::load_config((config_dir / row.file).string(), row.overrides);
@@ -968,6 +968,9 @@ void run_training(const fs::path& config_dir, const Options& options) {
       std::printf("\n");
       std::fflush(stdout);
     }
+    const std::string& kind = results.front().uncounted;
+    if (!kind.empty() && std::find(uncounted.begin(), uncounted.end(), kind) == uncounted.end())
+      uncounted.push_back(kind);
     if (std::find(sources.begin(), sources.end(), results.front().data) == sources.end())
       sources.push_back(results.front().data);
   }
@@ -983,8 +986,10 @@ void run_training(const fs::path& config_dir, const Options& options) {
   else
     std::printf("(peak RSS: the row's own process, this executable started again for it, with every precision's "
                 "model and optimizer)\n");
-  std::printf("(MFU: model FLOPs per token, docs/MFU.md, x tokens/s over the product peak of the precision; "
-              "-: a mixer the count does not know)\n");
+  std::string kinds;
+  for (const std::string& k : uncounted) kinds += (kinds.empty() ? "" : ", ") + k;
+  std::printf("(MFU: model FLOPs per token, docs/MFU.md, x tokens/s over the product peak of the precision%s)\n",
+              kinds.empty() ? "" : ("; -: the count does not know " + kinds).c_str());
   if (competitors.count() > 0)
     std::printf("(loaded/idle: tokens/s with the competitors running over those with them stopped, right "
                 "before)\n");
