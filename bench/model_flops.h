@@ -96,8 +96,7 @@ inline std::optional<ModelFlops> training_flops_per_token(const HybridLM& model,
       add(delta_rule_flops(T, linear->config().chunk_size, linear->value_heads(), linear->key_dim(),
                            linear->value_dim()));
     } else {
-      if (uncounted != nullptr)
-        *uncounted = linear != nullptr ? linear->kind() : "layer " + std::to_string(i) + "'s mixer";
+      if (uncounted != nullptr) *uncounted = model.config().layers.at(static_cast<size_t>(i));
       return std::nullopt;
     }
   }
