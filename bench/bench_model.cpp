@@ -29,9 +29,19 @@
 //     the same initial weights, the precisions taking turns step by step on the same batches,
 //     and the ratio of their tokens/s (a ratio from one process holds on a loaded machine,
 //     where absolute figures do not).
-// Generation runs first, so that its peak RSS is not the training part's. Peak RSS is the
-// process's high-water mark so far: rows run in the printed order, so a row's figure also
-// covers the rows above it (run one model with --models for a clean figure).
+//     Sizes (--preset): main, the rows above; 25M, the main job's hybrid at d_model 512, 8
+//     layers gdn,gdn,gdn,attn x 2, 8 heads of 64, block 512, batch 4, chunks of 64, window 512;
+//     100M, d_model 768, gdn,gdn,gdn,attn x 3, 12 heads of 64, block 1024, batch 4, chunks of 64,
+//     window 1024 (overrides on shakespeare_hybrid.yaml; bench_torch_peer.py --preset has the
+//     same shapes). --long-context runs instead, at the 25M width, for each block of --blocks
+//     (512,2048,8192,16384) at 16384 tokens per step (batch 16384 / block): "gdn block B" (gdn x
+//     8) and "hybrid-swa block B" (gdn,gdn,gdn,attn x 2, window 512). Each row also reports its
+//     peak RSS (the row runs in a process of its own: this executable started again) and its MFU:
+//     model FLOPs per token (bench/model_flops.h, docs/MFU.md) x tokens/s over the product peak
+//     of its precision (lat::matmul 1024^3, best of 20), measured before the rows and printed.
+// Generation runs first, so that its peak RSS is not the training part's. A generation row's
+// peak RSS is the process's high-water mark so far: rows run in the printed order, so its
+// figure also covers the rows above it (run one model with --models for a clean figure).
 //
 // Threads: OpenMP's default (OMP_NUM_THREADS, else all cores), or --threads N. Run it on
 // idle cores: when another process competes for them, OpenMP's barriers can make a step
@@ -64,7 +74,7 @@
 // more threads it also counts OpenMP's spinning), --competing N (default 0: no loaded case;
 // see 3. above), --rows NAME,.. (the training rows to run, named as printed with '-' for
 // spaces, e.g. hybrid,hybrid-nanoGPT-size; default all), --skip-train, --skip-generate,
-// --skip-inference.
+// --skip-inference, --preset main|25M|100M, --long-context, --blocks B1,B2,.. (see 2. above).
 #include <omp.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -90,6 +100,7 @@
 #include <vector>
 
 #include "bench/bench_flags.h"
+#include "bench/model_flops.h"
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "lat/dtype.h"
@@ -119,6 +130,8 @@ using lat::Tensor;
 
 constexpr int64_t kRandomVocab = 65;  // tiny Shakespeare's character count
 constexpr int64_t kMaxSteps = 100000;  // --steps and --decode-steps
+// Tokens per step of the long-context rows: batch = this / block (1 from this block on).
+constexpr int64_t kLongContextTokens = 16384;
 
 /// The command-line flags, with their defaults.
 struct Options {
@@ -137,6 +150,10 @@ struct Options {
   bool skip_train = false;
   bool skip_generate = false;
   bool skip_inference = false;
+  std::string preset = "main";  // the training rows' sizes: main, 25M, 100M
+  bool long_context = false;    // the long-context rows instead of the preset's
+  std::vector<int64_t> blocks = {512, 2048, 8192, 16384};  // their block sizes
+  std::vector<std::string> args;  // the command line's arguments, for the row processes
 };
 
 double ms_since(Clock::time_point start) {
@@ -245,6 +262,7 @@ Options parse_options(int argc, char** argv) {
   using lat::bench::parse_int_flag;
   constexpr int64_t kMaxContext = int64_t{1} << 20, kMaxCompeting = 64;
   Options o;
+  o.args.assign(argv + 1, argv + argc);
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto value = [&]() -> std::string {
@@ -261,6 +279,9 @@ Options parse_options(int argc, char** argv) {
     else if (arg == "--threads") o.threads = static_cast<int>(parse_int_flag(value(), "--threads", 1, kMaxThreads));
     else if (arg == "--competing") o.competing = static_cast<int>(parse_int_flag(value(), "--competing", 0, kMaxCompeting));
     else if (arg == "--rows") o.rows = parse_name_list(value());
+    else if (arg == "--preset") o.preset = value();
+    else if (arg == "--long-context") o.long_context = true;
+    else if (arg == "--blocks") o.blocks = parse_int_list(value(), "--blocks", kLongContextTokens);
     else if (arg == "--precision") {
       o.precisions.clear();
       for (const std::string& name : parse_name_list(value())) {
@@ -282,12 +303,15 @@ Options parse_options(int argc, char** argv) {
                   "                   [--prefill-chunk 1024] [--models hybrid,hybrid-full,attention]\n"
                   "                   [--steps 20] [--warmup-steps 3] [--threads N] [--precision fp32,bf16]\n"
                   "                   [--clock wall|cpu] [--competing N] [--rows hybrid,...] [--skip-train]\n"
-                  "                   [--skip-generate] [--skip-inference]\n");
+                  "                   [--skip-generate] [--skip-inference] [--preset main|25M|100M]\n"
+                  "                   [--long-context] [--blocks 512,2048,8192,16384]\n");
       std::exit(0);
     } else {
       throw std::invalid_argument("unknown argument '" + arg + "' (see --help)");
     }
   }
+  if (o.preset != "main" && o.preset != "25M" && o.preset != "100M")
+    throw std::invalid_argument("--preset: unknown preset '" + o.preset + "' (main, 25M, 100M)");
   for (const std::string& m : o.models)
     if (m != "hybrid" && m != "hybrid-full" && m != "attention")
       throw std::invalid_argument("--models: unknown model '" + m + "' (hybrid, hybrid-full, attention)");
@@ -534,6 +558,9 @@ struct TrainResult {
   std::string data;      // where the batches came from
   double params_m = 0.0;
   std::string optimizer;  // TrainOptimizer::type()
+  std::optional<lat::bench::ModelFlops> flops;  // per token (bench/model_flops.h); nullopt: ...
+  std::string uncounted;                         // ... for this mixer kind
+  double peak_rss_mib = 0.0;  // the measuring process's high-water mark after the row's steps
 };
 
 /// Whether a timed step runs with the competitors stopped or running.
@@ -602,6 +629,7 @@ std::vector<TrainResult> bench_training(const std::string& name, const lat::Conf
               {}, {}};
     t.optimizer = std::make_unique<lat::TrainOptimizer>(train, t.model->named_parameters());
     r.params_m = static_cast<double>(t.model->num_parameters()) / 1e6;
+    r.flops = lat::bench::training_flops_per_token(*t.model, r.block, &r.uncounted);
     r.optimizer = t.optimizer->type();
     trainees.push_back(std::move(t));
   }
@@ -648,6 +676,7 @@ std::vector<TrainResult> bench_training(const std::string& name, const lat::Conf
     r.precision = t.precision;
     r.step_ms = median(t.times);
     r.loaded_step_ms = t.loaded_times.empty() ? 0.0 : median(t.loaded_times);
+    r.peak_rss_mib = peak_rss_mib();
     results.push_back(r);
   }
   return results;
@@ -662,8 +691,34 @@ struct TrainingRow {
   std::vector<std::string> overrides;
 };
 
-/// Every training row, in the printed order.
-std::vector<TrainingRow> all_training_rows() {
+/// Overrides on shakespeare_hybrid.yaml for a model of `d_model` (heads of 64, chunks of 64)
+/// with `layers`, trained on batches of `batch` x `block` tokens; the attention layers see the
+/// last `window` tokens.
+std::vector<std::string> sized_overrides(int64_t d_model, const std::string& layers, int64_t block, int64_t batch,
+                                         int64_t window) {
+  const int64_t n_layers = static_cast<int64_t>(parse_name_list(layers).size());
+  return {"model.d_model=" + std::to_string(d_model), "model.n_layers=" + std::to_string(n_layers),
+          "model.n_heads=" + std::to_string(d_model / 64), "model.layers=\"" + layers + "\"",
+          "model.linear.chunk_size=64", "model.attn.window_size=" + std::to_string(window),
+          "data.block_size=" + std::to_string(block), "train.batch_size=" + std::to_string(batch),
+          "train.grad_accum=1"};
+}
+
+/// `group` repeated `n` times, comma-separated.
+std::string repeated(const std::string& group, int n) {
+  std::string out;
+  for (int i = 0; i < n; ++i) out += (i > 0 ? "," : "") + group;
+  return out;
+}
+
+/// The training rows of `preset` (main: the configs as they are; 25M and 100M: the main
+/// job's hybrid at those sizes, attention over the whole block as in the main job), in the
+/// printed order. bench_torch_peer.py --preset has the same shapes.
+std::vector<TrainingRow> all_training_rows(const std::string& preset) {
+  if (preset == "25M")
+    return {{"25M", "shakespeare_hybrid.yaml", sized_overrides(512, repeated("gdn,gdn,gdn,attn", 2), 512, 4, 512)}};
+  if (preset == "100M")
+    return {{"100M", "shakespeare_hybrid.yaml", sized_overrides(768, repeated("gdn,gdn,gdn,attn", 3), 1024, 4, 1024)}};
   const std::vector<std::string> nanogpt = {"data.block_size=64", "train.batch_size=12", "train.grad_accum=1"};
   return {
       {"hybrid", "shakespeare_hybrid.yaml", {}},
@@ -675,6 +730,21 @@ std::vector<TrainingRow> all_training_rows() {
   };
 }
 
+/// The long-context rows at the 25M width (d_model 512, 8 layers, 8 heads of 64): for each
+/// block of `blocks`, gdn only and the hybrid whose attention layers have a window of 512,
+/// at kLongContextTokens tokens per step (batch = that / block, at least 1).
+std::vector<TrainingRow> long_context_rows(const std::vector<int64_t>& blocks) {
+  std::vector<TrainingRow> rows;
+  for (int64_t block : blocks) {
+    const int64_t batch = std::max<int64_t>(1, kLongContextTokens / block);
+    const std::string suffix = " block " + std::to_string(block);
+    rows.push_back({"gdn" + suffix, "shakespeare_hybrid.yaml", sized_overrides(512, repeated("gdn", 8), block, batch, 0)});
+    rows.push_back({"hybrid-swa" + suffix, "shakespeare_hybrid.yaml",
+                    sized_overrides(512, repeated("gdn,gdn,gdn,attn", 2), block, batch, 512)});
+  }
+  return rows;
+}
+
 /// A row's name as --rows spells it: '-' for each space.
 std::string row_flag_name(std::string name) {
   std::replace(name.begin(), name.end(), ' ', '-');
@@ -683,8 +753,10 @@ std::string row_flag_name(std::string name) {
 
 /// The rows --rows picks (all when it is empty), in the printed order. Throws
 /// std::runtime_error naming an unknown row and listing the known ones.
-std::vector<TrainingRow> selected_training_rows(const std::vector<std::string>& names) {
-  const std::vector<TrainingRow> all = all_training_rows();
+std::vector<TrainingRow> selected_training_rows(const Options& options) {
+  const std::vector<std::string>& names = options.rows;
+  const std::vector<TrainingRow> all =
+      options.long_context ? long_context_rows(options.blocks) : all_training_rows(options.preset);
   for (const std::string& name : names)
     if (std::none_of(all.begin(), all.end(), [&](const TrainingRow& row) { return row_flag_name(row.name) == name; })) {
       std::string known;
@@ -698,40 +770,187 @@ std::vector<TrainingRow> selected_training_rows(const std::vector<std::string>& 
   return rows;
 }
 
+/// The matrix-product peak of `precision` in FLOP/s, the MFU's denominator: lat::matmul of
+/// two 1024 x 1024 f32 matrices (under bf16 its bf16 path: inputs rounded, fp32
+/// accumulation), the best of 20 calls after a warm-up, at this process's thread count, in wall time.
+double product_peak(lat::Precision precision) {
+  constexpr int64_t n = 1024;
+  constexpr int calls = 20;
+  lat::Generator gen(1);
+  const Tensor a = Tensor::randn({n, n}, gen), b = Tensor::randn({n, n}, gen);
+  const lat::PrecisionGuard guard(precision);
+  lat::matmul(a, b);  // oneDNN's primitive for this shape is made here
+  double best_ms = 0.0;
+  for (int i = 0; i < calls; ++i) {
+    const auto start = Clock::now();
+    lat::matmul(a, b);
+    const double ms = ms_since(start);
+    best_ms = i == 0 ? ms : std::min(best_ms, ms);
+  }
+  return 2.0 * static_cast<double>(n * n * n) / (best_ms / 1e3);
+}
+
+/// A row's results as text lines of tab-separated fields, to come back from the process
+/// that measured them (run_row_in_process): the data source, then one line per precision.
+std::string serialize_results(const std::vector<TrainResult>& results) {
+  std::string text = results.front().data + "\n";
+  char line[512];
+  for (const TrainResult& r : results) {
+    std::snprintf(line, sizeof line, "%s\t%.17g\t%.17g\t%.17g\t%.17g\t%.17g\t%.17g\t%d\t%s\t%s\n",
+                  lat::precision_name(r.precision), r.step_ms, r.loaded_step_ms, r.params_m, r.peak_rss_mib,
+                  r.flops ? r.flops->forward : 0.0, r.flops ? r.flops->backward : 0.0, r.flops ? 1 : 0,
+                  r.optimizer.c_str(), r.uncounted.c_str());
+    text += line;
+  }
+  return text;
+}
+
+/// The inverse of serialize_results, on a copy of the row's `shape` (name, batch, block,
+/// accum). Throws std::runtime_error on a malformed text.
+std::vector<TrainResult> parse_results(const std::string& text, const TrainResult& shape) {
+  std::vector<std::string> lines;
+  for (size_t start = 0; start < text.size();) {
+    const size_t end = std::min(text.find('\n', start), text.size());
+    lines.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  if (lines.size() < 2) throw std::runtime_error(shape.name + ": the measuring process gave no results: '" + text + "'");
+  std::vector<TrainResult> results;
+  for (size_t i = 1; i < lines.size(); ++i) {
+    std::vector<std::string> f;
+    for (size_t start = 0; start <= lines[i].size();) {
+      const size_t end = std::min(lines[i].find('\t', start), lines[i].size());
+      f.push_back(lines[i].substr(start, end - start));
+      start = end + 1;
+    }
+    if (f.size() != 10) throw std::runtime_error(shape.name + ": malformed result line '" + lines[i] + "'");
+    TrainResult r = shape;
+    r.data = lines[0];
+    r.precision = lat::parse_precision(f[0]);
+    r.step_ms = std::stod(f[1]);
+    r.loaded_step_ms = std::stod(f[2]);
+    r.params_m = std::stod(f[3]);
+    r.peak_rss_mib = std::stod(f[4]);
+    if (f[7] == "1") r.flops = lat::bench::ModelFlops{std::stod(f[5]), std::stod(f[6])};
+    r.optimizer = f[8];
+    r.uncounted = f[9];
+    results.push_back(r);
+  }
+  return results;
+}
+
+/// argv[1] of a process that measures one training row (then: the row's name, then the
+/// benchmark's own arguments): it prints serialize_results of that row.
+constexpr const char* kRowChild = "--row-child";
+
+/// The precisions of --precision that this CPU runs (bf16 needs AVX512-BF16), printing a line
+/// for each one skipped when `say_skipped`.
+std::vector<lat::Precision> runnable_precisions(const Options& options, bool say_skipped) {
+  std::vector<lat::Precision> precisions;
+  for (lat::Precision p : options.precisions) {
+    if (lat::bf16_supported(lat::Device::cpu()) || p == lat::Precision::fp32)
+      precisions.push_back(p);
+    else if (say_skipped)
+      std::printf("precision %s skipped: this CPU has no AVX512-BF16 (or DNNL_MAX_CPU_ISA caps it)\n",
+                  lat::precision_name(p));
+  }
+  return precisions;
+}
+
+/// bench_training of one row in a process of its own, this executable started again (a
+/// forked copy could not use OpenMP: libgomp's threads do not survive a fork), so that the
+/// row's peak RSS is its own. Throws std::runtime_error when that process fails (its error
+/// went to stderr).
+std::vector<TrainResult> run_row_in_process(const TrainingRow& row, const lat::Config& config,
+                                            const Options& options) {
+  int fds[2];
+  if (pipe(fds) != 0) throw std::runtime_error(std::string("training: pipe: ") + std::strerror(errno));
+  std::fflush(stdout);
+  const pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error(std::string("training: fork: ") + std::strerror(errno));
+  if (pid == 0) {
+    dup2(fds[1], STDOUT_FILENO);
+    close(fds[0]);
+    close(fds[1]);
+    std::vector<std::string> strings = {"bench_model", kRowChild, row_flag_name(row.name)};
+    strings.insert(strings.end(), options.args.begin(), options.args.end());
+    std::vector<char*> args;
+    for (std::string& a : strings) args.push_back(a.data());
+    args.push_back(nullptr);
+    execv("/proc/self/exe", args.data());
+    _exit(127);
+  }
+  close(fds[1]);
+  std::string text;
+  char buf[4096];
+  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(n));
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    throw std::runtime_error(row.name + ": the row's measuring process failed (" +
+                             (WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status))
+                                                : "signal " + std::to_string(WTERMSIG(status))) +
+                             ")");
+  TrainResult shape;
+  shape.name = row.name;
+  shape.batch = config.train.batch_size;
+  shape.block = config.data.block_size;
+  shape.accum = config.train.grad_accum;
+  return parse_results(text, shape);
+}
+
+/// The row-measuring process (kRowChild): the row named `name` (as --rows spells it) of
+/// `options`, its results printed by serialize_results.
+void measure_row(const std::string& name, const Options& options) {
+  const fs::path config_dir = find_config_dir(options.config_dir);
+  if (options.threads > 0) lat::set_num_threads(options.threads);
+  lat::keep_freed_memory();
+  Options one = options;
+  one.rows = {name};
+  const TrainingRow row = selected_training_rows(one).front();
+  const lat::Config config = lat::load_config((config_dir / row.file).string(), row.overrides);
+  Competitors none(0);
+  const std::vector<TrainResult> results = bench_training(row.name, config, config_dir.parent_path(),
+                                                          runnable_precisions(options, false), options, none);
+  std::fputs(serialize_results(results).c_str(), stdout);
+}
+
 /// The training part: both configs as they are and at nanoGPT size, at each precision of
 /// --precision that this CPU runs (bf16 needs AVX512-BF16), with the ratio of each to the first.
 void run_training(const fs::path& config_dir, const Options& options) {
   lat::keep_freed_memory();
   const fs::path repo_root = config_dir.parent_path();
-  const std::vector<TrainingRow> rows = selected_training_rows(options.rows);
-  std::vector<lat::Precision> precisions;
-  for (lat::Precision p : options.precisions) {
-    if (lat::bf16_supported(lat::Device::cpu()) || p == lat::Precision::fp32)
-      precisions.push_back(p);
-    else
-      std::printf("precision %s skipped: this CPU has no AVX512-BF16 (or DNNL_MAX_CPU_ISA caps it)\n",
-                  lat::precision_name(p));
-  }
+  const std::vector<TrainingRow> rows = selected_training_rows(options);
+  const std::vector<lat::Precision> precisions = runnable_precisions(options, true);
   if (precisions.empty()) return;
+  std::map<lat::Precision, double> peak;  // FLOP/s
+  for (lat::Precision p : precisions) peak[p] = product_peak(p);
   Competitors competitors(options.competing);
   std::printf("== Training (trainer steps: forward + cross-entropy + backward + clip + optimizer update; "
               "median of %lld steps after %lld warm-up; precisions take turns step by step; %s time) ==\n",
               static_cast<long long>(options.steps), static_cast<long long>(options.warmup_steps),
               options.cpu_time ? "CPU" : "wall");
+  std::printf("product peak (lat::matmul 1024^3, best of 20, %d threads):", omp_get_max_threads());
+  for (lat::Precision p : precisions) std::printf(" %s %.1f GFLOP/s", lat::precision_name(p), peak[p] / 1e9);
+  std::printf("\n");
   if (competitors.count() > 0)
     std::printf("loaded: each step also runs while %d spinning child process%s compete%s for the cores\n",
                 competitors.count(), competitors.count() == 1 ? "" : "es", competitors.count() == 1 ? "s" : "");
   std::printf("%-26s %5s %8s %6s %6s %7s %6s %11s %10s %7s", "config", "prec", "params M", "batch", "block",
               "accum", "opt", "ms/step", "tokens/s", "ratio");
+  std::printf(" %9s %6s", "peak RSS", "MFU");
   if (competitors.count() > 0) std::printf(" %11s %12s", "loaded t/s", "loaded/idle");
   std::printf("\n");
   std::fflush(stdout);
-  std::vector<std::string> sources;
+  std::vector<std::string> sources, uncounted;
   std::map<std::string, double> first_step_ms;  // row name -> ms/step at the first precision
   for (const TrainingRow& row : rows) {
     const lat::Config config = lat::load_config((config_dir / row.file).string(), row.overrides);
+    // With competitors the rows run here: they are this process's children to stop and resume.
     const std::vector<TrainResult> results =
-        bench_training(row.name, config, repo_root, precisions, options, competitors);
+        competitors.count() > 0 ? bench_training(row.name, config, repo_root, precisions, options, competitors)
+                                : run_row_in_process(row, config, options);
     first_step_ms[row.name] = results.front().step_ms;
     for (const TrainResult& r : results) {
       const double tokens = static_cast<double>(r.batch * r.block * r.accum);
@@ -739,11 +958,19 @@ void run_training(const fs::path& config_dir, const Options& options) {
                   lat::precision_name(r.precision), r.params_m, static_cast<long long>(r.batch),
                   static_cast<long long>(r.block), static_cast<long long>(r.accum), r.optimizer.c_str(), r.step_ms,
                   tokens / (r.step_ms / 1e3), results.front().step_ms / r.step_ms);
+      std::printf(" %9.0f", r.peak_rss_mib);
+      if (r.flops)
+        std::printf(" %5.1f%%", 100.0 * r.flops->total() * tokens / (r.step_ms / 1e3) / peak[r.precision]);
+      else
+        std::printf(" %6s", "-");
       if (r.loaded_step_ms > 0.0)
         std::printf(" %11.0f %11.0f%%", tokens / (r.loaded_step_ms / 1e3), 100.0 * r.step_ms / r.loaded_step_ms);
       std::printf("\n");
       std::fflush(stdout);
     }
+    const std::string& kind = results.front().uncounted;
+    if (!kind.empty() && std::find(uncounted.begin(), uncounted.end(), kind) == uncounted.end())
+      uncounted.push_back(kind);
     if (std::find(sources.begin(), sources.end(), results.front().data) == sources.end())
       sources.push_back(results.front().data);
   }
@@ -754,6 +981,15 @@ void run_training(const fs::path& config_dir, const Options& options) {
                 kPackedRow, first_step_ms["hybrid"] / first_step_ms[kPackedRow]);
   std::printf("(ratio: tokens/s over those of the row's first precision, %s, measured in the same steps)\n",
               lat::precision_name(precisions.front()));
+  if (competitors.count() > 0)
+    std::printf("(peak RSS: this process's high-water mark so far, rows in the printed order)\n");
+  else
+    std::printf("(peak RSS: the row's own process, this executable started again for it, with every precision's "
+                "model and optimizer)\n");
+  std::string kinds;
+  for (const std::string& k : uncounted) kinds += (kinds.empty() ? "" : ", ") + k;
+  std::printf("(MFU: model FLOPs per token, docs/MFU.md, x tokens/s over the product peak of the precision%s)\n",
+              kinds.empty() ? "" : ("; -: the count does not know " + kinds).c_str());
   if (competitors.count() > 0)
     std::printf("(loaded/idle: tokens/s with the competitors running over those with them stopped, right "
                 "before)\n");
@@ -868,8 +1104,13 @@ int main(int argc, char** argv) {
                         parse_int_flag(argv[5], "--decode-steps", 1, kMaxSteps));
       return 0;
     }
+    // A process that measures one training row, started by run_row_in_process.
+    if (argc >= 3 && std::string(argv[1]) == kRowChild) {
+      measure_row(argv[2], parse_options(argc - 2, argv + 2));
+      return 0;
+    }
     const Options options = parse_options(argc, argv);
-    selected_training_rows(options.rows);  // an unknown --rows name fails before any work
+    selected_training_rows(options);  // an unknown --rows name fails before any work
     const fs::path config_dir = find_config_dir(options.config_dir);
     // As `lat train` does, before any OpenMP work (this may restart the benchmark).
     const std::string wait_policy = lat::choose_wait_policy(argv);

@@ -10,14 +10,30 @@ structure, so that the work per step is lat's:
         Networks", sec. 3; ALGORITHMS.md's chunk form, WY representation through a unit
         lower-triangular solve) in chunks of model.linear.chunk_size; per-head RMSNorm of the
         output times SiLU(g); o projection.
-  attn  q, k, v projections, RoPE (rope_theta), causal scaled_dot_product_attention (the
-        configs' window equals the block, so it is full causal attention), o projection.
+  attn  q, k, v projections, RoPE (rope_theta), causal scaled_dot_product_attention, o
+        projection. A window (model.attn.window_size) shorter than the block is a boolean
+        [T, T] mask (key j visible to query i when i - W < j <= i) given to
+        scaled_dot_product_attention as attn_mask; a window of the block or more, or 0, is
+        is_causal=True.
   mlp   SwiGLU with lat's hidden width (2/3 mlp_ratio d_model rounded up to 32).
 Pre-norm RMSNorm blocks, a final RMSNorm, an untied LM head, cross-entropy, global-norm
 clipping (train.grad_clip) and torch.optim.AdamW (train.lr, weight_decay) at every step.
 Numbers are not lat's (other init), the FLOPs and memory traffic are.
 
-Modes (--modes, each timed in the same process on the same random batches):
+Sizes (--preset, bench_model --preset's shapes): main (the config as it is), 25M (d_model 512,
+layers gdn,gdn,gdn,attn x 2, 8 heads of 64, block 512, batch 4, chunk 64, window 512) and 100M
+(d_model 768, gdn,gdn,gdn,attn x 3, 12 heads of 64, block 1024, batch 4, chunk 64, window 1024),
+set over the config's model/data/train keys. --long-context instead runs, at the 25M width, for
+each block of --blocks (512,2048,8192,16384) at 16384 tokens per step (batch 16384 / block), a
+gdn-only model (gdn x 8) and the hybrid with a window of 512 (hybrid-swa), as bench_model
+--long-context. Each row reports tokens/s, peak RSS (resource.getrusage's ru_maxrss of the
+process that ran the mode: each mode runs in a fresh spawned process, so the figure is its own,
+torch's import included), parameters and MFU: model FLOPs per token (bench/model_flops.h's
+count, docs/MFU.md, ported below: the same structure) x tokens/s over torch's own product peak
+at that precision (torch.mm of 1024 x 1024 fp32, or bf16 for compile-bf16, best of 20, at
+--threads, in this process).
+
+Modes (--modes, each timed on the same random batches):
   eager          fp32
   compile        torch.compile (inductor, its C++ CPU backend) of the model's forward, fp32
   compile-bf16   the same under torch.autocast("cpu", dtype=torch.bfloat16): matmuls in bf16
@@ -45,6 +61,7 @@ bench/bench_torch_peer.py --threads 1; compare with build/bench/bench_model --sk
 """
 import argparse
 import math
+import multiprocessing
 import statistics
 import sys
 import time
@@ -138,9 +155,10 @@ class GatedDeltaNet(nn.Module):
 
 
 class Attention(nn.Module):
-    def __init__(self, d, heads, theta, block):
+    def __init__(self, d, heads, theta, block, window):
         super().__init__()
         self.h, self.dh = heads, d // heads
+        self.window = window if 0 < window < block else 0
         self.q_proj, self.k_proj, self.v_proj, self.o_proj = (nn.Linear(d, d, bias=False) for _ in range(4))
         inv = theta ** (-torch.arange(0, self.dh, 2, dtype=torch.float64) / self.dh)
         angle = torch.arange(block, dtype=torch.float64)[:, None] * inv[None, :]
@@ -157,7 +175,12 @@ class Attention(nn.Module):
         b, t, _ = x.shape
         split = lambda y: y.reshape(b, t, self.h, self.dh).transpose(1, 2)
         q, k, v = split(self.q_proj(x)), split(self.k_proj(x)), split(self.v_proj(x))
-        o = F.scaled_dot_product_attention(self.rope(q), self.rope(k), v, is_causal=True)
+        if self.window:
+            i = torch.arange(t)
+            visible = (i[None, :] <= i[:, None]) & (i[None, :] > i[:, None] - self.window)
+            o = F.scaled_dot_product_attention(self.rope(q), self.rope(k), v, attn_mask=visible)
+        else:
+            o = F.scaled_dot_product_attention(self.rope(q), self.rope(k), v, is_causal=True)
         return self.o_proj(o.transpose(1, 2).reshape(b, t, -1))
 
 
@@ -194,7 +217,8 @@ class HybridLM(nn.Module):
             if kind == "gdn":
                 mixer = GatedDeltaNet(d, heads, linear.get("conv_size", 4), linear.get("chunk_size", 64), eps)
             elif kind == "attn":
-                mixer = Attention(d, heads, model.get("rope_theta", 10000.0), block)
+                window = (model.get("attn") or {}).get("window_size", 0)
+                mixer = Attention(d, heads, model.get("rope_theta", 10000.0), block, window)
             else:
                 sys.exit(f"bench_torch_peer: layer kind '{kind}' is not modelled here (gdn, attn)")
             layers.append(Block(mixer, d, hidden, eps))
@@ -210,6 +234,90 @@ class HybridLM(nn.Module):
         return self.lm_head(self.norm(x))
 
 
+LONG_CONTEXT_TOKENS = 16384  # tokens per step of the long-context rows
+
+
+def sized(cfg, d_model, layers, block, batch, window):
+    """A copy of cfg with bench_model's sized_overrides: heads of 64, chunks of 64, grad_accum 1."""
+    cfg = {key: dict(value) if isinstance(value, dict) else value for key, value in cfg.items()}
+    model = cfg["model"]
+    model.update(d_model=d_model, n_layers=len(layers.split(",")), n_heads=d_model // 64, layers=layers)
+    model["linear"] = {**(model.get("linear") or {}), "chunk_size": 64}
+    model["attn"] = {**(model.get("attn") or {}), "window_size": window}
+    cfg["data"]["block_size"] = block
+    cfg["train"].update(batch_size=batch, grad_accum=1)
+    return cfg
+
+
+def training_rows(cfg, args):
+    """(name, config) of each row: bench_model's all_training_rows / long_context_rows."""
+    if args.long_context:
+        rows = []
+        for block in args.blocks:
+            batch = max(1, LONG_CONTEXT_TOKENS // block)
+            rows.append((f"gdn block {block}", sized(cfg, 512, ",".join(["gdn"] * 8), block, batch, 0)))
+            rows.append((f"hybrid-swa block {block}", sized(cfg, 512, ",".join(["gdn,gdn,gdn,attn"] * 2), block, batch, 512)))
+        return rows
+    if args.preset == "25M":
+        return [("25M", sized(cfg, 512, ",".join(["gdn,gdn,gdn,attn"] * 2), 512, 4, 512))]
+    if args.preset == "100M":
+        return [("100M", sized(cfg, 768, ",".join(["gdn,gdn,gdn,attn"] * 3), 1024, 4, 1024))]
+    return [(Path(args.config).stem, cfg)]
+
+
+def block_list(text):
+    """--blocks: comma-separated positive integers."""
+    try:
+        blocks = [int(b) for b in text.split(",")]
+    except ValueError:
+        blocks = []
+    if not blocks or min(blocks) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers separated by commas, got '{text}'")
+    return blocks
+
+
+def attended_pairs(t, w):
+    """Query-key pairs a causal attention with window w (0: none) scores over t tokens."""
+    w = min(w, t) if w > 0 else t
+    return w * (w + 1) / 2 + (t - w) * w
+
+
+def training_flops_per_token(model, t):
+    """bench/model_flops.h's training_flops_per_token (docs/MFU.md) for this peer's model:
+    (forward, backward) FLOPs per token at sequences of t tokens."""
+    forward = backward = 0.0
+    for module in model.modules():
+        if isinstance(module, nn.Linear):
+            forward += 2.0 * module.in_features * module.out_features
+            backward += 4.0 * module.in_features * module.out_features
+    for block in model.layers:
+        mixer = block.attn
+        if isinstance(mixer, Attention):
+            per_token = attended_pairs(t, mixer.window) / t
+            forward += mixer.h * per_token * (2 * mixer.dh + 2 * mixer.dh)
+            backward += mixer.h * per_token * (6 * mixer.dh + 4 * mixer.dh)
+        else:
+            c, k, v = mixer.chunk, mixer.dk, mixer.dk
+            scale = mixer.h * math.ceil(t / c) / t
+            forward += scale * (6 * c * c * k + 4 * c * c * v + 6 * c * k * v + c ** 3 / 3)
+            backward += scale * (16 * c * c * k + 10 * c * c * v + 16 * c * k * v + c ** 3 / 3)
+    return forward, backward
+
+
+def product_peak(dtype):
+    """FLOP/s of torch.mm of two 1024 x 1024 matrices of dtype, best of 20 after a warm-up."""
+    n = 1024
+    gen = torch.Generator().manual_seed(1)
+    a, b = (torch.randn(n, n, generator=gen).to(dtype) for _ in range(2))
+    torch.mm(a, b)
+    best = float("inf")
+    for _ in range(20):
+        start = time.perf_counter()
+        torch.mm(a, b)
+        best = min(best, time.perf_counter() - start)
+    return 2.0 * n ** 3 / best
+
+
 def median_seconds(step, args):
     """Median seconds of step(i) over args.steps calls after args.warmup untimed ones; wall clock,
     or with --cpu-time this process's CPU time (all its threads)."""
@@ -223,7 +331,15 @@ def median_seconds(step, args):
     return statistics.median(times)
 
 
-def time_mode(mode, cfg, args, batches):
+def time_mode(mode, cfg, args):
+    """(median seconds per step, parameters, (forward, backward) FLOPs per token, peak RSS in MiB)
+    of mode on cfg; run in a process of its own (main), so the peak RSS is the mode's."""
+    import resource
+
+    torch.set_num_threads(args.threads)
+    batch, block = cfg["train"]["batch_size"], cfg["data"]["block_size"]
+    gen = torch.Generator().manual_seed(1)
+    batches = [torch.randint(0, args.vocab, (batch, block + 1), generator=gen) for _ in range(8)]
     torch.manual_seed(0)
     train = cfg.get("train", {})
     block = cfg["data"]["block_size"]
@@ -243,7 +359,10 @@ def time_mode(mode, cfg, args, batches):
         opt.step()
         return loss.item()
 
-    return median_seconds(lambda i: step(batches[i % len(batches)]), args)
+    seconds = median_seconds(lambda i: step(batches[i % len(batches)]), args)
+    params = sum(p.numel() for p in model.parameters())
+    flops = training_flops_per_token(model, block)
+    return seconds, params, flops, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def time_mamba2_mixer(mode, args):
@@ -325,6 +444,12 @@ def main():
     parser.add_argument("--vocab", type=int, default=65)
     parser.add_argument("--cpu-time", action="store_true",
                         help="time with the process CPU clock (bench_linear_attention --cpu-time's measure on shared cores)")
+    parser.add_argument("--preset", default="main", choices=("main", "25M", "100M"),
+                        help="the training rows' sizes (bench_model --preset)")
+    parser.add_argument("--long-context", action="store_true",
+                        help="the long-context rows (gdn and hybrid-swa at each of --blocks) instead")
+    parser.add_argument("--blocks", type=block_list,
+                        default=[512, 2048, 8192, 16384], help="the long-context rows' block sizes")
     parser.add_argument("--mamba2", action="store_true", help="time one Mamba2Mixer forward + backward instead")
     parser.add_argument("--kda", action="store_true",
                         help="time transformers' chunk_kimi_delta_attention forward + backward instead")
@@ -358,18 +483,29 @@ def main():
                 sys.exit(f"bench_torch_peer: --modes: unknown mode '{mode}' with --mamba2 (eager, compile)")
             print(f"{mode:<14} {1e3 * time_mamba2_mixer(mode, args):9.2f}", flush=True)
         return
-    cfg = yaml.safe_load(Path(args.config).read_text())
-    batch, block = cfg["train"]["batch_size"], cfg["data"]["block_size"]
-    gen = torch.Generator().manual_seed(1)
-    batches = [torch.randint(0, args.vocab, (batch, block + 1), generator=gen) for _ in range(8)]
-    print(f"torch {torch.__version__}, {args.threads} thread(s), {Path(args.config).name}: batch {batch}, "
-          f"block {block}; median of {args.steps} steps after {args.warmup}")
-    print(f"{'mode':<14} {'ms/step':>9} {'tokens/s':>10}")
-    for mode in args.modes.split(","):
+    modes = args.modes.split(",")
+    for mode in modes:
         if mode not in ("eager", "compile", "compile-bf16"):
             sys.exit(f"bench_torch_peer: --modes: unknown mode '{mode}' (eager, compile, compile-bf16)")
-        seconds = time_mode(mode, cfg, args, batches)
-        print(f"{mode:<14} {1e3 * seconds:9.2f} {batch * block / seconds:10.0f}", flush=True)
+    cfg = yaml.safe_load(Path(args.config).read_text())
+    peak = {"fp32": product_peak(torch.float32), "bf16": product_peak(torch.bfloat16)}
+    print(f"torch {torch.__version__}, {args.threads} thread(s), {Path(args.config).name}, preset "
+          f"{'long-context' if args.long_context else args.preset}; median of {args.steps} steps after {args.warmup}; "
+          f"product peak (torch.mm 1024^3, best of 20): fp32 {peak['fp32'] / 1e9:.1f} GFLOP/s, "
+          f"bf16 {peak['bf16'] / 1e9:.1f} GFLOP/s")
+    print(f"{'row':<22} {'mode':<14} {'params M':>8} {'batch':>5} {'block':>6} {'ms/step':>10} {'tokens/s':>10} "
+          f"{'peak RSS':>9} {'MFU':>6}")
+    # Each mode in a fresh process: its peak RSS is its own, and no compiled graph carries over.
+    context = multiprocessing.get_context("spawn")
+    for name, row in training_rows(cfg, args):
+        batch, block = row["train"]["batch_size"], row["data"]["block_size"]
+        for mode in modes:
+            with context.Pool(1) as pool:
+                seconds, params, (forward, backward), rss = pool.apply(time_mode, (mode, row, args))
+            tokens_per_s = batch * block / seconds
+            mfu = (forward + backward) * tokens_per_s / peak["bf16" if mode.endswith("bf16") else "fp32"]
+            print(f"{name:<22} {mode:<14} {params / 1e6:8.3f} {batch:5d} {block:6d} {1e3 * seconds:10.2f} "
+                  f"{tokens_per_s:10.0f} {rss:9.0f} {100 * mfu:5.1f}%", flush=True)
 
 
 if __name__ == "__main__":
