@@ -173,9 +173,10 @@ StepMemory estimate_step_memory(const Config& config, int64_t vocab_size, int64_
   double per_token = 3 * w.D, largest_layer = 0, mla_per_token = 0;
   for (const std::string& kind : layer_mixers(m)) {
     parameters += mixer_parameters(kind, m, w) + 3 * w.D * w.F + 2 * w.D;
-    if (kind == "mla") mla_per_token += mixer_activations(kind, m, w);
+    const double mixer = mixer_activations(kind, m, w);
+    if (kind == "mla") mla_per_token += mixer;
     // Two norms (sum, output), SwiGLU's gate, up and product, its output.
-    const double layer = mixer_activations(kind, m, w) + 4 * w.D + 3 * w.F + w.D;
+    const double layer = mixer + 4 * w.D + 3 * w.F + w.D;
     per_token += layer;
     largest_layer = std::max(largest_layer, layer);
   }
