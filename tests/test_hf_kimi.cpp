@@ -348,6 +348,41 @@ TEST_F(KimiDirTest, ATiedConfigIsUntiedByAnLmHeadOfItsOwnAndRefusedWithoutOne) {
                 "config.json)"});
 }
 
+// A config.json that leaves an mla size to transformers' default (kv_lora_rank 512) beside
+// tensors of another size: the error names the missing key and its default, not config.json's
+// sizes as if it gave them.
+TEST_F(KimiDirTest, AnMlaSizeLeftToTransformersDefaultIsNamedWhenTheTensorsDisagree) {
+  write_hf_dir(path("kimi"), kKimiShape, 12);
+  const auto write_config_without = [&](const std::vector<std::string>& keys) {
+    nlohmann::json j = nlohmann::json::parse(read_bytes(path("kimi/config.json")));
+    for (const std::string& key : keys) j.erase(key);
+    write_bytes(path("kimi/config.json"), j.dump(2));
+  };
+  write_config_without({"kv_lora_rank"});
+  expect_error([&] { lat::load_model_weights(path("kimi")); },
+               {"load_model_weights: '" + path("kimi/config.json") +
+                "' has no kv_lora_rank (transformers' default 512), but tensor "
+                "'model.layers.1.self_attn.kv_a_proj_with_mqa.weight' of '" + path("kimi/model.safetensors") +
+                "' is [10, 16], expected [514, 16] (kv_lora_rank + qk_rope_head_dim rows): set kv_lora_rank in "
+                "config.json"});
+  write_config_without({"qk_rope_head_dim"});
+  expect_error([&] { lat::load_model_weights(path("kimi")); },
+               {"'" + path("kimi/config.json") +
+                "' has no qk_rope_head_dim (transformers' default 64), but tensor "
+                "'model.layers.1.self_attn.q_proj.weight' of '" + path("kimi/model.safetensors") +
+                "' is [12, 16], expected [136, 16] (num_attention_heads x (qk_nope_head_dim + qk_rope_head_dim) "
+                "rows): set qk_rope_head_dim in config.json"});
+  // A size config.json gives, wrong, is config.json's.
+  write_hf_dir(path("kimi"), kKimiShape, 12);
+  nlohmann::json j = nlohmann::json::parse(read_bytes(path("kimi/config.json")));
+  j["kv_lora_rank"] = 6;
+  write_bytes(path("kimi/config.json"), j.dump(2));
+  expect_error([&] { lat::load_model_weights(path("kimi")); },
+               {"'" + path("kimi/model.safetensors") +
+                "': tensor 'model.layers.1.self_attn.kv_a_proj_with_mqa.weight': expected shape [8, 16] (from "
+                "config.json), got [10, 16]"});
+}
+
 // ---- the CLI -----------------------------------------------------------------------------
 
 class KimiCliTest : public TempDirTest {

@@ -15,6 +15,7 @@
 #include "lat/lat.h"
 #include "lat/precision.h"
 #include "layers/kda_layer.h"
+#include "tests/config_testing.h"
 #include "tests/expect_error.h"
 #include "tests/mixer_reference.h"
 #include "train/config/config.h"
@@ -26,6 +27,7 @@ namespace lat {
 namespace {
 
 using testing::conv_silu;
+using testing::expect_config_error;
 using testing::expect_error;
 using testing::expect_matches_float64_reference;
 using testing::expect_packed_matches_separate;
@@ -35,6 +37,7 @@ using testing::f64_leaf;
 using testing::l2norm_ref;
 using testing::linear;
 using testing::ParamMap;
+using testing::parse;
 using testing::random_input;
 using testing::rms_norm_ref;
 
@@ -367,13 +370,6 @@ TEST(KdaMixer, StepRejectsForeignStateAndWrongShapes) {
 }
 
 // ---- config (model.n_heads, model.head_dim, model.linear.*) --------------------------------
-
-Config parse(const std::string& yaml) { return parse_config("data.path: corpus.txt\n" + yaml, "run.yaml"); }
-
-void expect_config_error(const std::string& yaml, const std::string& expected) {
-  const std::string message = expect_error<ConfigError>([&] { parse(yaml); }, {expected});
-  EXPECT_EQ(message, expected);
-}
 
 TEST(KdaConfig, TheLinearKeysBuildTheLayer) {
   const Config c = parse(

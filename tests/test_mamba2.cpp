@@ -15,6 +15,7 @@
 #include "lat/precision.h"
 #include "layers/fused/short_conv.h"
 #include "layers/mamba2_layer.h"
+#include "tests/config_testing.h"
 #include "tests/expect_error.h"
 #include "tests/mixer_reference.h"
 #include "train/config/config.h"
@@ -27,6 +28,7 @@
 namespace lat {
 namespace {
 
+using testing::expect_config_error;
 using testing::expect_error;
 using testing::expect_matches_float64_reference;
 using testing::expect_packed_matches_separate;
@@ -35,6 +37,7 @@ using testing::expect_steps_reproduce_forward;
 using testing::f64_leaf;
 using testing::linear;
 using testing::ParamMap;
+using testing::parse;
 using testing::random_input;
 
 // Letters as in mamba2_layer.h: D d_model, I = expand * D, H heads of P, G groups of N.
@@ -369,13 +372,6 @@ TEST(Mamba2, StepRejectsForeignStateAndWrongShapes) {
 }
 
 // ---- config (model.mamba.*) ---------------------------------------------------------------
-
-Config parse(const std::string& yaml) { return parse_config("data.path: corpus.txt\n" + yaml, "run.yaml"); }
-
-void expect_config_error(const std::string& yaml, const std::string& expected) {
-  const std::string message = expect_error<ConfigError>([&] { parse(yaml); }, {expected});
-  EXPECT_EQ(message, expected);
-}
 
 TEST(Mamba2Config, DefaultsAndTheLayerTheyBuild) {
   const Config c = parse("model: {layers: \"mamba2,attn\", d_model: 64}\n");

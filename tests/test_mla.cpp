@@ -20,6 +20,7 @@
 #include "lat/lat.h"
 #include "lat/precision.h"
 #include "layers/mla_attention.h"
+#include "tests/config_testing.h"
 #include "tests/expect_error.h"
 #include "tests/mixer_reference.h"
 #include "train/config/config.h"
@@ -33,12 +34,14 @@
 namespace lat {
 namespace {
 
+using testing::expect_config_error;
 using testing::expect_error;
 using testing::expect_matches_float64_reference;
 using testing::expect_packed_matches_separate;
 using testing::f64_leaf;
 using testing::linear;
 using testing::ParamMap;
+using testing::parse;
 using testing::random_input;
 using testing::rms_norm_ref;
 using testing::run_steps;
@@ -408,13 +411,6 @@ TEST(Mla, StepRejectsForeignStateAndWrongShapes) {
 
 // ---- config (model.mla.*) and lat info ------------------------------------------------------
 
-Config parse(const std::string& yaml) { return parse_config("data.path: corpus.txt\n" + yaml, "run.yaml"); }
-
-void expect_config_error(const std::string& yaml, const std::string& expected) {
-  const std::string message = expect_error<ConfigError>([&] { parse(yaml); }, {expected});
-  EXPECT_EQ(message, expected);
-}
-
 TEST(MlaConfig, DefaultsAndTheLayerTheyBuild) {
   const Config c = parse("model: {layers: \"gdn,mla\", d_model: 64}\n");
   const MlaConfig& m = c.model.mla;
@@ -486,6 +482,53 @@ TEST(MlaConfig, StepMemoryEstimateCountsTheParameters) {
     const ModelInfo info = model_info(c, 32, 16);
     EXPECT_EQ(estimate_step_memory(c, 32, 1).parameters, 16.0 * static_cast<double>(info.total_params));
   }
+}
+
+// A step refused for its memory names the model.mla.* keys that make an mla layer's saved
+// activations large: the latent where it dominates, else the per-head sizes.
+TEST(MlaConfig, StepMemoryRefusalNamesTheMlaSizesThatMakeItLarge) {
+  const double gib = double(1 << 30);
+  const Config wide_latent = parse("data.block_size: 65536\nmodel:\n  layers: mla\n  n_layers: 2\n  d_model: 64\n"
+                                   "  mla: {kv_lora_rank: 1024, qk_nope_head_dim: 8, qk_rope_head_dim: 8, "
+                                   "v_head_dim: 8}\n");
+  const StepMemory latent = estimate_step_memory(wide_latent, 32, 1);
+  EXPECT_GT(latent.mla_activations, latent.activations / 4);
+  check_step_memory(wide_latent, latent, 32, 64 * gib);  // fits in 64 GiB
+  expect_error<ConfigError>([&] { check_step_memory(wide_latent, latent, 32, gib); },
+                            {"(1.0 GiB): make data.block_size (65536), train.batch_size (12), model.d_model (64), "
+                             "model.n_layers (2) or model.mla.kv_lora_rank (1024) smaller"});
+
+  const Config heads = parse("data.block_size: 65536\nmodel:\n  layers: mla\n  n_layers: 2\n  d_model: 64\n");
+  const StepMemory per_head = estimate_step_memory(heads, 32, 1);
+  expect_error<ConfigError>([&] { check_step_memory(heads, per_head, 32, gib); },
+                            {"make data.block_size (65536), train.batch_size (12), model.d_model (64), "
+                             "model.n_layers (2), model.mla.qk_nope_head_dim (32) or model.mla.v_head_dim (32) "
+                             "smaller"});
+
+  // Without mla layers no model.mla.* key is named, whatever their values.
+  const Config no_mla = parse("data.block_size: 65536\nmodel:\n  layers: gdn\n  n_layers: 2\n  d_model: 64\n"
+                              "  mla: {kv_lora_rank: 1024}\n");
+  const std::string message = expect_error<ConfigError>(
+      [&] { check_step_memory(no_mla, estimate_step_memory(no_mla, 32, 1), 32, gib); },
+      {"model.d_model (64) or model.n_layers (2) smaller"});
+  EXPECT_EQ(message.find("model.mla."), std::string::npos) << message;
+}
+
+// model.attn.n_kv_heads groups attn layers' heads: set to another count in a model without
+// attn layers it would be ignored, and is refused; the count it resolves to (what a resolved
+// config repeats) is accepted.
+TEST(MlaConfig, KvHeadsWithoutAttnLayersAreRefused) {
+  expect_config_error("model:\n  layers: mla\n  attn: {n_kv_heads: 2}\n",
+                      "model.attn.n_kv_heads: 2 key/value heads group the heads of attn layers only, but "
+                      "model.layers 'mla' has none (an mla layer expands every head's key and value from its "
+                      "latent, model.mla.kv_lora_rank): remove model.attn.n_kv_heads (run.yaml:4)");
+  expect_config_error("model:\n  layers: gdn\n  attn: {n_kv_heads: 1}\n",
+                      "model.attn.n_kv_heads: 1 key/value heads group the heads of attn layers only, but "
+                      "model.layers 'gdn' has none: remove model.attn.n_kv_heads (run.yaml:4)");
+  EXPECT_EQ(parse("model:\n  layers: gdn,mla,attn\n  attn: {n_kv_heads: 2}\n").model.attn.n_kv_heads, 2);
+  const Config resolved = parse("model:\n  layers: mla\n  n_heads: 8\n");
+  EXPECT_EQ(resolved.model.attn.n_kv_heads, 8);
+  EXPECT_EQ(parse_config(to_yaml(resolved), "saved.yaml"), resolved);
 }
 
 // model_from_weights reads an mla model back exactly and compares the latent projections' and

@@ -94,7 +94,8 @@ HfModel load_hf_model(const std::string& dir_name) {
   HfModel hf;
   hf.config_path = (dir / kConfigFile).string();
   Config config;
-  config.model = model_config_from_hf(read_json_file(hf.config_path, "the model config"), hf.config_path);
+  const nlohmann::json config_json = read_json_file(hf.config_path, "the model config");
+  config.model = model_config_from_hf(config_json, hf.config_path);
 
   Checkpoint& ckpt = hf.checkpoint;
   read_hf_tokenizer(dir, ckpt, hf.tokenizer_path);
@@ -128,6 +129,8 @@ HfModel load_hf_model(const std::string& dir_name) {
     config.model.tie_embeddings = false;
     ckpt.config_yaml = to_yaml(config);
   }
+  if (hf_family_of(config.model) == HfFamily::kimi)
+    check_kimi_default_sizes(config_json, hf.config_path, config.model, tensors, hf.weights_path);
   ckpt.model = lat_tensors_from_hf(config.model, config.model.vocab_size, tensors, hf.weights_path);
   hf.tensor_labels = hf_tensor_labels(config.model, config.model.vocab_size);
   return hf;

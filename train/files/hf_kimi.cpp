@@ -398,6 +398,64 @@ std::vector<HfTensorSpec> kimi_tensor_layout(const ModelConfig& m, int64_t vocab
   return specs;
 }
 
+void check_kimi_default_sizes(const nlohmann::json& config, const std::string& config_path, const ModelConfig& model,
+                              const NamedTensors& file_tensors, const std::string& weights_path) {
+  // The config.json sizes of each mla tensor's shape, with transformers' defaults.
+  struct Size {
+    const char* key;
+    int64_t transformers_default;
+  };
+  const Size heads{"num_attention_heads", kDefaultAttentionHeads}, latent{"kv_lora_rank", kDefaultKvLoraRank},
+      nope{"qk_nope_head_dim", kDefaultQkNopeHeadDim}, rope{"qk_rope_head_dim", kDefaultQkRopeHeadDim},
+      value{"v_head_dim", kDefaultVHeadDim};
+  struct Rule {
+    const char* tensor;
+    const char* rows;
+    std::vector<Size> sizes;
+  };
+  const std::vector<Rule> rules = {
+      {"self_attn.q_proj.weight", "num_attention_heads x (qk_nope_head_dim + qk_rope_head_dim) rows",
+       {heads, nope, rope}},
+      {"self_attn.q_b_proj.weight", "num_attention_heads x (qk_nope_head_dim + qk_rope_head_dim) rows",
+       {heads, nope, rope}},
+      {"self_attn.kv_a_proj_with_mqa.weight", "kv_lora_rank + qk_rope_head_dim rows", {latent, rope}},
+      {"self_attn.kv_a_layernorm.weight", "kv_lora_rank", {latent}},
+      {"self_attn.kv_b_proj.weight",
+       "num_attention_heads x (qk_nope_head_dim + v_head_dim) rows, kv_lora_rank columns", {heads, nope, value, latent}},
+      {"self_attn.o_proj.weight", "num_attention_heads x v_head_dim columns", {heads, value}},
+  };
+  const auto ends_with = [](const std::string& name, const std::string& tail) {
+    return name.size() >= tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  const auto missing = [&](const std::string& key) { return !config.contains(key) || config[key].is_null(); };
+  const NamedTensors tensors = kimi_saved_names(file_tensors);
+  const std::vector<std::string> kinds = layer_mixers(model);
+  for (const HfTensorSpec& spec : kimi_tensor_layout(model, model.vocab_size)) {
+    for (const Rule& rule : rules) {
+      // kda layers have a q_proj and an o_proj too: only the mla layers' depend on these sizes.
+      const std::string layer = "model.layers.";
+      if (!ends_with(spec.hf_name, rule.tensor) || spec.hf_name.rfind(layer, 0) != 0) continue;
+      const size_t i = std::stoul(spec.hf_name.substr(layer.size()));
+      if (i >= kinds.size() || kinds[i] != "mla") continue;
+      const auto found = std::find_if(tensors.begin(), tensors.end(),
+                                      [&](const auto& named) { return named.first == spec.hf_name; });
+      if (found == tensors.end() || found->second.shape() == spec.shape) continue;
+      std::vector<std::string> defaulted;
+      std::vector<std::string> keys;
+      for (const Size& size : rule.sizes)
+        if (missing(size.key)) {
+          defaulted.push_back(std::string(size.key) + " (transformers' default " +
+                              std::to_string(size.transformers_default) + ")");
+          keys.push_back(size.key);
+        }
+      if (defaulted.empty()) continue;
+      throw Error("load_model_weights: '" + config_path + "' has no " + join(defaulted, " or ") + ", but tensor '" +
+                  spec.hf_name + "' of '" + weights_path + "' is " + shape_str(found->second.shape()) + ", expected " +
+                  shape_str(spec.shape) + " (" + rule.rows + "): set " + join(keys, " and ") + " in config.json");
+    }
+  }
+}
+
 bool kimi_lm_head_is_separate(const NamedTensors& file_tensors) {
   const Tensor* lm_head = nullptr;
   const Tensor* embeddings = nullptr;

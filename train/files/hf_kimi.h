@@ -83,6 +83,18 @@ std::vector<HfTensorSpec> kimi_tensor_layout(const ModelConfig& model, int64_t v
 /// tie_word_embeddings says.
 bool kimi_lm_head_is_separate(const NamedTensors& file_tensors);
 
+/// Throws lat::Error when an mla tensor of `file_tensors` (read from `weights_path`) has
+/// another shape than `model` (read from `config`, the config.json at `config_path`) gives it
+/// and config.json leaves a size of that shape to transformers' default: "load_model_weights:
+/// '<config_path>' has no kv_lora_rank (transformers' default 512), but tensor
+/// 'model.layers.1.self_attn.kv_a_proj_with_mqa.weight' of '<weights_path>' is [10, 16],
+/// expected [514, 16] (kv_lora_rank + qk_rope_head_dim rows): set kv_lora_rank in config.json".
+/// The keys so named: num_attention_heads, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim,
+/// v_head_dim. A shape that disagrees with sizes config.json gives is left to
+/// lat_tensors_from_hf.
+void check_kimi_default_sizes(const nlohmann::json& config, const std::string& config_path, const ModelConfig& model,
+                              const NamedTensors& file_tensors, const std::string& weights_path);
+
 /// `tensors` of a kimi_linear file under the names save_pretrained writes: transformers'
 /// in-memory names (a state dict saved as it is) renamed, `.mlp.` -> `.block_sparse_moe.`,
 /// `self_attn.forget_gate.` -> `self_attn.`, and `self_attn.conv1d.weight` [3 C, 1, W] split

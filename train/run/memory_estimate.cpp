@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "layers/swiglu.h"
@@ -75,6 +76,28 @@ MlaWidths mla_widths_of(const ModelConfig& m) {
           static_cast<double>(o.v_head_dim),       static_cast<double>(o.qk_nope_head_dim + o.qk_rope_head_dim)};
 }
 
+/// Values one mla layer saves for backward per token, by the model.mla.* key each grows with:
+/// q (and its low-rank path), the latent projection and norm, kv_b_proj's output and its
+/// split, the keys with the shared part, the output; `rest` is the heads' log-sum-exp and
+/// o_proj's output.
+struct MlaActivations {
+  double q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim, rest;
+  double total() const { return q_lora_rank + kv_lora_rank + qk_nope_head_dim + qk_rope_head_dim + v_head_dim + rest; }
+};
+
+MlaActivations mla_activations(const ModelConfig& m, const Widths& w) {
+  const MlaWidths a = mla_widths_of(m);
+  // q [Ha, Dq] (and its two RoPE copies), the keys [Ha, Dq] with the shared part, kv_b_proj's
+  // output [Ha, Dn + Dv] and its split, the output [Ha, Dv].
+  const double q_copies = m.mla.rope ? 3 : 1;
+  return {.q_lora_rank = 2 * a.R,
+          .kv_lora_rank = 3 * a.L,
+          .qk_nope_head_dim = w.Ha * a.Dn * (q_copies + 2 + 2),
+          .qk_rope_head_dim = w.Ha * a.Dr * (q_copies + 2) + 2 * a.Dr,
+          .v_head_dim = w.Ha * a.Dv * 3,
+          .rest = w.Ha + w.D};
+}
+
 /// Parameters of one mixer of `kind`.
 double mixer_parameters(const std::string& kind, const ModelConfig& m, const Widths& w) {
   if (kind == "mla") {
@@ -104,15 +127,7 @@ double mixer_parameters(const std::string& kind, const ModelConfig& m, const Wid
 /// value head every C tokens) and intra-chunk matrices (C per head), the output norm and gate,
 /// o_proj's output.
 double mixer_activations(const std::string& kind, const ModelConfig& m, const Widths& w) {
-  if (kind == "mla") {
-    // q (and its low-rank path), the latent projection and norm, kv_b_proj's output and its
-    // split, the keys with the shared part, the output and its log-sum-exp; o_proj.
-    const MlaWidths a = mla_widths_of(m);
-    const double q = w.Ha * a.Dq * (m.mla.rope ? 3 : 1) + 2 * a.R;
-    const double latent = 2 * (a.L + a.Dr) + a.L;
-    const double expanded = 2 * w.Ha * (a.Dn + a.Dv) + 2 * w.Ha * a.Dq;
-    return q + latent + expanded + w.Ha * a.Dv + w.Ha + w.D;
-  }
+  if (kind == "mla") return mla_activations(m, w).total();
   if (kind == "mamba2") {
     // in_proj's output and its split; the conv's output and sigmoid and their split; B and C
     // repeated to the heads; dt's chain; v = dt x; the chunk kernel's states and intra-chunk
@@ -155,11 +170,13 @@ StepMemory estimate_step_memory(const Config& config, int64_t vocab_size, int64_
   const double embeddings = vocab * w.D * (m.tie_embeddings ? 1 : 2);
   double parameters = embeddings + w.D;
   // Per token: the embedding, the final norm's input and output.
-  double per_token = 3 * w.D, largest_layer = 0;
+  double per_token = 3 * w.D, largest_layer = 0, mla_per_token = 0;
   for (const std::string& kind : layer_mixers(m)) {
     parameters += mixer_parameters(kind, m, w) + 3 * w.D * w.F + 2 * w.D;
+    const double mixer = mixer_activations(kind, m, w);
+    if (kind == "mla") mla_per_token += mixer;
     // Two norms (sum, output), SwiGLU's gate, up and product, its output.
-    const double layer = mixer_activations(kind, m, w) + 4 * w.D + 3 * w.F + w.D;
+    const double layer = mixer + 4 * w.D + 3 * w.F + w.D;
     per_token += layer;
     largest_layer = std::max(largest_layer, layer);
   }
@@ -169,6 +186,7 @@ StepMemory estimate_step_memory(const Config& config, int64_t vocab_size, int64_
   // Backward holds a layer's input and output gradients and its kernels' scratch beside what
   // is saved: two layers' worth matched the measured peaks (one fell short at long blocks).
   s.activations = kFloatBytes * tokens * (per_token + 2 * largest_layer);
+  s.mla_activations = kFloatBytes * tokens * mla_per_token;
   s.logits = kFloatBytes * tokens * 2 * vocab;
   s.runtime = resident_bytes() + kStartupBytes;
   return s;
@@ -197,6 +215,19 @@ void check_step_memory(const Config& config, const StepMemory& estimate, int64_t
   if (estimate.activations >= large || large_layers) {
     add(key("model.d_model", m.d_model));
     add(key("model.n_layers", m.n_layers));
+  }
+  // The mla layers' own sizes, where their attention saves a quarter of the activations: the
+  // keys that each grow a quarter of what one mla layer saves.
+  if (estimate.activations >= large && estimate.mla_activations >= estimate.activations / 4) {
+    const MlaActivations a = mla_activations(m, widths_of(m));
+    const MlaConfig& o = m.mla;
+    for (const auto& [name, part, value] :
+         {std::tuple{"model.mla.kv_lora_rank", a.kv_lora_rank, o.kv_lora_rank},
+          std::tuple{"model.mla.qk_nope_head_dim", a.qk_nope_head_dim, o.qk_nope_head_dim},
+          std::tuple{"model.mla.qk_rope_head_dim", a.qk_rope_head_dim, o.qk_rope_head_dim},
+          std::tuple{"model.mla.v_head_dim", a.v_head_dim, o.v_head_dim},
+          std::tuple{"model.mla.q_lora_rank", a.q_lora_rank, o.q_lora_rank}})
+      if (part >= a.total() / 4) add(key(name, value));
   }
   std::string named;
   for (size_t i = 0; i < keys.size(); ++i) named += (i == 0 ? "" : i + 1 == keys.size() ? " or " : ", ") + keys[i];

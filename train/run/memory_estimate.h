@@ -16,6 +16,7 @@ struct StepMemory {
   double embeddings = 0;   // the part of `parameters` of embeddings and lm_head (vocab x d_model)
   double activations = 0;  // what every layer saves for backward, over rows x data.block_size tokens,
                            // plus two layers' worth of gradients and scratch during backward
+  double mla_activations = 0;  // the part of `activations` the mla layers' attention saves
   double logits = 0;       // logits over model.vocab_size and their gradient
   double runtime = 0;      // the process without the model: its peak resident memory so far,
                            // and what it maps once training starts
@@ -29,7 +30,8 @@ StepMemory estimate_step_memory(const Config& config, int64_t vocab_size, int64_
 
 /// Throws ConfigError when `estimate` exceeds 90% of `physical_bytes`: one line with the
 /// estimate and its parts in GiB, naming the keys (with their values) of the parts that make
-/// it large.
+/// it large; where the mla layers save a quarter of the activations or more, also the
+/// model.mla.* keys that each grow a quarter or more of what an mla layer saves.
 void check_step_memory(const Config& config, const StepMemory& estimate, int64_t vocab_size, double physical_bytes);
 
 }  // namespace lat
