@@ -89,18 +89,6 @@ struct ChunkedGrads {
   float* dh0 = nullptr;  // [BH, K, V]
 };
 
-// out_ic = x_ic e^{G_ic - ref_c} (ref_first false: rows at or after the reference row) or
-// x_ic e^{ref_c - G_ic} (ref_first: rows at or before it), for rows of x, G [rows, K]; the
-// callers' choice of reference row keeps every exponent <= 0.
-void scale_by_decay(const float* x, const float* G, const float* ref, int64_t rows, int64_t K, bool ref_first,
-                    float* out) {
-  for (int64_t i = 0; i < rows; ++i)
-    for (int64_t c = 0; c < K; ++c) {
-      const float e = ref_first ? ref[c] - G[i * K + c] : G[i * K + c] - ref[c];
-      out[i * K + c] = x[i * K + c] * exp_nonpositive(e);
-    }
-}
-
 // sum_c a_c b_c e_c over n floats in vector accumulators.
 inline float dot3(const float* a, const float* b, const float* e, int64_t n) {
   Vec16 acc[2] = {};
@@ -116,17 +104,28 @@ inline float dot3(const float* a, const float* b, const float* e, int64_t n) {
 
 // One thread's tiles.
 struct Scratch {
-  AlignedBuffer xs, ys, tmp, kb, bv;                          // [C, max(K, V)] each
-  AlignedBuffer dvn, dqe, dG, dkb, dbv, Y, Z;                 // backward, [C, max(K, V)] each
-  AlignedBuffer dA, F;                                        // backward, [C, C]
-  AlignedBuffer dS;                                           // backward, [K, V]
-  AlignedBuffer dlambda;                                      // backward, [K]
+  AlignedBuffer xs, tmp;                  // [C, max(K, V)] each
+  AlignedBuffer kvb;                      // [C, K+V]: [diag(beta) K o E | diag(beta) V]; backward [dKb | dVb]
+  AlignedBuffer dwu;                      // backward, [C, K+V]: [dW | dU = dV_new]
+  AlignedBuffer kd, dqe, dG, Y, Z;        // backward, [C, max(K, V)] each
+  AlignedBuffer dA, F;                    // backward, [C, C]
+  AlignedBuffer dS;                       // backward, [K, V]
+  AlignedBuffer dlambda;                  // backward, [K]
   AlignedBuffer pairs;  // [C, kSub, K]: the chunk's pair decays, see pair_decays
+  // The chunk's reference-row factors, see reference_decays.
+  AlignedBuffer k_before;   // [C / kSub, C, K]
+  AlignedBuffer from_first; // [C, K]
+  AlignedBuffer after_last; // [C / kSub, C, K] (backward)
+  AlignedBuffer to_last;    // [C, K] (backward)
   explicit Scratch(const ChunkedParams& p) {
-    const int64_t CD = p.C * std::max(p.K, p.V), CC = p.C * p.C;
-    for (AlignedBuffer* b : {&xs, &ys, &tmp, &kb, &bv, &dvn, &dqe, &dG, &dkb, &dbv, &Y, &Z}) *b = AlignedBuffer(CD);
+    const int64_t CD = p.C * std::max(p.K, p.V), CC = p.C * p.C, CKV = p.C * (p.K + p.V);
+    const int64_t subs = (p.C + kSub - 1) / kSub;
+    for (AlignedBuffer* b : {&xs, &tmp, &kd, &dqe, &dG, &Y, &Z}) *b = AlignedBuffer(CD);
+    kvb = AlignedBuffer(CKV), dwu = AlignedBuffer(CKV);
     dA = AlignedBuffer(CC), F = AlignedBuffer(CC), dS = AlignedBuffer(p.K * p.V), dlambda = AlignedBuffer(p.K);
     pairs = AlignedBuffer(p.C * kSub * p.K);
+    k_before = AlignedBuffer(subs * p.C * p.K), from_first = AlignedBuffer(p.C * p.K);
+    after_last = AlignedBuffer(subs * p.C * p.K), to_last = AlignedBuffer(p.C * p.K);
   }
 };
 
@@ -150,37 +149,69 @@ inline const float* pair_decay(const float* pairs, int64_t i, int64_t j, int64_t
   return pairs + (i * kSub + j % kSub) * K;
 }
 
-// out [C, C] = sum_c x_ic y_jc e^{G_ic - G_jc} for j < i (j <= i with `diagonal`), 0 above;
-// s.pairs holds the chunk's pair_decays.
-void decayed_scores(const ChunkedParams& p, const float* x, const float* y, const float* G, bool diagonal,
-                    float* out, Scratch& s) {
+// The factors of the pairs in different sub-chunks, computed once per chunk for every
+// product that needs them (every such product has y = k on its earlier side). Sub-chunk b
+// has rows [r0, r1), r0 = b kSub:
+//   k_before   + b C K:  k_jc e^{G_r0,c - G_jc}      for j < r0 (reference row r0)
+//   from_first:          e^{G_ic - G_r0(i),c}         for every row i (its sub-chunk's r0)
+// and with `upper` (Z's products, reference row r1 - 1):
+//   after_last + b C K:  e^{G_ic - G_r1-1,c}          for i >= r1, at row i - r1
+//   to_last:             e^{G_r1-1(j),c - G_jc}       for every row j
+// Every exponent is <= 0.
+void reference_decays(const ChunkedParams& p, const float* k, const float* G, bool upper, Scratch& s) {
+  const int64_t C = p.C, K = p.K;
+  for (int64_t r0 = 0; r0 < C; r0 += kSub) {
+    const int64_t r1 = std::min(C, r0 + kSub), b = r0 / kSub;
+    const float* first = G + r0 * K;
+    float* kb = s.k_before.data() + b * C * K;
+    for (int64_t j = 0; j < r0; ++j)
+      for (int64_t c = 0; c < K; ++c) kb[j * K + c] = k[j * K + c] * exp_nonpositive(first[c] - G[j * K + c]);
+    for (int64_t i = r0; i < r1; ++i)
+      for (int64_t c = 0; c < K; ++c) s.from_first.data()[i * K + c] = exp_nonpositive(G[i * K + c] - first[c]);
+    if (!upper) continue;
+    const float* last = G + (r1 - 1) * K;
+    float* al = s.after_last.data() + b * C * K;
+    for (int64_t i = r1; i < C; ++i)
+      for (int64_t c = 0; c < K; ++c) al[(i - r1) * K + c] = exp_nonpositive(G[i * K + c] - last[c]);
+    for (int64_t j = r0; j < r1; ++j)
+      for (int64_t c = 0; c < K; ++c) s.to_last.data()[j * K + c] = exp_nonpositive(last[c] - G[j * K + c]);
+  }
+}
+
+// out [i, c] = x[i, c] f[i, c] over rows x K floats (row stride K).
+void times_factors(const float* x, const float* f, int64_t rows, int64_t K, float* out) {
+  for (int64_t e = 0; e < rows * K; ++e) out[e] = x[e] * f[e];
+}
+
+// out [C, C] = sum_c x_ic k_jc e^{G_ic - G_jc} for j < i (j <= i with `diagonal`), 0 above;
+// s holds the chunk's pair_decays and reference_decays.
+void decayed_scores(const ChunkedParams& p, const float* x, const float* k, bool diagonal, float* out, Scratch& s) {
   const int64_t C = p.C, K = p.K;
   std::fill(out, out + C * C, 0.0f);
   for (int64_t r0 = 0; r0 < C; r0 += kSub) {
     const int64_t r1 = std::min(C, r0 + kSub), rows = r1 - r0;
-    if (r0 > 0) {  // reference row r0: x_i e^{G_i - G_r0} (i >= r0), y_j e^{G_r0 - G_j} (j < r0)
-      scale_by_decay(x + r0 * K, G + r0 * K, G + r0 * K, rows, K, false, s.xs.data());
-      scale_by_decay(y, G, G + r0 * K, r0, K, true, s.ys.data());
-      tile_product(p.precision, rows, r0, K, {s.xs.data(), K}, {s.ys.data(), K, true}, out + r0 * C, C);
+    if (r0 > 0) {  // reference row r0: x_i e^{G_i - G_r0} (i >= r0), k_j e^{G_r0 - G_j} (j < r0)
+      times_factors(x + r0 * K, s.from_first.data() + r0 * K, rows, K, s.xs.data());
+      const float* kb = s.k_before.data() + r0 / kSub * C * K;
+      tile_product(p.precision, rows, r0, K, {s.xs.data(), K}, {kb, K, true}, out + r0 * C, C);
     }
     for (int64_t i = r0; i < r1; ++i)
       for (int64_t j = r0; j < (diagonal ? i + 1 : i); ++j)
-        out[i * C + j] = dot3(x + i * K, y + j * K, pair_decay(s.pairs.data(), i, j, K), K);
+        out[i * C + j] = dot3(x + i * K, k + j * K, pair_decay(s.pairs.data(), i, j, K), K);
   }
 }
 
-// Y_ic = sum_{j<i} F_ij y_jc e^{G_ic - G_jc} (F [C, C], read strictly below the diagonal)
-// into Y [C, K] (overwritten); s.pairs holds the chunk's pair_decays.
-void decayed_lower_times(const ChunkedParams& p, const float* F, const float* y, const float* G, float* Y,
-                         Scratch& s) {
+// Y_ic = sum_{j<i} F_ij k_jc e^{G_ic - G_jc} (F [C, C], read strictly below the diagonal)
+// into Y [C, K] (overwritten); s holds the chunk's pair_decays and reference_decays.
+void decayed_lower_times(const ChunkedParams& p, const float* F, const float* k, float* Y, Scratch& s) {
   const int64_t C = p.C, K = p.K;
   for (int64_t r0 = 0; r0 < C; r0 += kSub) {
     const int64_t r1 = std::min(C, r0 + kSub), rows = r1 - r0;
     float* Yr = Y + r0 * K;
     if (r0 > 0) {
-      scale_by_decay(y, G, G + r0 * K, r0, K, true, s.ys.data());
-      tile_product(p.precision, rows, K, r0, {F + r0 * C, C}, {s.ys.data(), K}, s.tmp.data(), K);
-      scale_by_decay(s.tmp.data(), G + r0 * K, G + r0 * K, rows, K, false, Yr);
+      const float* kb = s.k_before.data() + r0 / kSub * C * K;
+      tile_product(p.precision, rows, K, r0, {F + r0 * C, C}, {kb, K}, s.tmp.data(), K);
+      times_factors(s.tmp.data(), s.from_first.data() + r0 * K, rows, K, Yr);
     } else {
       std::fill(Yr, Yr + rows * K, 0.0f);
     }
@@ -188,26 +219,25 @@ void decayed_lower_times(const ChunkedParams& p, const float* F, const float* y,
       for (int64_t j = r0; j < i; ++j) {
         const float f = F[i * C + j];
         const float* e = pair_decay(s.pairs.data(), i, j, K);
-        const float* yj = y + j * K;
+        const float* kj = k + j * K;
         float* yi = Y + i * K;
-        for (int64_t c = 0; c < K; ++c) yi[c] += f * yj[c] * e[c];
+        for (int64_t c = 0; c < K; ++c) yi[c] += f * kj[c] * e[c];
       }
   }
 }
 
 // Z_jc = sum_{i>j} F_ij x_ic e^{G_ic - G_jc} (F read strictly below the diagonal) into
-// Z [C, K] (overwritten). The reference row of sub-chunk [r0, r1) is its last, r1 - 1.
-void decayed_upper_times(const ChunkedParams& p, const float* F, const float* x, const float* G, float* Z,
-                         Scratch& s) {
+// Z [C, K] (overwritten); s holds the chunk's pair_decays and reference_decays (with
+// upper). The reference row of sub-chunk [r0, r1) is its last, r1 - 1.
+void decayed_upper_times(const ChunkedParams& p, const float* F, const float* x, float* Z, Scratch& s) {
   const int64_t C = p.C, K = p.K;
   for (int64_t r0 = 0; r0 < C; r0 += kSub) {
     const int64_t r1 = std::min(C, r0 + kSub), rows = r1 - r0;
-    const float* ref = G + (r1 - 1) * K;
     float* Zr = Z + r0 * K;
     if (r1 < C) {
-      scale_by_decay(x + r1 * K, G + r1 * K, ref, C - r1, K, false, s.xs.data());
+      times_factors(x + r1 * K, s.after_last.data() + r0 / kSub * C * K, C - r1, K, s.xs.data());
       tile_product(p.precision, rows, K, C - r1, {F + r1 * C + r0, C, true}, {s.xs.data(), K}, s.tmp.data(), K);
-      scale_by_decay(s.tmp.data(), G + r0 * K, ref, rows, K, true, Zr);
+      times_factors(s.tmp.data(), s.to_last.data() + r0 * K, rows, K, Zr);
     } else {
       std::fill(Zr, Zr + rows * K, 0.0f);
     }
@@ -244,13 +274,13 @@ struct HeadArrays {
   int64_t slots = 0, C = 0, K = 0, V = 0;
   AlignedBuffer G, E, wdec;  // [slots, C, K]: cumsum, e^G, e^{Lambda - G}
   AlignedBuffer M, T, Q;     // [slots, C, C]: key pairs, (I + A)^-1, query-key pairs
-  AlignedBuffer W, vnew;     // [slots, C, K], [slots, C, V]: W, and U then V_new
+  AlignedBuffer WU, vnew;    // [slots, C, K+V], [slots, C, V]: [W | U], and V_new
   AlignedBuffer h;           // [NT, K, V]: the state entering each chunk (backward)
 
   HeadArrays(const ChunkedParams& p, int64_t slot_count, bool keep_states)
       : slots(slot_count), C(p.C), K(p.K), V(p.V) {
     const int64_t CK = slots * C * K, CC = slots * C * C;
-    G = AlignedBuffer(CK), E = AlignedBuffer(CK), wdec = AlignedBuffer(CK), W = AlignedBuffer(CK);
+    G = AlignedBuffer(CK), E = AlignedBuffer(CK), wdec = AlignedBuffer(CK), WU = AlignedBuffer(slots * C * (K + V));
     M = AlignedBuffer(CC), T = AlignedBuffer(CC), Q = AlignedBuffer(CC);
     vnew = AlignedBuffer(slots * C * V);
     if (keep_states) h = AlignedBuffer(p.NT * K * V);
@@ -261,13 +291,13 @@ struct HeadArrays {
   float* m_of(int64_t m) { return M.data() + m * C * C; }
   float* t_of(int64_t m) { return T.data() + m * C * C; }
   float* q_of(int64_t m) { return Q.data() + m * C * C; }
-  float* w_of(int64_t m) { return W.data() + m * C * K; }
+  float* wu_of(int64_t m) { return WU.data() + m * C * (K + V); }  // row stride K + V; U from column K
   float* vnew_of(int64_t m) { return vnew.data() + m * C * V; }
 };
 
-// Phase A of chunk n into slot m: G, E, e^{Lambda - G}, M, T, W, U (in vnew) and Q.
+// Phase A of chunk n into slot m: G, E, e^{Lambda - G}, M, T, [W | U] and Q.
 void phase_a(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n, Scratch& s) {
-  const int64_t C = p.C, K = p.K, V = p.V;
+  const int64_t C = p.C, K = p.K, V = p.V, KV = K + V;
   const float* q = p.q + n * C * K;
   const float* k = p.k + n * C * K;
   const float* g = p.g + n * C * K;
@@ -286,26 +316,27 @@ void phase_a(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n, Scratc
     }
   float* M = a.m_of(m);
   pair_decays(p, G, s.pairs.data());
-  decayed_scores(p, k, k, G, false, M, s);
+  reference_decays(p, k, G, false, s);
+  decayed_scores(p, k, k, false, M, s);
   invert_unit_lower(C, beta, M, a.t_of(m));
-  float* kb = s.kb.data();
-  float* bv = s.bv.data();
+  float* kvb = s.kvb.data();
   for (int64_t i = 0; i < C; ++i) {
-    for (int64_t c = 0; c < K; ++c) kb[i * K + c] = beta[i] * k[i * K + c] * E[i * K + c];
-    for (int64_t x = 0; x < V; ++x) bv[i * V + x] = beta[i] * p.v[(n * C + i) * V + x];
+    for (int64_t c = 0; c < K; ++c) kvb[i * KV + c] = beta[i] * k[i * K + c] * E[i * K + c];
+    for (int64_t x = 0; x < V; ++x) kvb[i * KV + K + x] = beta[i] * p.v[(n * C + i) * V + x];
   }
-  tile_product(p.precision, C, K, C, {a.t_of(m), C}, {kb, K}, a.w_of(m), K);
-  tile_product(p.precision, C, V, C, {a.t_of(m), C}, {bv, V}, a.vnew_of(m), V);
-  decayed_scores(p, q, k, G, true, a.q_of(m), s);
+  tile_product(p.precision, C, KV, C, {a.t_of(m), C}, {kvb, KV}, a.wu_of(m), KV);
+  decayed_scores(p, q, k, true, a.q_of(m), s);
 }
 
-// V_new = U - W S in place, then, when next is not null, S' = Diag(e^Lambda) S +
-// (K o e^{Lambda - G})^T V_new into next.
+// V_new = U - W S into the slot's vnew, then, when next is not null, S' = Diag(e^Lambda) S
+// + (K o e^{Lambda - G})^T V_new into next.
 void state_step(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n, const float* S, float* next,
                 Scratch& s) {
-  const int64_t C = p.C, K = p.K, V = p.V;
+  const int64_t C = p.C, K = p.K, V = p.V, KV = K + V;
   float* vn = a.vnew_of(m);
-  tile_product(p.precision, C, V, K, {a.w_of(m), K}, {S, V}, vn, V, -1.0f, 1.0f);
+  const float* wu = a.wu_of(m);
+  for (int64_t i = 0; i < C; ++i) std::memcpy(vn + i * V, wu + i * KV + K, V * sizeof(float));
+  tile_product(p.precision, C, V, K, {wu, KV}, {S, V}, vn, V, -1.0f, 1.0f);
   if (!next) return;
   const float* lambda_e = a.e_of(m) + (C - 1) * K;
   for (int64_t c = 0; c < K; ++c)
@@ -360,7 +391,7 @@ void forward_chunked(const ChunkedParams& p, float* o, float* ht) {
 // and dg of its rows and replaces s.dS by dL/dS for the state entering the chunk.
 void backward_chunk(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n, int64_t last, const float* d_o,
                     const ChunkedGrads& grads, Scratch& s) {
-  const int64_t C = p.C, K = p.K, V = p.V;
+  const int64_t C = p.C, K = p.K, V = p.V, KV = K + V;
   const float* q = p.q + n * C * K;
   const float* k = p.k + n * C * K;
   const float* v = p.v + n * C * V;
@@ -372,7 +403,7 @@ void backward_chunk(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n,
   const float* M = a.m_of(m);
   const float* T = a.t_of(m);
   const float* Q = a.q_of(m);
-  const float* W = a.w_of(m);
+  const float* WU = a.wu_of(m);
   const float* vn = a.vnew_of(m);
   const float* S = a.h.data() + (n % p.NT) * K * V;
   const float* lambda_e = E + (C - 1) * K;
@@ -383,14 +414,16 @@ void backward_chunk(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n,
   float* dbeta = grads.dbeta + n * C;
   float* dG = s.dG.data();
   float* dlambda = s.dlambda.data();
-  float* dvn = s.dvn.data();
-  float* kd = s.kb.data();  // K o e^{Lambda - G}
+  float* dwu = s.dwu.data();  // [dW | dU]
+  float* dvn = dwu + K;       // dU = dV_new, row stride K + V
+  float* kd = s.kd.data();    // K o e^{Lambda - G}
   for (int64_t x = 0; x < C * K; ++x) kd[x] = k[x] * wdec[x];
   pair_decays(p, G, s.pairs.data());
+  reference_decays(p, k, G, true, s);
 
   // dV_new = scale Q^T dO + (K o e^{Lambda - G}) dh.
-  tile_product(p.precision, C, V, C, {Q, C, true}, {dO, V}, dvn, V, p.scale);
-  tile_product(p.precision, C, V, K, {kd, K}, {dS, V}, dvn, V, 1.0f, 1.0f);
+  tile_product(p.precision, C, V, C, {Q, C, true}, {dO, V}, dvn, KV, p.scale);
+  tile_product(p.precision, C, V, K, {kd, K}, {dS, V}, dvn, KV, 1.0f, 1.0f);
   // Readout through S: dqe = scale dO S^T; dq = dqe o E; dG = dqe o q o E.
   float* dqe = s.dqe.data();
   tile_product(p.precision, C, K, V, {dO, V}, {S, V, true}, dqe, K, p.scale);
@@ -422,7 +455,7 @@ void backward_chunk(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n,
   for (int64_t c = 0; c < K; ++c)
     for (int64_t x = 0; x < V; ++x) dS[c * V + x] *= lambda_e[c];
   tile_product(p.precision, K, V, C, {qe, K, true}, {dO, V}, dS, V, 1.0f, 1.0f);
-  tile_product(p.precision, K, V, C, {W, K, true}, {dvn, V}, dS, V, -1.0f, 1.0f);
+  tile_product(p.precision, K, V, C, {WU, KV, true}, {dvn, KV}, dS, V, -1.0f, 1.0f);
   // Through Q: dQ = scale dO V_new^T (i >= j).
   float* dQ = s.F.data();
   tile_product(p.precision, C, C, V, {dO, V}, {vn, V, true}, dQ, C, p.scale);
@@ -435,39 +468,34 @@ void backward_chunk(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n,
   }
   float* Y = s.Y.data();
   float* Z = s.Z.data();
-  decayed_lower_times(p, dQ, k, G, Y, s);
-  decayed_upper_times(p, dQ, q, G, Z, s);
+  decayed_lower_times(p, dQ, k, Y, s);
+  decayed_upper_times(p, dQ, q, Z, s);
   for (int64_t x = 0; x < C * K; ++x) {
     dq[x] += Y[x];
     dk[x] += Z[x];
     dG[x] += q[x] * Y[x] - k[x] * Z[x];
   }
-  // The WY form: dW = -dV_new S^T, dU = dV_new; [dKb | dVb] = T^T [dW | dU].
-  float* dW = s.tmp.data();
-  tile_product(p.precision, C, K, V, {dvn, V}, {S, V, true}, dW, K, -1.0f);
-  float* dkb = s.dkb.data();
-  float* dbv = s.dbv.data();
-  tile_product(p.precision, C, K, C, {T, C, true}, {dW, K}, dkb, K);
-  tile_product(p.precision, C, V, C, {T, C, true}, {dvn, V}, dbv, V);
-  // dA = -(dKb W^T + dVb U^T), U = V_new + W S (recomputed: the slot holds V_new).
-  float* u = s.bv.data();
-  std::memcpy(u, vn, C * V * sizeof(float));
-  tile_product(p.precision, C, V, K, {W, K}, {S, V}, u, V, 1.0f, 1.0f);
+  // The WY form: dW = -dV_new S^T, dU = dV_new; [dKb | dVb] = T^T [dW | dU];
+  // dA = -[dKb | dVb] [W | U]^T.
+  tile_product(p.precision, C, K, V, {dvn, KV}, {S, V, true}, dwu, KV, -1.0f);
+  float* dkvb = s.kvb.data();
+  tile_product(p.precision, C, KV, C, {T, C, true}, {dwu, KV}, dkvb, KV);
   float* dA = s.dA.data();
-  tile_product(p.precision, C, C, K, {dkb, K}, {W, K, true}, dA, C, -1.0f);
-  tile_product(p.precision, C, C, V, {dbv, V}, {u, V, true}, dA, C, -1.0f, 1.0f);
+  tile_product(p.precision, C, C, KV, {dkvb, KV}, {WU, KV, true}, dA, C, -1.0f);
   for (int64_t i = 0; i < C; ++i) {
     const float b = beta[i];
+    const float* dkb = dkvb + i * KV;
+    const float* dbv = dkb + K;
     float db = 0.0f;
     for (int64_t c = 0; c < K; ++c) {
-      const float t = dkb[i * K + c] * E[i * K + c];
+      const float t = dkb[c] * E[i * K + c];
       dk[i * K + c] += b * t;
       db += t * k[i * K + c];
       dG[i * K + c] += b * t * k[i * K + c];
     }
     for (int64_t x = 0; x < V; ++x) {
-      dv[i * V + x] = b * dbv[i * V + x];
-      db += dbv[i * V + x] * v[i * V + x];
+      dv[i * V + x] = b * dbv[x];
+      db += dbv[x] * v[i * V + x];
     }
     // Through A = diag(beta) M: dbeta_i += sum_j dA_ij M_ij; F = diag(beta) dA, i > j.
     float* Fi = dQ + i * C;  // dQ is spent: F takes its tile
@@ -477,8 +505,8 @@ void backward_chunk(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n,
     }
     dbeta[i] = db;
   }
-  decayed_lower_times(p, dQ, k, G, Y, s);
-  decayed_upper_times(p, dQ, k, G, Z, s);
+  decayed_lower_times(p, dQ, k, Y, s);
+  decayed_upper_times(p, dQ, k, Z, s);
   for (int64_t x = 0; x < C * K; ++x) {
     dk[x] += Y[x] + Z[x];
     dG[x] += k[x] * (Y[x] - Z[x]);
