@@ -111,6 +111,7 @@ struct Scratch {
   AlignedBuffer dA, F;                    // backward, [C, C]
   AlignedBuffer dS;                       // backward, [K, V]
   AlignedBuffer dlambda;                  // backward, [K]
+  AlignedBuffer a_row;                    // [C], see invert_unit_lower
   AlignedBuffer pairs;  // [C, kSub, K]: the chunk's pair decays, see pair_decays
   // The chunk's reference-row factors, see reference_decays.
   AlignedBuffer k_before;   // [C / kSub, C, K]
@@ -123,6 +124,7 @@ struct Scratch {
     for (AlignedBuffer* b : {&xs, &tmp, &kd, &dqe, &dG, &Y, &Z}) *b = AlignedBuffer(CD);
     kvb = AlignedBuffer(CKV), dwu = AlignedBuffer(CKV);
     dA = AlignedBuffer(CC), F = AlignedBuffer(CC), dS = AlignedBuffer(p.K * p.V), dlambda = AlignedBuffer(p.K);
+    a_row = AlignedBuffer(p.C);
     pairs = AlignedBuffer(p.C * kSub * p.K);
     k_before = AlignedBuffer(subs * p.C * p.K), from_first = AlignedBuffer(p.C * p.K);
     after_last = AlignedBuffer(subs * p.C * p.K), to_last = AlignedBuffer(p.C * p.K);
@@ -252,16 +254,31 @@ void decayed_upper_times(const ChunkedParams& p, const float* F, const float* x,
   }
 }
 
-// T = (I + A)^-1 for A = diag(beta) M strictly lower, by forward substitution:
-// T_i = e_i - sum_{j<i} A_ij T_j (row j of T is zero beyond column j).
-void invert_unit_lower(int64_t C, const float* beta, const float* M, float* T) {
+// T = (I + A)^-1 for A = diag(beta) M strictly lower, by forward substitution, row by row:
+// T_i = e_i - sum_{j<i} A_ij T_j. Row j of T is zero beyond column j, so the 16-column slab
+// from x of T_i sums only over x <= j < i, in four independent vector accumulators (a
+// running row would chain every update through a store and a reload); a slab that would
+// reach past column C - 1 is summed column by column. a_row [C] holds A_ij of row i.
+void invert_unit_lower(int64_t C, const float* beta, const float* M, float* T, float* a_row) {
   std::fill(T, T + C * C, 0.0f);
   for (int64_t i = 0; i < C; ++i) {
+    for (int64_t j = 0; j < i; ++j) a_row[j] = beta[i] * M[i * C + j];
     float* ti = T + i * C;
-    for (int64_t j = 0; j < i; ++j) {
-      const float a = beta[i] * M[i * C + j];
-      const float* tj = T + j * C;
-      for (int64_t x = 0; x <= j; ++x) ti[x] -= a * tj[x];
+    for (int64_t x = 0; x < i; x += kLanes) {
+      if (x + kLanes > C) {
+        for (int64_t col = x; col < i; ++col) {
+          float sum = 0.0f;
+          for (int64_t j = col; j < i; ++j) sum += a_row[j] * T[j * C + col];
+          ti[col] = -sum;
+        }
+        break;
+      }
+      Vec16 acc[4] = {};
+      int64_t j = x;
+      for (; j + 4 <= i; j += 4)
+        for (int64_t u = 0; u < 4; ++u) acc[u] += a_row[j + u] * load16(T + (j + u) * C + x);
+      for (; j < i; ++j) acc[0] += a_row[j] * load16(T + j * C + x);
+      store16(ti + x, -((acc[0] + acc[1]) + (acc[2] + acc[3])));
     }
     ti[i] = 1.0f;
   }
@@ -318,7 +335,7 @@ void phase_a(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n, Scratc
   pair_decays(p, G, s.pairs.data());
   reference_decays(p, k, G, false, s);
   decayed_scores(p, k, k, false, M, s);
-  invert_unit_lower(C, beta, M, a.t_of(m));
+  invert_unit_lower(C, beta, M, a.t_of(m), s.a_row.data());
   float* kvb = s.kvb.data();
   for (int64_t i = 0; i < C; ++i) {
     for (int64_t c = 0; c < K; ++c) kvb[i * KV + c] = beta[i] * k[i * K + c] * E[i * K + c];
