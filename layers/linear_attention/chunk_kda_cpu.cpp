@@ -132,14 +132,15 @@ struct Scratch {
 };
 
 // The element-wise decays of the pairs inside each sub-chunk: e^{G_i - G_j} for
-// r0 <= j <= i < r1 at pairs + (i * kSub + j - r0) * K (entries j > i are not written, nor
-// read). Computed once per chunk for every product that needs them.
+// r0 <= j < i < r1 at pairs + (i * kSub + j - r0) * K (entries j >= i are not written, nor
+// read: a row's pair with itself has no decay). Computed once per chunk for every product
+// that needs them.
 void pair_decays(const ChunkedParams& p, const float* G, float* pairs) {
   const int64_t C = p.C, K = p.K;
   for (int64_t i = 0; i < C; ++i) {
     const int64_t r0 = i / kSub * kSub;
     const float* gi = G + i * K;
-    for (int64_t j = r0; j <= i; ++j) {
+    for (int64_t j = r0; j < i; ++j) {
       const float* gj = G + j * K;
       float* e = pairs + (i * kSub + j - r0) * K;
       for (int64_t c = 0; c < K; ++c) e[c] = exp_nonpositive(gi[c] - gj[c]);
@@ -197,9 +198,11 @@ void decayed_scores(const ChunkedParams& p, const float* x, const float* k, bool
       const float* kb = s.k_before.data() + r0 / kSub * C * K;
       tile_product(p.precision, rows, r0, K, {s.xs.data(), K}, {kb, K, true}, out + r0 * C, C);
     }
-    for (int64_t i = r0; i < r1; ++i)
-      for (int64_t j = r0; j < (diagonal ? i + 1 : i); ++j)
+    for (int64_t i = r0; i < r1; ++i) {
+      for (int64_t j = r0; j < i; ++j)
         out[i * C + j] = dot3(x + i * K, k + j * K, pair_decay(s.pairs.data(), i, j, K), K);
+      if (diagonal) out[i * C + i] = dot(x + i * K, k + i * K, K);
+    }
   }
 }
 
@@ -451,21 +454,18 @@ void backward_chunk(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n,
   // Writes into the state: d(K o e^{Lambda - G}) = V_new dh^T; the pairs (last, j), j < last.
   float* dkd = s.Y.data();
   tile_product(p.precision, C, K, V, {vn, V}, {dS, V, true}, dkd, K);
-  for (int64_t c = 0; c < K; ++c) {
-    float acc = 0.0f;
-    for (int64_t x = 0; x < V; ++x) acc += S[c * V + x] * dS[c * V + x];
-    dlambda[c] = lambda_e[c] * acc;
-  }
-  for (int64_t i = 0; i < C; ++i)
+  for (int64_t c = 0; c < K; ++c) dlambda[c] = lambda_e[c] * dot(S + c * V, dS + c * V, V);
+  for (int64_t x = 0; x < C * K; ++x) dk[x] = dkd[x] * wdec[x];
+  for (int64_t i = 0; i < last; ++i) {
+    const float* dki = dk + i * K;
+    const float* ki = k + i * K;
+    float* dGi = dG + i * K;
     for (int64_t c = 0; c < K; ++c) {
-      const float d = dkd[i * K + c] * wdec[i * K + c];
-      dk[i * K + c] = d;
-      if (i < last) {
-        const float term = d * k[i * K + c];
-        dG[i * K + c] -= term;
-        dlambda[c] += term;
-      }
+      const float term = dki[c] * ki[c];
+      dGi[c] -= term;
+      dlambda[c] += term;
     }
+  }
   // The state entering: dS <- Diag(e^Lambda) dh + scale (q o E)^T dO - W^T dV_new.
   float* qe = s.xs.data();
   for (int64_t x = 0; x < C * K; ++x) qe[x] = p.scale * q[x] * E[x];
@@ -503,24 +503,22 @@ void backward_chunk(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n,
     const float b = beta[i];
     const float* dkb = dkvb + i * KV;
     const float* dbv = dkb + K;
-    float db = 0.0f;
+    const float* Ei = E + i * K;
+    const float* ki = k + i * K;
+    float* dki = dk + i * K;
+    float* dGi = dG + i * K;
     for (int64_t c = 0; c < K; ++c) {
-      const float t = dkb[c] * E[i * K + c];
-      dk[i * K + c] += b * t;
-      db += t * k[i * K + c];
-      dG[i * K + c] += b * t * k[i * K + c];
+      const float t = b * dkb[c] * Ei[c];
+      dki[c] += t;
+      dGi[c] += t * ki[c];
     }
-    for (int64_t x = 0; x < V; ++x) {
-      dv[i * V + x] = b * dbv[x];
-      db += dbv[x] * v[i * V + x];
-    }
+    float* dvi = dv + i * V;
+    for (int64_t x = 0; x < V; ++x) dvi[x] = b * dbv[x];
     // Through A = diag(beta) M: dbeta_i += sum_j dA_ij M_ij; F = diag(beta) dA, i > j.
+    const float* dAi = dA + i * C;
+    dbeta[i] = dot3(dkb, Ei, ki, K) + dot(dbv, v + i * V, V) + dot(dAi, M + i * C, i);
     float* Fi = dQ + i * C;  // dQ is spent: F takes its tile
-    for (int64_t j = 0; j < i; ++j) {
-      db += dA[i * C + j] * M[i * C + j];
-      Fi[j] = b * dA[i * C + j];
-    }
-    dbeta[i] = db;
+    for (int64_t j = 0; j < i; ++j) Fi[j] = b * dAi[j];
   }
   decayed_lower_times(p, dQ, k, Y, s);
   decayed_upper_times(p, dQ, k, Z, s);
