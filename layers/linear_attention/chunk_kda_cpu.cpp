@@ -102,6 +102,67 @@ inline float dot3(const float* a, const float* b, const float* e, int64_t n) {
   return sum;
 }
 
+// An operand that several of a chunk's products read: under bf16 rounded and packed once
+// (tile_gemm_bf16.h; the words each product would pack, so the same results), under fp32
+// the floats themselves.
+struct SharedA {
+  TileOperand f{nullptr, 0};
+  PackedA packed{};
+};
+struct SharedB {
+  TileOperand f{nullptr, 0};
+  PackedB packed{};
+};
+
+// Room for one shared operand of at most rows x cols (either orientation): empty in fp32.
+AlignedBuffer packing_room(const ChunkedParams& p, int64_t rows, int64_t cols) {
+  if (p.precision != Precision::bf16) return AlignedBuffer();
+  const int64_t n = std::max(rows, cols);
+  return AlignedBuffer(std::max(packed_a_words(n, n), packed_b_words(n, n)));
+}
+
+uint32_t* words_of(AlignedBuffer& room) { return reinterpret_cast<uint32_t*>(room.data()); }
+
+// op(A), M x K, shared by the products that follow (packed into `room` under bf16).
+SharedA share_a(const ChunkedParams& p, int64_t M, int64_t K, TileOperand a, AlignedBuffer& room) {
+  SharedA s{a, {}};
+  if (p.precision == Precision::bf16) s.packed = pack_a_bf16(M, K, a, words_of(room));
+  return s;
+}
+
+// op(B), K x N, shared by the products that follow (packed into `room` under bf16).
+SharedB share_b(const ChunkedParams& p, int64_t K, int64_t N, TileOperand b, AlignedBuffer& room) {
+  SharedB s{b, {}};
+  if (p.precision == Precision::bf16) s.packed = pack_b_bf16(K, N, b, words_of(room));
+  return s;
+}
+
+// tile_product with a shared op(B), op(A), or both.
+void product_shared_b(const ChunkedParams& p, int64_t M, int64_t N, int64_t K, TileOperand a, const SharedB& b, float* c,
+             int64_t ldc, float alpha = 1.0f, float beta = 0.0f) {
+  if (p.precision == Precision::bf16)
+    tile_gemm_bf16(M, N, K, a, b.packed, c, ldc, alpha, beta);
+  else
+    tile_gemm(M, N, K, a, b.f, c, ldc, alpha, beta);
+}
+void product_shared_a(const ChunkedParams& p, int64_t M, int64_t N, int64_t K, const SharedA& a, TileOperand b, float* c,
+             int64_t ldc, float alpha = 1.0f, float beta = 0.0f) {
+  if (p.precision == Precision::bf16)
+    tile_gemm_bf16(M, N, K, a.packed, b, c, ldc, alpha, beta);
+  else
+    tile_gemm(M, N, K, a.f, b, c, ldc, alpha, beta);
+}
+void product_shared(const ChunkedParams& p, int64_t M, int64_t N, int64_t K, const SharedA& a, const SharedB& b, float* c,
+             int64_t ldc, float alpha = 1.0f, float beta = 0.0f) {
+  if (p.precision == Precision::bf16)
+    tile_gemm_bf16(M, N, K, a.packed, b.packed, c, ldc, alpha, beta);
+  else
+    tile_gemm(M, N, K, a.f, b.f, c, ldc, alpha, beta);
+}
+
+// Which pass a chunk's work serves.
+enum class Pass { forward, backward };
+
 // One thread's tiles.
 struct Scratch {
   AlignedBuffer xs, tmp;                  // [C, max(K, V)] each
@@ -118,6 +179,12 @@ struct Scratch {
   AlignedBuffer from_first; // [C, K]
   AlignedBuffer after_last; // [C / kSub, C, K] (backward)
   AlignedBuffer to_last;    // [C, K] (backward)
+  // bf16: k_before of each sub-chunk as op(B) of its products (transposed for the scores,
+  // as stored for Y), and the rooms of the other shared operands.
+  std::vector<AlignedBuffer> k_before_rooms;
+  std::vector<SharedB> k_before_b;
+  AlignedBuffer room_a, room_b1, room_b2;
+  SharedB state_b, vnew_b;  // the forward's S and V_new as op(B), see state_step
   explicit Scratch(const ChunkedParams& p) {
     const int64_t CD = p.C * std::max(p.K, p.V), CC = p.C * p.C, CKV = p.C * (p.K + p.V);
     const int64_t subs = (p.C + kSub - 1) / kSub;
@@ -128,6 +195,10 @@ struct Scratch {
     pairs = AlignedBuffer(p.C * kSub * p.K);
     k_before = AlignedBuffer(subs * p.C * p.K), from_first = AlignedBuffer(p.C * p.K);
     after_last = AlignedBuffer(subs * p.C * p.K), to_last = AlignedBuffer(p.C * p.K);
+    const int64_t n = std::max({p.C, p.K, p.V});
+    for (int64_t b = 0; b < subs; ++b) k_before_rooms.push_back(packing_room(p, p.C, p.K));
+    k_before_b.resize(subs);
+    room_a = packing_room(p, n, n), room_b1 = packing_room(p, n, n), room_b2 = packing_room(p, n, n);
   }
 };
 
@@ -157,11 +228,12 @@ inline const float* pair_decay(const float* pairs, int64_t i, int64_t j, int64_t
 // has rows [r0, r1), r0 = b kSub:
 //   k_before   + b C K:  k_jc e^{G_r0,c - G_jc}      for j < r0 (reference row r0)
 //   from_first:          e^{G_ic - G_r0(i),c}         for every row i (its sub-chunk's r0)
-// and with `upper` (Z's products, reference row r1 - 1):
+// and in the backward (Z's products, reference row r1 - 1):
 //   after_last + b C K:  e^{G_ic - G_r1-1,c}          for i >= r1, at row i - r1
 //   to_last:             e^{G_r1-1(j),c - G_jc}       for every row j
-// Every exponent is <= 0.
-void reference_decays(const ChunkedParams& p, const float* k, const float* G, bool upper, Scratch& s) {
+// Every exponent is <= 0. k_before_b[b] shares k_before's block as op(B): transposed in the
+// forward (the scores), as stored in the backward (Y).
+void reference_decays(const ChunkedParams& p, const float* k, const float* G, Pass pass, Scratch& s) {
   const int64_t C = p.C, K = p.K;
   for (int64_t r0 = 0; r0 < C; r0 += kSub) {
     const int64_t r1 = std::min(C, r0 + kSub), b = r0 / kSub;
@@ -171,7 +243,12 @@ void reference_decays(const ChunkedParams& p, const float* k, const float* G, bo
       for (int64_t c = 0; c < K; ++c) kb[j * K + c] = k[j * K + c] * exp_nonpositive(first[c] - G[j * K + c]);
     for (int64_t i = r0; i < r1; ++i)
       for (int64_t c = 0; c < K; ++c) s.from_first.data()[i * K + c] = exp_nonpositive(G[i * K + c] - first[c]);
-    if (!upper) continue;
+    if (r0 > 0) {
+      const TileOperand op = pass == Pass::forward ? TileOperand{kb, K, true} : TileOperand{kb, K};
+      s.k_before_b[b] = pass == Pass::forward ? share_b(p, K, r0, op, s.k_before_rooms[b])
+                                              : share_b(p, r0, K, op, s.k_before_rooms[b]);
+    }
+    if (pass == Pass::forward) continue;
     const float* last = G + (r1 - 1) * K;
     float* al = s.after_last.data() + b * C * K;
     for (int64_t i = r1; i < C; ++i)
@@ -195,8 +272,7 @@ void decayed_scores(const ChunkedParams& p, const float* x, const float* k, bool
     const int64_t r1 = std::min(C, r0 + kSub), rows = r1 - r0;
     if (r0 > 0) {  // reference row r0: x_i e^{G_i - G_r0} (i >= r0), k_j e^{G_r0 - G_j} (j < r0)
       times_factors(x + r0 * K, s.from_first.data() + r0 * K, rows, K, s.xs.data());
-      const float* kb = s.k_before.data() + r0 / kSub * C * K;
-      tile_product(p.precision, rows, r0, K, {s.xs.data(), K}, {kb, K, true}, out + r0 * C, C);
+      product_shared_b(p, rows, r0, K, {s.xs.data(), K}, s.k_before_b[r0 / kSub], out + r0 * C, C);
     }
     for (int64_t i = r0; i < r1; ++i) {
       for (int64_t j = r0; j < i; ++j)
@@ -214,8 +290,7 @@ void decayed_lower_times(const ChunkedParams& p, const float* F, const float* k,
     const int64_t r1 = std::min(C, r0 + kSub), rows = r1 - r0;
     float* Yr = Y + r0 * K;
     if (r0 > 0) {
-      const float* kb = s.k_before.data() + r0 / kSub * C * K;
-      tile_product(p.precision, rows, K, r0, {F + r0 * C, C}, {kb, K}, s.tmp.data(), K);
+      product_shared_b(p, rows, K, r0, {F + r0 * C, C}, s.k_before_b[r0 / kSub], s.tmp.data(), K);
       times_factors(s.tmp.data(), s.from_first.data() + r0 * K, rows, K, Yr);
     } else {
       std::fill(Yr, Yr + rows * K, 0.0f);
@@ -232,8 +307,8 @@ void decayed_lower_times(const ChunkedParams& p, const float* F, const float* k,
 }
 
 // Z_jc = sum_{i>j} F_ij x_ic e^{G_ic - G_jc} (F read strictly below the diagonal) into
-// Z [C, K] (overwritten); s holds the chunk's pair_decays and reference_decays (with
-// upper). The reference row of sub-chunk [r0, r1) is its last, r1 - 1.
+// Z [C, K] (overwritten); s holds the chunk's pair_decays and reference_decays (of the
+// backward). The reference row of sub-chunk [r0, r1) is its last, r1 - 1.
 void decayed_upper_times(const ChunkedParams& p, const float* F, const float* x, float* Z, Scratch& s) {
   const int64_t C = p.C, K = p.K;
   for (int64_t r0 = 0; r0 < C; r0 += kSub) {
@@ -336,7 +411,7 @@ void phase_a(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n, Scratc
     }
   float* M = a.m_of(m);
   pair_decays(p, G, s.pairs.data());
-  reference_decays(p, k, G, false, s);
+  reference_decays(p, k, G, Pass::forward, s);
   decayed_scores(p, k, k, false, M, s);
   invert_unit_lower(C, beta, M, a.t_of(m), s.a_row.data());
   float* kvb = s.kvb.data();
@@ -349,14 +424,17 @@ void phase_a(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n, Scratc
 }
 
 // V_new = U - W S into the slot's vnew, then, when next is not null, S' = Diag(e^Lambda) S
-// + (K o e^{Lambda - G})^T V_new into next.
+// + (K o e^{Lambda - G})^T V_new into next. S and V_new stay shared in s.state_b and
+// s.vnew_b for output_chunk.
 void state_step(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n, const float* S, float* next,
                 Scratch& s) {
   const int64_t C = p.C, K = p.K, V = p.V, KV = K + V;
   float* vn = a.vnew_of(m);
   const float* wu = a.wu_of(m);
   for (int64_t i = 0; i < C; ++i) std::memcpy(vn + i * V, wu + i * KV + K, V * sizeof(float));
-  tile_product(p.precision, C, V, K, {wu, KV}, {S, V}, vn, V, -1.0f, 1.0f);
+  s.state_b = share_b(p, K, V, {S, V}, s.room_b1);
+  product_shared_b(p, C, V, K, {wu, KV}, s.state_b, vn, V, -1.0f, 1.0f);
+  s.vnew_b = share_b(p, C, V, {vn, V}, s.room_b2);
   if (!next) return;
   const float* lambda_e = a.e_of(m) + (C - 1) * K;
   for (int64_t c = 0; c < K; ++c)
@@ -365,19 +443,19 @@ void state_step(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n, con
   const float* wdec = a.wdec_of(m);
   float* kd = s.xs.data();
   for (int64_t x = 0; x < C * K; ++x) kd[x] = k[x] * wdec[x];
-  tile_product(p.precision, K, V, C, {kd, K, true}, {vn, V}, next, V, 1.0f, 1.0f);
+  product_shared_b(p, K, V, C, {kd, K, true}, s.vnew_b, next, V, 1.0f, 1.0f);
 }
 
-// O = scale [(Q o E) S + Q V_new] of chunk n into o.
-void output_chunk(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n, const float* S, float* o, Scratch& s) {
+// O = scale [(Q o E) S + Q V_new] of chunk n into o, after its state_step.
+void output_chunk(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n, float* o, Scratch& s) {
   const int64_t C = p.C, K = p.K, V = p.V;
   const float* q = p.q + n * C * K;
   const float* E = a.e_of(m);
   float* qe = s.xs.data();
   for (int64_t x = 0; x < C * K; ++x) qe[x] = p.scale * q[x] * E[x];
   float* out = o + n * C * V;
-  tile_product(p.precision, C, V, C, {a.q_of(m), C}, {a.vnew_of(m), V}, out, V, p.scale);
-  tile_product(p.precision, C, V, K, {qe, K}, {S, V}, out, V, 1.0f, 1.0f);
+  product_shared_b(p, C, V, C, {a.q_of(m), C}, s.vnew_b, out, V, p.scale);
+  product_shared_b(p, C, V, K, {qe, K}, s.state_b, out, V, 1.0f, 1.0f);
 }
 
 // The state S_0 of head bh: h0's, or zeros.
@@ -400,7 +478,7 @@ void forward_chunked(const ChunkedParams& p, float* o, float* ht) {
         float* out_state = last ? (ht ? ht + bh * p.K * p.V : nullptr) : next.data();
         phase_a(p, a, 0, n, s);
         state_step(p, a, 0, n, S.data(), out_state, s);
-        output_chunk(p, a, 0, n, S.data(), o, s);
+        output_chunk(p, a, 0, n, o, s);
         if (!last) std::swap(S, next);
       }
     }
@@ -439,14 +517,18 @@ void backward_chunk(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n,
   float* kd = s.kd.data();    // K o e^{Lambda - G}
   for (int64_t x = 0; x < C * K; ++x) kd[x] = k[x] * wdec[x];
   pair_decays(p, G, s.pairs.data());
-  reference_decays(p, k, G, true, s);
+  reference_decays(p, k, G, Pass::backward, s);
 
+  // dO as op(A) and op(B), and S^T as op(B), each read by two products.
+  const SharedA dO_a = share_a(p, C, V, {dO, V}, s.room_a);
+  const SharedB dO_b = share_b(p, C, V, {dO, V}, s.room_b1);
+  const SharedB St_b = share_b(p, V, K, {S, V, true}, s.room_b2);
   // dV_new = scale Q^T dO + (K o e^{Lambda - G}) dh.
-  tile_product(p.precision, C, V, C, {Q, C, true}, {dO, V}, dvn, KV, p.scale);
+  product_shared_b(p, C, V, C, {Q, C, true}, dO_b, dvn, KV, p.scale);
   tile_product(p.precision, C, V, K, {kd, K}, {dS, V}, dvn, KV, 1.0f, 1.0f);
   // Readout through S: dqe = scale dO S^T; dq = dqe o E; dG = dqe o q o E.
   float* dqe = s.dqe.data();
-  tile_product(p.precision, C, K, V, {dO, V}, {S, V, true}, dqe, K, p.scale);
+  product_shared(p, C, K, V, dO_a, St_b, dqe, K, p.scale);
   for (int64_t x = 0; x < C * K; ++x) {
     dq[x] = dqe[x] * E[x];
     dG[x] = dq[x] * q[x];
@@ -471,11 +553,11 @@ void backward_chunk(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n,
   for (int64_t x = 0; x < C * K; ++x) qe[x] = p.scale * q[x] * E[x];
   for (int64_t c = 0; c < K; ++c)
     for (int64_t x = 0; x < V; ++x) dS[c * V + x] *= lambda_e[c];
-  tile_product(p.precision, K, V, C, {qe, K, true}, {dO, V}, dS, V, 1.0f, 1.0f);
+  product_shared_b(p, K, V, C, {qe, K, true}, dO_b, dS, V, 1.0f, 1.0f);
   tile_product(p.precision, K, V, C, {WU, KV, true}, {dvn, KV}, dS, V, -1.0f, 1.0f);
   // Through Q: dQ = scale dO V_new^T (i >= j).
   float* dQ = s.F.data();
-  tile_product(p.precision, C, C, V, {dO, V}, {vn, V, true}, dQ, C, p.scale);
+  product_shared_a(p, C, C, V, dO_a, {vn, V, true}, dQ, C, p.scale);
   for (int64_t i = 0; i < C; ++i) {
     const float d = dQ[i * C + i];
     for (int64_t c = 0; c < K; ++c) {
@@ -494,7 +576,7 @@ void backward_chunk(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n,
   }
   // The WY form: dW = -dV_new S^T, dU = dV_new; [dKb | dVb] = T^T [dW | dU];
   // dA = -[dKb | dVb] [W | U]^T.
-  tile_product(p.precision, C, K, V, {dvn, KV}, {S, V, true}, dwu, KV, -1.0f);
+  product_shared_b(p, C, K, V, {dvn, KV}, St_b, dwu, KV, -1.0f);
   float* dkvb = s.kvb.data();
   tile_product(p.precision, C, KV, C, {T, C, true}, {dwu, KV}, dkvb, KV);
   float* dA = s.dA.data();
