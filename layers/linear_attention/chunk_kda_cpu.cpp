@@ -463,7 +463,44 @@ void initial_state(const ChunkedParams& p, int64_t bh, float* S) {
   copy_or_zero(p.h0 ? p.h0 + bh * p.K * p.V : nullptr, p.K * p.V, S);
 }
 
-void forward_chunked(const ChunkedParams& p, float* o, float* ht) {
+// The copies between the API layout and one head's rows of the chunked layout, made by the
+// thread that works on the head: `in` right before its first chunk, `out` right after its
+// last, so that the chunks read rows still in the core's caches and the copies out read
+// rows just written.
+struct HeadCopies {
+  std::vector<ToChunked> in;
+  std::vector<FromChunked> out;
+  int64_t T = 0, H = 0, C = 0, K = 0, head_rows = 0;
+  // With the in-kernel L2 norm (else all null), forward: the chunked q and k, normalized
+  // in place after the copy in, and their rstd [rows] written.
+  struct {
+    float *q = nullptr, *k = nullptr, *q_rstd = nullptr, *k_rstd = nullptr;
+  } norm_in;
+  // Backward: dq and dk taken through the norm of the saved q, k (and rstd) before the copy out.
+  struct {
+    const float *q = nullptr, *k = nullptr, *q_rstd = nullptr, *k_rstd = nullptr;
+    float *dq = nullptr, *dk = nullptr;
+  } norm_out;
+
+  void head_in(int64_t bh) const {
+    head_to_chunked(in, bh, T, H, C);
+    const int64_t row0 = bh * head_rows;
+    if (norm_in.q) {
+      l2norm_rows_forward(norm_in.q + row0 * K, head_rows, K, norm_in.q_rstd + row0);
+      l2norm_rows_forward(norm_in.k + row0 * K, head_rows, K, norm_in.k_rstd + row0);
+    }
+  }
+  void head_out(int64_t bh) const {
+    const int64_t row0 = bh * head_rows;
+    if (norm_out.q) {
+      l2norm_rows_backward(norm_out.q + row0 * K, norm_out.q_rstd + row0, head_rows, K, norm_out.dq + row0 * K);
+      l2norm_rows_backward(norm_out.k + row0 * K, norm_out.k_rstd + row0, head_rows, K, norm_out.dk + row0 * K);
+    }
+    head_from_chunked(out, bh, T, H, C);
+  }
+};
+
+void forward_chunked(const ChunkedParams& p, const HeadCopies& copies, float* o, float* ht) {
 #pragma omp parallel
   {
     Scratch s(p);
@@ -471,6 +508,7 @@ void forward_chunked(const ChunkedParams& p, float* o, float* ht) {
     AlignedBuffer S(p.K * p.V), next(p.K * p.V);
 #pragma omp for schedule(dynamic)
     for (int64_t bh = 0; bh < p.BH; ++bh) {
+      copies.head_in(bh);
       initial_state(p, bh, S.data());
       for (int64_t c = 0; c < p.NT; ++c) {
         const int64_t n = bh * p.NT + c;
@@ -481,6 +519,7 @@ void forward_chunked(const ChunkedParams& p, float* o, float* ht) {
         output_chunk(p, a, 0, n, o, s);
         if (!last) std::swap(S, next);
       }
+      copies.head_out(bh);
     }
   }
 }
@@ -615,7 +654,8 @@ void backward_chunk(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n,
     for (int64_t c = 0; c < K; ++c) dg[i * K + c] = dg[(i + 1) * K + c] + dG[i * K + c];
 }
 
-void backward_chunked(const ChunkedParams& p, const float* d_o, const float* dht, const ChunkedGrads& grads) {
+void backward_chunked(const ChunkedParams& p, const HeadCopies& copies, const float* d_o, const float* dht,
+                      const ChunkedGrads& grads) {
 #pragma omp parallel
   {
     Scratch s(p);
@@ -623,6 +663,7 @@ void backward_chunked(const ChunkedParams& p, const float* d_o, const float* dht
 #pragma omp for schedule(dynamic)
     for (int64_t bh = 0; bh < p.BH; ++bh) {
       const int64_t KV = p.K * p.V;
+      copies.head_in(bh);
       initial_state(p, bh, a.h.data());
       for (int64_t c = 0; c < p.NT; ++c) {
         const int64_t n = bh * p.NT + c;
@@ -635,6 +676,7 @@ void backward_chunked(const ChunkedParams& p, const float* d_o, const float* dht
         backward_chunk(p, a, c, bh * p.NT + c, last, d_o, grads, s);
       }
       if (grads.dh0) std::memcpy(grads.dh0 + bh * KV, s.dS.data(), KV * sizeof(float));
+      copies.head_out(bh);
     }
   }
 }
@@ -647,23 +689,34 @@ struct ChunkKdaSaved : KdaSaved {
 
 int64_t chunked_rows(const KdaParams& p) { return p.B * p.H * p.NT() * p.C; }
 
+// The chunked input buffers of a call, filled by the copies of input_copies.
 std::shared_ptr<ChunkKdaSaved> chunked_inputs(const KdaParams& p) {
   const int64_t rows = chunked_rows(p);
   auto in = std::make_shared<ChunkKdaSaved>();
   in->q = AlignedBuffer(rows * p.K), in->k = AlignedBuffer(rows * p.K), in->v = AlignedBuffer(rows * p.V);
   in->g = AlignedBuffer(rows * p.K), in->beta = AlignedBuffer(rows);
-  to_chunked({{p.q, in->q.data(), p.K},
-              {p.k, in->k.data(), p.K},
-              {p.v, in->v.data(), p.V},
-              {p.gk, in->g.data(), p.K},
-              {p.beta, in->beta.data(), 1}},
-             p.B, p.T, p.H, p.C);
-  if (p.use_qk_l2norm_in_kernel) {
-    in->q_rstd = AlignedBuffer(rows), in->k_rstd = AlignedBuffer(rows);
-    l2norm_rows_forward(in->q.data(), rows, p.K, in->q_rstd.data());
-    l2norm_rows_forward(in->k.data(), rows, p.K, in->k_rstd.data());
-  }
+  if (p.use_qk_l2norm_in_kernel) in->q_rstd = AlignedBuffer(rows), in->k_rstd = AlignedBuffer(rows);
   return in;
+}
+
+// The layout of the copies of a call, none made yet.
+HeadCopies layout_of(const KdaParams& p) {
+  HeadCopies copies;
+  copies.T = p.T, copies.H = p.H, copies.C = p.C, copies.K = p.K, copies.head_rows = p.NT() * p.C;
+  return copies;
+}
+
+// The forward's copies: the inputs into `in` (q and k then L2-normalized when asked for).
+HeadCopies input_copies(const KdaParams& p, ChunkKdaSaved& in) {
+  HeadCopies copies = layout_of(p);
+  copies.in = {{p.q, in.q.data(), p.K},
+               {p.k, in.k.data(), p.K},
+               {p.v, in.v.data(), p.V},
+               {p.gk, in.g.data(), p.K},
+               {p.beta, in.beta.data(), 1}};
+  if (p.use_qk_l2norm_in_kernel)
+    copies.norm_in = {in.q.data(), in.k.data(), in.q_rstd.data(), in.k_rstd.data()};
+  return copies;
 }
 
 ChunkedParams chunked_params(const KdaParams& p, const ChunkKdaSaved& in) {
@@ -681,8 +734,9 @@ ChunkedParams chunked_params(const KdaParams& p, const ChunkKdaSaved& in) {
 std::shared_ptr<const KdaSaved> chunk_kda_forward_cpu(const KdaParams& p, float* o, float* ht, bool save) {
   std::shared_ptr<ChunkKdaSaved> in = chunked_inputs(p);
   AlignedBuffer oc(chunked_rows(p) * p.V);
-  forward_chunked(chunked_params(p, *in), oc.data(), ht);
-  from_chunked({{oc.data(), o, p.V}}, p.B, p.T, p.H, p.C);
+  HeadCopies copies = input_copies(p, *in);
+  copies.out = {{oc.data(), o, p.V}};
+  forward_chunked(chunked_params(p, *in), copies, oc.data(), ht);
   return save ? in : nullptr;
 }
 
@@ -691,19 +745,17 @@ void chunk_kda_backward_cpu(const KdaParams& p, const KdaSaved& saved, const flo
   const auto& in = static_cast<const ChunkKdaSaved&>(saved);
   const int64_t rows = chunked_rows(p);
   AlignedBuffer d_oc(rows * p.V), dq(rows * p.K), dk(rows * p.K), dv(rows * p.V), dg(rows * p.K), dbeta(rows);
-  to_chunked({{d_o, d_oc.data(), p.V}}, p.B, p.T, p.H, p.C);
-  ChunkedGrads out{dq.data(), dk.data(), dv.data(), dg.data(), dbeta.data(), grads.dh0};
-  backward_chunked(chunked_params(p, in), d_oc.data(), dht, out);
-  if (p.use_qk_l2norm_in_kernel) {
-    l2norm_rows_backward(in.q.data(), in.q_rstd.data(), rows, p.K, dq.data());
-    l2norm_rows_backward(in.k.data(), in.k_rstd.data(), rows, p.K, dk.data());
-  }
-  from_chunked({{dq.data(), grads.dq, p.K},
+  HeadCopies copies = layout_of(p);
+  copies.in = {{d_o, d_oc.data(), p.V}};
+  copies.out = {{dq.data(), grads.dq, p.K},
                 {dk.data(), grads.dk, p.K},
                 {dv.data(), grads.dv, p.V},
                 {dg.data(), grads.dgk, p.K},
-                {dbeta.data(), grads.dbeta, 1}},
-               p.B, p.T, p.H, p.C);
+                {dbeta.data(), grads.dbeta, 1}};
+  if (p.use_qk_l2norm_in_kernel)
+    copies.norm_out = {in.q.data(), in.k.data(), in.q_rstd.data(), in.k_rstd.data(), dq.data(), dk.data()};
+  ChunkedGrads out{dq.data(), dk.data(), dv.data(), dg.data(), dbeta.data(), grads.dh0};
+  backward_chunked(chunked_params(p, in), copies, d_oc.data(), dht, out);
 }
 
 }  // namespace lat::linear_attention
