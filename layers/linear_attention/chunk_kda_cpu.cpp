@@ -524,6 +524,67 @@ void forward_chunked(const ChunkedParams& p, const HeadCopies& copies, float* o,
   }
 }
 
+// The backward's element-wise updates, over n floats of arrays that never overlap
+// (__restrict: the loops, which write several arrays, then vectorize).
+
+// Readout through S: dq = dqe o E, dG = dq o q.
+inline void readout_terms(int64_t n, const float* __restrict dqe, const float* __restrict E,
+                          const float* __restrict q, float* __restrict dq, float* __restrict dG) {
+  for (int64_t x = 0; x < n; ++x) {
+    dq[x] = dqe[x] * E[x];
+    dG[x] = dq[x] * q[x];
+  }
+}
+
+// The write decay e^{Lambda - G_i} of one row: dG_i -= dk_i o k_i, dLambda += dk_i o k_i.
+inline void write_decay_terms(int64_t n, const float* __restrict dk, const float* __restrict k,
+                              float* __restrict dG, float* __restrict dlambda) {
+  for (int64_t c = 0; c < n; ++c) {
+    const float term = dk[c] * k[c];
+    dG[c] -= term;
+    dlambda[c] += term;
+  }
+}
+
+// dx += f y, dy += f x (one row; a pair without decay).
+inline void add_scaled_pair(int64_t n, float f, const float* __restrict x, const float* __restrict y,
+                            float* __restrict dx, float* __restrict dy) {
+  for (int64_t c = 0; c < n; ++c) {
+    dx[c] += f * y[c];
+    dy[c] += f * x[c];
+  }
+}
+
+// Through a pair matrix of distinct x, y (Q's): dx += Y, dy += Z, dG += x o Y - y o Z.
+inline void add_pair_terms(int64_t n, const float* __restrict x, const float* __restrict y,
+                           const float* __restrict Y, const float* __restrict Z, float* __restrict dx,
+                           float* __restrict dy, float* __restrict dG) {
+  for (int64_t c = 0; c < n; ++c) {
+    dx[c] += Y[c];
+    dy[c] += Z[c];
+    dG[c] += x[c] * Y[c] - y[c] * Z[c];
+  }
+}
+
+// Through a pair matrix of x = y = k (A's): dk += Y + Z, dG += k o (Y - Z).
+inline void add_key_pair_terms(int64_t n, const float* __restrict k, const float* __restrict Y,
+                               const float* __restrict Z, float* __restrict dk, float* __restrict dG) {
+  for (int64_t c = 0; c < n; ++c) {
+    dk[c] += Y[c] + Z[c];
+    dG[c] += k[c] * (Y[c] - Z[c]);
+  }
+}
+
+// The key decays in W of one row: t = beta dKb o E; dk += t, dG += t o k.
+inline void key_decay_terms(int64_t n, float beta, const float* __restrict dkb, const float* __restrict E,
+                            const float* __restrict k, float* __restrict dk, float* __restrict dG) {
+  for (int64_t c = 0; c < n; ++c) {
+    const float t = beta * dkb[c] * E[c];
+    dk[c] += t;
+    dG[c] += t * k[c];
+  }
+}
+
 // The gradients of chunk n (slot m), given dS = dL/dS' in s.dS: writes dq, dk, dv, dbeta
 // and dg of its rows and replaces s.dS by dL/dS for the state entering the chunk.
 void backward_chunk(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n, int64_t last, const float* d_o,
@@ -568,25 +629,13 @@ void backward_chunk(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n,
   // Readout through S: dqe = scale dO S^T; dq = dqe o E; dG = dqe o q o E.
   float* dqe = s.dqe.data();
   product_shared(p, C, K, V, dO_a, St_b, dqe, K, p.scale);
-  for (int64_t x = 0; x < C * K; ++x) {
-    dq[x] = dqe[x] * E[x];
-    dG[x] = dq[x] * q[x];
-  }
+  readout_terms(C * K, dqe, E, q, dq, dG);
   // Writes into the state: d(K o e^{Lambda - G}) = V_new dh^T; the pairs (last, j), j < last.
   float* dkd = s.Y.data();
   tile_product(p.precision, C, K, V, {vn, V}, {dS, V, true}, dkd, K);
   for (int64_t c = 0; c < K; ++c) dlambda[c] = lambda_e[c] * dot(S + c * V, dS + c * V, V);
   for (int64_t x = 0; x < C * K; ++x) dk[x] = dkd[x] * wdec[x];
-  for (int64_t i = 0; i < last; ++i) {
-    const float* dki = dk + i * K;
-    const float* ki = k + i * K;
-    float* dGi = dG + i * K;
-    for (int64_t c = 0; c < K; ++c) {
-      const float term = dki[c] * ki[c];
-      dGi[c] -= term;
-      dlambda[c] += term;
-    }
-  }
+  for (int64_t i = 0; i < last; ++i) write_decay_terms(K, dk + i * K, k + i * K, dG + i * K, dlambda);
   // The state entering: dS <- Diag(e^Lambda) dh + scale (q o E)^T dO - W^T dV_new.
   float* qe = s.xs.data();
   for (int64_t x = 0; x < C * K; ++x) qe[x] = p.scale * q[x] * E[x];
@@ -597,22 +646,12 @@ void backward_chunk(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n,
   // Through Q: dQ = scale dO V_new^T (i >= j).
   float* dQ = s.F.data();
   product_shared_a(p, C, C, V, dO_a, {vn, V, true}, dQ, C, p.scale);
-  for (int64_t i = 0; i < C; ++i) {
-    const float d = dQ[i * C + i];
-    for (int64_t c = 0; c < K; ++c) {
-      dq[i * K + c] += d * k[i * K + c];
-      dk[i * K + c] += d * q[i * K + c];
-    }
-  }
+  for (int64_t i = 0; i < C; ++i) add_scaled_pair(K, dQ[i * C + i], q + i * K, k + i * K, dq + i * K, dk + i * K);
   float* Y = s.Y.data();
   float* Z = s.Z.data();
   decayed_lower_times(p, dQ, k, Y, s);
   decayed_upper_times(p, dQ, q, Z, s);
-  for (int64_t x = 0; x < C * K; ++x) {
-    dq[x] += Y[x];
-    dk[x] += Z[x];
-    dG[x] += q[x] * Y[x] - k[x] * Z[x];
-  }
+  add_pair_terms(C * K, q, k, Y, Z, dq, dk, dG);
   // The WY form: dW = -dV_new S^T, dU = dV_new; [dKb | dVb] = T^T [dW | dU];
   // dA = -[dKb | dVb] [W | U]^T.
   product_shared_b(p, C, K, V, {dvn, KV}, St_b, dwu, KV, -1.0f);
@@ -626,13 +665,7 @@ void backward_chunk(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n,
     const float* dbv = dkb + K;
     const float* Ei = E + i * K;
     const float* ki = k + i * K;
-    float* dki = dk + i * K;
-    float* dGi = dG + i * K;
-    for (int64_t c = 0; c < K; ++c) {
-      const float t = b * dkb[c] * Ei[c];
-      dki[c] += t;
-      dGi[c] += t * ki[c];
-    }
+    key_decay_terms(K, b, dkb, Ei, ki, dk + i * K, dG + i * K);
     float* dvi = dv + i * V;
     for (int64_t x = 0; x < V; ++x) dvi[x] = b * dbv[x];
     // Through A = diag(beta) M: dbeta_i += sum_j dA_ij M_ij; F = diag(beta) dA, i > j.
@@ -643,10 +676,7 @@ void backward_chunk(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n,
   }
   decayed_lower_times(p, dQ, k, Y, s);
   decayed_upper_times(p, dQ, k, Z, s);
-  for (int64_t x = 0; x < C * K; ++x) {
-    dk[x] += Y[x] + Z[x];
-    dG[x] += k[x] * (Y[x] - Z[x]);
-  }
+  add_key_pair_terms(C * K, k, Y, Z, dk, dG);
   for (int64_t c = 0; c < K; ++c) dG[(C - 1) * K + c] += dlambda[c];
   float* dg = grads.dg + n * C * K;
   std::memcpy(dg + (C - 1) * K, dG + (C - 1) * K, K * sizeof(float));
