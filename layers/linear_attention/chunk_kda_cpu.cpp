@@ -36,12 +36,16 @@
 // of O(1) products (q . dq - k . dk would lose a dg that strong decay makes tiny;
 // ALGORITHMS.md 2.3).
 //
-// Layout and schedule: the inputs are copied once into the per-head chunked layout of
-// chunk_layout.h (q and k L2-normalized there when asked for); one OpenMP loop over the
-// heads (B*H of them: fewer heads than threads leave threads idle) runs each head's chunks
-// in order, with one head's intermediates per thread (the backward keeps every chunk's,
-// NT (4CK + 3C^2 + CV + KV) floats). Every tile product is a single-threaded tile_product
-// in the call's precision.
+// Layout and schedule: one OpenMP loop over the heads (B*H of them: fewer heads than
+// threads leave threads idle) runs each head's chunks in order, with one head's
+// intermediates per thread (the backward keeps every chunk's, NT (4CK + 3C^2 + 2CV + KV)
+// floats). The thread copies its head's rows into the per-head chunked layout of
+// chunk_layout.h right before the chunks (q and k L2-normalized there when asked for) and
+// its outputs back right after. Every tile product is a single-threaded tile product in
+// the call's precision; under bf16 an operand that several products read is rounded and
+// packed once. The pair and reference-row decays are computed once per chunk and pass for
+// every product that needs them; W and U are one product, [W | U] = T [diag(beta) K o E |
+// diag(beta) V], kept for the backward's dA.
 #include <algorithm>
 #include <cstring>
 #include <vector>
