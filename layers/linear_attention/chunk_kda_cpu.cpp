@@ -36,12 +36,16 @@
 // of O(1) products (q . dq - k . dk would lose a dg that strong decay makes tiny;
 // ALGORITHMS.md 2.3).
 //
-// Layout and schedule: the inputs are copied once into the per-head chunked layout of
-// chunk_layout.h (q and k L2-normalized there when asked for); one OpenMP loop over the
-// heads (B*H of them: fewer heads than threads leave threads idle) runs each head's chunks
-// in order, with one head's intermediates per thread (the backward keeps every chunk's,
-// NT (4CK + 3C^2 + CV + KV) floats). Every tile product is a single-threaded tile_product
-// in the call's precision.
+// Layout and schedule: one OpenMP loop over the heads (B*H of them: fewer heads than
+// threads leave threads idle) runs each head's chunks in order, with one head's
+// intermediates per thread (the backward keeps every chunk's, NT (4CK + 3C^2 + 2CV + KV)
+// floats). The thread copies its head's rows into the per-head chunked layout of
+// chunk_layout.h right before the chunks (q and k L2-normalized there when asked for) and
+// its outputs back right after. Every tile product is a single-threaded tile product in
+// the call's precision; under bf16 an operand that several products read is rounded and
+// packed once. The pair and reference-row decays are computed once per chunk and pass for
+// every product that needs them; W and U are one product, [W | U] = T [diag(beta) K o E |
+// diag(beta) V], kept for the backward's dA.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -89,18 +93,6 @@ struct ChunkedGrads {
   float* dh0 = nullptr;  // [BH, K, V]
 };
 
-// out_ic = x_ic e^{G_ic - ref_c} (ref_first false: rows at or after the reference row) or
-// x_ic e^{ref_c - G_ic} (ref_first: rows at or before it), for rows of x, G [rows, K]; the
-// callers' choice of reference row keeps every exponent <= 0.
-void scale_by_decay(const float* x, const float* G, const float* ref, int64_t rows, int64_t K, bool ref_first,
-                    float* out) {
-  for (int64_t i = 0; i < rows; ++i)
-    for (int64_t c = 0; c < K; ++c) {
-      const float e = ref_first ? ref[c] - G[i * K + c] : G[i * K + c] - ref[c];
-      out[i * K + c] = x[i * K + c] * exp_nonpositive(e);
-    }
-}
-
 // sum_c a_c b_c e_c over n floats in vector accumulators.
 inline float dot3(const float* a, const float* b, const float* e, int64_t n) {
   Vec16 acc[2] = {};
@@ -114,31 +106,116 @@ inline float dot3(const float* a, const float* b, const float* e, int64_t n) {
   return sum;
 }
 
+// An operand that several of a chunk's products read: under bf16 rounded and packed once
+// (tile_gemm_bf16.h; the words each product would pack, so the same results), under fp32
+// the floats themselves.
+struct SharedA {
+  TileOperand f{nullptr, 0};
+  PackedA packed{};
+};
+struct SharedB {
+  TileOperand f{nullptr, 0};
+  PackedB packed{};
+};
+
+// Room for one shared operand of at most rows x cols (either orientation): empty in fp32.
+AlignedBuffer packing_room(const ChunkedParams& p, int64_t rows, int64_t cols) {
+  if (p.precision != Precision::bf16) return AlignedBuffer();
+  const int64_t n = std::max(rows, cols);
+  return AlignedBuffer(std::max(packed_a_words(n, n), packed_b_words(n, n)));
+}
+
+uint32_t* words_of(AlignedBuffer& room) { return reinterpret_cast<uint32_t*>(room.data()); }
+
+// op(A), M x K, shared by the products that follow (packed into `room` under bf16).
+SharedA share_a(const ChunkedParams& p, int64_t M, int64_t K, TileOperand a, AlignedBuffer& room) {
+  SharedA s{a, {}};
+  if (p.precision == Precision::bf16) s.packed = pack_a_bf16(M, K, a, words_of(room));
+  return s;
+}
+
+// op(B), K x N, shared by the products that follow (packed into `room` under bf16).
+SharedB share_b(const ChunkedParams& p, int64_t K, int64_t N, TileOperand b, AlignedBuffer& room) {
+  SharedB s{b, {}};
+  if (p.precision == Precision::bf16) s.packed = pack_b_bf16(K, N, b, words_of(room));
+  return s;
+}
+
+// tile_product with a shared op(B), op(A), or both.
+void product_shared_b(const ChunkedParams& p, int64_t M, int64_t N, int64_t K, TileOperand a, const SharedB& b, float* c,
+             int64_t ldc, float alpha = 1.0f, float beta = 0.0f) {
+  if (p.precision == Precision::bf16)
+    tile_gemm_bf16(M, N, K, a, b.packed, c, ldc, alpha, beta);
+  else
+    tile_gemm(M, N, K, a, b.f, c, ldc, alpha, beta);
+}
+void product_shared_a(const ChunkedParams& p, int64_t M, int64_t N, int64_t K, const SharedA& a, TileOperand b, float* c,
+             int64_t ldc, float alpha = 1.0f, float beta = 0.0f) {
+  if (p.precision == Precision::bf16)
+    tile_gemm_bf16(M, N, K, a.packed, b, c, ldc, alpha, beta);
+  else
+    tile_gemm(M, N, K, a.f, b, c, ldc, alpha, beta);
+}
+void product_shared(const ChunkedParams& p, int64_t M, int64_t N, int64_t K, const SharedA& a, const SharedB& b, float* c,
+             int64_t ldc, float alpha = 1.0f, float beta = 0.0f) {
+  if (p.precision == Precision::bf16)
+    tile_gemm_bf16(M, N, K, a.packed, b.packed, c, ldc, alpha, beta);
+  else
+    tile_gemm(M, N, K, a.f, b.f, c, ldc, alpha, beta);
+}
+
+// Which pass a chunk's work serves.
+enum class Pass { forward, backward };
+
 // One thread's tiles.
 struct Scratch {
-  AlignedBuffer xs, ys, tmp, kb, bv;                          // [C, max(K, V)] each
-  AlignedBuffer dvn, dqe, dG, dkb, dbv, Y, Z;                 // backward, [C, max(K, V)] each
-  AlignedBuffer dA, F;                                        // backward, [C, C]
-  AlignedBuffer dS;                                           // backward, [K, V]
-  AlignedBuffer dlambda;                                      // backward, [K]
+  AlignedBuffer xs, tmp;                  // [C, max(K, V)] each
+  AlignedBuffer kvb;                      // [C, K+V]: [diag(beta) K o E | diag(beta) V]; backward [dKb | dVb]
+  AlignedBuffer dwu;                      // backward, [C, K+V]: [dW | dU = dV_new]
+  AlignedBuffer kd, dqe, dG, Y, Z;        // backward, [C, max(K, V)] each
+  AlignedBuffer dA, F;                    // backward, [C, C]
+  AlignedBuffer dS;                       // backward, [K, V]
+  AlignedBuffer dlambda;                  // backward, [K]
+  AlignedBuffer a_row;                    // [C], see invert_unit_lower
   AlignedBuffer pairs;  // [C, kSub, K]: the chunk's pair decays, see pair_decays
+  // The chunk's reference-row factors, see reference_decays.
+  AlignedBuffer k_before;   // [C / kSub, C, K]
+  AlignedBuffer from_first; // [C, K]
+  AlignedBuffer after_last; // [C / kSub, C, K] (backward)
+  AlignedBuffer to_last;    // [C, K] (backward)
+  // bf16: k_before of each sub-chunk as op(B) of its products (transposed for the scores,
+  // as stored for Y), and the rooms of the other shared operands.
+  std::vector<AlignedBuffer> k_before_rooms;
+  std::vector<SharedB> k_before_b;
+  AlignedBuffer room_a, room_b1, room_b2;
+  SharedB state_b, vnew_b;  // the forward's S and V_new as op(B), see state_step
   explicit Scratch(const ChunkedParams& p) {
-    const int64_t CD = p.C * std::max(p.K, p.V), CC = p.C * p.C;
-    for (AlignedBuffer* b : {&xs, &ys, &tmp, &kb, &bv, &dvn, &dqe, &dG, &dkb, &dbv, &Y, &Z}) *b = AlignedBuffer(CD);
+    const int64_t CD = p.C * std::max(p.K, p.V), CC = p.C * p.C, CKV = p.C * (p.K + p.V);
+    const int64_t subs = (p.C + kSub - 1) / kSub;
+    for (AlignedBuffer* b : {&xs, &tmp, &kd, &dqe, &dG, &Y, &Z}) *b = AlignedBuffer(CD);
+    kvb = AlignedBuffer(CKV), dwu = AlignedBuffer(CKV);
     dA = AlignedBuffer(CC), F = AlignedBuffer(CC), dS = AlignedBuffer(p.K * p.V), dlambda = AlignedBuffer(p.K);
+    a_row = AlignedBuffer(p.C);
     pairs = AlignedBuffer(p.C * kSub * p.K);
+    k_before = AlignedBuffer(subs * p.C * p.K), from_first = AlignedBuffer(p.C * p.K);
+    after_last = AlignedBuffer(subs * p.C * p.K), to_last = AlignedBuffer(p.C * p.K);
+    const int64_t n = std::max({p.C, p.K, p.V});
+    for (int64_t b = 0; b < subs; ++b) k_before_rooms.push_back(packing_room(p, p.C, p.K));
+    k_before_b.resize(subs);
+    room_a = packing_room(p, n, n), room_b1 = packing_room(p, n, n), room_b2 = packing_room(p, n, n);
   }
 };
 
 // The element-wise decays of the pairs inside each sub-chunk: e^{G_i - G_j} for
-// r0 <= j <= i < r1 at pairs + (i * kSub + j - r0) * K (entries j > i are not written, nor
-// read). Computed once per chunk for every product that needs them.
+// r0 <= j < i < r1 at pairs + (i * kSub + j - r0) * K (entries j >= i are not written, nor
+// read: a row's pair with itself has no decay). Computed once per chunk for every product
+// that needs them.
 void pair_decays(const ChunkedParams& p, const float* G, float* pairs) {
   const int64_t C = p.C, K = p.K;
   for (int64_t i = 0; i < C; ++i) {
     const int64_t r0 = i / kSub * kSub;
     const float* gi = G + i * K;
-    for (int64_t j = r0; j <= i; ++j) {
+    for (int64_t j = r0; j < i; ++j) {
       const float* gj = G + j * K;
       float* e = pairs + (i * kSub + j - r0) * K;
       for (int64_t c = 0; c < K; ++c) e[c] = exp_nonpositive(gi[c] - gj[c]);
@@ -150,37 +227,75 @@ inline const float* pair_decay(const float* pairs, int64_t i, int64_t j, int64_t
   return pairs + (i * kSub + j % kSub) * K;
 }
 
-// out [C, C] = sum_c x_ic y_jc e^{G_ic - G_jc} for j < i (j <= i with `diagonal`), 0 above;
-// s.pairs holds the chunk's pair_decays.
-void decayed_scores(const ChunkedParams& p, const float* x, const float* y, const float* G, bool diagonal,
-                    float* out, Scratch& s) {
+// The factors of the pairs in different sub-chunks, computed once per chunk for every
+// product that needs them (every such product has y = k on its earlier side). Sub-chunk b
+// has rows [r0, r1), r0 = b kSub:
+//   k_before   + b C K:  k_jc e^{G_r0,c - G_jc}      for j < r0 (reference row r0)
+//   from_first:          e^{G_ic - G_r0(i),c}         for every row i (its sub-chunk's r0)
+// and in the backward (Z's products, reference row r1 - 1):
+//   after_last + b C K:  e^{G_ic - G_r1-1,c}          for i >= r1, at row i - r1
+//   to_last:             e^{G_r1-1(j),c - G_jc}       for every row j
+// Every exponent is <= 0. k_before_b[b] shares k_before's block as op(B): transposed in the
+// forward (the scores), as stored in the backward (Y).
+void reference_decays(const ChunkedParams& p, const float* k, const float* G, Pass pass, Scratch& s) {
+  const int64_t C = p.C, K = p.K;
+  for (int64_t r0 = 0; r0 < C; r0 += kSub) {
+    const int64_t r1 = std::min(C, r0 + kSub), b = r0 / kSub;
+    const float* first = G + r0 * K;
+    float* kb = s.k_before.data() + b * C * K;
+    for (int64_t j = 0; j < r0; ++j)
+      for (int64_t c = 0; c < K; ++c) kb[j * K + c] = k[j * K + c] * exp_nonpositive(first[c] - G[j * K + c]);
+    for (int64_t i = r0; i < r1; ++i)
+      for (int64_t c = 0; c < K; ++c) s.from_first.data()[i * K + c] = exp_nonpositive(G[i * K + c] - first[c]);
+    if (r0 > 0) {
+      const TileOperand op = pass == Pass::forward ? TileOperand{kb, K, true} : TileOperand{kb, K};
+      s.k_before_b[b] = pass == Pass::forward ? share_b(p, K, r0, op, s.k_before_rooms[b])
+                                              : share_b(p, r0, K, op, s.k_before_rooms[b]);
+    }
+    if (pass == Pass::forward) continue;
+    const float* last = G + (r1 - 1) * K;
+    float* al = s.after_last.data() + b * C * K;
+    for (int64_t i = r1; i < C; ++i)
+      for (int64_t c = 0; c < K; ++c) al[(i - r1) * K + c] = exp_nonpositive(G[i * K + c] - last[c]);
+    for (int64_t j = r0; j < r1; ++j)
+      for (int64_t c = 0; c < K; ++c) s.to_last.data()[j * K + c] = exp_nonpositive(last[c] - G[j * K + c]);
+  }
+}
+
+// out [i, c] = x[i, c] f[i, c] over rows x K floats (row stride K).
+void times_factors(const float* x, const float* f, int64_t rows, int64_t K, float* out) {
+  for (int64_t e = 0; e < rows * K; ++e) out[e] = x[e] * f[e];
+}
+
+// out [C, C] = sum_c x_ic k_jc e^{G_ic - G_jc} for j < i (j <= i with `diagonal`), 0 above;
+// s holds the chunk's pair_decays and reference_decays.
+void decayed_scores(const ChunkedParams& p, const float* x, const float* k, bool diagonal, float* out, Scratch& s) {
   const int64_t C = p.C, K = p.K;
   std::fill(out, out + C * C, 0.0f);
   for (int64_t r0 = 0; r0 < C; r0 += kSub) {
     const int64_t r1 = std::min(C, r0 + kSub), rows = r1 - r0;
-    if (r0 > 0) {  // reference row r0: x_i e^{G_i - G_r0} (i >= r0), y_j e^{G_r0 - G_j} (j < r0)
-      scale_by_decay(x + r0 * K, G + r0 * K, G + r0 * K, rows, K, false, s.xs.data());
-      scale_by_decay(y, G, G + r0 * K, r0, K, true, s.ys.data());
-      tile_product(p.precision, rows, r0, K, {s.xs.data(), K}, {s.ys.data(), K, true}, out + r0 * C, C);
+    if (r0 > 0) {  // reference row r0: x_i e^{G_i - G_r0} (i >= r0), k_j e^{G_r0 - G_j} (j < r0)
+      times_factors(x + r0 * K, s.from_first.data() + r0 * K, rows, K, s.xs.data());
+      product_shared_b(p, rows, r0, K, {s.xs.data(), K}, s.k_before_b[r0 / kSub], out + r0 * C, C);
     }
-    for (int64_t i = r0; i < r1; ++i)
-      for (int64_t j = r0; j < (diagonal ? i + 1 : i); ++j)
-        out[i * C + j] = dot3(x + i * K, y + j * K, pair_decay(s.pairs.data(), i, j, K), K);
+    for (int64_t i = r0; i < r1; ++i) {
+      for (int64_t j = r0; j < i; ++j)
+        out[i * C + j] = dot3(x + i * K, k + j * K, pair_decay(s.pairs.data(), i, j, K), K);
+      if (diagonal) out[i * C + i] = dot(x + i * K, k + i * K, K);
+    }
   }
 }
 
-// Y_ic = sum_{j<i} F_ij y_jc e^{G_ic - G_jc} (F [C, C], read strictly below the diagonal)
-// into Y [C, K] (overwritten); s.pairs holds the chunk's pair_decays.
-void decayed_lower_times(const ChunkedParams& p, const float* F, const float* y, const float* G, float* Y,
-                         Scratch& s) {
+// Y_ic = sum_{j<i} F_ij k_jc e^{G_ic - G_jc} (F [C, C], read strictly below the diagonal)
+// into Y [C, K] (overwritten); s holds the chunk's pair_decays and reference_decays.
+void decayed_lower_times(const ChunkedParams& p, const float* F, const float* k, float* Y, Scratch& s) {
   const int64_t C = p.C, K = p.K;
   for (int64_t r0 = 0; r0 < C; r0 += kSub) {
     const int64_t r1 = std::min(C, r0 + kSub), rows = r1 - r0;
     float* Yr = Y + r0 * K;
     if (r0 > 0) {
-      scale_by_decay(y, G, G + r0 * K, r0, K, true, s.ys.data());
-      tile_product(p.precision, rows, K, r0, {F + r0 * C, C}, {s.ys.data(), K}, s.tmp.data(), K);
-      scale_by_decay(s.tmp.data(), G + r0 * K, G + r0 * K, rows, K, false, Yr);
+      product_shared_b(p, rows, K, r0, {F + r0 * C, C}, s.k_before_b[r0 / kSub], s.tmp.data(), K);
+      times_factors(s.tmp.data(), s.from_first.data() + r0 * K, rows, K, Yr);
     } else {
       std::fill(Yr, Yr + rows * K, 0.0f);
     }
@@ -188,26 +303,25 @@ void decayed_lower_times(const ChunkedParams& p, const float* F, const float* y,
       for (int64_t j = r0; j < i; ++j) {
         const float f = F[i * C + j];
         const float* e = pair_decay(s.pairs.data(), i, j, K);
-        const float* yj = y + j * K;
+        const float* kj = k + j * K;
         float* yi = Y + i * K;
-        for (int64_t c = 0; c < K; ++c) yi[c] += f * yj[c] * e[c];
+        for (int64_t c = 0; c < K; ++c) yi[c] += f * kj[c] * e[c];
       }
   }
 }
 
 // Z_jc = sum_{i>j} F_ij x_ic e^{G_ic - G_jc} (F read strictly below the diagonal) into
-// Z [C, K] (overwritten). The reference row of sub-chunk [r0, r1) is its last, r1 - 1.
-void decayed_upper_times(const ChunkedParams& p, const float* F, const float* x, const float* G, float* Z,
-                         Scratch& s) {
+// Z [C, K] (overwritten); s holds the chunk's pair_decays and reference_decays (of the
+// backward). The reference row of sub-chunk [r0, r1) is its last, r1 - 1.
+void decayed_upper_times(const ChunkedParams& p, const float* F, const float* x, float* Z, Scratch& s) {
   const int64_t C = p.C, K = p.K;
   for (int64_t r0 = 0; r0 < C; r0 += kSub) {
     const int64_t r1 = std::min(C, r0 + kSub), rows = r1 - r0;
-    const float* ref = G + (r1 - 1) * K;
     float* Zr = Z + r0 * K;
     if (r1 < C) {
-      scale_by_decay(x + r1 * K, G + r1 * K, ref, C - r1, K, false, s.xs.data());
+      times_factors(x + r1 * K, s.after_last.data() + r0 / kSub * C * K, C - r1, K, s.xs.data());
       tile_product(p.precision, rows, K, C - r1, {F + r1 * C + r0, C, true}, {s.xs.data(), K}, s.tmp.data(), K);
-      scale_by_decay(s.tmp.data(), G + r0 * K, ref, rows, K, true, Zr);
+      times_factors(s.tmp.data(), s.to_last.data() + r0 * K, rows, K, Zr);
     } else {
       std::fill(Zr, Zr + rows * K, 0.0f);
     }
@@ -222,16 +336,31 @@ void decayed_upper_times(const ChunkedParams& p, const float* F, const float* x,
   }
 }
 
-// T = (I + A)^-1 for A = diag(beta) M strictly lower, by forward substitution:
-// T_i = e_i - sum_{j<i} A_ij T_j (row j of T is zero beyond column j).
-void invert_unit_lower(int64_t C, const float* beta, const float* M, float* T) {
+// T = (I + A)^-1 for A = diag(beta) M strictly lower, by forward substitution, row by row:
+// T_i = e_i - sum_{j<i} A_ij T_j. Row j of T is zero beyond column j, so the 16-column slab
+// from x of T_i sums only over x <= j < i, in four independent vector accumulators (a
+// running row would chain every update through a store and a reload); a slab that would
+// reach past column C - 1 is summed column by column. a_row [C] holds A_ij of row i.
+void invert_unit_lower(int64_t C, const float* beta, const float* M, float* T, float* a_row) {
   std::fill(T, T + C * C, 0.0f);
   for (int64_t i = 0; i < C; ++i) {
+    for (int64_t j = 0; j < i; ++j) a_row[j] = beta[i] * M[i * C + j];
     float* ti = T + i * C;
-    for (int64_t j = 0; j < i; ++j) {
-      const float a = beta[i] * M[i * C + j];
-      const float* tj = T + j * C;
-      for (int64_t x = 0; x <= j; ++x) ti[x] -= a * tj[x];
+    for (int64_t x = 0; x < i; x += kLanes) {
+      if (x + kLanes > C) {
+        for (int64_t col = x; col < i; ++col) {
+          float sum = 0.0f;
+          for (int64_t j = col; j < i; ++j) sum += a_row[j] * T[j * C + col];
+          ti[col] = -sum;
+        }
+        break;
+      }
+      Vec16 acc[4] = {};
+      int64_t j = x;
+      for (; j + 4 <= i; j += 4)
+        for (int64_t u = 0; u < 4; ++u) acc[u] += a_row[j + u] * load16(T + (j + u) * C + x);
+      for (; j < i; ++j) acc[0] += a_row[j] * load16(T + j * C + x);
+      store16(ti + x, -((acc[0] + acc[1]) + (acc[2] + acc[3])));
     }
     ti[i] = 1.0f;
   }
@@ -244,13 +373,13 @@ struct HeadArrays {
   int64_t slots = 0, C = 0, K = 0, V = 0;
   AlignedBuffer G, E, wdec;  // [slots, C, K]: cumsum, e^G, e^{Lambda - G}
   AlignedBuffer M, T, Q;     // [slots, C, C]: key pairs, (I + A)^-1, query-key pairs
-  AlignedBuffer W, vnew;     // [slots, C, K], [slots, C, V]: W, and U then V_new
+  AlignedBuffer WU, vnew;    // [slots, C, K+V], [slots, C, V]: [W | U], and V_new
   AlignedBuffer h;           // [NT, K, V]: the state entering each chunk (backward)
 
   HeadArrays(const ChunkedParams& p, int64_t slot_count, bool keep_states)
       : slots(slot_count), C(p.C), K(p.K), V(p.V) {
     const int64_t CK = slots * C * K, CC = slots * C * C;
-    G = AlignedBuffer(CK), E = AlignedBuffer(CK), wdec = AlignedBuffer(CK), W = AlignedBuffer(CK);
+    G = AlignedBuffer(CK), E = AlignedBuffer(CK), wdec = AlignedBuffer(CK), WU = AlignedBuffer(slots * C * (K + V));
     M = AlignedBuffer(CC), T = AlignedBuffer(CC), Q = AlignedBuffer(CC);
     vnew = AlignedBuffer(slots * C * V);
     if (keep_states) h = AlignedBuffer(p.NT * K * V);
@@ -261,13 +390,13 @@ struct HeadArrays {
   float* m_of(int64_t m) { return M.data() + m * C * C; }
   float* t_of(int64_t m) { return T.data() + m * C * C; }
   float* q_of(int64_t m) { return Q.data() + m * C * C; }
-  float* w_of(int64_t m) { return W.data() + m * C * K; }
+  float* wu_of(int64_t m) { return WU.data() + m * C * (K + V); }  // row stride K + V; U from column K
   float* vnew_of(int64_t m) { return vnew.data() + m * C * V; }
 };
 
-// Phase A of chunk n into slot m: G, E, e^{Lambda - G}, M, T, W, U (in vnew) and Q.
+// Phase A of chunk n into slot m: G, E, e^{Lambda - G}, M, T, [W | U] and Q.
 void phase_a(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n, Scratch& s) {
-  const int64_t C = p.C, K = p.K, V = p.V;
+  const int64_t C = p.C, K = p.K, V = p.V, KV = K + V;
   const float* q = p.q + n * C * K;
   const float* k = p.k + n * C * K;
   const float* g = p.g + n * C * K;
@@ -286,26 +415,30 @@ void phase_a(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n, Scratc
     }
   float* M = a.m_of(m);
   pair_decays(p, G, s.pairs.data());
-  decayed_scores(p, k, k, G, false, M, s);
-  invert_unit_lower(C, beta, M, a.t_of(m));
-  float* kb = s.kb.data();
-  float* bv = s.bv.data();
+  reference_decays(p, k, G, Pass::forward, s);
+  decayed_scores(p, k, k, false, M, s);
+  invert_unit_lower(C, beta, M, a.t_of(m), s.a_row.data());
+  float* kvb = s.kvb.data();
   for (int64_t i = 0; i < C; ++i) {
-    for (int64_t c = 0; c < K; ++c) kb[i * K + c] = beta[i] * k[i * K + c] * E[i * K + c];
-    for (int64_t x = 0; x < V; ++x) bv[i * V + x] = beta[i] * p.v[(n * C + i) * V + x];
+    for (int64_t c = 0; c < K; ++c) kvb[i * KV + c] = beta[i] * k[i * K + c] * E[i * K + c];
+    for (int64_t x = 0; x < V; ++x) kvb[i * KV + K + x] = beta[i] * p.v[(n * C + i) * V + x];
   }
-  tile_product(p.precision, C, K, C, {a.t_of(m), C}, {kb, K}, a.w_of(m), K);
-  tile_product(p.precision, C, V, C, {a.t_of(m), C}, {bv, V}, a.vnew_of(m), V);
-  decayed_scores(p, q, k, G, true, a.q_of(m), s);
+  tile_product(p.precision, C, KV, C, {a.t_of(m), C}, {kvb, KV}, a.wu_of(m), KV);
+  decayed_scores(p, q, k, true, a.q_of(m), s);
 }
 
-// V_new = U - W S in place, then, when next is not null, S' = Diag(e^Lambda) S +
-// (K o e^{Lambda - G})^T V_new into next.
+// V_new = U - W S into the slot's vnew, then, when next is not null, S' = Diag(e^Lambda) S
+// + (K o e^{Lambda - G})^T V_new into next. S and V_new stay shared in s.state_b and
+// s.vnew_b for output_chunk.
 void state_step(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n, const float* S, float* next,
                 Scratch& s) {
-  const int64_t C = p.C, K = p.K, V = p.V;
+  const int64_t C = p.C, K = p.K, V = p.V, KV = K + V;
   float* vn = a.vnew_of(m);
-  tile_product(p.precision, C, V, K, {a.w_of(m), K}, {S, V}, vn, V, -1.0f, 1.0f);
+  const float* wu = a.wu_of(m);
+  for (int64_t i = 0; i < C; ++i) std::memcpy(vn + i * V, wu + i * KV + K, V * sizeof(float));
+  s.state_b = share_b(p, K, V, {S, V}, s.room_b1);
+  product_shared_b(p, C, V, K, {wu, KV}, s.state_b, vn, V, -1.0f, 1.0f);
+  s.vnew_b = share_b(p, C, V, {vn, V}, s.room_b2);
   if (!next) return;
   const float* lambda_e = a.e_of(m) + (C - 1) * K;
   for (int64_t c = 0; c < K; ++c)
@@ -314,19 +447,19 @@ void state_step(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n, con
   const float* wdec = a.wdec_of(m);
   float* kd = s.xs.data();
   for (int64_t x = 0; x < C * K; ++x) kd[x] = k[x] * wdec[x];
-  tile_product(p.precision, K, V, C, {kd, K, true}, {vn, V}, next, V, 1.0f, 1.0f);
+  product_shared_b(p, K, V, C, {kd, K, true}, s.vnew_b, next, V, 1.0f, 1.0f);
 }
 
-// O = scale [(Q o E) S + Q V_new] of chunk n into o.
-void output_chunk(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n, const float* S, float* o, Scratch& s) {
+// O = scale [(Q o E) S + Q V_new] of chunk n into o, after its state_step.
+void output_chunk(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n, float* o, Scratch& s) {
   const int64_t C = p.C, K = p.K, V = p.V;
   const float* q = p.q + n * C * K;
   const float* E = a.e_of(m);
   float* qe = s.xs.data();
   for (int64_t x = 0; x < C * K; ++x) qe[x] = p.scale * q[x] * E[x];
   float* out = o + n * C * V;
-  tile_product(p.precision, C, V, C, {a.q_of(m), C}, {a.vnew_of(m), V}, out, V, p.scale);
-  tile_product(p.precision, C, V, K, {qe, K}, {S, V}, out, V, 1.0f, 1.0f);
+  product_shared_b(p, C, V, C, {a.q_of(m), C}, s.vnew_b, out, V, p.scale);
+  product_shared_b(p, C, V, K, {qe, K}, s.state_b, out, V, 1.0f, 1.0f);
 }
 
 // The state S_0 of head bh: h0's, or zeros.
@@ -334,7 +467,44 @@ void initial_state(const ChunkedParams& p, int64_t bh, float* S) {
   copy_or_zero(p.h0 ? p.h0 + bh * p.K * p.V : nullptr, p.K * p.V, S);
 }
 
-void forward_chunked(const ChunkedParams& p, float* o, float* ht) {
+// The copies between the API layout and one head's rows of the chunked layout, made by the
+// thread that works on the head: `in` right before its first chunk, `out` right after its
+// last, so that the chunks read rows still in the core's caches and the copies out read
+// rows just written.
+struct HeadCopies {
+  std::vector<ToChunked> in;
+  std::vector<FromChunked> out;
+  int64_t T = 0, H = 0, C = 0, K = 0, head_rows = 0;
+  // With the in-kernel L2 norm (else all null), forward: the chunked q and k, normalized
+  // in place after the copy in, and their rstd [rows] written.
+  struct {
+    float *q = nullptr, *k = nullptr, *q_rstd = nullptr, *k_rstd = nullptr;
+  } norm_in;
+  // Backward: dq and dk taken through the norm of the saved q, k (and rstd) before the copy out.
+  struct {
+    const float *q = nullptr, *k = nullptr, *q_rstd = nullptr, *k_rstd = nullptr;
+    float *dq = nullptr, *dk = nullptr;
+  } norm_out;
+
+  void head_in(int64_t bh) const {
+    head_to_chunked(in, bh, T, H, C);
+    const int64_t row0 = bh * head_rows;
+    if (norm_in.q) {
+      l2norm_rows_forward(norm_in.q + row0 * K, head_rows, K, norm_in.q_rstd + row0);
+      l2norm_rows_forward(norm_in.k + row0 * K, head_rows, K, norm_in.k_rstd + row0);
+    }
+  }
+  void head_out(int64_t bh) const {
+    const int64_t row0 = bh * head_rows;
+    if (norm_out.q) {
+      l2norm_rows_backward(norm_out.q + row0 * K, norm_out.q_rstd + row0, head_rows, K, norm_out.dq + row0 * K);
+      l2norm_rows_backward(norm_out.k + row0 * K, norm_out.k_rstd + row0, head_rows, K, norm_out.dk + row0 * K);
+    }
+    head_from_chunked(out, bh, T, H, C);
+  }
+};
+
+void forward_chunked(const ChunkedParams& p, const HeadCopies& copies, float* o, float* ht) {
 #pragma omp parallel
   {
     Scratch s(p);
@@ -342,6 +512,7 @@ void forward_chunked(const ChunkedParams& p, float* o, float* ht) {
     AlignedBuffer S(p.K * p.V), next(p.K * p.V);
 #pragma omp for schedule(dynamic)
     for (int64_t bh = 0; bh < p.BH; ++bh) {
+      copies.head_in(bh);
       initial_state(p, bh, S.data());
       for (int64_t c = 0; c < p.NT; ++c) {
         const int64_t n = bh * p.NT + c;
@@ -349,10 +520,72 @@ void forward_chunked(const ChunkedParams& p, float* o, float* ht) {
         float* out_state = last ? (ht ? ht + bh * p.K * p.V : nullptr) : next.data();
         phase_a(p, a, 0, n, s);
         state_step(p, a, 0, n, S.data(), out_state, s);
-        output_chunk(p, a, 0, n, S.data(), o, s);
+        output_chunk(p, a, 0, n, o, s);
         if (!last) std::swap(S, next);
       }
+      copies.head_out(bh);
     }
+  }
+}
+
+// The backward's element-wise updates, over n floats of arrays that never overlap
+// (__restrict: the loops, which write several arrays, then vectorize).
+
+// Readout through S: dq = dqe o E, dG = dq o q.
+inline void readout_terms(int64_t n, const float* __restrict dqe, const float* __restrict E,
+                          const float* __restrict q, float* __restrict dq, float* __restrict dG) {
+  for (int64_t x = 0; x < n; ++x) {
+    dq[x] = dqe[x] * E[x];
+    dG[x] = dq[x] * q[x];
+  }
+}
+
+// The write decay e^{Lambda - G_i} of one row: dG_i -= dk_i o k_i, dLambda += dk_i o k_i.
+inline void write_decay_terms(int64_t n, const float* __restrict dk, const float* __restrict k,
+                              float* __restrict dG, float* __restrict dlambda) {
+  for (int64_t c = 0; c < n; ++c) {
+    const float term = dk[c] * k[c];
+    dG[c] -= term;
+    dlambda[c] += term;
+  }
+}
+
+// dx += f y, dy += f x (one row; a pair without decay).
+inline void add_scaled_pair(int64_t n, float f, const float* __restrict x, const float* __restrict y,
+                            float* __restrict dx, float* __restrict dy) {
+  for (int64_t c = 0; c < n; ++c) {
+    dx[c] += f * y[c];
+    dy[c] += f * x[c];
+  }
+}
+
+// Through a pair matrix of distinct x, y (Q's): dx += Y, dy += Z, dG += x o Y - y o Z.
+inline void add_pair_terms(int64_t n, const float* __restrict x, const float* __restrict y,
+                           const float* __restrict Y, const float* __restrict Z, float* __restrict dx,
+                           float* __restrict dy, float* __restrict dG) {
+  for (int64_t c = 0; c < n; ++c) {
+    dx[c] += Y[c];
+    dy[c] += Z[c];
+    dG[c] += x[c] * Y[c] - y[c] * Z[c];
+  }
+}
+
+// Through a pair matrix of x = y = k (A's): dk += Y + Z, dG += k o (Y - Z).
+inline void add_key_pair_terms(int64_t n, const float* __restrict k, const float* __restrict Y,
+                               const float* __restrict Z, float* __restrict dk, float* __restrict dG) {
+  for (int64_t c = 0; c < n; ++c) {
+    dk[c] += Y[c] + Z[c];
+    dG[c] += k[c] * (Y[c] - Z[c]);
+  }
+}
+
+// The key decays in W of one row: t = beta dKb o E; dk += t, dG += t o k.
+inline void key_decay_terms(int64_t n, float beta, const float* __restrict dkb, const float* __restrict E,
+                            const float* __restrict k, float* __restrict dk, float* __restrict dG) {
+  for (int64_t c = 0; c < n; ++c) {
+    const float t = beta * dkb[c] * E[c];
+    dk[c] += t;
+    dG[c] += t * k[c];
   }
 }
 
@@ -360,7 +593,7 @@ void forward_chunked(const ChunkedParams& p, float* o, float* ht) {
 // and dg of its rows and replaces s.dS by dL/dS for the state entering the chunk.
 void backward_chunk(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n, int64_t last, const float* d_o,
                     const ChunkedGrads& grads, Scratch& s) {
-  const int64_t C = p.C, K = p.K, V = p.V;
+  const int64_t C = p.C, K = p.K, V = p.V, KV = K + V;
   const float* q = p.q + n * C * K;
   const float* k = p.k + n * C * K;
   const float* v = p.v + n * C * V;
@@ -372,7 +605,7 @@ void backward_chunk(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n,
   const float* M = a.m_of(m);
   const float* T = a.t_of(m);
   const float* Q = a.q_of(m);
-  const float* W = a.w_of(m);
+  const float* WU = a.wu_of(m);
   const float* vn = a.vnew_of(m);
   const float* S = a.h.data() + (n % p.NT) * K * V;
   const float* lambda_e = E + (C - 1) * K;
@@ -383,106 +616,71 @@ void backward_chunk(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n,
   float* dbeta = grads.dbeta + n * C;
   float* dG = s.dG.data();
   float* dlambda = s.dlambda.data();
-  float* dvn = s.dvn.data();
-  float* kd = s.kb.data();  // K o e^{Lambda - G}
+  float* dwu = s.dwu.data();  // [dW | dU]
+  float* dvn = dwu + K;       // dU = dV_new, row stride K + V
+  float* kd = s.kd.data();    // K o e^{Lambda - G}
   for (int64_t x = 0; x < C * K; ++x) kd[x] = k[x] * wdec[x];
   pair_decays(p, G, s.pairs.data());
+  reference_decays(p, k, G, Pass::backward, s);
 
+  // dO as op(A) and op(B), and S^T as op(B), each read by two products.
+  const SharedA dO_a = share_a(p, C, V, {dO, V}, s.room_a);
+  const SharedB dO_b = share_b(p, C, V, {dO, V}, s.room_b1);
+  const SharedB St_b = share_b(p, V, K, {S, V, true}, s.room_b2);
   // dV_new = scale Q^T dO + (K o e^{Lambda - G}) dh.
-  tile_product(p.precision, C, V, C, {Q, C, true}, {dO, V}, dvn, V, p.scale);
-  tile_product(p.precision, C, V, K, {kd, K}, {dS, V}, dvn, V, 1.0f, 1.0f);
+  product_shared_b(p, C, V, C, {Q, C, true}, dO_b, dvn, KV, p.scale);
+  tile_product(p.precision, C, V, K, {kd, K}, {dS, V}, dvn, KV, 1.0f, 1.0f);
   // Readout through S: dqe = scale dO S^T; dq = dqe o E; dG = dqe o q o E.
   float* dqe = s.dqe.data();
-  tile_product(p.precision, C, K, V, {dO, V}, {S, V, true}, dqe, K, p.scale);
-  for (int64_t x = 0; x < C * K; ++x) {
-    dq[x] = dqe[x] * E[x];
-    dG[x] = dq[x] * q[x];
-  }
+  product_shared(p, C, K, V, dO_a, St_b, dqe, K, p.scale);
+  readout_terms(C * K, dqe, E, q, dq, dG);
   // Writes into the state: d(K o e^{Lambda - G}) = V_new dh^T; the pairs (last, j), j < last.
   float* dkd = s.Y.data();
   tile_product(p.precision, C, K, V, {vn, V}, {dS, V, true}, dkd, K);
-  for (int64_t c = 0; c < K; ++c) {
-    float acc = 0.0f;
-    for (int64_t x = 0; x < V; ++x) acc += S[c * V + x] * dS[c * V + x];
-    dlambda[c] = lambda_e[c] * acc;
-  }
-  for (int64_t i = 0; i < C; ++i)
-    for (int64_t c = 0; c < K; ++c) {
-      const float d = dkd[i * K + c] * wdec[i * K + c];
-      dk[i * K + c] = d;
-      if (i < last) {
-        const float term = d * k[i * K + c];
-        dG[i * K + c] -= term;
-        dlambda[c] += term;
-      }
-    }
+  for (int64_t c = 0; c < K; ++c) dlambda[c] = lambda_e[c] * dot(S + c * V, dS + c * V, V);
+  for (int64_t x = 0; x < C * K; ++x) dk[x] = dkd[x] * wdec[x];
+  for (int64_t i = 0; i < last; ++i) write_decay_terms(K, dk + i * K, k + i * K, dG + i * K, dlambda);
   // The state entering: dS <- Diag(e^Lambda) dh + scale (q o E)^T dO - W^T dV_new.
   float* qe = s.xs.data();
   for (int64_t x = 0; x < C * K; ++x) qe[x] = p.scale * q[x] * E[x];
   for (int64_t c = 0; c < K; ++c)
     for (int64_t x = 0; x < V; ++x) dS[c * V + x] *= lambda_e[c];
-  tile_product(p.precision, K, V, C, {qe, K, true}, {dO, V}, dS, V, 1.0f, 1.0f);
-  tile_product(p.precision, K, V, C, {W, K, true}, {dvn, V}, dS, V, -1.0f, 1.0f);
+  product_shared_b(p, K, V, C, {qe, K, true}, dO_b, dS, V, 1.0f, 1.0f);
+  tile_product(p.precision, K, V, C, {WU, KV, true}, {dvn, KV}, dS, V, -1.0f, 1.0f);
   // Through Q: dQ = scale dO V_new^T (i >= j).
   float* dQ = s.F.data();
-  tile_product(p.precision, C, C, V, {dO, V}, {vn, V, true}, dQ, C, p.scale);
-  for (int64_t i = 0; i < C; ++i) {
-    const float d = dQ[i * C + i];
-    for (int64_t c = 0; c < K; ++c) {
-      dq[i * K + c] += d * k[i * K + c];
-      dk[i * K + c] += d * q[i * K + c];
-    }
-  }
+  product_shared_a(p, C, C, V, dO_a, {vn, V, true}, dQ, C, p.scale);
+  for (int64_t i = 0; i < C; ++i) add_scaled_pair(K, dQ[i * C + i], q + i * K, k + i * K, dq + i * K, dk + i * K);
   float* Y = s.Y.data();
   float* Z = s.Z.data();
-  decayed_lower_times(p, dQ, k, G, Y, s);
-  decayed_upper_times(p, dQ, q, G, Z, s);
-  for (int64_t x = 0; x < C * K; ++x) {
-    dq[x] += Y[x];
-    dk[x] += Z[x];
-    dG[x] += q[x] * Y[x] - k[x] * Z[x];
-  }
-  // The WY form: dW = -dV_new S^T, dU = dV_new; [dKb | dVb] = T^T [dW | dU].
-  float* dW = s.tmp.data();
-  tile_product(p.precision, C, K, V, {dvn, V}, {S, V, true}, dW, K, -1.0f);
-  float* dkb = s.dkb.data();
-  float* dbv = s.dbv.data();
-  tile_product(p.precision, C, K, C, {T, C, true}, {dW, K}, dkb, K);
-  tile_product(p.precision, C, V, C, {T, C, true}, {dvn, V}, dbv, V);
-  // dA = -(dKb W^T + dVb U^T), U = V_new + W S (recomputed: the slot holds V_new).
-  float* u = s.bv.data();
-  std::memcpy(u, vn, C * V * sizeof(float));
-  tile_product(p.precision, C, V, K, {W, K}, {S, V}, u, V, 1.0f, 1.0f);
+  decayed_lower_times(p, dQ, k, Y, s);
+  decayed_upper_times(p, dQ, q, Z, s);
+  add_pair_terms(C * K, q, k, Y, Z, dq, dk, dG);
+  // The WY form: dW = -dV_new S^T, dU = dV_new; [dKb | dVb] = T^T [dW | dU];
+  // dA = -[dKb | dVb] [W | U]^T.
+  product_shared_b(p, C, K, V, {dvn, KV}, St_b, dwu, KV, -1.0f);
+  float* dkvb = s.kvb.data();
+  tile_product(p.precision, C, KV, C, {T, C, true}, {dwu, KV}, dkvb, KV);
   float* dA = s.dA.data();
-  tile_product(p.precision, C, C, K, {dkb, K}, {W, K, true}, dA, C, -1.0f);
-  tile_product(p.precision, C, C, V, {dbv, V}, {u, V, true}, dA, C, -1.0f, 1.0f);
+  tile_product(p.precision, C, C, KV, {dkvb, KV}, {WU, KV, true}, dA, C, -1.0f);
   for (int64_t i = 0; i < C; ++i) {
     const float b = beta[i];
-    float db = 0.0f;
-    for (int64_t c = 0; c < K; ++c) {
-      const float t = dkb[i * K + c] * E[i * K + c];
-      dk[i * K + c] += b * t;
-      db += t * k[i * K + c];
-      dG[i * K + c] += b * t * k[i * K + c];
-    }
-    for (int64_t x = 0; x < V; ++x) {
-      dv[i * V + x] = b * dbv[i * V + x];
-      db += dbv[i * V + x] * v[i * V + x];
-    }
+    const float* dkb = dkvb + i * KV;
+    const float* dbv = dkb + K;
+    const float* Ei = E + i * K;
+    const float* ki = k + i * K;
+    key_decay_terms(K, b, dkb, Ei, ki, dk + i * K, dG + i * K);
+    float* dvi = dv + i * V;
+    for (int64_t x = 0; x < V; ++x) dvi[x] = b * dbv[x];
     // Through A = diag(beta) M: dbeta_i += sum_j dA_ij M_ij; F = diag(beta) dA, i > j.
+    const float* dAi = dA + i * C;
+    dbeta[i] = dot3(dkb, Ei, ki, K) + dot(dbv, v + i * V, V) + dot(dAi, M + i * C, i);
     float* Fi = dQ + i * C;  // dQ is spent: F takes its tile
-    for (int64_t j = 0; j < i; ++j) {
-      db += dA[i * C + j] * M[i * C + j];
-      Fi[j] = b * dA[i * C + j];
-    }
-    dbeta[i] = db;
+    for (int64_t j = 0; j < i; ++j) Fi[j] = b * dAi[j];
   }
-  decayed_lower_times(p, dQ, k, G, Y, s);
-  decayed_upper_times(p, dQ, k, G, Z, s);
-  for (int64_t x = 0; x < C * K; ++x) {
-    dk[x] += Y[x] + Z[x];
-    dG[x] += k[x] * (Y[x] - Z[x]);
-  }
+  decayed_lower_times(p, dQ, k, Y, s);
+  decayed_upper_times(p, dQ, k, Z, s);
+  add_key_pair_terms(C * K, k, Y, Z, dk, dG);
   for (int64_t c = 0; c < K; ++c) dG[(C - 1) * K + c] += dlambda[c];
   float* dg = grads.dg + n * C * K;
   std::memcpy(dg + (C - 1) * K, dG + (C - 1) * K, K * sizeof(float));
@@ -490,7 +688,8 @@ void backward_chunk(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n,
     for (int64_t c = 0; c < K; ++c) dg[i * K + c] = dg[(i + 1) * K + c] + dG[i * K + c];
 }
 
-void backward_chunked(const ChunkedParams& p, const float* d_o, const float* dht, const ChunkedGrads& grads) {
+void backward_chunked(const ChunkedParams& p, const HeadCopies& copies, const float* d_o, const float* dht,
+                      const ChunkedGrads& grads) {
 #pragma omp parallel
   {
     Scratch s(p);
@@ -498,6 +697,7 @@ void backward_chunked(const ChunkedParams& p, const float* d_o, const float* dht
 #pragma omp for schedule(dynamic)
     for (int64_t bh = 0; bh < p.BH; ++bh) {
       const int64_t KV = p.K * p.V;
+      copies.head_in(bh);
       initial_state(p, bh, a.h.data());
       for (int64_t c = 0; c < p.NT; ++c) {
         const int64_t n = bh * p.NT + c;
@@ -510,6 +710,7 @@ void backward_chunked(const ChunkedParams& p, const float* d_o, const float* dht
         backward_chunk(p, a, c, bh * p.NT + c, last, d_o, grads, s);
       }
       if (grads.dh0) std::memcpy(grads.dh0 + bh * KV, s.dS.data(), KV * sizeof(float));
+      copies.head_out(bh);
     }
   }
 }
@@ -522,23 +723,34 @@ struct ChunkKdaSaved : KdaSaved {
 
 int64_t chunked_rows(const KdaParams& p) { return p.B * p.H * p.NT() * p.C; }
 
+// The chunked input buffers of a call, filled by the copies of input_copies.
 std::shared_ptr<ChunkKdaSaved> chunked_inputs(const KdaParams& p) {
   const int64_t rows = chunked_rows(p);
   auto in = std::make_shared<ChunkKdaSaved>();
   in->q = AlignedBuffer(rows * p.K), in->k = AlignedBuffer(rows * p.K), in->v = AlignedBuffer(rows * p.V);
   in->g = AlignedBuffer(rows * p.K), in->beta = AlignedBuffer(rows);
-  to_chunked({{p.q, in->q.data(), p.K},
-              {p.k, in->k.data(), p.K},
-              {p.v, in->v.data(), p.V},
-              {p.gk, in->g.data(), p.K},
-              {p.beta, in->beta.data(), 1}},
-             p.B, p.T, p.H, p.C);
-  if (p.use_qk_l2norm_in_kernel) {
-    in->q_rstd = AlignedBuffer(rows), in->k_rstd = AlignedBuffer(rows);
-    l2norm_rows_forward(in->q.data(), rows, p.K, in->q_rstd.data());
-    l2norm_rows_forward(in->k.data(), rows, p.K, in->k_rstd.data());
-  }
+  if (p.use_qk_l2norm_in_kernel) in->q_rstd = AlignedBuffer(rows), in->k_rstd = AlignedBuffer(rows);
   return in;
+}
+
+// The layout of the copies of a call, none made yet.
+HeadCopies layout_of(const KdaParams& p) {
+  HeadCopies copies;
+  copies.T = p.T, copies.H = p.H, copies.C = p.C, copies.K = p.K, copies.head_rows = p.NT() * p.C;
+  return copies;
+}
+
+// The forward's copies: the inputs into `in` (q and k then L2-normalized when asked for).
+HeadCopies input_copies(const KdaParams& p, ChunkKdaSaved& in) {
+  HeadCopies copies = layout_of(p);
+  copies.in = {{p.q, in.q.data(), p.K},
+               {p.k, in.k.data(), p.K},
+               {p.v, in.v.data(), p.V},
+               {p.gk, in.g.data(), p.K},
+               {p.beta, in.beta.data(), 1}};
+  if (p.use_qk_l2norm_in_kernel)
+    copies.norm_in = {in.q.data(), in.k.data(), in.q_rstd.data(), in.k_rstd.data()};
+  return copies;
 }
 
 ChunkedParams chunked_params(const KdaParams& p, const ChunkKdaSaved& in) {
@@ -556,8 +768,9 @@ ChunkedParams chunked_params(const KdaParams& p, const ChunkKdaSaved& in) {
 std::shared_ptr<const KdaSaved> chunk_kda_forward_cpu(const KdaParams& p, float* o, float* ht, bool save) {
   std::shared_ptr<ChunkKdaSaved> in = chunked_inputs(p);
   AlignedBuffer oc(chunked_rows(p) * p.V);
-  forward_chunked(chunked_params(p, *in), oc.data(), ht);
-  from_chunked({{oc.data(), o, p.V}}, p.B, p.T, p.H, p.C);
+  HeadCopies copies = input_copies(p, *in);
+  copies.out = {{oc.data(), o, p.V}};
+  forward_chunked(chunked_params(p, *in), copies, oc.data(), ht);
   return save ? in : nullptr;
 }
 
@@ -566,19 +779,17 @@ void chunk_kda_backward_cpu(const KdaParams& p, const KdaSaved& saved, const flo
   const auto& in = static_cast<const ChunkKdaSaved&>(saved);
   const int64_t rows = chunked_rows(p);
   AlignedBuffer d_oc(rows * p.V), dq(rows * p.K), dk(rows * p.K), dv(rows * p.V), dg(rows * p.K), dbeta(rows);
-  to_chunked({{d_o, d_oc.data(), p.V}}, p.B, p.T, p.H, p.C);
-  ChunkedGrads out{dq.data(), dk.data(), dv.data(), dg.data(), dbeta.data(), grads.dh0};
-  backward_chunked(chunked_params(p, in), d_oc.data(), dht, out);
-  if (p.use_qk_l2norm_in_kernel) {
-    l2norm_rows_backward(in.q.data(), in.q_rstd.data(), rows, p.K, dq.data());
-    l2norm_rows_backward(in.k.data(), in.k_rstd.data(), rows, p.K, dk.data());
-  }
-  from_chunked({{dq.data(), grads.dq, p.K},
+  HeadCopies copies = layout_of(p);
+  copies.in = {{d_o, d_oc.data(), p.V}};
+  copies.out = {{dq.data(), grads.dq, p.K},
                 {dk.data(), grads.dk, p.K},
                 {dv.data(), grads.dv, p.V},
                 {dg.data(), grads.dgk, p.K},
-                {dbeta.data(), grads.dbeta, 1}},
-               p.B, p.T, p.H, p.C);
+                {dbeta.data(), grads.dbeta, 1}};
+  if (p.use_qk_l2norm_in_kernel)
+    copies.norm_out = {in.q.data(), in.k.data(), in.q_rstd.data(), in.k_rstd.data(), dq.data(), dk.data()};
+  ChunkedGrads out{dq.data(), dk.data(), dv.data(), dg.data(), dbeta.data(), grads.dh0};
+  backward_chunked(chunked_params(p, in), copies, d_oc.data(), dht, out);
 }
 
 }  // namespace lat::linear_attention
