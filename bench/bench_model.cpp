@@ -772,8 +772,10 @@ std::vector<TrainingRow> selected_training_rows(const Options& options) {
 
 /// The matrix-product peak of `precision` in FLOP/s, the MFU's denominator: lat::matmul of
 /// two 1024 x 1024 f32 matrices (under bf16 its bf16 path: inputs rounded, fp32
-/// accumulation), the best of 20 calls after a warm-up, at this process's thread count, in wall time.
-double product_peak(lat::Precision precision) {
+/// accumulation), the best of 20 calls after a warm-up, at this process's thread count, on the
+/// rows' clock (process CPU time with cpu_time, else wall time), so that a row's MFU compares
+/// times of one kind.
+double product_peak(lat::Precision precision, bool cpu_time) {
   constexpr int64_t n = 1024;
   constexpr int calls = 20;
   lat::Generator gen(1);
@@ -783,8 +785,9 @@ double product_peak(lat::Precision precision) {
   double best_ms = 0.0;
   for (int i = 0; i < calls; ++i) {
     const auto start = Clock::now();
+    const double start_cpu = cpu_ms();
     lat::matmul(a, b);
-    const double ms = ms_since(start);
+    const double ms = cpu_time ? cpu_ms() - start_cpu : ms_since(start);
     best_ms = i == 0 ? ms : std::min(best_ms, ms);
   }
   return 2.0 * static_cast<double>(n * n * n) / (best_ms / 1e3);
@@ -925,13 +928,14 @@ void run_training(const fs::path& config_dir, const Options& options) {
   const std::vector<lat::Precision> precisions = runnable_precisions(options, true);
   if (precisions.empty()) return;
   std::map<lat::Precision, double> peak;  // FLOP/s
-  for (lat::Precision p : precisions) peak[p] = product_peak(p);
+  for (lat::Precision p : precisions) peak[p] = product_peak(p, options.cpu_time);
   Competitors competitors(options.competing);
   std::printf("== Training (trainer steps: forward + cross-entropy + backward + clip + optimizer update; "
               "median of %lld steps after %lld warm-up; precisions take turns step by step; %s time) ==\n",
               static_cast<long long>(options.steps), static_cast<long long>(options.warmup_steps),
               options.cpu_time ? "CPU" : "wall");
-  std::printf("product peak (lat::matmul 1024^3, best of 20, %d threads):", omp_get_max_threads());
+  std::printf("product peak (lat::matmul 1024^3, best of 20, %d threads, %s time):", omp_get_max_threads(),
+              options.cpu_time ? "CPU" : "wall");
   for (lat::Precision p : precisions) std::printf(" %s %.1f GFLOP/s", lat::precision_name(p), peak[p] / 1e9);
   std::printf("\n");
   if (competitors.count() > 0)
