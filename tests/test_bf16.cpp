@@ -114,6 +114,15 @@ TEST(Bf16Rounding, NearestEvenNanAndTheVectorLoopAgree) {
     for (int64_t i = 0; i < n; ++i) ASSERT_EQ(out[i], cpu::float_to_bf16(x[i])) << "n " << n << ", i " << i;
     EXPECT_EQ(out[n], 0xabcd) << "n " << n << ": wrote past the end";
   }
+  // Arrays of several blocks (rounded in parallel) and a ragged last block: every element as
+  // the scalar rounding, nothing written past the end.
+  for (int64_t n : {int64_t{1} << 15, (int64_t{3} << 15) + 17}) {
+    const std::vector<float> big = random_f32({n}, 4).to_vector<float>();
+    std::vector<uint16_t> out(static_cast<size_t>(n) + 1, 0xabcd);
+    cpu::float_to_bf16(big.data(), out.data(), n);
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(out[i], cpu::float_to_bf16(big[i])) << "n " << n << ", i " << i;
+    EXPECT_EQ(out[n], 0xabcd) << "n " << n << ": wrote past the end";
+  }
   // Rounding error within u = 2^-8 relative.
   for (float v : x) EXPECT_LE(std::fabs(cpu::bf16_to_float(cpu::float_to_bf16(v)) - v), kBf16Roundoff * std::fabs(v));
 }

@@ -4,6 +4,9 @@
 #include "autograd/cpu/bf16.h"
 
 #include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
 
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -47,11 +50,20 @@ uint16_t float_to_bf16(float x) {
 }
 
 void float_to_bf16(const float* src, uint16_t* dst, int64_t n) {
-  if (has_avx512_bf16()) {
-    float_to_bf16_avx512(src, dst, n);
-    return;
+  // Products round whole activations (millions of floats) before each call: on one thread
+  // that would leave the others idle. Blocks are independent (the rounding is per element).
+  constexpr int64_t kBlock = 1 << 15;
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  const bool vector = has_avx512_bf16();
+#pragma omp parallel for if (blocks > 1 && !omp_in_parallel())
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t begin = b * kBlock, count = std::min(kBlock, n - begin);
+    if (vector) {
+      float_to_bf16_avx512(src + begin, dst + begin, count);
+    } else {
+      for (int64_t i = begin; i < begin + count; ++i) dst[i] = float_to_bf16(src[i]);
+    }
   }
-  for (int64_t i = 0; i < n; ++i) dst[i] = float_to_bf16(src[i]);
 }
 
 Bf16Copy bf16_copy(const float* src, int64_t n) {
