@@ -269,6 +269,20 @@ TEST(Config, UnknownKeySuggestsNearName) {
   expect_parse_error("\n\nqqqqzzzz: 1\n", "qqqqzzzz: unknown key (run.yaml:4)");
 }
 
+TEST(Config, UnknownMixerSectionNamesTheSectionThatHoldsItsSizes) {
+  // mla and attn have sections of their own, so `model.kda:` is a natural guess; its sizes are
+  // the linear keys, and the nearest spelling ('model.mla', 'model.mamba.chunk_size') misleads.
+  expect_parse_error("model:\n  kda:\n    chunk_size: 16\n",
+                     "model.kda: unknown key: kda layers take their sizes from model.linear.* (there is no "
+                     "model.kda section) (run.yaml:3)");
+  expect_parse_error("", {"model.kda.chunk_size=16"},
+                     "model.kda.chunk_size: unknown key: kda layers take their sizes from model.linear.* (there is "
+                     "no model.kda section), did you mean 'model.linear.chunk_size'? (--set model.kda.chunk_size)");
+  expect_parse_error("", {"model.mamba2.d_state=16"},
+                     "model.mamba2.d_state: unknown key: mamba2 layers take their sizes from model.mamba.* (there "
+                     "is no model.mamba2 section), did you mean 'model.mamba.d_state'? (--set model.mamba2.d_state)");
+}
+
 TEST(Config, DuplicateKeysNameTheSecondLine) {
   expect_parse_error("train:\n  lr: 1e-3\n  seed: 1\n  lr: 2e-3\n",
                      "train.lr: duplicate key, first set at line 3 (run.yaml:5)");

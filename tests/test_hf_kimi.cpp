@@ -195,6 +195,14 @@ TEST(KimiConfig, KeysLatCannotHonourAreNamedWithTheirValues) {
   expect_error([&] { lat::model_config_from_hf(j, "d/config.json"); },
                {"linear_attn_config.full_attn_layers: 0 (expected a layer number in [1, 3], 1-based); "
                 "linear_attn_config: layer 2 (1-based) is in neither kda_layers nor full_attn_layers"});
+  // Without num_attention_heads the head count is transformers' default, which the error says,
+  // so that the missing key is found rather than the key/value head count changed.
+  j = kimi_json(kKimiShape);
+  j.erase("num_attention_heads");
+  expect_error([&] { lat::model_config_from_hf(j, "d/config.json"); },
+               {"num_key_value_heads: 2 (lat honours only num_attention_heads 32, transformers' default as "
+                "config.json has no num_attention_heads: every mla head expands its own key and value from the "
+                "latent)"});
 }
 
 TEST(KimiConfig, ModelsKimiCannotExpressAreRefusedNamingTheLayerAndTheFeature) {

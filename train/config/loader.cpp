@@ -2,12 +2,35 @@
 #include "train/config/loader.h"
 
 #include <optional>
+#include <utility>
+#include <vector>
 
 #include "train/config/suggest.h"
 #include "train/config/yaml_document.h"
 #include "train/config/yaml_value.h"
 
 namespace lat {
+namespace {
+
+/// For a key under a mixer's name (`model.kda`, `model.kda.chunk_size`) whose sizes live in a
+/// shared section: the note naming that section, and the key rewritten into it ("" for the
+/// mixer's name alone). {"", ""} for any other key.
+std::pair<std::string, std::string> mixer_section_hint(const std::string& key) {
+  // mla and attn have sections of their own, so `model.kda:` is a natural guess.
+  static const std::vector<std::pair<std::string, std::string>> kSizesOf = {
+      {"kda", "model.linear"},         {"gdn", "model.linear"},        {"delta_net", "model.linear"},
+      {"linear_attn", "model.linear"}, {"simple_gla", "model.linear"}, {"retention", "model.linear"},
+      {"mamba2", "model.mamba"}};
+  for (const auto& [mixer, section] : kSizesOf) {
+    const std::string prefix = "model." + mixer;
+    if (key != prefix && key.rfind(prefix + ".", 0) != 0) continue;
+    return {": " + mixer + " layers take their sizes from " + section + ".* (there is no " + prefix + " section)",
+            key == prefix ? "" : section + key.substr(prefix.size())};
+  }
+  return {"", ""};
+}
+
+}  // namespace
 
 void Loader::apply_document(const YAML::Node& root, const std::string& file) {
   if (root.IsNull()) return;
@@ -75,7 +98,11 @@ void Loader::apply_key(const std::string& key, const YAML::Node& value, const st
       throw ConfigError(key + ": expected a map of keys, got " + describe(value) + " (" + location + ")");
     walk(value, key, origin);
   } else {
-    throw ConfigError(key + ": unknown key" + did_you_mean(key, all_key_names()) + " (" + location + ")");
+    const auto [note, key_in_section] = mixer_section_hint(key);
+    const std::string suggestion = note.empty()
+                                       ? did_you_mean(key, all_key_names())
+                                       : (key_in_section.empty() ? "" : did_you_mean(key_in_section, all_key_names()));
+    throw ConfigError(key + ": unknown key" + note + suggestion + " (" + location + ")");
   }
 }
 

@@ -312,6 +312,9 @@ ModelConfig model_config_from_kimi(const nlohmann::json& config, const std::stri
       r.value("num_key_value_heads") != m.attn.n_heads)
     r.problem("num_key_value_heads: " + json_excerpt(r.value("num_key_value_heads")) +
               " (lat honours only num_attention_heads " + std::to_string(m.attn.n_heads) +
+              (r.has("num_attention_heads") ? std::string()
+                                            : std::string(", transformers' default as config.json has no "
+                                                          "num_attention_heads")) +
               ": every mla head expands its own key and value from the latent)");
   m.mla.kv_lora_rank = r.positive_int("kv_lora_rank", kDefaultKvLoraRank);
   r.use("q_lora_rank");
