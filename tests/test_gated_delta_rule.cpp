@@ -7,6 +7,8 @@
 
 #include <cmath>
 
+#include "layers/linear_attention/common.h"
+#include "tests/bitwise.h"
 #include "tests/expect_error.h"
 #include "tests/linear_attention_testing.h"
 
@@ -78,6 +80,34 @@ TEST(GatedDeltaRule, OddChunkSizesMatchReference) {
     c.chunk_size = chunk_size;
     testing::expect_delta_close(testing::run_delta(chunk_op(c), in, DType::f32), ref, testing::kTol, "chunk_odd_sizes");
   }
+}
+
+// A chunk larger than the call runs as T rounded up to 16 rows (layers/linear_attention/
+// common.h, chunk_rows): chunk_size 1024 over 37 tokens is bit for bit chunk_size 48, output,
+// final state and every gradient, with and without packed sequences' spans.
+TEST(GatedDeltaRule, ChunkRowsAreTheCallRoundedTo16WhenShorterThanAChunk) {
+  EXPECT_EQ(linear_attention::chunk_rows(1024, 37), 48);
+  EXPECT_EQ(linear_attention::chunk_rows(1024, 48), 48);
+  EXPECT_EQ(linear_attention::chunk_rows(64, 1000), 64);
+  EXPECT_EQ(linear_attention::chunk_rows(64, 1), 16);
+  EXPECT_EQ(linear_attention::chunk_rows(7, 3), 7);  // never above chunk_size
+  EXPECT_EQ(linear_attention::chunk_rows(40, 33), 40);
+}
+
+TEST(GatedDeltaRule, ChunkLargerThanTheCallRunsAsTheCallRoundedTo16) {
+  const DeltaCase base{{2, 37, 2, 16, 24, Gate::mild, true, false, 7}};
+  testing::DeltaInputs in = testing::make_delta_inputs(base);
+  DeltaCase huge = base, rounded = base;
+  huge.chunk_size = 1024;
+  rounded.chunk_size = 48;
+  const testing::DeltaResult a = testing::run_delta(chunk_op(huge), in, DType::f32);
+  const testing::DeltaResult b = testing::run_delta(chunk_op(rounded), in, DType::f32);
+  const std::vector<std::pair<const char*, std::pair<Tensor, Tensor>>> pairs = {
+      {"o", {a.base.o, b.base.o}},    {"final_state", {a.base.final_state, b.base.final_state}},
+      {"dq", {a.base.dq, b.base.dq}}, {"dk", {a.base.dk, b.base.dk}},
+      {"dv", {a.base.dv, b.base.dv}}, {"dg", {a.base.dg, b.base.dg}},
+      {"dbeta", {a.dbeta, b.dbeta}},  {"d_initial_state", {a.base.d_initial_state, b.base.d_initial_state}}};
+  for (const auto& [name, t] : pairs) EXPECT_EQ(testing::differing_bits(t.first, t.second), 0) << name;
 }
 
 // Finite differences of the float64 reference, with and without the in-kernel L2 norm

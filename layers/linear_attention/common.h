@@ -87,6 +87,15 @@ inline constexpr int kMaxCudaChunkSize = 64;
 /// Checks chunk_size > 0, and at most kMaxCudaChunkSize when q is a CUDA tensor.
 void check_chunk_size(const char* op, int chunk_size, const Tensor& q);
 
+/// The rows of the chunks a call of T tokens runs: chunk_size, or fewer when the call is
+/// shorter (T rounded up to a multiple of 16, never above chunk_size): a chunk larger than the
+/// whole call would only multiply padding rows. The result is the same computation (the
+/// padded rows are zero), in a multiple of 16 whenever chunk_size is one.
+inline int chunk_rows(int chunk_size, int64_t T) {
+  const int64_t rounded = (T + 15) / 16 * 16;
+  return rounded < chunk_size ? static_cast<int>(rounded) : chunk_size;
+}
+
 /// Which kernels run an op's recurrence: chunkwise (chunk_*), or token by token
 /// (fused_recurrent_*, CPU only but for KDA's).
 enum class Form { chunk, fused_recurrent };

@@ -36,7 +36,7 @@ DecayParams params_of(const DecayInputs& in, const DecayOptions& options, int64_
   p.g = data_or_null(in.g), p.h0 = data_or_null(in.initial_state);
   p.B = in.q.size(0), p.T = T, p.H = in.v.size(-2), p.K = in.q.size(-1), p.V = in.v.size(-1);
   p.Hk = in.q.size(-2);
-  p.C = options.chunk_size;
+  p.C = chunk_rows(options.chunk_size, T);
   p.scale = resolve_scale(options.scale, p.K);
   p.normalize = options.normalize;
   p.device = in.q.device().index;

@@ -34,7 +34,7 @@ DeltaParams params_of(const DeltaInputs& in, const DeltaOptions& options, int64_
   p.q = in.q.data<float>(), p.k = in.k.data<float>(), p.v = in.v.data<float>();
   p.g = data_or_null(in.g), p.beta = in.beta.data<float>(), p.h0 = data_or_null(in.initial_state);
   p.B = in.q.size(0), p.T = T, p.H = in.q.size(-2), p.K = in.q.size(-1), p.V = in.v.size(-1);
-  p.C = options.chunk_size;
+  p.C = chunk_rows(options.chunk_size, T);
   p.scale = resolve_scale(options.scale, p.K);
   p.use_qk_l2norm_in_kernel = options.use_qk_l2norm_in_kernel;
   p.device = in.q.device().index;

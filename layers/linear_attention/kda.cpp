@@ -54,7 +54,7 @@ KdaParams params_of(const Inputs& in, const Options& options, int64_t T) {
   p.q = in.q.data<float>(), p.k = in.k.data<float>(), p.v = in.v.data<float>();
   p.gk = in.g.data<float>(), p.beta = in.beta.data<float>(), p.h0 = data_or_null(in.initial_state);
   p.B = in.q.size(0), p.T = T, p.H = in.q.size(-2), p.K = in.q.size(-1), p.V = in.v.size(-1);
-  p.C = options.chunk_size;
+  p.C = chunk_rows(options.chunk_size, T);
   p.device = in.q.device().index;
   p.scale = resolve_scale(options.scale, p.K);
   p.use_qk_l2norm_in_kernel = options.use_qk_l2norm_in_kernel;
