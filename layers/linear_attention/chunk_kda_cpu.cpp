@@ -48,6 +48,7 @@
 // diag(beta) V], kept for the backward's dA.
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "autograd/cpu/aligned_buffer.h"
@@ -206,20 +207,31 @@ struct Scratch {
   }
 };
 
+// out = a o b over n floats, a product below the smallest normal float flushed to 0 (no
+// denormal operand reaches the products that read it).
+inline void scale_flushed(int64_t n, const float* __restrict a, const float* __restrict b, float* __restrict out) {
+  for (int64_t c = 0; c < n; ++c) {
+    const float e = a[c] * b[c];
+    out[c] = e < std::numeric_limits<float>::min() ? 0.0f : e;
+  }
+}
+
 // The element-wise decays of the pairs inside each sub-chunk: e^{G_i - G_j} for
 // r0 <= j < i < r1 at pairs + (i * kSub + j - r0) * K (entries j >= i are not written, nor
 // read: a row's pair with itself has no decay). Computed once per chunk for every product
-// that needs them.
-void pair_decays(const ChunkedParams& p, const float* G, float* pairs) {
+// that needs them, as running products of the rows' step decays, e^{G_i - G_j} = e^{g_i}
+// e^{G_(i-1) - G_j}: one exponential per row and channel instead of one per pair, every
+// factor e^{g_i} <= 1 (g the chunk's log-decays, clamped here as in G). A product below
+// the smallest normal float is flushed to 0, as the exponential flushes its own.
+void pair_decays(const ChunkedParams& p, const float* g, float* pairs) {
   const int64_t C = p.C, K = p.K;
   for (int64_t i = 0; i < C; ++i) {
     const int64_t r0 = i / kSub * kSub;
-    const float* gi = G + i * K;
-    for (int64_t j = r0; j < i; ++j) {
-      const float* gj = G + j * K;
-      float* e = pairs + (i * kSub + j - r0) * K;
-      for (int64_t c = 0; c < K; ++c) e[c] = exp_nonpositive(gi[c] - gj[c]);
-    }
+    if (i == r0) continue;
+    float* __restrict step = pairs + (i * kSub + i - 1 - r0) * K;  // e^{g_i}: the pair (i, i-1)
+    for (int64_t c = 0; c < K; ++c) step[c] = exp_nonpositive(std::max(g[i * K + c], kMinLogDecay));
+    for (int64_t j = r0; j + 1 < i; ++j)
+      scale_flushed(K, pairs + ((i - 1) * kSub + j - r0) * K, step, pairs + (i * kSub + j - r0) * K);
   }
 }
 
@@ -414,7 +426,7 @@ void phase_a(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n, Scratc
       wdec[i * K + c] = exp_nonpositive(lambda[c] - G[i * K + c]);
     }
   float* M = a.m_of(m);
-  pair_decays(p, G, s.pairs.data());
+  pair_decays(p, g, s.pairs.data());
   reference_decays(p, k, G, Pass::forward, s);
   decayed_scores(p, k, k, false, M, s);
   invert_unit_lower(C, beta, M, a.t_of(m), s.a_row.data());
@@ -620,7 +632,7 @@ void backward_chunk(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n,
   float* dvn = dwu + K;       // dU = dV_new, row stride K + V
   float* kd = s.kd.data();    // K o e^{Lambda - G}
   for (int64_t x = 0; x < C * K; ++x) kd[x] = k[x] * wdec[x];
-  pair_decays(p, G, s.pairs.data());
+  pair_decays(p, p.g + n * C * K, s.pairs.data());
   reference_decays(p, k, G, Pass::backward, s);
 
   // dO as op(A) and op(B), and S^T as op(B), each read by two products.
