@@ -14,9 +14,11 @@
 // chunk is cut into sub-chunks of kSub rows; a pair in different sub-chunks factorises
 // through a reference row r between them, e^{G_i - G_r} e^{G_r - G_j}, both exponents <= 0
 // (x_i scaled by the first, y_j by the second, then one tile product per sub-chunk), and a
-// pair in the same sub-chunk takes its exponent elementwise, j <= i only (the upper
-// triangle is never exponentiated). Every other exponent (G_i, Lambda - G_i, Lambda) is
-// <= 0 too, so nothing overflows for any decay.
+// pair in the same sub-chunk takes its decay elementwise, j < i only (the upper triangle
+// is never formed). Every decay (these, E, e^{Lambda - G}, e^Lambda) is a product of the
+// rows' step decays e^{g_t} <= 1, e^{G_i - G_j} = prod_{j < t <= i} e^{g_t}: one
+// exponential per row and channel, nothing overflows for any decay, and no factor carries
+// the rounding of the cumsum G (G itself is never formed).
 //
 // Backward (dh = dL/dS' of the chunk; reverse state pass over the chunks):
 //   dV_new = scale Q^T dO + (K o e^{Lambda - G}) dh
@@ -67,8 +69,8 @@ using cpu::AlignedBuffer;
 // Rows of a sub-chunk: the pairs inside one take their decays elementwise.
 constexpr int64_t kSub = 16;
 
-// Log-decays below this act as this value: e^-100 is 0 in float either way, while -inf
-// (a full reset) would make G_i - G_j = -inf - (-inf) = NaN.
+// Log-decays below this act as this value, as in GDN's kernel: e^-100 is 0 in float, so a
+// step decay e^g of a full reset (g = -inf) is 0, never NaN.
 constexpr float kMinLogDecay = -100.0f;
 
 // One call in the per-head chunked layout ([BH, NT*C, D], rows t >= T zero).
@@ -231,11 +233,11 @@ inline void decay_flushed(int64_t n, const float* __restrict d, float* __restric
   }
 }
 
-// The chunk's decays, every one a product of the rows' step decays d_t = e^{g_t} <= 1
-// (g clamped as in G): e^{G_i - G_j} = prod_{j < t <= i} d_t. One exponential per row and
-// channel; a running product is as exact as e^{G_i - G_j} from the cumsum G (whose
-// differences carry the sum's rounding). Into the slot's steps, E = e^G (E_i = E_(i-1) d_i)
-// and e^{Lambda - G} (wdec_i = wdec_(i+1) d_(i+1), wdec_(C-1) = 1).
+// The chunk's decays, every one a product of the rows' step decays d_t = e^{g_t} <= 1 (g
+// clamped to kMinLogDecay): e^{G_i - G_j} = prod_{j < t <= i} d_t. One exponential per row
+// and channel; a running product's rounding grows with the rows it spans, as the cumsum
+// G's would. Into the slot's steps, E = e^G (E_i = E_(i-1) d_i) and e^{Lambda - G}
+// (wdec_i = wdec_(i+1) d_(i+1), wdec_(C-1) = 1).
 void chunk_decays(const ChunkedParams& p, const float* g, float* d, float* E, float* wdec) {
   const int64_t C = p.C, K = p.K;
   for (int64_t x = 0; x < C * K; ++x) d[x] = exp_nonpositive(std::max(g[x], kMinLogDecay));
