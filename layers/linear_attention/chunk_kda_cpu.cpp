@@ -311,21 +311,53 @@ void reference_decays(const ChunkedParams& p, const float* k, const float* d, Pa
   }
 }
 
-// out [C, C] = sum_c x_ic k_jc e^{G_ic - G_jc} for j < i (j <= i with `diagonal`), 0 above;
-// s holds the chunk's pair_decays and reference_decays.
-void decayed_scores(const ChunkedParams& p, const float* x, const float* k, bool diagonal, float* out, Scratch& s) {
+// The sums sum_c x_c y_c e_c and sum_c z_c y_c e_c over n floats, into *xy and *zy: the
+// decayed key y o e is formed once for both.
+inline void two_decayed_dots(const float* x, const float* z, const float* y, const float* e, int64_t n, float* xy,
+                             float* zy) {
+  Vec16 ax[2] = {}, az[2] = {};
+  int64_t c = 0;
+  for (; c + 2 * kLanes <= n; c += 2 * kLanes)
+    for (int u = 0; u < 2; ++u) {
+      const Vec16 ye = load16(y + c + u * kLanes) * load16(e + c + u * kLanes);
+      ax[u] += load16(x + c + u * kLanes) * ye;
+      az[u] += load16(z + c + u * kLanes) * ye;
+    }
+  for (; c + kLanes <= n; c += kLanes) {
+    const Vec16 ye = load16(y + c) * load16(e + c);
+    ax[0] += load16(x + c) * ye;
+    az[0] += load16(z + c) * ye;
+  }
+  float sx = lane_sum(ax[0] + ax[1]), sz = lane_sum(az[0] + az[1]);
+  for (; c < n; ++c) {
+    sx += x[c] * y[c] * e[c];
+    sz += z[c] * y[c] * e[c];
+  }
+  *xy = sx, *zy = sz;
+}
+
+// The forward's two pair matrices, [C, C] each, 0 above their diagonals:
+//   M_ij = sum_c k_ic k_jc e^{G_ic - G_jc} (j < i),  Q_ij = sum_c q_ic k_jc e^{G_ic - G_jc} (j <= i);
+// s holds the chunk's pair_decays and reference_decays. Inside a sub-chunk both read the
+// decayed key k_j o e^{G_i - G_j} of the same pair, formed once.
+void key_query_scores(const ChunkedParams& p, const float* q, const float* k, float* M, float* Q, Scratch& s) {
   const int64_t C = p.C, K = p.K;
-  std::fill(out, out + C * C, 0.0f);
+  std::fill(M, M + C * C, 0.0f);
+  std::fill(Q, Q + C * C, 0.0f);
   for (int64_t r0 = 0; r0 < C; r0 += kSub) {
     const int64_t r1 = std::min(C, r0 + kSub), rows = r1 - r0;
     if (r0 > 0) {  // reference row r0: x_i e^{G_i - G_r0} (i >= r0), k_j e^{G_r0 - G_j} (j < r0)
-      times_factors(x + r0 * K, s.from_first.data() + r0 * K, rows, K, s.xs.data());
-      product_shared_b(p, rows, r0, K, {s.xs.data(), K}, s.k_before_b[r0 / kSub], out + r0 * C, C);
+      const SharedB& kb = s.k_before_b[r0 / kSub];
+      times_factors(k + r0 * K, s.from_first.data() + r0 * K, rows, K, s.xs.data());
+      product_shared_b(p, rows, r0, K, {s.xs.data(), K}, kb, M + r0 * C, C);
+      times_factors(q + r0 * K, s.from_first.data() + r0 * K, rows, K, s.xs.data());
+      product_shared_b(p, rows, r0, K, {s.xs.data(), K}, kb, Q + r0 * C, C);
     }
     for (int64_t i = r0; i < r1; ++i) {
       for (int64_t j = r0; j < i; ++j)
-        out[i * C + j] = dot3(x + i * K, k + j * K, pair_decay(s.pairs.data(), i, j, K), K);
-      if (diagonal) out[i * C + i] = dot(x + i * K, k + i * K, K);
+        two_decayed_dots(k + i * K, q + i * K, k + j * K, pair_decay(s.pairs.data(), i, j, K), K, M + i * C + j,
+                         Q + i * C + j);
+      Q[i * C + i] = dot(q + i * K, k + i * K, K);
     }
   }
 }
@@ -451,7 +483,7 @@ void phase_a(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n, Scratc
   float* M = a.m_of(m);
   pair_decays(p, d, s.pairs.data());
   reference_decays(p, k, d, Pass::forward, s);
-  decayed_scores(p, k, k, false, M, s);
+  key_query_scores(p, q, k, M, a.q_of(m), s);
   invert_unit_lower(C, beta, M, a.t_of(m), s.a_row.data());
   float* kvb = s.kvb.data();
   for (int64_t i = 0; i < C; ++i) {
@@ -459,7 +491,6 @@ void phase_a(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n, Scratc
     for (int64_t x = 0; x < V; ++x) kvb[i * KV + K + x] = beta[i] * p.v[(n * C + i) * V + x];
   }
   tile_product(p.precision, C, KV, C, {a.t_of(m), C}, {kvb, KV}, a.wu_of(m), KV);
-  decayed_scores(p, q, k, true, a.q_of(m), s);
 }
 
 // V_new = U - W S into the slot's vnew, then, when next is not null, S' = Diag(e^Lambda) S
