@@ -14,9 +14,11 @@
 // chunk is cut into sub-chunks of kSub rows; a pair in different sub-chunks factorises
 // through a reference row r between them, e^{G_i - G_r} e^{G_r - G_j}, both exponents <= 0
 // (x_i scaled by the first, y_j by the second, then one tile product per sub-chunk), and a
-// pair in the same sub-chunk takes its exponent elementwise, j <= i only (the upper
-// triangle is never exponentiated). Every other exponent (G_i, Lambda - G_i, Lambda) is
-// <= 0 too, so nothing overflows for any decay.
+// pair in the same sub-chunk takes its decay elementwise, j < i only (the upper triangle
+// is never formed). Every decay (these, E, e^{Lambda - G}, e^Lambda) is a product of the
+// rows' step decays e^{g_t} <= 1, e^{G_i - G_j} = prod_{j < t <= i} e^{g_t}: one
+// exponential per row and channel, nothing overflows for any decay, and no factor carries
+// the rounding of the cumsum G (G itself is never formed).
 //
 // Backward (dh = dL/dS' of the chunk; reverse state pass over the chunks):
 //   dV_new = scale Q^T dO + (K o e^{Lambda - G}) dh
@@ -48,6 +50,7 @@
 // diag(beta) V], kept for the backward's dA.
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "autograd/cpu/aligned_buffer.h"
@@ -66,8 +69,8 @@ using cpu::AlignedBuffer;
 // Rows of a sub-chunk: the pairs inside one take their decays elementwise.
 constexpr int64_t kSub = 16;
 
-// Log-decays below this act as this value: e^-100 is 0 in float either way, while -inf
-// (a full reset) would make G_i - G_j = -inf - (-inf) = NaN.
+// Log-decays below this act as this value, as in GDN's kernel: e^-100 is 0 in float, so a
+// step decay e^g of a full reset (g = -inf) is 0, never NaN.
 constexpr float kMinLogDecay = -100.0f;
 
 // One call in the per-head chunked layout ([BH, NT*C, D], rows t >= T zero).
@@ -177,7 +180,8 @@ struct Scratch {
   AlignedBuffer dS;                       // backward, [K, V]
   AlignedBuffer dlambda;                  // backward, [K]
   AlignedBuffer a_row;                    // [C], see invert_unit_lower
-  AlignedBuffer pairs;  // [C, kSub, K]: the chunk's pair decays, see pair_decays
+  AlignedBuffer pairs;    // [C, kSub, K]: the chunk's pair decays, see pair_decays
+  AlignedBuffer running;  // [K]: a running product of step decays
   // The chunk's reference-row factors, see reference_decays.
   AlignedBuffer k_before;   // [C / kSub, C, K]
   AlignedBuffer from_first; // [C, K]
@@ -196,7 +200,7 @@ struct Scratch {
     kvb = AlignedBuffer(CKV), dwu = AlignedBuffer(CKV);
     dA = AlignedBuffer(CC), F = AlignedBuffer(CC), dS = AlignedBuffer(p.K * p.V), dlambda = AlignedBuffer(p.K);
     a_row = AlignedBuffer(p.C);
-    pairs = AlignedBuffer(p.C * kSub * p.K);
+    pairs = AlignedBuffer(p.C * kSub * p.K), running = AlignedBuffer(p.K);
     k_before = AlignedBuffer(subs * p.C * p.K), from_first = AlignedBuffer(p.C * p.K);
     after_last = AlignedBuffer(subs * p.C * p.K), to_last = AlignedBuffer(p.C * p.K);
     const int64_t n = std::max({p.C, p.K, p.V});
@@ -206,20 +210,56 @@ struct Scratch {
   }
 };
 
-// The element-wise decays of the pairs inside each sub-chunk: e^{G_i - G_j} for
-// r0 <= j < i < r1 at pairs + (i * kSub + j - r0) * K (entries j >= i are not written, nor
-// read: a row's pair with itself has no decay). Computed once per chunk for every product
-// that needs them.
-void pair_decays(const ChunkedParams& p, const float* G, float* pairs) {
+// out [i, c] = x[i, c] f[i, c] over rows x K floats (row stride K).
+void times_factors(const float* x, const float* f, int64_t rows, int64_t K, float* out) {
+  for (int64_t e = 0; e < rows * K; ++e) out[e] = x[e] * f[e];
+}
+
+// out = a o b over n floats of factors >= 0, a product below the smallest normal float
+// flushed to 0, as the exponential flushes its own (a factor decayed over many rows would
+// otherwise run through denormals).
+inline void scale_flushed(int64_t n, const float* __restrict a, const float* __restrict b, float* __restrict out) {
+  for (int64_t c = 0; c < n; ++c) {
+    const float e = a[c] * b[c];
+    out[c] = e < std::numeric_limits<float>::min() ? 0.0f : e;
+  }
+}
+
+// w = w o d in place, flushed as scale_flushed.
+inline void decay_flushed(int64_t n, const float* __restrict d, float* __restrict w) {
+  for (int64_t c = 0; c < n; ++c) {
+    const float e = w[c] * d[c];
+    w[c] = e < std::numeric_limits<float>::min() ? 0.0f : e;
+  }
+}
+
+// The chunk's decays, every one a product of the rows' step decays d_t = e^{g_t} <= 1 (g
+// clamped to kMinLogDecay): e^{G_i - G_j} = prod_{j < t <= i} d_t. One exponential per row
+// and channel; a running product's rounding grows with the rows it spans, as the cumsum
+// G's would. Into the slot's steps, E = e^G (E_i = E_(i-1) d_i) and e^{Lambda - G}
+// (wdec_i = wdec_(i+1) d_(i+1), wdec_(C-1) = 1).
+void chunk_decays(const ChunkedParams& p, const float* g, float* d, float* E, float* wdec) {
+  const int64_t C = p.C, K = p.K;
+  for (int64_t x = 0; x < C * K; ++x) d[x] = exp_nonpositive(std::max(g[x], kMinLogDecay));
+  std::copy(d, d + K, E);
+  for (int64_t i = 1; i < C; ++i) scale_flushed(K, E + (i - 1) * K, d + i * K, E + i * K);
+  std::fill(wdec + (C - 1) * K, wdec + C * K, 1.0f);
+  for (int64_t i = C - 2; i >= 0; --i) scale_flushed(K, wdec + (i + 1) * K, d + (i + 1) * K, wdec + i * K);
+}
+
+// The decays of the pairs inside each sub-chunk: e^{G_i - G_j} for r0 <= j < i < r1 at
+// pairs + (i * kSub + j - r0) * K (entries j >= i are not written, nor read: a row's pair
+// with itself has no decay), as running products of the step decays d [C, K]: the pair
+// (i, i-1) is d_i, the pair (i, j) that of (i-1, j) times d_i. Computed once per chunk for
+// every product that needs them.
+void pair_decays(const ChunkedParams& p, const float* d, float* pairs) {
   const int64_t C = p.C, K = p.K;
   for (int64_t i = 0; i < C; ++i) {
     const int64_t r0 = i / kSub * kSub;
-    const float* gi = G + i * K;
-    for (int64_t j = r0; j < i; ++j) {
-      const float* gj = G + j * K;
-      float* e = pairs + (i * kSub + j - r0) * K;
-      for (int64_t c = 0; c < K; ++c) e[c] = exp_nonpositive(gi[c] - gj[c]);
-    }
+    if (i == r0) continue;
+    std::copy(d + i * K, d + (i + 1) * K, pairs + (i * kSub + i - 1 - r0) * K);
+    for (int64_t j = r0; j + 1 < i; ++j)
+      scale_flushed(K, pairs + ((i - 1) * kSub + j - r0) * K, d + i * K, pairs + (i * kSub + j - r0) * K);
   }
 }
 
@@ -235,53 +275,89 @@ inline const float* pair_decay(const float* pairs, int64_t i, int64_t j, int64_t
 // and in the backward (Z's products, reference row r1 - 1):
 //   after_last + b C K:  e^{G_ic - G_r1-1,c}          for i >= r1, at row i - r1
 //   to_last:             e^{G_r1-1(j),c - G_jc}       for every row j
-// Every exponent is <= 0. k_before_b[b] shares k_before's block as op(B): transposed in the
-// forward (the scores), as stored in the backward (Y).
-void reference_decays(const ChunkedParams& p, const float* k, const float* G, Pass pass, Scratch& s) {
+// Every one is a product of step decays d [C, K]: from_first and to_last are pair decays
+// (s.pairs, from pair_decays), k_before and after_last running products from the
+// reference row outwards. k_before_b[b] shares k_before's block as op(B): transposed in
+// the forward (the scores), as stored in the backward (Y).
+void reference_decays(const ChunkedParams& p, const float* k, const float* d, Pass pass, Scratch& s) {
   const int64_t C = p.C, K = p.K;
+  const float* pairs = s.pairs.data();
+  float* f = s.running.data();
   for (int64_t r0 = 0; r0 < C; r0 += kSub) {
     const int64_t r1 = std::min(C, r0 + kSub), b = r0 / kSub;
-    const float* first = G + r0 * K;
     float* kb = s.k_before.data() + b * C * K;
-    for (int64_t j = 0; j < r0; ++j)
-      for (int64_t c = 0; c < K; ++c) kb[j * K + c] = k[j * K + c] * exp_nonpositive(first[c] - G[j * K + c]);
-    for (int64_t i = r0; i < r1; ++i)
-      for (int64_t c = 0; c < K; ++c) s.from_first.data()[i * K + c] = exp_nonpositive(G[i * K + c] - first[c]);
+    if (r0 > 0) {  // f = e^{G_r0 - G_j} for j falling from r0 - 1
+      std::copy(d + r0 * K, d + (r0 + 1) * K, f);
+      for (int64_t j = r0 - 1; j >= 0; --j) {
+        times_factors(k + j * K, f, 1, K, kb + j * K);
+        if (j > 0) decay_flushed(K, d + j * K, f);
+      }
+    }
+    std::fill(s.from_first.data() + r0 * K, s.from_first.data() + (r0 + 1) * K, 1.0f);
+    for (int64_t i = r0 + 1; i < r1; ++i)
+      std::copy_n(pair_decay(pairs, i, r0, K), K, s.from_first.data() + i * K);
     if (r0 > 0) {
       const TileOperand op = pass == Pass::forward ? TileOperand{kb, K, true} : TileOperand{kb, K};
       s.k_before_b[b] = pass == Pass::forward ? share_b(p, K, r0, op, s.k_before_rooms[b])
                                               : share_b(p, r0, K, op, s.k_before_rooms[b]);
     }
     if (pass == Pass::forward) continue;
-    const float* last = G + (r1 - 1) * K;
     float* al = s.after_last.data() + b * C * K;
-    for (int64_t i = r1; i < C; ++i)
-      for (int64_t c = 0; c < K; ++c) al[(i - r1) * K + c] = exp_nonpositive(G[i * K + c] - last[c]);
-    for (int64_t j = r0; j < r1; ++j)
-      for (int64_t c = 0; c < K; ++c) s.to_last.data()[j * K + c] = exp_nonpositive(last[c] - G[j * K + c]);
+    if (r1 < C) std::copy(d + r1 * K, d + (r1 + 1) * K, al);
+    for (int64_t i = r1 + 1; i < C; ++i) scale_flushed(K, al + (i - 1 - r1) * K, d + i * K, al + (i - r1) * K);
+    const int64_t last = r1 - 1;
+    for (int64_t j = r0; j < last; ++j) std::copy_n(pair_decay(pairs, last, j, K), K, s.to_last.data() + j * K);
+    std::fill(s.to_last.data() + last * K, s.to_last.data() + r1 * K, 1.0f);
   }
 }
 
-// out [i, c] = x[i, c] f[i, c] over rows x K floats (row stride K).
-void times_factors(const float* x, const float* f, int64_t rows, int64_t K, float* out) {
-  for (int64_t e = 0; e < rows * K; ++e) out[e] = x[e] * f[e];
+// The sums sum_c x_c y_c e_c and sum_c z_c y_c e_c over n floats, into *xy and *zy: the
+// decayed key y o e is formed once for both.
+inline void two_decayed_dots(const float* x, const float* z, const float* y, const float* e, int64_t n, float* xy,
+                             float* zy) {
+  Vec16 ax[2] = {}, az[2] = {};
+  int64_t c = 0;
+  for (; c + 2 * kLanes <= n; c += 2 * kLanes)
+    for (int u = 0; u < 2; ++u) {
+      const Vec16 ye = load16(y + c + u * kLanes) * load16(e + c + u * kLanes);
+      ax[u] += load16(x + c + u * kLanes) * ye;
+      az[u] += load16(z + c + u * kLanes) * ye;
+    }
+  for (; c + kLanes <= n; c += kLanes) {
+    const Vec16 ye = load16(y + c) * load16(e + c);
+    ax[0] += load16(x + c) * ye;
+    az[0] += load16(z + c) * ye;
+  }
+  float sx = lane_sum(ax[0] + ax[1]), sz = lane_sum(az[0] + az[1]);
+  for (; c < n; ++c) {
+    sx += x[c] * y[c] * e[c];
+    sz += z[c] * y[c] * e[c];
+  }
+  *xy = sx, *zy = sz;
 }
 
-// out [C, C] = sum_c x_ic k_jc e^{G_ic - G_jc} for j < i (j <= i with `diagonal`), 0 above;
-// s holds the chunk's pair_decays and reference_decays.
-void decayed_scores(const ChunkedParams& p, const float* x, const float* k, bool diagonal, float* out, Scratch& s) {
+// The forward's two pair matrices, [C, C] each, 0 above their diagonals:
+//   M_ij = sum_c k_ic k_jc e^{G_ic - G_jc} (j < i),  Q_ij = sum_c q_ic k_jc e^{G_ic - G_jc} (j <= i);
+// s holds the chunk's pair_decays and reference_decays. Inside a sub-chunk both read the
+// decayed key k_j o e^{G_i - G_j} of the same pair, formed once.
+void key_query_scores(const ChunkedParams& p, const float* q, const float* k, float* M, float* Q, Scratch& s) {
   const int64_t C = p.C, K = p.K;
-  std::fill(out, out + C * C, 0.0f);
+  std::fill(M, M + C * C, 0.0f);
+  std::fill(Q, Q + C * C, 0.0f);
   for (int64_t r0 = 0; r0 < C; r0 += kSub) {
     const int64_t r1 = std::min(C, r0 + kSub), rows = r1 - r0;
     if (r0 > 0) {  // reference row r0: x_i e^{G_i - G_r0} (i >= r0), k_j e^{G_r0 - G_j} (j < r0)
-      times_factors(x + r0 * K, s.from_first.data() + r0 * K, rows, K, s.xs.data());
-      product_shared_b(p, rows, r0, K, {s.xs.data(), K}, s.k_before_b[r0 / kSub], out + r0 * C, C);
+      const SharedB& kb = s.k_before_b[r0 / kSub];
+      times_factors(k + r0 * K, s.from_first.data() + r0 * K, rows, K, s.xs.data());
+      product_shared_b(p, rows, r0, K, {s.xs.data(), K}, kb, M + r0 * C, C);
+      times_factors(q + r0 * K, s.from_first.data() + r0 * K, rows, K, s.xs.data());
+      product_shared_b(p, rows, r0, K, {s.xs.data(), K}, kb, Q + r0 * C, C);
     }
     for (int64_t i = r0; i < r1; ++i) {
       for (int64_t j = r0; j < i; ++j)
-        out[i * C + j] = dot3(x + i * K, k + j * K, pair_decay(s.pairs.data(), i, j, K), K);
-      if (diagonal) out[i * C + i] = dot(x + i * K, k + i * K, K);
+        two_decayed_dots(k + i * K, q + i * K, k + j * K, pair_decay(s.pairs.data(), i, j, K), K, M + i * C + j,
+                         Q + i * C + j);
+      Q[i * C + i] = dot(q + i * K, k + i * K, K);
     }
   }
 }
@@ -371,7 +447,7 @@ void invert_unit_lower(int64_t C, const float* beta, const float* M, float* T, f
 // entering each chunk.
 struct HeadArrays {
   int64_t slots = 0, C = 0, K = 0, V = 0;
-  AlignedBuffer G, E, wdec;  // [slots, C, K]: cumsum, e^G, e^{Lambda - G}
+  AlignedBuffer D, E, wdec;  // [slots, C, K]: step decays e^g, e^G, e^{Lambda - G}
   AlignedBuffer M, T, Q;     // [slots, C, C]: key pairs, (I + A)^-1, query-key pairs
   AlignedBuffer WU, vnew;    // [slots, C, K+V], [slots, C, V]: [W | U], and V_new
   AlignedBuffer h;           // [NT, K, V]: the state entering each chunk (backward)
@@ -379,12 +455,12 @@ struct HeadArrays {
   HeadArrays(const ChunkedParams& p, int64_t slot_count, bool keep_states)
       : slots(slot_count), C(p.C), K(p.K), V(p.V) {
     const int64_t CK = slots * C * K, CC = slots * C * C;
-    G = AlignedBuffer(CK), E = AlignedBuffer(CK), wdec = AlignedBuffer(CK), WU = AlignedBuffer(slots * C * (K + V));
+    D = AlignedBuffer(CK), E = AlignedBuffer(CK), wdec = AlignedBuffer(CK), WU = AlignedBuffer(slots * C * (K + V));
     M = AlignedBuffer(CC), T = AlignedBuffer(CC), Q = AlignedBuffer(CC);
     vnew = AlignedBuffer(slots * C * V);
     if (keep_states) h = AlignedBuffer(p.NT * K * V);
   }
-  float* g_of(int64_t m) { return G.data() + m * C * K; }
+  float* d_of(int64_t m) { return D.data() + m * C * K; }
   float* e_of(int64_t m) { return E.data() + m * C * K; }
   float* wdec_of(int64_t m) { return wdec.data() + m * C * K; }
   float* m_of(int64_t m) { return M.data() + m * C * C; }
@@ -394,29 +470,20 @@ struct HeadArrays {
   float* vnew_of(int64_t m) { return vnew.data() + m * C * V; }
 };
 
-// Phase A of chunk n into slot m: G, E, e^{Lambda - G}, M, T, [W | U] and Q.
+// Phase A of chunk n into slot m: the step decays, E, e^{Lambda - G}, M, T, [W | U] and Q.
 void phase_a(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n, Scratch& s) {
   const int64_t C = p.C, K = p.K, V = p.V, KV = K + V;
   const float* q = p.q + n * C * K;
   const float* k = p.k + n * C * K;
   const float* g = p.g + n * C * K;
   const float* beta = p.beta + n * C;
-  float* G = a.g_of(m);
-  float* E = a.e_of(m);
-  float* wdec = a.wdec_of(m);
-  for (int64_t c = 0; c < K; ++c) G[c] = std::max(g[c], kMinLogDecay);
-  for (int64_t i = 1; i < C; ++i)
-    for (int64_t c = 0; c < K; ++c) G[i * K + c] = G[(i - 1) * K + c] + std::max(g[i * K + c], kMinLogDecay);
-  const float* lambda = G + (C - 1) * K;
-  for (int64_t i = 0; i < C; ++i)
-    for (int64_t c = 0; c < K; ++c) {
-      E[i * K + c] = exp_nonpositive(G[i * K + c]);
-      wdec[i * K + c] = exp_nonpositive(lambda[c] - G[i * K + c]);
-    }
+  float* d = a.d_of(m);
+  chunk_decays(p, g, d, a.e_of(m), a.wdec_of(m));
+  const float* E = a.e_of(m);
   float* M = a.m_of(m);
-  pair_decays(p, G, s.pairs.data());
-  reference_decays(p, k, G, Pass::forward, s);
-  decayed_scores(p, k, k, false, M, s);
+  pair_decays(p, d, s.pairs.data());
+  reference_decays(p, k, d, Pass::forward, s);
+  key_query_scores(p, q, k, M, a.q_of(m), s);
   invert_unit_lower(C, beta, M, a.t_of(m), s.a_row.data());
   float* kvb = s.kvb.data();
   for (int64_t i = 0; i < C; ++i) {
@@ -424,7 +491,6 @@ void phase_a(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n, Scratc
     for (int64_t x = 0; x < V; ++x) kvb[i * KV + K + x] = beta[i] * p.v[(n * C + i) * V + x];
   }
   tile_product(p.precision, C, KV, C, {a.t_of(m), C}, {kvb, KV}, a.wu_of(m), KV);
-  decayed_scores(p, q, k, true, a.q_of(m), s);
 }
 
 // V_new = U - W S into the slot's vnew, then, when next is not null, S' = Diag(e^Lambda) S
@@ -599,7 +665,7 @@ void backward_chunk(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n,
   const float* v = p.v + n * C * V;
   const float* beta = p.beta + n * C;
   const float* dO = d_o + n * C * V;
-  const float* G = a.g_of(m);
+  const float* d = a.d_of(m);
   const float* E = a.e_of(m);
   const float* wdec = a.wdec_of(m);
   const float* M = a.m_of(m);
@@ -620,8 +686,8 @@ void backward_chunk(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n,
   float* dvn = dwu + K;       // dU = dV_new, row stride K + V
   float* kd = s.kd.data();    // K o e^{Lambda - G}
   for (int64_t x = 0; x < C * K; ++x) kd[x] = k[x] * wdec[x];
-  pair_decays(p, G, s.pairs.data());
-  reference_decays(p, k, G, Pass::backward, s);
+  pair_decays(p, d, s.pairs.data());
+  reference_decays(p, k, d, Pass::backward, s);
 
   // dO as op(A) and op(B), and S^T as op(B), each read by two products.
   const SharedA dO_a = share_a(p, C, V, {dO, V}, s.room_a);
