@@ -281,7 +281,10 @@ Options parse_options(int argc, char** argv) {
     else if (arg == "--rows") o.rows = parse_name_list(value());
     else if (arg == "--preset") o.preset = value();
     else if (arg == "--long-context") o.long_context = true;
-    else if (arg == "--blocks") o.blocks = parse_int_list(value(), "--blocks", kLongContextTokens);
+    else if (arg == "--blocks") {
+      o.blocks = parse_int_list(value(), "--blocks", kLongContextTokens);
+      o.long_context = true;
+    }
     else if (arg == "--precision") {
       o.precisions.clear();
       for (const std::string& name : parse_name_list(value())) {
@@ -304,7 +307,13 @@ Options parse_options(int argc, char** argv) {
                   "                   [--steps 20] [--warmup-steps 3] [--threads N] [--precision fp32,bf16]\n"
                   "                   [--clock wall|cpu] [--competing N] [--rows hybrid,...] [--skip-train]\n"
                   "                   [--skip-generate] [--skip-inference] [--preset main|25M|100M]\n"
-                  "                   [--long-context] [--blocks 512,2048,8192,16384]\n");
+                  "                   [--long-context] [--blocks 512,2048,8192,16384]\n"
+                  "presets (training rows): main = the configs as they are (shakespeare_hybrid, its\n"
+                  "  nanoGPT-size and packed variants, shakespeare_transformer, shakespeare_granite);\n"
+                  "  25M = d_model 512, layers gdn,gdn,gdn,attn x 2, 8 heads of 64, block 512, batch 4, chunk 64;\n"
+                  "  100M = d_model 768, layers gdn,gdn,gdn,attn x 3, 12 heads of 64, block 1024, batch 4, chunk 64.\n"
+                  "--long-context (implied by --blocks): at the 25M width, gdn x 8 and the 25M hybrid with an\n"
+                  "  attention window of 512, at each block of --blocks with batch x block = 16384 tokens.\n");
       std::exit(0);
     } else {
       throw std::invalid_argument("unknown argument '" + arg + "' (see --help)");
