@@ -38,7 +38,8 @@
 //     8) and "hybrid-swa block B" (gdn,gdn,gdn,attn x 2, window 512). Each row also reports its
 //     peak RSS (the row runs in a process of its own: this executable started again) and its MFU:
 //     model FLOPs per token (bench/model_flops.h, docs/MFU.md) x tokens/s over the product peak
-//     of its precision (lat::matmul 1024^3, best of 20), measured before the rows and printed.
+//     of its precision (lat::matmul 1024^3, best of 20, on the rows' clock), measured right
+//     before and after the row (the better of the two; its column "peak GF/s").
 // Generation runs first, so that its peak RSS is not the training part's. A generation row's
 // peak RSS is the process's high-water mark so far: rows run in the printed order, so its
 // figure also covers the rows above it (run one model with --models for a clean figure).
@@ -936,15 +937,23 @@ void run_training(const fs::path& config_dir, const Options& options) {
   const std::vector<TrainingRow> rows = selected_training_rows(options);
   const std::vector<lat::Precision> precisions = runnable_precisions(options, true);
   if (precisions.empty()) return;
+  // The product peak, measured again around every row (the best before and after it): this
+  // VM's cores change speed between periods, and a row's MFU divides by its own period's peak.
   std::map<lat::Precision, double> peak;  // FLOP/s
-  for (lat::Precision p : precisions) peak[p] = product_peak(p, options.cpu_time);
+  const auto measure_peaks = [&](bool keep_best) {
+    for (lat::Precision p : precisions) {
+      const double now = product_peak(p, options.cpu_time);
+      peak[p] = keep_best ? std::max(peak[p], now) : now;
+    }
+  };
+  measure_peaks(false);
   Competitors competitors(options.competing);
   std::printf("== Training (trainer steps: forward + cross-entropy + backward + clip + optimizer update; "
               "median of %lld steps after %lld warm-up; precisions take turns step by step; %s time) ==\n",
               static_cast<long long>(options.steps), static_cast<long long>(options.warmup_steps),
               options.cpu_time ? "CPU" : "wall");
-  std::printf("product peak (lat::matmul 1024^3, best of 20, %d threads, %s time):", omp_get_max_threads(),
-              options.cpu_time ? "CPU" : "wall");
+  std::printf("product peak at start (lat::matmul 1024^3, best of 20, %d threads, %s time; again around each "
+              "row, its column):", omp_get_max_threads(), options.cpu_time ? "CPU" : "wall");
   for (lat::Precision p : precisions) std::printf(" %s %.1f GFLOP/s", lat::precision_name(p), peak[p] / 1e9);
   std::printf("\n");
   if (competitors.count() > 0)
@@ -952,7 +961,7 @@ void run_training(const fs::path& config_dir, const Options& options) {
                 competitors.count(), competitors.count() == 1 ? "" : "es", competitors.count() == 1 ? "s" : "");
   std::printf("%-26s %5s %8s %6s %6s %7s %6s %11s %10s %7s", "config", "prec", "params M", "batch", "block",
               "accum", "opt", "ms/step", "tokens/s", "ratio");
-  std::printf(" %9s %6s", "peak RSS", "MFU");
+  std::printf(" %9s %6s %9s", "peak RSS", "MFU", "peak GF/s");
   if (competitors.count() > 0) std::printf(" %11s %12s", "loaded t/s", "loaded/idle");
   std::printf("\n");
   std::fflush(stdout);
@@ -960,10 +969,12 @@ void run_training(const fs::path& config_dir, const Options& options) {
   std::map<std::string, double> first_step_ms;  // row name -> ms/step at the first precision
   for (const TrainingRow& row : rows) {
     const lat::Config config = lat::load_config((config_dir / row.file).string(), row.overrides);
+    if (&row != &rows.front()) measure_peaks(false);
     // With competitors the rows run here: they are this process's children to stop and resume.
     const std::vector<TrainResult> results =
         competitors.count() > 0 ? bench_training(row.name, config, repo_root, precisions, options, competitors)
                                 : run_row_in_process(row, config, options);
+    measure_peaks(true);
     first_step_ms[row.name] = results.front().step_ms;
     for (const TrainResult& r : results) {
       const double tokens = static_cast<double>(r.batch * r.block * r.accum);
@@ -976,6 +987,7 @@ void run_training(const fs::path& config_dir, const Options& options) {
         std::printf(" %5.1f%%", 100.0 * r.flops->total() * tokens / (r.step_ms / 1e3) / peak[r.precision]);
       else
         std::printf(" %6s", "-");
+      std::printf(" %9.1f", peak[r.precision] / 1e9);
       if (r.loaded_step_ms > 0.0)
         std::printf(" %11.0f %11.0f%%", tokens / (r.loaded_step_ms / 1e3), 100.0 * r.step_ms / r.loaded_step_ms);
       std::printf("\n");
@@ -1001,7 +1013,8 @@ void run_training(const fs::path& config_dir, const Options& options) {
                 "model and optimizer)\n");
   std::string kinds;
   for (const std::string& k : uncounted) kinds += (kinds.empty() ? "" : ", ") + k;
-  std::printf("(MFU: model FLOPs per token, docs/MFU.md, x tokens/s over the product peak of the precision%s)\n",
+  std::printf("(MFU: model FLOPs per token, docs/MFU.md, x tokens/s over the product peak of the precision, "
+              "the better of those measured right before and after the row: peak GF/s%s)\n",
               kinds.empty() ? "" : ("; -: the count does not know " + kinds).c_str());
   if (competitors.count() > 0)
     std::printf("(loaded/idle: tokens/s with the competitors running over those with them stopped, right "
