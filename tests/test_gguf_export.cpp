@@ -569,7 +569,8 @@ TEST_F(GgufExportTest, GraniteHybridTiedWithoutConvBiasStoresZeroBiasAndNoOutput
 
 TEST_F(GgufExportTest, GraniteHybridRefusalsNameTheLayerAndKeyAndWriteNothing) {
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {granite_shape_with("\"mamba2,attn\"", "\"mamba2,gdn\""),
+      // Without attn layers the attn-only n_kv_heads is refused by the config (model.attn.n_kv_heads).
+      {granite_shape_with("n_kv_heads: 1, ", "", granite_shape_with("\"mamba2,attn\"", "\"mamba2,gdn\"")),
        "export --format gguf: layer 1 (gdn): a gdn mixer: llama.cpp's granitehybrid has mamba2 and attn layers only"},
       {granite_shape_with("rope_fraction: 0.5", "rope_fraction: 0.5, output_gate: true"),
        "export --format gguf: layer 1 (attn): model.attn.output_gate true: llama.cpp's granitehybrid does not gate "
@@ -589,7 +590,7 @@ TEST_F(GgufExportTest, GraniteHybridRefusalsNameTheLayerAndKeyAndWriteNothing) {
       {granite_shape_with("chunk_size: 4", "chunk_size: 4, time_step_limit: [0.0, 0.5]"),
        "export --format gguf: layer 0 (mamba2): model.mamba.time_step_limit [0, 0.5]: llama.cpp's granitehybrid does "
        "not clamp dt (expected [0, inf])"},
-      {granite_shape_with("\"mamba2,attn\"", "\"mamba2\""),
+      {granite_shape_with("n_kv_heads: 1, ", "", granite_shape_with("\"mamba2,attn\"", "\"mamba2\"")),
        "export --format gguf: model.layers has no attn layer: llama.cpp's granitehybrid keeps a KV cache and aborts "
        "on a model without attention layers (expected mamba2 and attn layers)"},
   };
@@ -786,6 +787,7 @@ TEST_F(GgufExportTest, RefusalsNameTheFeatureAndWriteNothing) {
   save("gdn_only.h5", [] {
     std::string s = kShape;
     s.replace(s.find("\"gdn,attn\""), 10, "\"gdn\"");
+    s.replace(s.find("n_kv_heads: 1, "), 15, "");  // attn-only: refused without attn layers
     return s;
   }());
   lat::testing::expect_error<lat::ConfigError>(
