@@ -120,18 +120,6 @@ TEST(HfConfig, ReadsTransformersDefaultsAndOldRopeKeys) {
   EXPECT_TRUE(m.norm_zero_centered && m.attn.output_gate && m.attn.qk_norm);
   EXPECT_EQ(m.linear.n_v_heads, 4);
   EXPECT_EQ(m.expand_v, 2.0);
-
-  // Without full_attention layers num_key_value_heads sizes nothing: read, and not kept (lat
-  // refuses model.attn.n_kv_heads that no layer uses).
-  j["layer_types"] = nlohmann::json::array({"linear_attention", "linear_attention", "linear_attention",
-                                            "linear_attention"});
-  j["num_attention_heads"] = 4;
-  j["num_key_value_heads"] = 2;
-  lat::Config linear_only = model_config(kQwenShape);
-  linear_only.model = lat::model_config_from_hf(j, "config.json");
-  const lat::Config resolved = lat::parse_config(lat::to_yaml(linear_only), "back");
-  EXPECT_EQ(resolved.model.layers, "gdn,gdn,gdn,gdn");
-  EXPECT_EQ(resolved.model.attn.n_kv_heads, 4);
 }
 
 TEST(HfConfig, KeysLatCannotHonourAreNamedWithTheirValues) {

@@ -105,13 +105,6 @@ TEST(GraniteConfig, WritesGraniteKeysAndReadsThemBack) {
   EXPECT_TRUE(plain["position_embedding_type"].is_null());
   EXPECT_EQ(plain["layer_types"], nlohmann::json::parse(R"(["mamba", "mamba"])"));
   EXPECT_EQ(resolved_from_hf(plain).layers, "mamba2,mamba2");
-  // Without attention layers num_key_value_heads sizes nothing: read, and not kept (lat
-  // refuses model.attn.n_kv_heads that no layer uses).
-  nlohmann::json grouped = plain;
-  grouped["num_attention_heads"] = 4;
-  grouped["num_key_value_heads"] = 2;
-  const lat::ModelConfig read = resolved_from_hf(grouped);
-  EXPECT_EQ(read.attn.n_kv_heads, read.attn.n_heads);
 }
 
 TEST(GraniteConfig, TransformersSpellingsAndDefaultsAreRead) {

@@ -242,7 +242,7 @@ ModelConfig model_config_from_granite(const nlohmann::json& config, const std::s
   m.intermediate_size = r.positive_int("shared_intermediate_size", kDefaultSharedIntermediate);
   m.layers = read_layer_types(r, n_layers);
   m.attn.n_heads = r.positive_int("num_attention_heads");
-  const int64_t kv_heads = r.positive_int("num_key_value_heads", m.attn.n_heads);
+  m.attn.n_kv_heads = r.positive_int("num_key_value_heads", m.attn.n_heads);
   m.attn.head_dim = r.positive_int("head_dim", std::max<int64_t>(1, m.d_model / m.attn.n_heads));
   // model.n_heads / head_dim size no granite layer; the attention's keep them valid.
   m.n_heads = m.attn.n_heads;
@@ -250,9 +250,6 @@ ModelConfig model_config_from_granite(const nlohmann::json& config, const std::s
   read_hf_rope(r, m.attn, HfRopeKeys{});  // granite turns the whole head
   const std::vector<std::string> pattern = mixer_pattern(m.layers);
   const bool has_attention = std::find(pattern.begin(), pattern.end(), "attn") != pattern.end();
-  // Only attention layers group key/value heads: without one the count sizes nothing (and
-  // model.attn.n_kv_heads is refused where no layer uses it).
-  if (has_attention) m.attn.n_kv_heads = kv_heads;
   r.use("position_embedding_type");
   const nlohmann::json rope_kind = r.has("position_embedding_type") ? r.value("position_embedding_type") : nullptr;
   if (rope_kind != "rope" && (has_attention || !rope_kind.is_null()))

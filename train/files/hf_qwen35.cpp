@@ -154,11 +154,7 @@ ModelConfig model_config_from_qwen35(const nlohmann::json& config, const std::st
   m.linear.conv_size = r.positive_int("linear_conv_kernel_dim", 4);
   m.attn.n_heads = r.positive_int("num_attention_heads");
   m.attn.head_dim = r.positive_int("head_dim");
-  const int64_t kv_heads = r.positive_int("num_key_value_heads");
-  // Only attention layers group key/value heads: without one the count sizes nothing (and
-  // model.attn.n_kv_heads is refused where no layer uses it).
-  const std::vector<std::string> pattern = mixer_pattern(m.layers);
-  if (std::find(pattern.begin(), pattern.end(), "attn") != pattern.end()) m.attn.n_kv_heads = kv_heads;
+  m.attn.n_kv_heads = r.positive_int("num_key_value_heads");
   // mrope_* place the vision grid's positions; for text all three sections see the same
   // position, which is plain RoPE.
   read_hf_rope(r, m.attn, HfRopeKeys{kDefaultPartialRotaryFactor, {"mrope_section", "mrope_interleaved"}});
