@@ -514,17 +514,20 @@ TEST(MlaConfig, StepMemoryRefusalNamesTheMlaSizesThatMakeItLarge) {
   EXPECT_EQ(message.find("model.mla."), std::string::npos) << message;
 }
 
-// model.attn.n_kv_heads groups attn layers' heads: set to another count in a model without
-// attn layers it would be ignored, and is refused; the count it resolves to (what a resolved
-// config repeats) is accepted.
+// model.attn.n_kv_heads groups attn layers' heads: set to another count in a model of mla
+// layers and no attn layer it would read as mla's, and is refused; other attention-free models
+// keep it (Hugging Face configs carry num_key_value_heads); the count it resolves to (what a
+// resolved config repeats) is accepted.
 TEST(MlaConfig, KvHeadsWithoutAttnLayersAreRefused) {
   expect_config_error("model:\n  layers: mla\n  attn: {n_kv_heads: 2}\n",
                       "model.attn.n_kv_heads: 2 key/value heads group the heads of attn layers only, but "
                       "model.layers 'mla' has none (an mla layer expands every head's key and value from its "
                       "latent, model.mla.kv_lora_rank): remove model.attn.n_kv_heads (run.yaml:4)");
-  expect_config_error("model:\n  layers: gdn\n  attn: {n_kv_heads: 1}\n",
+  expect_config_error("model:\n  layers: kda,mla\n  attn: {n_kv_heads: 1}\n",
                       "model.attn.n_kv_heads: 1 key/value heads group the heads of attn layers only, but "
-                      "model.layers 'gdn' has none: remove model.attn.n_kv_heads (run.yaml:4)");
+                      "model.layers 'kda,mla' has none (an mla layer expands every head's key and value from its "
+                      "latent, model.mla.kv_lora_rank): remove model.attn.n_kv_heads (run.yaml:4)");
+  EXPECT_EQ(parse("model:\n  layers: gdn\n  attn: {n_kv_heads: 1}\n").model.attn.n_kv_heads, 1);
   EXPECT_EQ(parse("model:\n  layers: gdn,mla,attn\n  attn: {n_kv_heads: 2}\n").model.attn.n_kv_heads, 2);
   const Config resolved = parse("model:\n  layers: mla\n  n_heads: 8\n");
   EXPECT_EQ(resolved.model.attn.n_kv_heads, 8);

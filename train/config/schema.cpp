@@ -104,20 +104,22 @@ void resolve_attn_head_dim(Validation& v) {
 }
 
 /// model.attn.n_kv_heads: 0 resolves to model.attn.n_heads, which it must divide. Only attn
-/// layers group their key/value heads: set to another count without one, it would be ignored
-/// (a resolved config repeats the count it resolved to, which is accepted).
+/// layers group their key/value heads: in a model of mla layers and no attn layer another
+/// count would read as mla's (which expands every head's key and value from its latent) and
+/// is refused. Other attention-free models keep it as Hugging Face configs carry it (a
+/// resolved config repeats the count it resolved to, which is accepted).
 void resolve_kv_heads(Validation& v) {
   ModelConfig& m = v.config().model;
   if (m.attn.n_kv_heads == 0) m.attn.n_kv_heads = m.attn.n_heads;
   const std::vector<std::string> pattern = mixer_pattern(m.layers);
   const bool has_attn = std::find(pattern.begin(), pattern.end(), "attn") != pattern.end();
   const bool has_mla_layer = std::find(pattern.begin(), pattern.end(), "mla") != pattern.end();
-  const std::string mla_kv_note =
-      " (an mla layer expands every head's key and value from its latent, model.mla.kv_lora_rank)";
-  if (!has_attn && m.attn.n_kv_heads != m.attn.n_heads)
+  if (has_mla_layer && !has_attn && m.attn.n_kv_heads != m.attn.n_heads)
     v.fail("model.attn.n_kv_heads",
            std::to_string(m.attn.n_kv_heads) + " key/value heads group the heads of attn layers only, but model.layers '" +
-               m.layers + "' has none" + (has_mla_layer ? mla_kv_note : "") + ": remove model.attn.n_kv_heads");
+               m.layers +
+               "' has none (an mla layer expands every head's key and value from its latent, "
+               "model.mla.kv_lora_rank): remove model.attn.n_kv_heads");
   if (m.attn.n_heads % m.attn.n_kv_heads != 0)
     v.fail("model.attn.n_kv_heads", attn_heads_key(v) + " (" + std::to_string(m.attn.n_heads) +
                                         ") is not a multiple of model.attn.n_kv_heads (" +
