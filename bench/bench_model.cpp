@@ -93,6 +93,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -870,47 +871,64 @@ std::vector<lat::Precision> runnable_precisions(const Options& options, bool say
   return precisions;
 }
 
+/// What a child process of this executable printed, and how it ended (waitpid's status).
+struct ChildOutput {
+  std::string text;
+  int status = 0;
+  bool ok() const { return WIFEXITED(status) && WEXITSTATUS(status) == 0; }
+  /// "exit N" or "signal N".
+  std::string how() const {
+    return WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status)) : "signal " + std::to_string(WTERMSIG(status));
+  }
+};
+
+/// Runs this executable (/proc/self/exe) again with `args` (argv[0] first), its stdout into the
+/// returned text; `prepare` runs in the child before the exec (its environment). A new process,
+/// not a fork's copy, because libgomp's threads do not survive a fork. Throws std::runtime_error
+/// naming `what` when the pipe or the fork fails.
+ChildOutput run_self(const std::string& what, std::vector<std::string> args, const std::function<void()>& prepare = {}) {
+  int fds[2];
+  if (pipe(fds) != 0) throw std::runtime_error(what + ": pipe: " + std::strerror(errno));
+  std::fflush(stdout);
+  const pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error(what + ": fork: " + std::strerror(errno));
+  if (pid == 0) {
+    dup2(fds[1], STDOUT_FILENO);
+    close(fds[0]);
+    close(fds[1]);
+    if (prepare) prepare();
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv("/proc/self/exe", argv.data());
+    _exit(127);
+  }
+  close(fds[1]);
+  ChildOutput out;
+  char buf[4096];
+  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) out.text.append(buf, static_cast<size_t>(n));
+  close(fds[0]);
+  waitpid(pid, &out.status, 0);
+  return out;
+}
+
 /// bench_training of one row in a process of its own, this executable started again (a
 /// forked copy could not use OpenMP: libgomp's threads do not survive a fork), so that the
 /// row's peak RSS is its own. Throws std::runtime_error when that process fails (its error
 /// went to stderr).
 std::vector<TrainResult> run_row_in_process(const TrainingRow& row, const lat::Config& config,
                                             const Options& options) {
-  int fds[2];
-  if (pipe(fds) != 0) throw std::runtime_error(std::string("training: pipe: ") + std::strerror(errno));
-  std::fflush(stdout);
-  const pid_t pid = fork();
-  if (pid < 0) throw std::runtime_error(std::string("training: fork: ") + std::strerror(errno));
-  if (pid == 0) {
-    dup2(fds[1], STDOUT_FILENO);
-    close(fds[0]);
-    close(fds[1]);
-    std::vector<std::string> strings = {"bench_model", kRowChild, row_flag_name(row.name)};
-    strings.insert(strings.end(), options.args.begin(), options.args.end());
-    std::vector<char*> args;
-    for (std::string& a : strings) args.push_back(a.data());
-    args.push_back(nullptr);
-    execv("/proc/self/exe", args.data());
-    _exit(127);
-  }
-  close(fds[1]);
-  std::string text;
-  char buf[4096];
-  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(n));
-  close(fds[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-    throw std::runtime_error(row.name + ": the row's measuring process failed (" +
-                             (WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status))
-                                                : "signal " + std::to_string(WTERMSIG(status))) +
-                             ")");
+  std::vector<std::string> args = {"bench_model", kRowChild, row_flag_name(row.name)};
+  args.insert(args.end(), options.args.begin(), options.args.end());
+  const ChildOutput child = run_self("training", args);
+  if (!child.ok())
+    throw std::runtime_error(row.name + ": the row's measuring process failed (" + child.how() + ")");
   TrainResult shape;
   shape.name = row.name;
   shape.batch = config.train.batch_size;
   shape.block = config.data.block_size;
   shape.accum = config.train.grad_accum;
-  return parse_results(text, shape);
+  return parse_results(child.text, shape);
 }
 
 /// The row-measuring process (kRowChild): the row named `name` (as --rows spells it) of
@@ -1058,39 +1076,22 @@ void measure_inference(const fs::path& config_dir, int threads, int64_t steps, i
 /// Throws std::runtime_error when the process fails.
 std::pair<double, double> inference_in_process(const std::string& policy, const fs::path& config_dir,
                                                const Options& options) {
-  int fds[2];
-  if (pipe(fds) != 0) throw std::runtime_error(std::string("inference: pipe: ") + std::strerror(errno));
-  const pid_t pid = fork();
-  if (pid < 0) throw std::runtime_error(std::string("inference: fork: ") + std::strerror(errno));
-  if (pid == 0) {
-    dup2(fds[1], STDOUT_FILENO);
-    close(fds[0]);
-    close(fds[1]);
-    if (policy.empty()) {
-      unsetenv("OMP_WAIT_POLICY");
-      unsetenv("GOMP_SPINCOUNT");
-    } else {
-      setenv("OMP_WAIT_POLICY", policy.c_str(), 1);
-    }
-    std::string threads = std::to_string(options.threads), steps = std::to_string(options.steps),
-                decode = std::to_string(options.decode_steps), dir = config_dir.string();
-    std::vector<char*> args = {const_cast<char*>("bench_model"), const_cast<char*>(kInferenceChild),
-                               dir.data(), threads.data(), steps.data(), decode.data(),
-                               nullptr};
-    execv("/proc/self/exe", args.data());
-    _exit(127);
-  }
-  close(fds[1]);
-  std::string text;
-  char buf[256];
-  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(n));
-  close(fds[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
+  const ChildOutput child = run_self(
+      "inference",
+      {"bench_model", kInferenceChild, config_dir.string(), std::to_string(options.threads),
+       std::to_string(options.steps), std::to_string(options.decode_steps)},
+      [&] {
+        if (policy.empty()) {
+          unsetenv("OMP_WAIT_POLICY");
+          unsetenv("GOMP_SPINCOUNT");
+        } else {
+          setenv("OMP_WAIT_POLICY", policy.c_str(), 1);
+        }
+      });
   double eval = 0.0, generate = 0.0;
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || std::sscanf(text.c_str(), "%lf %lf", &eval, &generate) != 2)
+  if (!child.ok() || std::sscanf(child.text.c_str(), "%lf %lf", &eval, &generate) != 2)
     throw std::runtime_error("inference: the measuring process (OMP_WAIT_POLICY=" +
-                             (policy.empty() ? std::string("unset") : policy) + ") failed: '" + text + "'");
+                             (policy.empty() ? std::string("unset") : policy) + ") failed: '" + child.text + "'");
   return {eval, generate};
 }
 
