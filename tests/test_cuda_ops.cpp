@@ -4,12 +4,14 @@
 // NaN (LAT_POISON=1 under ctest: the caching allocator fills them with 0xFF bytes), so an
 // element a kernel forgets to write fails the comparison. Skipped (GTEST_SKIP) when no
 // CUDA device is visible; it still compiles and links on machines without one.
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "autograd/cuda/blas.h"
 #include "lat/cuda.h"
 #include "lat/lat.h"
 #include "layers/fused/attention_op.h"
@@ -194,6 +196,24 @@ TEST_F(CudaOps, MatmulThroughCublas) {
   Tensor z = matmul(Tensor::empty({3, 0}, DType::f32, kGpu), Tensor::empty({0, 4}, DType::f32, kGpu));
   EXPECT_EQ(z.to_vector<float>(), std::vector<float>(12, 0.0f));
 }
+
+#ifdef LAT_WITH_CUDA
+/// Whether cuBLAS is mapped into this process now.
+bool cublas_in_process() {
+  return dlopen(cuda::cublas_soname().c_str(), RTLD_NOW | RTLD_NOLOAD) != nullptr;
+}
+
+// Read before main, when only the libraries the executable links are mapped.
+const bool kCublasMappedAtStart = cublas_in_process();
+
+TEST(CudaBlas, CublasIsLoadedOnFirstUseNotLinked) {
+  // Linked, cuBLAS and cuBLASLt would cost every process of a CUDA build ~150 MiB of resident
+  // memory before any work, CPU-only runs included. Loading needs no device.
+  EXPECT_FALSE(kCublasMappedAtStart) << cuda::cublas_soname() << " was mapped before main: linked, not loaded";
+  cuda::load_cublas();
+  EXPECT_TRUE(cublas_in_process());
+}
+#endif
 
 TEST_F(CudaOps, MatmulTf32IsOffByDefaultAndOptIn) {
   LAT_REQUIRE_CUDA();

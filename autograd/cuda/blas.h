@@ -1,6 +1,7 @@
 // Batched matrix products on CUDA through cuBLAS (plain-struct launch API, no tensors).
 #pragma once
 #include <cstdint>
+#include <string>
 
 #include "lat/dtype.h"
 #include "lat/precision.h"
@@ -32,6 +33,15 @@ struct GemmArgs {
   Precision precision = Precision::fp32;
 };
 void gemm_batched(const GemmArgs& g);
+
+/// The file name cuBLAS is loaded by, libcublas.so.<major> of the toolkit lat was built with.
+std::string cublas_soname();
+
+/// Loads cuBLAS now if it is not loaded yet (the first gemm_batched does it otherwise; the
+/// library is dlopen-ed, not linked, so processes that never multiply on a GPU do not map
+/// it). Needs no device. Throws lat::Error naming the library when it cannot be loaded or
+/// lacks an entry point lat uses.
+void load_cublas();
 
 /// Whether device `index` has bf16 tensor cores (compute capability 8.0 or above).
 bool bf16_supported(int index);

@@ -4,9 +4,12 @@
 // transpose flags, m = N, n = M.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
+#include <dlfcn.h>
 
 #include <limits>
 #include <map>
+#include <string>
+#include <type_traits>
 
 #include "autograd/cuda/blas.h"
 #include "autograd/cuda/cuda_check.h"
@@ -20,12 +23,64 @@
   do {                                                                                        \
     cublasStatus_t lat_cublas_status_ = (call);                                               \
     LAT_CHECK(lat_cublas_status_ == CUBLAS_STATUS_SUCCESS,                                    \
-              "cuBLAS call " #call " failed: " << cublasGetStatusName(lat_cublas_status_) << " (" \
-                                              << cublasGetStatusString(lat_cublas_status_) << ")"); \
+              "cuBLAS call " #call " failed: " << cublas().status_name(lat_cublas_status_) << " (" \
+                                              << cublas().status_string(lat_cublas_status_) << ")"); \
   } while (0)
 
 namespace lat::cuda {
 namespace {
+
+// The cuBLAS entry points lat uses, resolved from libcublas.so.<major> on the first product:
+// linking it would load cuBLAS and cuBLASLt (half a gigabyte) into every process of a CUDA
+// build, CPU-only runs included, and relocating them costs ~150 MiB of resident memory.
+// cublasGemmStridedBatchedEx is spelled out: cublas_api.h overloads it for C++.
+struct CublasApi {
+  decltype(&::cublasCreate_v2) create = nullptr;
+  decltype(&::cublasSetStream_v2) set_stream = nullptr;
+  cublasStatus_t (*gemm_strided_batched_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+                                            const void*, const void*, cudaDataType, int, long long, const void*,
+                                            cudaDataType, int, long long, const void*, void*, cudaDataType, int,
+                                            long long, int, cublasComputeType_t, cublasGemmAlgo_t) = nullptr;
+  decltype(&::cublasGetStatusName) status_name = nullptr;
+  decltype(&::cublasGetStatusString) status_string = nullptr;
+};
+
+/// dlopen of cuBLAS by its soname (the loader's search: LD_LIBRARY_PATH, the executable's
+/// runpath, ld.so.cache), else from the directory the CUDA runtime was loaded from, where the
+/// toolkit keeps it.
+void* open_cublas() {
+  const std::string soname = cublas_soname();
+  if (void* lib = dlopen(soname.c_str(), RTLD_NOW | RTLD_LOCAL)) return lib;
+  const std::string first_error = dlerror();
+  Dl_info runtime{};
+  if (dladdr(reinterpret_cast<void*>(&cudaGetDeviceCount), &runtime) != 0 && runtime.dli_fname != nullptr) {
+    const std::string path = runtime.dli_fname;
+    const std::string beside = path.substr(0, path.find_last_of('/') + 1) + soname;
+    if (void* lib = dlopen(beside.c_str(), RTLD_NOW | RTLD_LOCAL)) return lib;
+  }
+  LAT_CHECK(false, "cuda: cannot load " << soname << " (" << first_error
+                                        << "): install the CUDA toolkit's cuBLAS or add its directory to "
+                                           "LD_LIBRARY_PATH");
+  return nullptr;
+}
+
+const CublasApi& cublas() {
+  static const CublasApi loaded = [] {
+    void* lib = open_cublas();
+    CublasApi api;
+    auto resolve = [&](auto& fn, const char* name) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, name));
+      LAT_CHECK(fn != nullptr, "cuda: " << cublas_soname() << " has no " << name);
+    };
+    resolve(api.create, "cublasCreate_v2");
+    resolve(api.set_stream, "cublasSetStream_v2");
+    resolve(api.gemm_strided_batched_ex, "cublasGemmStridedBatchedEx");
+    resolve(api.status_name, "cublasGetStatusName");
+    resolve(api.status_string, "cublasGetStatusString");
+    return api;
+  }();
+  return loaded;
+}
 
 // One handle per (thread, device): cuBLAS handles must not be shared by concurrent host
 // threads. Handles are never destroyed (see stream.cu for why).
@@ -34,7 +89,7 @@ cublasHandle_t handle_for(int device) {
   auto it = handles.find(device);
   if (it != handles.end()) return it->second;
   cublasHandle_t handle = nullptr;
-  LAT_CUBLAS_CHECK(cublasCreate(&handle));
+  LAT_CUBLAS_CHECK(cublas().create(&handle));
   handles.emplace(device, handle);
   return handle;
 }
@@ -79,6 +134,10 @@ struct Bf16Copy {
 
 }  // namespace
 
+std::string cublas_soname() { return "libcublas.so." + std::to_string(CUBLAS_VER_MAJOR); }
+
+void load_cublas() { cublas(); }
+
 bool bf16_supported(int index) {
   thread_local std::map<int, bool> supported;
   auto it = supported.find(index);
@@ -92,7 +151,7 @@ void gemm_batched(const GemmArgs& g) {
   if (g.batch == 0 || g.M == 0 || g.N == 0) return;
   DeviceGuard guard(g.device);
   cublasHandle_t handle = handle_for(g.device);
-  LAT_CUBLAS_CHECK(cublasSetStream(handle, current_stream(g.device)));
+  LAT_CUBLAS_CHECK(cublas().set_stream(handle, current_stream(g.device)));
   const int m = checked_int(g.N, "N"), n = checked_int(g.M, "M"), k = checked_int(g.K, "K");
   const int lda = checked_int(std::max<int64_t>(g.lda, 1), "lda");
   const int ldb = checked_int(std::max<int64_t>(g.ldb, 1), "ldb");
@@ -105,20 +164,20 @@ void gemm_batched(const GemmArgs& g) {
     cudaStream_t stream = current_stream(g.device);
     const Bf16Copy a(g.A, g.batch, g.trans_a ? g.K : g.M, g.trans_a ? g.M : g.K, g.lda, g.stride_a, g.device, stream);
     const Bf16Copy b(g.B, g.batch, g.trans_b ? g.N : g.K, g.trans_b ? g.K : g.N, g.ldb, g.stride_b, g.device, stream);
-    LAT_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+    LAT_CUBLAS_CHECK(cublas().gemm_strided_batched_ex(
         handle, op_b, op_a, m, n, k, &alpha, b.data, CUDA_R_16BF, checked_int(std::max<int64_t>(b.ld, 1), "ldb"),
         b.stride, a.data, CUDA_R_16BF, checked_int(std::max<int64_t>(a.ld, 1), "lda"), a.stride, &beta, g.C,
         CUDA_R_32F, ldc, g.stride_c, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   } else if (g.dtype == DType::f32) {
     const float alpha = static_cast<float>(g.alpha), beta = static_cast<float>(g.beta);
     const cublasComputeType_t compute = allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-    LAT_CUBLAS_CHECK(cublasGemmStridedBatchedEx(handle, op_b, op_a, m, n, k, &alpha, g.B, CUDA_R_32F, ldb,
+    LAT_CUBLAS_CHECK(cublas().gemm_strided_batched_ex(handle, op_b, op_a, m, n, k, &alpha, g.B, CUDA_R_32F, ldb,
                                                 g.stride_b, g.A, CUDA_R_32F, lda, g.stride_a, &beta, g.C,
                                                 CUDA_R_32F, ldc, g.stride_c, batch, compute, CUBLAS_GEMM_DEFAULT));
   } else {
     LAT_CHECK(g.dtype == DType::f64, "cuda gemm: dtype: expected f32 or f64, got " << dtype_name(g.dtype));
     const double alpha = g.alpha, beta = g.beta;
-    LAT_CUBLAS_CHECK(cublasGemmStridedBatchedEx(handle, op_b, op_a, m, n, k, &alpha, g.B, CUDA_R_64F, ldb,
+    LAT_CUBLAS_CHECK(cublas().gemm_strided_batched_ex(handle, op_b, op_a, m, n, k, &alpha, g.B, CUDA_R_64F, ldb,
                                                 g.stride_b, g.A, CUDA_R_64F, lda, g.stride_a, &beta, g.C,
                                                 CUDA_R_64F, ldc, g.stride_c, batch, CUBLAS_COMPUTE_64F,
                                                 CUBLAS_GEMM_DEFAULT));

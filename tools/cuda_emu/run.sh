@@ -9,8 +9,8 @@
 # Every .cu file is rewritten as C++ (transform.py) and compiled with g++ against the
 # emulated runtime; the library's C++ objects are reused as they are; TARGET is relinked
 # into BUILD_DIR/cuda_emu/ without the CUDA libraries and run with ARGS (LAT_POISON=1 is
-# set, as under ctest; NCCL is a one-rank stand-in). CUDA_EMU_JOBS=N limits the parallel
-# g++ jobs (default: all cores).
+# set, as under ctest; NCCL is a one-rank stand-in, cuBLAS a reference gemm). CUDA_EMU_JOBS=N
+# limits the parallel g++ jobs (default: all cores).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -67,9 +67,13 @@ compile "$here/emu.cpp" "$work/obj/emu.o"
 all_objs+=("$work/obj/emu.o")
 while ((${#pids[@]} > 0)); do finish_oldest; done
 ((failed == 0)) || { echo "cuda_emu: compile failed (messages above)" >&2; exit 1; }
-# The one-rank NCCL that lat's dlopen finds first (nccl_emu.cpp).
+# The one-rank NCCL and the reference cuBLAS that lat's dlopen finds first (nccl_emu.cpp,
+# cublas_emu.cpp).
 if [[ ! "$work/libnccl.so.2" -nt "$here/nccl_emu.cpp" ]]; then
   g++ -std=c++20 -O1 -shared -fPIC "$here/nccl_emu.cpp" -o "$work/libnccl.so.2"
+fi
+if [[ ! "$work/libcublas.so.13" -nt "$here/cublas_emu.cpp" || ! "$work/libcublas.so.13" -nt "$here/cublas_v2.h" ]]; then
+  g++ -std=c++20 -O1 -shared -fPIC -I"$here" "$here/cublas_emu.cpp" -o "$work/libcublas.so.13"
 fi
 
 # 2. The library: its C++ objects plus the emulated kernels.
