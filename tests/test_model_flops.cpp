@@ -74,8 +74,8 @@ TEST(ModelFlops, KdaMatchesTheHandCount) {
   // (128 + 64/3 + 384 + 256 + 256), dV_new (256 + 256), dO S^T (256), V_new dh^T (256),
   // dh (2 x 256), dQ (256), dq and dk through Q K^T's 10 pairs (10 x 2 x 8), dW (256),
   // T^T [dW | dU] (384), dA (384), dk twice through A's 6 pairs (6 x 2 x 8).
-  const double chunk_backward =
-      (128 + 64.0 / 3 + 384 + 256 + 256) + 512 + 256 + 256 + 512 + 256 + 160 + 256 + 384 + 384 + 96;
+  const double chunk_backward = (128 + 64.0 / 3 + 384 + 256 + 256) + 512 + 256 + 256 + 512 + 256 + 160 + 256 + 384 +
+                                384 + 96;
   // T 6: 2 chunks over 6 tokens, 2 heads.
   EXPECT_DOUBLE_EQ(flops->forward, 2 * in_out + 2 * (2.0 / 6) * chunk_forward);
   EXPECT_DOUBLE_EQ(flops->backward, 4 * in_out + 2 * (2.0 / 6) * chunk_backward);
@@ -111,7 +111,7 @@ TEST(ModelFlops, MlaMatchesTheHandCount) {
 TEST(ModelFlops, Mamba2MatchesTheHandCount) {
   lat::HybridLMConfig c = tiny_config();
   c.layers = {"mamba2"};
-  c.mixer.mamba.expand = 2;  // d_inner 16
+  c.mixer.mamba.expand = 2;    // d_inner 16
   c.mixer.mamba.head_dim = 4;  // 4 heads
   c.mixer.mamba.n_groups = 2;
   c.mixer.mamba.d_state = 3;
