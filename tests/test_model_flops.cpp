@@ -53,6 +53,91 @@ TEST(ModelFlops, TinyHybridMatchesTheHandCount) {
   EXPECT_DOUBLE_EQ(flops->forward, 2832 + 80 + 6272.0 / 9);  // the same, as numbers
 }
 
+TEST(ModelFlops, KdaMatchesTheHandCount) {
+  lat::HybridLMConfig c = tiny_config();
+  c.layers = {"kda"};
+  c.mixer.expand_v = 2.0;  // K 4, V 8
+  lat::Generator gen(1);
+  const lat::HybridLM model(c, gen);
+  const std::optional<lat::bench::ModelFlops> flops = training_flops_per_token(model, 6);
+  ASSERT_TRUE(flops.has_value());
+
+  // Linear layers, in x out: q, k 8x8; v 8x16; the forget gate's f_a 8x4 and f_b 4x8; b 8x2;
+  // the output gate's g_a 8x4 and g_b 4x16; o 16x8; the SwiGLU's 3 x 128; lm_head 40.
+  const double in_out = 64 + 64 + 128 + 32 + 32 + 16 + 32 + 64 + 128 + 384 + 40;
+  ASSERT_EQ(in_out, 984.0);
+  // Per chunk (C 4) and head (K 4, V 8), forward: A and Q K^T over their 6 + 10 = 16 pairs
+  // of 2 x 4 (128); [W | U] = T [.. | ..], 4x12 by 4 (384); V_new, the state update and
+  // (Q o E) S, 256 each; (Q K^T) V_new (256); T by substitution (64 / 3).
+  const double chunk_forward = 128 + 384 + 3 * 256 + 256 + 64.0 / 3;
+  // Backward: the forward's A, Q K^T, T, [W | U], V_new and state update again
+  // (128 + 64/3 + 384 + 256 + 256), dV_new (256 + 256), dO S^T (256), V_new dh^T (256),
+  // dh (2 x 256), dQ (256), dq and dk through Q K^T's 10 pairs (10 x 2 x 8), dW (256),
+  // T^T [dW | dU] (384), dA (384), dk twice through A's 6 pairs (6 x 2 x 8).
+  const double chunk_backward = (128 + 64.0 / 3 + 384 + 256 + 256) + 512 + 256 + 256 + 512 + 256 + 160 + 256 + 384 +
+                                384 + 96;
+  // T 6: 2 chunks over 6 tokens, 2 heads.
+  EXPECT_DOUBLE_EQ(flops->forward, 2 * in_out + 2 * (2.0 / 6) * chunk_forward);
+  EXPECT_DOUBLE_EQ(flops->backward, 4 * in_out + 2 * (2.0 / 6) * chunk_backward);
+  EXPECT_DOUBLE_EQ(flops->forward, 2992 + 128.0 / 9);  // the same, as numbers
+  EXPECT_DOUBLE_EQ(flops->backward, 3936 + 8192.0 / 3 + 128.0 / 9);
+}
+
+TEST(ModelFlops, MlaMatchesTheHandCount) {
+  lat::HybridLMConfig c = tiny_config();
+  c.layers = {"mla"};
+  c.mixer.mla.q_lora_rank = 3;
+  c.mixer.mla.kv_lora_rank = 4;
+  c.mixer.mla.qk_nope_head_dim = 2;
+  c.mixer.mla.qk_rope_head_dim = 2;
+  c.mixer.mla.v_head_dim = 3;
+  lat::Generator gen(1);
+  const lat::HybridLM model(c, gen);
+  const std::optional<lat::bench::ModelFlops> flops = training_flops_per_token(model, 6);
+  ASSERT_TRUE(flops.has_value());
+
+  // Linear layers, in x out: q_a 8x3, q_b 3x8 (2 heads of 2 + 2), kv_a_proj_with_mqa 8x6
+  // (latent 4, shared rope key 2), kv_b 4x10 (2 heads of key 2 and value 3), o 6x8; the
+  // SwiGLU's 3 x 128; lm_head 40.
+  const double in_out = 24 + 24 + 48 + 40 + 48 + 384 + 40;
+  ASSERT_EQ(in_out, 608.0);
+  // The expanded attention, window 3: 15 pairs over 6 tokens, 2 heads, key size 4, value 3.
+  EXPECT_DOUBLE_EQ(flops->forward, 2 * in_out + 2 * (15.0 / 6) * (2 * 4 + 2 * 3));
+  EXPECT_DOUBLE_EQ(flops->backward, 4 * in_out + 2 * (15.0 / 6) * (6 * 4 + 4 * 3));
+  EXPECT_DOUBLE_EQ(flops->forward, 1286.0);  // the same, as numbers
+  EXPECT_DOUBLE_EQ(flops->backward, 2612.0);
+}
+
+TEST(ModelFlops, Mamba2MatchesTheHandCount) {
+  lat::HybridLMConfig c = tiny_config();
+  c.layers = {"mamba2"};
+  c.mixer.mamba.expand = 2;    // d_inner 16
+  c.mixer.mamba.head_dim = 4;  // 4 heads
+  c.mixer.mamba.n_groups = 2;
+  c.mixer.mamba.d_state = 3;
+  c.mixer.mamba.chunk_size = 4;
+  lat::Generator gen(1);
+  const lat::HybridLM model(c, gen);
+  const std::optional<lat::bench::ModelFlops> flops = training_flops_per_token(model, 6);
+  ASSERT_TRUE(flops.has_value());
+
+  // Linear layers, in x out: in_proj 8x48 (z 16, x 16, B and C 2 groups of 3 each, dt 4),
+  // out_proj 16x8; the SwiGLU's 3 x 128; lm_head 40.
+  const double in_out = 384 + 128 + 384 + 40;
+  ASSERT_EQ(in_out, 936.0);
+  // Per chunk (C 4), forward: per head (N 3, P 4) U = (B o decay)^T X and (C o decay) S,
+  // 96 each, and A X, 128; per group C B^T, 96.
+  const double chunk_forward = 4 * (96 + 96 + 128) + 2 * 96;
+  // Backward: per head C^T dY, dY S^T, X dh^T, dX = B dh (96 each), P = dY X^T and A^T dY
+  // (128 each); per group P B and P^T C (96 each).
+  const double chunk_backward = 4 * (4 * 96 + 2 * 128) + 2 * (2 * 96);
+  // T 6: 2 chunks over 6 tokens.
+  EXPECT_DOUBLE_EQ(flops->forward, 2 * in_out + (2.0 / 6) * chunk_forward);
+  EXPECT_DOUBLE_EQ(flops->backward, 4 * in_out + (2.0 / 6) * chunk_backward);
+  EXPECT_DOUBLE_EQ(flops->forward, 1872 + 1472.0 / 3);  // the same, as numbers
+  EXPECT_DOUBLE_EQ(flops->backward, 3744 + 2944.0 / 3);
+}
+
 TEST(ModelFlops, TiedEmbeddingsCountAsTheHead) {
   lat::HybridLMConfig c = tiny_config();
   c.tie_embeddings = true;
