@@ -391,6 +391,47 @@ TEST_F(KimiDirTest, AnMlaSizeLeftToTransformersDefaultIsNamedWhenTheTensorsDisag
                 "config.json), got [10, 16]"});
 }
 
+// A config.json without the keys that say which layers are which (layer_types, or both of
+// linear_attn_config's kda_layers and full_attn_layers) takes transformers' default pattern;
+// tensors of the other kind in a layer name the missing key and that default, not a shape.
+TEST_F(KimiDirTest, LayerTypesLeftToTransformersDefaultAreNamedWhenTheTensorsDisagree) {
+  const auto write_config_without_layer_types = [&](const nlohmann::json& linear_attn_config) {
+    nlohmann::json j = nlohmann::json::parse(read_bytes(path("kimi/config.json")));
+    j.erase("layer_types");
+    if (!linear_attn_config.is_null()) j["linear_attn_config"] = linear_attn_config;
+    write_bytes(path("kimi/config.json"), j.dump(2));
+  };
+  const std::string config = path("kimi/config.json"), weights = path("kimi/model.safetensors");
+  write_hf_dir(path("kimi"), kKimiShape, 12);
+  write_config_without_layer_types(nullptr);
+  const std::string mla_in_layer_1 =
+      "load_model_weights: '" + config +
+      "' has no layer_types (nor both of linear_attn_config's kda_layers and full_attn_layers), so transformers' "
+      "default makes layer 1 linear_attention (kda) (full_attention at 0-based layers 4, 8, ...), but tensor "
+      "'model.layers.1.self_attn.kv_a_proj_with_mqa.weight' of '" + weights +
+      "' is a full_attention (mla) layer's: set layer_types in config.json";
+  expect_error([&] { lat::load_model_weights(path("kimi")); }, {mla_in_layer_1});
+  // One of the two lists is not enough: transformers reads neither.
+  write_config_without_layer_types({{"kda_layers", {1, 3}}});
+  expect_error([&] { lat::load_model_weights(path("kimi")); }, {mla_in_layer_1});
+  // Both lists say it: read as they say.
+  write_config_without_layer_types({{"kda_layers", {1, 3}}, {"full_attn_layers", {2}}});
+  EXPECT_EQ(lat::load_model_weights(path("kimi")).config.model.layers, "kda,mla,kda");
+
+  // The other way round: the default's full_attention layer 4 holds kda tensors.
+  write_hf_dir(path("kimi"),
+               kimi_shape_with("n_layers: 3\n  n_heads: 2\n  head_dim: 8\n  layers: \"kda,mla,kda\"",
+                               "n_layers: 5\n  n_heads: 2\n  head_dim: 8\n  layers: \"kda\""),
+               12);
+  write_config_without_layer_types(nullptr);
+  expect_error([&] { lat::load_model_weights(path("kimi")); },
+               {"load_model_weights: '" + config +
+                "' has no layer_types (nor both of linear_attn_config's kda_layers and full_attn_layers), so "
+                "transformers' default makes layer 4 full_attention (mla) (full_attention at 0-based layers 4, 8, "
+                "...), but tensor 'model.layers.4.self_attn.A_log' of '" + weights +
+                "' is a linear_attention (kda) layer's: set layer_types in config.json"});
+}
+
 // ---- the CLI -----------------------------------------------------------------------------
 
 class KimiCliTest : public TempDirTest {

@@ -534,6 +534,44 @@ TEST(MlaConfig, KvHeadsWithoutAttnLayersAreRefused) {
   EXPECT_EQ(parse_config(to_yaml(resolved), "saved.yaml"), resolved);
 }
 
+// The other model.attn.* keys only attn layers read (head_dim, output_gate, qk_norm,
+// rope_fraction) would be silently unused in a model of mla layers and no attn layer, and are
+// refused there at other values than their defaults; the keys mla reads (n_heads, window_size,
+// rope_theta) stay, as do the attn-only keys beside an attn layer or in other attention-free
+// models (a Qwen3.5 import of gdn layers carries output_gate and qk_norm).
+TEST(MlaConfig, AttnOnlyKeysWithoutAttnLayersAreRefused) {
+  const std::string has_none =
+      "' has none (mla layers use model.mla.*, and of model.attn only n_heads, window_size and rope_theta): remove ";
+  expect_config_error("model:\n  d_model: 64\n  n_heads: 4\n  layers: kda,mla\n  attn: {head_dim: 32}\n",
+                      "model.attn.head_dim: 32 sizes the heads of attn layers only, but model.layers 'kda,mla" +
+                          has_none + "model.attn.head_dim (run.yaml:6)");
+  expect_config_error("model:\n  layers: mla\n  attn: {output_gate: true}\n",
+                      "model.attn.output_gate: true gates the output of attn layers only, but model.layers 'mla" +
+                          has_none + "model.attn.output_gate (run.yaml:4)");
+  expect_config_error("model:\n  layers: kda,mla\n  attn: {qk_norm: true}\n",
+                      "model.attn.qk_norm: true normalizes q and k in attn layers only, but model.layers 'kda,mla" +
+                          has_none + "model.attn.qk_norm (run.yaml:4)");
+  expect_config_error("model:\n  layers: gdn,mla\n  attn: {rope_fraction: 0.5}\n",
+                      "model.attn.rope_fraction: 0.5 rotates part of the heads of attn layers only, but "
+                      "model.layers 'gdn,mla" + has_none + "model.attn.rope_fraction (run.yaml:4)");
+
+  // The keys mla reads, and the attn-only keys at their defaults or model.head_dim.
+  const Config mla_keys = parse("model:\n  d_model: 64\n  n_heads: 4\n  layers: kda,mla\n"
+                                "  attn: {n_heads: 2, window_size: 8, rope_theta: 500.0, head_dim: 16, "
+                                "output_gate: false, qk_norm: false, rope_fraction: 1.0}\n");
+  EXPECT_EQ(mla_keys.model.attn.n_heads, 2);
+  EXPECT_EQ(mla_keys.model.attn.window_size, 8);
+  EXPECT_EQ(mla_keys.model.attn.rope_theta, 500.0);
+  EXPECT_EQ(mla_keys.model.attn.head_dim, 16);
+  // Beside an attn layer, and in attention-free models without mla layers.
+  const std::string attn_only = "  attn: {head_dim: 32, output_gate: true, qk_norm: true, rope_fraction: 0.5}\n";
+  EXPECT_TRUE(parse("model:\n  d_model: 64\n  n_heads: 4\n  layers: kda,mla,attn\n" + attn_only).model.attn.qk_norm);
+  const Config gdn_only = parse("model:\n  d_model: 64\n  n_heads: 4\n  layers: gdn\n" + attn_only);
+  EXPECT_EQ(gdn_only.model.attn.head_dim, 32);
+  EXPECT_TRUE(gdn_only.model.attn.output_gate);
+  EXPECT_EQ(gdn_only.model.attn.rope_fraction, 0.5);
+}
+
 // model_from_weights reads an mla model back exactly and compares the latent projections' and
 // o_proj's sizes with model.mla.* and model.attn.n_heads before building the model.
 TEST(MlaConfig, ModelFromWeightsChecksTheMlaSizes) {

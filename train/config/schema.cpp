@@ -28,6 +28,26 @@ std::string head_dim_key(const Validation& v) {
   return v.was_set("model.head_dim") ? "model.head_dim" : "model.d_model";
 }
 
+/// Whether model.layers has a layer of `kind`.
+bool has_mixer(const ModelConfig& m, const std::string& kind) {
+  const std::vector<std::string> pattern = mixer_pattern(m.layers);
+  return std::find(pattern.begin(), pattern.end(), kind) != pattern.end();
+}
+
+/// Refuses model.attn.`key`, set to `value` (other than its default) that `what_it_does` to
+/// attn layers, in a model of mla layers and no attn layer: mla layers read model.attn.n_heads,
+/// window_size and rope_theta only, so it would be silently unused. Other attention-free models
+/// keep it, as the Hugging Face configs they are read from carry it (Qwen3.5's gdn layers sit
+/// beside attention keys).
+void refuse_attn_only_key_in_mla_model(Validation& v, const std::string& key, const std::string& value,
+                                       const std::string& what_it_does) {
+  const ModelConfig& m = v.config().model;
+  if (!has_mixer(m, "mla") || has_mixer(m, "attn")) return;
+  v.fail(key, value + " " + what_it_does + " attn layers only, but model.layers '" + m.layers +
+                  "' has none (mla layers use model.mla.*, and of model.attn only n_heads, window_size and "
+                  "rope_theta): remove " + key);
+}
+
 /// model.head_dim: 0 resolves to d_model / n_heads, which must divide.
 void resolve_head_dim(Validation& v) {
   ModelConfig& m = v.config().model;
@@ -89,11 +109,15 @@ std::string attn_heads_key(const Validation& v) {
 }
 
 /// model.attn.head_dim: 0 resolves to model.head_dim; attention layers need it even (RoPE
-/// rotates pairs of dimensions).
+/// rotates pairs of dimensions). Another size is refused in a model of mla layers and no attn
+/// layer (a resolved config repeats model.head_dim, which is accepted).
 void resolve_attn_head_dim(Validation& v) {
   ModelConfig& m = v.config().model;
   const bool set = m.attn.head_dim != 0;
   if (!set) m.attn.head_dim = m.head_dim;
+  if (m.attn.head_dim != m.head_dim)
+    refuse_attn_only_key_in_mla_model(v, "model.attn.head_dim", std::to_string(m.attn.head_dim),
+                                      "sizes the heads of");
   const std::vector<std::string> pattern = mixer_pattern(m.layers);
   const bool has_attn = std::find(pattern.begin(), pattern.end(), "attn") != pattern.end();
   if (has_attn && m.attn.head_dim % 2 != 0)
@@ -126,12 +150,27 @@ void resolve_kv_heads(Validation& v) {
                                         std::to_string(m.attn.n_kv_heads) + ")");
 }
 
+/// model.attn.output_gate: true is refused in a model of mla layers and no attn layer.
+void check_output_gate(Validation& v) {
+  if (v.config().model.attn.output_gate)
+    refuse_attn_only_key_in_mla_model(v, "model.attn.output_gate", "true", "gates the output of");
+}
+
+/// model.attn.qk_norm: true is refused in a model of mla layers and no attn layer.
+void check_qk_norm(Validation& v) {
+  if (v.config().model.attn.qk_norm)
+    refuse_attn_only_key_in_mla_model(v, "model.attn.qk_norm", "true", "normalizes q and k in");
+}
+
 /// model.attn.rope_fraction: the rotated part of a head, floor(head_dim * rope_fraction) as
-/// transformers' partial_rotary_factor, must be a positive even width.
+/// transformers' partial_rotary_factor, must be a positive even width; other than 1, it is
+/// refused in a model of mla layers and no attn layer.
 void check_rope_fraction(Validation& v) {
   const ModelConfig& m = v.config().model;
-  const std::vector<std::string> pattern = mixer_pattern(m.layers);
-  if (std::find(pattern.begin(), pattern.end(), "attn") == pattern.end()) return;
+  if (m.attn.rope_fraction != 1.0)
+    refuse_attn_only_key_in_mla_model(v, "model.attn.rope_fraction", format_significant(m.attn.rope_fraction),
+                                      "rotates part of the heads of");
+  if (!has_mixer(m, "attn")) return;
   const int64_t rotary_dim = rotary_dim_of(m.attn.head_dim, m.attn.rope_fraction);
   if (rotary_dim < 2 || rotary_dim % 2 != 0)
     v.fail("model.attn.rope_fraction", "rotates floor(head_dim " + std::to_string(m.attn.head_dim) + " * " +
@@ -422,8 +461,8 @@ const std::vector<KeySpec>& schema() {
       {LAT_KEY(model.attn.head_dim), .bounds = ints_in(0, kMaxCount), .rule = resolve_attn_head_dim},
       {LAT_KEY(model.attn.n_kv_heads), .bounds = ints_in(0, kMaxCount), .rule = resolve_kv_heads},
       {LAT_KEY(model.attn.rope_theta), .bounds = floats_above_up_to(0, kMaxRopeTheta)},
-      {LAT_KEY(model.attn.output_gate)},
-      {LAT_KEY(model.attn.qk_norm)},
+      {LAT_KEY(model.attn.output_gate), .rule = check_output_gate},
+      {LAT_KEY(model.attn.qk_norm), .rule = check_qk_norm},
       {LAT_KEY(model.attn.rope_fraction), .bounds = floats_above_up_to(0, 1), .rule = check_rope_fraction},
       {LAT_KEY(model.linear.feature_map), .bounds = one_of({"elu1", "relu", "identity"})},
       {LAT_KEY(model.linear.normalize)},

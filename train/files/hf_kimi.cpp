@@ -459,6 +459,37 @@ void check_kimi_default_sizes(const nlohmann::json& config, const std::string& c
   }
 }
 
+void check_kimi_default_layer_types(const nlohmann::json& config, const std::string& config_path,
+                                   const ModelConfig& model, const NamedTensors& file_tensors,
+                                   const std::string& weights_path) {
+  // As read_linear and read_layer_types: either form of the layer kinds, else the default.
+  if (config.contains("layer_types") && !config["layer_types"].is_null()) return;
+  const auto linear_attn_config = config.find("linear_attn_config");
+  if (linear_attn_config != config.end() && linear_attn_config->is_object() &&
+      linear_attn_config->contains("kda_layers") && linear_attn_config->contains("full_attn_layers"))
+    return;
+  std::set<std::string> names;
+  for (const auto& [name, t] : kimi_saved_names(file_tensors)) names.insert(name);
+  // A tensor only the other kind has: kv_a_proj_with_mqa is mla's, A_log kda's.
+  const std::vector<std::string> kinds = layer_mixers(model);
+  for (size_t i = 0; i < kinds.size(); ++i) {
+    const bool defaulted_to_kda = kinds[i] == "kda";
+    const std::string other_kinds_tensor = "model.layers." + std::to_string(i) + ".self_attn." +
+                                           (defaulted_to_kda ? "kv_a_proj_with_mqa.weight" : "A_log");
+    if (names.count(other_kinds_tensor) == 0) continue;
+    const std::string defaulted = defaulted_to_kda ? std::string(kLinearLayer) + " (kda)"
+                                                   : std::string(kFullLayer) + " (mla)";
+    const std::string found = defaulted_to_kda ? std::string(kFullLayer) + " (mla)"
+                                               : std::string(kLinearLayer) + " (kda)";
+    throw Error("load_model_weights: '" + config_path +
+                "' has no layer_types (nor both of linear_attn_config's kda_layers and full_attn_layers), so "
+                "transformers' default makes layer " + std::to_string(i) + " " + defaulted + " (" + kFullLayer +
+                " at 0-based layers " + std::to_string(kDefaultFullAttentionInterval) + ", " +
+                std::to_string(2 * kDefaultFullAttentionInterval) + ", ...), but tensor '" + other_kinds_tensor +
+                "' of '" + weights_path + "' is a " + found + " layer's: set layer_types in config.json");
+  }
+}
+
 bool kimi_lm_head_is_separate(const NamedTensors& file_tensors) {
   const Tensor* lm_head = nullptr;
   const Tensor* embeddings = nullptr;

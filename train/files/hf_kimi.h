@@ -95,6 +95,20 @@ bool kimi_lm_head_is_separate(const NamedTensors& file_tensors);
 void check_kimi_default_sizes(const nlohmann::json& config, const std::string& config_path, const ModelConfig& model,
                               const NamedTensors& file_tensors, const std::string& weights_path);
 
+/// Throws lat::Error when config.json (`config`, at `config_path`) says not which layers are
+/// which (no layer_types, and not both of linear_attn_config's kda_layers and full_attn_layers),
+/// so that `model` (read from it) has transformers' default pattern, and a layer of
+/// `file_tensors` (read from `weights_path`) holds the other kind's tensors:
+/// "load_model_weights: '<config_path>' has no layer_types (nor both of linear_attn_config's
+/// kda_layers and full_attn_layers), so transformers' default makes layer 1 linear_attention
+/// (kda) (full_attention at 0-based layers 4, 8, ...), but tensor
+/// 'model.layers.1.self_attn.kv_a_proj_with_mqa.weight' of '<weights_path>' is a
+/// full_attention (mla) layer's: set layer_types in config.json". Run before the shapes are
+/// compared, whose error would otherwise blame a projection's size.
+void check_kimi_default_layer_types(const nlohmann::json& config, const std::string& config_path,
+                                   const ModelConfig& model, const NamedTensors& file_tensors,
+                                   const std::string& weights_path);
+
 /// `tensors` of a kimi_linear file under the names save_pretrained writes: transformers'
 /// in-memory names (a state dict saved as it is) renamed, `.mlp.` -> `.block_sparse_moe.`,
 /// `self_attn.forget_gate.` -> `self_attn.`, and `self_attn.conv1d.weight` [3 C, 1, W] split
