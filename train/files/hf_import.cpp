@@ -129,10 +129,10 @@ HfModel load_hf_model(const std::string& dir_name) {
     config.model.tie_embeddings = false;
     ckpt.config_yaml = to_yaml(config);
   }
-  if (hf_family_of(config.model) == HfFamily::kimi)
+  if (hf_family_of(config.model) == HfFamily::kimi) {
     check_kimi_default_layer_types(config_json, hf.config_path, config.model, tensors, hf.weights_path);
-  if (hf_family_of(config.model) == HfFamily::kimi)
     check_kimi_default_sizes(config_json, hf.config_path, config.model, tensors, hf.weights_path);
+  }
   ckpt.model = lat_tensors_from_hf(config.model, config.model.vocab_size, tensors, hf.weights_path);
   hf.tensor_labels = hf_tensor_labels(config.model, config.model.vocab_size);
   return hf;
