@@ -15,9 +15,19 @@ struct OutputInfo {
   Device device;
 };
 
+// What backward needs of an input: where its gradient goes. A leaf that requires grad (a
+// parameter) keeps its handle, for .grad; any other input only its id and shape, so that an
+// intermediate no backward function saved is freed during the forward, not at backward.
+struct InputInfo {
+  bool receives_grad = false;  // defined and requiring grad when recorded
+  int64_t id = 0;
+  Shape shape;
+  Tensor leaf;  // defined for a leaf that requires grad
+};
+
 struct Node {
   const char* name;
-  std::vector<Tensor> inputs;
+  std::vector<InputInfo> inputs;
   std::vector<OutputInfo> outputs;
   BackwardFn backward_fn;
 };
@@ -77,7 +87,18 @@ bool needs_grad(const std::vector<Tensor>& inputs) {
 
 void record(const char* name, std::vector<Tensor> inputs, const std::vector<Tensor>& outputs,
             BackwardFn backward_fn) {
-  Node node{name, std::move(inputs), {}, std::move(backward_fn)};
+  Node node{name, {}, {}, std::move(backward_fn)};
+  node.inputs.reserve(inputs.size());
+  for (const Tensor& in : inputs) {
+    InputInfo info;
+    if (in.defined() && in.requires_grad()) {
+      info.receives_grad = true;
+      info.id = in.id();
+      info.shape = in.shape();
+      if (in.is_leaf()) info.leaf = in;
+    }
+    node.inputs.push_back(std::move(info));
+  }
   node.outputs.reserve(outputs.size());
   for (const Tensor& out : outputs) {
     out.impl()->requires_grad = true;
@@ -143,21 +164,21 @@ void backward(const Tensor& loss, const Tensor& grad_output) {
                                                                            << grad_inputs.size() << " gradients for "
                                                                            << node.inputs.size() << " inputs");
     for (size_t i = 0; i < node.inputs.size(); ++i) {
-      Tensor& input = node.inputs[i];
+      InputInfo& input = node.inputs[i];
       Tensor& g = grad_inputs[i];
-      if (!input.defined() || !input.requires_grad() || !g.defined()) continue;
-      LAT_CHECK(g.shape() == input.shape(), "backward: node '" << node.name << "' gave input " << i
-                                                               << " a gradient of shape " << shape_str(g.shape())
-                                                               << ", expected " << shape_str(input.shape()));
-      if (input.is_leaf()) {
-        Tensor existing = input.grad();
+      if (!input.receives_grad || !g.defined()) continue;
+      LAT_CHECK(g.shape() == input.shape, "backward: node '" << node.name << "' gave input " << i
+                                                             << " a gradient of shape " << shape_str(g.shape())
+                                                             << ", expected " << shape_str(input.shape));
+      if (input.leaf.defined()) {
+        Tensor existing = input.leaf.grad();
         if (existing.defined()) {
           accumulate_in_place(existing, g);
         } else {
-          input.set_grad(g.clone());  // never alias a gradient another input may also hold
+          input.leaf.set_grad(g.clone());  // never alias a gradient another input may also hold
         }
       } else {
-        auto [slot, inserted] = grads.try_emplace(input.id(), g);
+        auto [slot, inserted] = grads.try_emplace(input.id, g);
         if (!inserted) slot->second = add(slot->second, g);
       }
     }

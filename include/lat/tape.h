@@ -32,9 +32,10 @@ class NoGradGuard {
 bool needs_grad(std::initializer_list<const Tensor*> inputs);
 bool needs_grad(const std::vector<Tensor>& inputs);
 
-/// Records one node: marks `outputs` as non-leaf tensors requiring grad and keeps
-/// `inputs` (the handles whose gradients `backward_fn` returns, in order) alive until
-/// backward. Call only when needs_grad(inputs) is true.
+/// Records one node: marks `outputs` as non-leaf tensors requiring grad and notes where the
+/// gradients `backward_fn` returns for `inputs` (in order) go: the handles of leaves that
+/// require grad are kept until backward, of other inputs only their ids and shapes (what
+/// `backward_fn` needs of them it captures itself). Call only when needs_grad(inputs) is true.
 void record(const char* name, std::vector<Tensor> inputs, const std::vector<Tensor>& outputs,
             BackwardFn backward_fn);
 
