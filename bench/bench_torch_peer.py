@@ -20,10 +20,10 @@ Pre-norm RMSNorm blocks, a final RMSNorm, an untied LM head, cross-entropy, glob
 clipping (train.grad_clip) and torch.optim.AdamW (train.lr, weight_decay) at every step.
 Numbers are not lat's (other init), the FLOPs and memory traffic are.
 
-Sizes (--preset, bench_model --preset's shapes): main (the config as it is), 25M (d_model 512,
-layers gdn,gdn,gdn,attn x 2, 8 heads of 64, block 512, batch 4, chunk 64, window 512) and 100M
-(d_model 768, gdn,gdn,gdn,attn x 3, 12 heads of 64, block 1024, batch 4, chunk 64, window 1024),
-set over the config's model/data/train keys. --long-context instead runs, at the 25M width, for
+Sizes (--preset, bench_model --preset's shapes): main (the config as it is, and at nanoGPT
+size: block 64, batch 12), 25M (d_model 512, layers gdn,gdn,gdn,attn x 2, 8 heads of 64, block
+512, batch 4, chunk 64, window 512) and 100M (d_model 768, gdn,gdn,gdn,attn x 3, 12 heads of
+64, block 1024, batch 4, chunk 64, window 1024), set over the config's model/data/train keys. --long-context instead runs, at the 25M width, for
 each block of --blocks (512,2048,8192,16384) at 16384 tokens per step (batch 16384 / block), a
 gdn-only model (gdn x 8) and the hybrid with a window of 512 (hybrid-swa), as bench_model
 --long-context. Each row reports tokens/s, peak RSS (resource.getrusage's ru_maxrss of the
@@ -249,6 +249,14 @@ def sized(cfg, d_model, layers, block, batch, window):
     return cfg
 
 
+def at_nanogpt_size(cfg):
+    """A copy of cfg at bench_model's nanoGPT size: block 64, batch 12, grad_accum 1."""
+    cfg = {key: dict(value) if isinstance(value, dict) else value for key, value in cfg.items()}
+    cfg["data"]["block_size"] = 64
+    cfg["train"].update(batch_size=12, grad_accum=1)
+    return cfg
+
+
 def training_rows(cfg, args):
     """(name, config) of each row: bench_model's all_training_rows / long_context_rows."""
     if args.long_context:
@@ -262,7 +270,7 @@ def training_rows(cfg, args):
         return [("25M", sized(cfg, 512, ",".join(["gdn,gdn,gdn,attn"] * 2), 512, 4, 512))]
     if args.preset == "100M":
         return [("100M", sized(cfg, 768, ",".join(["gdn,gdn,gdn,attn"] * 3), 1024, 4, 1024))]
-    return [(Path(args.config).stem, cfg)]
+    return [(Path(args.config).stem, cfg), (f"{Path(args.config).stem} nanoGPT-size", at_nanogpt_size(cfg))]
 
 
 def block_list(text):
