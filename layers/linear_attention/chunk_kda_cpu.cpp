@@ -43,7 +43,9 @@
 // intermediates per thread (the backward keeps every chunk's, NT (4CK + 3C^2 + 2CV + KV)
 // floats). The thread copies its head's rows into the per-head chunked layout of
 // chunk_layout.h right before the chunks (q and k L2-normalized there when asked for) and
-// its outputs back right after. Every tile product is a single-threaded tile product in
+// its outputs back right after; the arrays not kept past the call (o, d_o, the
+// gradients) pass through one head's buffers per thread, reused (in the caches, no fresh
+// pages). Every tile product is a single-threaded tile product in
 // the call's precision; under bf16 an operand that several products read is rounded and
 // packed once. The pair and reference-row decays are computed once per chunk and pass for
 // every product that needs them; W and U are one product, [W | U] = T [diag(beta) K o E |
@@ -86,14 +88,22 @@ struct ChunkedParams {
   const float* h0 = nullptr;    // [BH, K, V], or null
 };
 
-// Gradients in the chunked layout (dh0 may be null).
-struct ChunkedGrads {
-  float* dq = nullptr;
-  float* dk = nullptr;
-  float* dv = nullptr;
-  float* dg = nullptr;
-  float* dbeta = nullptr;
-  float* dh0 = nullptr;  // [BH, K, V]
+// Row 0 of head bh = b*H + h of an API-layout array [B, T, H, D] (its rows H*D apart).
+template <class F>
+F* head_start(F* api, int64_t bh, int64_t T, int64_t H, int64_t D) {
+  return api + ((bh / H) * T * H + bh % H) * D;
+}
+
+// One thread's d_o and gradients of one head in the chunked layout ([NT*C, D] each),
+// reused for every head the thread works on: arrays no one keeps past the call stay in
+// the caches, and a call touches no fresh pages for them.
+struct HeadGrads {
+  AlignedBuffer d_o, dq, dk, dv, dg, dbeta;
+  explicit HeadGrads(const ChunkedParams& p) {
+    const int64_t rows = p.NT * p.C;
+    d_o = AlignedBuffer(rows * p.V), dq = AlignedBuffer(rows * p.K), dk = AlignedBuffer(rows * p.K);
+    dv = AlignedBuffer(rows * p.V), dg = AlignedBuffer(rows * p.K), dbeta = AlignedBuffer(rows);
+  }
 };
 
 // sum_c a_c b_c e_c over n floats in vector accumulators.
@@ -516,14 +526,13 @@ void state_step(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n, con
   product_shared_b(p, K, V, C, {kd, K, true}, s.vnew_b, next, V, 1.0f, 1.0f);
 }
 
-// O = scale [(Q o E) S + Q V_new] of chunk n into o, after its state_step.
-void output_chunk(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n, float* o, Scratch& s) {
+// O = scale [(Q o E) S + Q V_new] of chunk n into out [C, V], after its state_step.
+void output_chunk(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n, float* out, Scratch& s) {
   const int64_t C = p.C, K = p.K, V = p.V;
   const float* q = p.q + n * C * K;
   const float* E = a.e_of(m);
   float* qe = s.xs.data();
   for (int64_t x = 0; x < C * K; ++x) qe[x] = p.scale * q[x] * E[x];
-  float* out = o + n * C * V;
   product_shared_b(p, C, V, C, {a.q_of(m), C}, s.vnew_b, out, V, p.scale);
   product_shared_b(p, C, V, K, {qe, K}, s.state_b, out, V, 1.0f, 1.0f);
 }
@@ -534,22 +543,22 @@ void initial_state(const ChunkedParams& p, int64_t bh, float* S) {
 }
 
 // The copies between the API layout and one head's rows of the chunked layout, made by the
-// thread that works on the head: `in` right before its first chunk, `out` right after its
-// last, so that the chunks read rows still in the core's caches and the copies out read
-// rows just written.
+// thread that works on the head: the inputs right before its first chunk, the outputs
+// right after its last, so that the chunks read rows still in the core's caches and the
+// copies out read rows just written. The inputs go into the call's chunked buffers (the
+// forward keeps them for the backward); o, d_o and the gradients through one head's
+// buffers of the thread (HeadGrads, the forward's o_head).
 struct HeadCopies {
   std::vector<ToChunked> in;
-  std::vector<FromChunked> out;
-  int64_t T = 0, H = 0, C = 0, K = 0, head_rows = 0;
+  int64_t T = 0, H = 0, C = 0, K = 0, V = 0, head_rows = 0;
   // With the in-kernel L2 norm (else all null), forward: the chunked q and k, normalized
   // in place after the copy in, and their rstd [rows] written.
   struct {
     float *q = nullptr, *k = nullptr, *q_rstd = nullptr, *k_rstd = nullptr;
   } norm_in;
-  // Backward: dq and dk taken through the norm of the saved q, k (and rstd) before the copy out.
+  // Backward: the saved normalized q, k and their rstd, for dq and dk through the norm.
   struct {
     const float *q = nullptr, *k = nullptr, *q_rstd = nullptr, *k_rstd = nullptr;
-    float *dq = nullptr, *dk = nullptr;
   } norm_out;
 
   void head_in(int64_t bh) const {
@@ -560,22 +569,38 @@ struct HeadCopies {
       l2norm_rows_forward(norm_in.k + row0 * K, head_rows, K, norm_in.k_rstd + row0);
     }
   }
-  void head_out(int64_t bh) const {
+  // Head bh's chunked rows of one array [B, T, H, D] of the API layout, in or out.
+  void head_in(int64_t bh, const float* api, float* head, int64_t D) const {
+    const ToChunked x[] = {{head_start(api, bh, T, H, D), head, D}};
+    head_to_chunked(x, 0, T, H, C);
+  }
+  void head_out(int64_t bh, const float* head, float* api, int64_t D) const {
+    const FromChunked x[] = {{head, head_start(api, bh, T, H, D), D}};
+    head_from_chunked(x, 0, T, H, C);
+  }
+  // The backward's gradients of head bh (chunked, in g) into the API layout, dq and dk
+  // first taken through the norm when asked for.
+  void grads_out(int64_t bh, HeadGrads& g, const KdaGrads& api) const {
     const int64_t row0 = bh * head_rows;
     if (norm_out.q) {
-      l2norm_rows_backward(norm_out.q + row0 * K, norm_out.q_rstd + row0, head_rows, K, norm_out.dq + row0 * K);
-      l2norm_rows_backward(norm_out.k + row0 * K, norm_out.k_rstd + row0, head_rows, K, norm_out.dk + row0 * K);
+      l2norm_rows_backward(norm_out.q + row0 * K, norm_out.q_rstd + row0, head_rows, K, g.dq.data());
+      l2norm_rows_backward(norm_out.k + row0 * K, norm_out.k_rstd + row0, head_rows, K, g.dk.data());
     }
-    head_from_chunked(out, bh, T, H, C);
+    head_out(bh, g.dq.data(), api.dq, K);
+    head_out(bh, g.dk.data(), api.dk, K);
+    head_out(bh, g.dv.data(), api.dv, V);
+    head_out(bh, g.dg.data(), api.dgk, K);
+    head_out(bh, g.dbeta.data(), api.dbeta, 1);
   }
 };
 
+// o [B, T, H, V] in the API layout.
 void forward_chunked(const ChunkedParams& p, const HeadCopies& copies, float* o, float* ht) {
 #pragma omp parallel
   {
     Scratch s(p);
     HeadArrays a(p, 1, false);
-    AlignedBuffer S(p.K * p.V), next(p.K * p.V);
+    AlignedBuffer S(p.K * p.V), next(p.K * p.V), o_head(p.NT * p.C * p.V);
 #pragma omp for schedule(dynamic)
     for (int64_t bh = 0; bh < p.BH; ++bh) {
       copies.head_in(bh);
@@ -586,10 +611,10 @@ void forward_chunked(const ChunkedParams& p, const HeadCopies& copies, float* o,
         float* out_state = last ? (ht ? ht + bh * p.K * p.V : nullptr) : next.data();
         phase_a(p, a, 0, n, s);
         state_step(p, a, 0, n, S.data(), out_state, s);
-        output_chunk(p, a, 0, n, o, s);
+        output_chunk(p, a, 0, n, o_head.data() + c * p.C * p.V, s);
         if (!last) std::swap(S, next);
       }
-      copies.head_out(bh);
+      copies.head_out(bh, o_head.data(), o, p.V);
     }
   }
 }
@@ -655,16 +680,16 @@ inline void key_decay_terms(int64_t n, float beta, const float* __restrict dkb, 
   }
 }
 
-// The gradients of chunk n (slot m), given dS = dL/dS' in s.dS: writes dq, dk, dv, dbeta
-// and dg of its rows and replaces s.dS by dL/dS for the state entering the chunk.
-void backward_chunk(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n, int64_t last, const float* d_o,
-                    const ChunkedGrads& grads, Scratch& s) {
+// The gradients of chunk n (slot m, chunk m of the head's rows in grads), given dS =
+// dL/dS' in s.dS: writes dq, dk, dv, dbeta and dg of its rows and replaces s.dS by dL/dS for the state entering the chunk.
+void backward_chunk(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n, int64_t last, HeadGrads& grads,
+                    Scratch& s) {
   const int64_t C = p.C, K = p.K, V = p.V, KV = K + V;
   const float* q = p.q + n * C * K;
   const float* k = p.k + n * C * K;
   const float* v = p.v + n * C * V;
   const float* beta = p.beta + n * C;
-  const float* dO = d_o + n * C * V;
+  const float* dO = grads.d_o.data() + m * C * V;
   const float* d = a.d_of(m);
   const float* E = a.e_of(m);
   const float* wdec = a.wdec_of(m);
@@ -676,10 +701,10 @@ void backward_chunk(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n,
   const float* S = a.h.data() + (n % p.NT) * K * V;
   const float* lambda_e = E + (C - 1) * K;
   float* dS = s.dS.data();
-  float* dq = grads.dq + n * C * K;
-  float* dk = grads.dk + n * C * K;
-  float* dv = grads.dv + n * C * V;
-  float* dbeta = grads.dbeta + n * C;
+  float* dq = grads.dq.data() + m * C * K;
+  float* dk = grads.dk.data() + m * C * K;
+  float* dv = grads.dv.data() + m * C * V;
+  float* dbeta = grads.dbeta.data() + m * C;
   float* dG = s.dG.data();
   float* dlambda = s.dlambda.data();
   float* dwu = s.dwu.data();  // [dW | dU]
@@ -748,22 +773,24 @@ void backward_chunk(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n,
   decayed_upper_times(p, dQ, k, Z, s);
   add_key_pair_terms(C * K, k, Y, Z, dk, dG);
   for (int64_t c = 0; c < K; ++c) dG[(C - 1) * K + c] += dlambda[c];
-  float* dg = grads.dg + n * C * K;
+  float* dg = grads.dg.data() + m * C * K;
   std::memcpy(dg + (C - 1) * K, dG + (C - 1) * K, K * sizeof(float));
   for (int64_t i = C - 2; i >= 0; --i)
     for (int64_t c = 0; c < K; ++c) dg[i * K + c] = dg[(i + 1) * K + c] + dG[i * K + c];
 }
 
+// d_o [B, T, H, V] and the gradients in the API layout.
 void backward_chunked(const ChunkedParams& p, const HeadCopies& copies, const float* d_o, const float* dht,
-                      const ChunkedGrads& grads) {
+                      const KdaGrads& grads) {
 #pragma omp parallel
   {
     Scratch s(p);
     HeadArrays a(p, p.NT, true);
+    HeadGrads g(p);
 #pragma omp for schedule(dynamic)
     for (int64_t bh = 0; bh < p.BH; ++bh) {
       const int64_t KV = p.K * p.V;
-      copies.head_in(bh);
+      copies.head_in(bh, d_o, g.d_o.data(), p.V);
       initial_state(p, bh, a.h.data());
       for (int64_t c = 0; c < p.NT; ++c) {
         const int64_t n = bh * p.NT + c;
@@ -773,10 +800,10 @@ void backward_chunked(const ChunkedParams& p, const HeadCopies& copies, const fl
       copy_or_zero(dht ? dht + bh * KV : nullptr, KV, s.dS.data());
       for (int64_t c = p.NT - 1; c >= 0; --c) {
         const int64_t last = std::min(p.C, p.T - c * p.C) - 1;
-        backward_chunk(p, a, c, bh * p.NT + c, last, d_o, grads, s);
+        backward_chunk(p, a, c, bh * p.NT + c, last, g, s);
       }
       if (grads.dh0) std::memcpy(grads.dh0 + bh * KV, s.dS.data(), KV * sizeof(float));
-      copies.head_out(bh);
+      copies.grads_out(bh, g, grads);
     }
   }
 }
@@ -802,7 +829,7 @@ std::shared_ptr<ChunkKdaSaved> chunked_inputs(const KdaParams& p) {
 // The layout of the copies of a call, none made yet.
 HeadCopies layout_of(const KdaParams& p) {
   HeadCopies copies;
-  copies.T = p.T, copies.H = p.H, copies.C = p.C, copies.K = p.K, copies.head_rows = p.NT() * p.C;
+  copies.T = p.T, copies.H = p.H, copies.C = p.C, copies.K = p.K, copies.V = p.V, copies.head_rows = p.NT() * p.C;
   return copies;
 }
 
@@ -833,29 +860,16 @@ ChunkedParams chunked_params(const KdaParams& p, const ChunkKdaSaved& in) {
 
 std::shared_ptr<const KdaSaved> chunk_kda_forward_cpu(const KdaParams& p, float* o, float* ht, bool save) {
   std::shared_ptr<ChunkKdaSaved> in = chunked_inputs(p);
-  AlignedBuffer oc(chunked_rows(p) * p.V);
-  HeadCopies copies = input_copies(p, *in);
-  copies.out = {{oc.data(), o, p.V}};
-  forward_chunked(chunked_params(p, *in), copies, oc.data(), ht);
+  forward_chunked(chunked_params(p, *in), input_copies(p, *in), o, ht);
   return save ? in : nullptr;
 }
 
 void chunk_kda_backward_cpu(const KdaParams& p, const KdaSaved& saved, const float* d_o, const float* dht,
                             const KdaGrads& grads) {
   const auto& in = static_cast<const ChunkKdaSaved&>(saved);
-  const int64_t rows = chunked_rows(p);
-  AlignedBuffer d_oc(rows * p.V), dq(rows * p.K), dk(rows * p.K), dv(rows * p.V), dg(rows * p.K), dbeta(rows);
   HeadCopies copies = layout_of(p);
-  copies.in = {{d_o, d_oc.data(), p.V}};
-  copies.out = {{dq.data(), grads.dq, p.K},
-                {dk.data(), grads.dk, p.K},
-                {dv.data(), grads.dv, p.V},
-                {dg.data(), grads.dgk, p.K},
-                {dbeta.data(), grads.dbeta, 1}};
-  if (p.use_qk_l2norm_in_kernel)
-    copies.norm_out = {in.q.data(), in.k.data(), in.q_rstd.data(), in.k_rstd.data(), dq.data(), dk.data()};
-  ChunkedGrads out{dq.data(), dk.data(), dv.data(), dg.data(), dbeta.data(), grads.dh0};
-  backward_chunked(chunked_params(p, in), copies, d_oc.data(), dht, out);
+  if (p.use_qk_l2norm_in_kernel) copies.norm_out = {in.q.data(), in.k.data(), in.q_rstd.data(), in.k_rstd.data()};
+  backward_chunked(chunked_params(p, in), copies, d_o, dht, grads);
 }
 
 }  // namespace lat::linear_attention
