@@ -51,6 +51,7 @@
 // every product that needs them; W and U are one product, [W | U] = T [diag(beta) K o E |
 // diag(beta) V], kept for the backward's dA.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -279,6 +280,16 @@ inline const float* pair_decay(const float* pairs, int64_t i, int64_t j, int64_t
   return pairs + (i * kSub + j % kSub) * K;
 }
 
+// out = x o f over n floats, f decays in [0, 1]: a result below the smallest normal float
+// in magnitude flushed to 0, as scale_flushed's.
+inline void times_decays_flushed(int64_t n, const float* __restrict x, const float* __restrict f,
+                                 float* __restrict out) {
+  for (int64_t c = 0; c < n; ++c) {
+    const float e = x[c] * f[c];
+    out[c] = std::fabs(e) < std::numeric_limits<float>::min() ? 0.0f : e;
+  }
+}
+
 // The factors of the pairs in different sub-chunks, computed once per chunk for every
 // product that needs them (every such product has y = k on its earlier side). Sub-chunk b
 // has rows [r0, r1), r0 = b kSub:
@@ -288,38 +299,54 @@ inline const float* pair_decay(const float* pairs, int64_t i, int64_t j, int64_t
 //   after_last + b C K:  e^{G_ic - G_r1-1,c}          for i >= r1, at row i - r1
 //   to_last:             e^{G_r1-1(j),c - G_jc}       for every row j
 // Every one is a product of step decays d [C, K]: from_first and to_last are pair decays
-// (s.pairs, from pair_decays), k_before and after_last running products from the
-// reference row outwards. k_before_b[b] shares k_before's block as op(B): transposed in
-// the forward (the scores), as stored in the backward (Y).
+// (s.pairs, from pair_decays); the others step from the neighbouring sub-chunk's block,
+// one factor per row and channel (no running product chained through the rows):
+//   k_before b = k_before (b-1) e^{G_r0 - G_r0-kSub} for j < r0 - kSub, and k_j times the
+//   pair decay (r0 - 1, j) times d_r0 for the previous sub-chunk's rows;
+//   after_last b = from_first d_r1 for the next sub-chunk's rows, and after_last (b+1)
+//   times e^{G_r1+kSub-1 - G_r1-1} beyond.
+// k_before_b[b] shares k_before's block as op(B): transposed in the forward (the scores),
+// as stored in the backward (Y).
 void reference_decays(const ChunkedParams& p, const float* k, const float* d, Pass pass, Scratch& s) {
   const int64_t C = p.C, K = p.K;
   const float* pairs = s.pairs.data();
+  float* ff = s.from_first.data();
   float* f = s.running.data();
   for (int64_t r0 = 0; r0 < C; r0 += kSub) {
     const int64_t r1 = std::min(C, r0 + kSub), b = r0 / kSub;
+    std::fill(ff + r0 * K, ff + (r0 + 1) * K, 1.0f);
+    for (int64_t i = r0 + 1; i < r1; ++i) std::copy_n(pair_decay(pairs, i, r0, K), K, ff + i * K);
+    if (r0 == 0) continue;
     float* kb = s.k_before.data() + b * C * K;
-    if (r0 > 0) {  // f = e^{G_r0 - G_j} for j falling from r0 - 1
-      std::copy(d + r0 * K, d + (r0 + 1) * K, f);
-      for (int64_t j = r0 - 1; j >= 0; --j) {
-        times_factors(k + j * K, f, 1, K, kb + j * K);
-        if (j > 0) decay_flushed(K, d + j * K, f);
-      }
+    const float* d_r0 = d + r0 * K;
+    const int64_t prev = r0 - kSub;  // the previous sub-chunk's reference row (its sub-chunk is full)
+    if (prev > 0) {
+      scale_flushed(K, ff + (r0 - 1) * K, d_r0, f);  // e^{G_r0 - G_prev}
+      const float* kb_prev = s.k_before.data() + (b - 1) * C * K;
+      for (int64_t j = 0; j < prev; ++j) times_decays_flushed(K, kb_prev + j * K, f, kb + j * K);
     }
-    std::fill(s.from_first.data() + r0 * K, s.from_first.data() + (r0 + 1) * K, 1.0f);
-    for (int64_t i = r0 + 1; i < r1; ++i)
-      std::copy_n(pair_decay(pairs, i, r0, K), K, s.from_first.data() + i * K);
-    if (r0 > 0) {
-      const TileOperand op = pass == Pass::forward ? TileOperand{kb, K, true} : TileOperand{kb, K};
-      s.k_before_b[b] = pass == Pass::forward ? share_b(p, K, r0, op, s.k_before_rooms[b])
-                                              : share_b(p, r0, K, op, s.k_before_rooms[b]);
+    for (int64_t j = prev; j + 1 < r0; ++j) {
+      scale_flushed(K, pair_decay(pairs, r0 - 1, j, K), d_r0, f);
+      times_factors(k + j * K, f, 1, K, kb + j * K);
     }
-    if (pass == Pass::forward) continue;
-    float* al = s.after_last.data() + b * C * K;
-    if (r1 < C) std::copy(d + r1 * K, d + (r1 + 1) * K, al);
-    for (int64_t i = r1 + 1; i < C; ++i) scale_flushed(K, al + (i - 1 - r1) * K, d + i * K, al + (i - r1) * K);
-    const int64_t last = r1 - 1;
+    times_factors(k + (r0 - 1) * K, d_r0, 1, K, kb + (r0 - 1) * K);
+    const TileOperand op = pass == Pass::forward ? TileOperand{kb, K, true} : TileOperand{kb, K};
+    s.k_before_b[b] = pass == Pass::forward ? share_b(p, K, r0, op, s.k_before_rooms[b])
+                                            : share_b(p, r0, K, op, s.k_before_rooms[b]);
+  }
+  if (pass == Pass::forward) return;
+  for (int64_t r0 = (C - 1) / kSub * kSub; r0 >= 0; r0 -= kSub) {
+    const int64_t r1 = std::min(C, r0 + kSub), b = r0 / kSub, last = r1 - 1;
     for (int64_t j = r0; j < last; ++j) std::copy_n(pair_decay(pairs, last, j, K), K, s.to_last.data() + j * K);
     std::fill(s.to_last.data() + last * K, s.to_last.data() + r1 * K, 1.0f);
+    if (r1 == C) continue;
+    float* al = s.after_last.data() + b * C * K;
+    const int64_t next_end = std::min(C, r1 + kSub);
+    for (int64_t i = r1; i < next_end; ++i) scale_flushed(K, ff + i * K, d + r1 * K, al + (i - r1) * K);
+    if (next_end == C) continue;
+    const float* step = al + (kSub - 1) * K;  // e^{G_r1+kSub-1 - G_r1-1}
+    const float* al_next = s.after_last.data() + (b + 1) * C * K;
+    for (int64_t i = next_end; i < C; ++i) scale_flushed(K, al_next + (i - next_end) * K, step, al + (i - r1) * K);
   }
 }
 
