@@ -425,28 +425,37 @@ void decayed_lower_times(const ChunkedParams& p, const float* F, const float* k,
   }
 }
 
-// Z_jc = sum_{i>j} F_ij x_ic e^{G_ic - G_jc} (F read strictly below the diagonal) into
-// Z [C, K] (overwritten); s holds the chunk's pair_decays and reference_decays (of the
-// backward). The reference row of sub-chunk [r0, r1) is its last, r1 - 1.
-void decayed_upper_times(const ChunkedParams& p, const float* F, const float* x, float* Z, Scratch& s) {
+// Z_jc = sum_{i>j} (F_ij x_ic + H_ij u_ic) e^{G_ic - G_jc} (F and H read strictly below
+// the diagonal) into Z [C, K] (overwritten): the Z of two pair matrices that share their
+// decays and their gradients' destination (dk, both with y = k), in one pass. s holds the
+// chunk's pair_decays and reference_decays (of the backward); the reference row of
+// sub-chunk [r0, r1) is its last, r1 - 1.
+void decayed_upper_times(const ChunkedParams& p, const float* F, const float* x, const float* H, const float* u,
+                         float* Z, Scratch& s) {
   const int64_t C = p.C, K = p.K;
+  float* xs = s.xs.data();
+  float* us = s.dqe.data();
   for (int64_t r0 = 0; r0 < C; r0 += kSub) {
     const int64_t r1 = std::min(C, r0 + kSub), rows = r1 - r0;
     float* Zr = Z + r0 * K;
     if (r1 < C) {
-      times_factors(x + r1 * K, s.after_last.data() + r0 / kSub * C * K, C - r1, K, s.xs.data());
-      tile_product(p.precision, rows, K, C - r1, {F + r1 * C + r0, C, true}, {s.xs.data(), K}, s.tmp.data(), K);
+      const float* al = s.after_last.data() + r0 / kSub * C * K;
+      times_factors(x + r1 * K, al, C - r1, K, xs);
+      times_factors(u + r1 * K, al, C - r1, K, us);
+      tile_product(p.precision, rows, K, C - r1, {F + r1 * C + r0, C, true}, {xs, K}, s.tmp.data(), K);
+      tile_product(p.precision, rows, K, C - r1, {H + r1 * C + r0, C, true}, {us, K}, s.tmp.data(), K, 1.0f, 1.0f);
       times_factors(s.tmp.data(), s.to_last.data() + r0 * K, rows, K, Zr);
     } else {
       std::fill(Zr, Zr + rows * K, 0.0f);
     }
     for (int64_t j = r0; j < r1; ++j)
       for (int64_t i = j + 1; i < r1; ++i) {
-        const float f = F[i * C + j];
+        const float f = F[i * C + j], h = H[i * C + j];
         const float* e = pair_decay(s.pairs.data(), i, j, K);
         const float* xi = x + i * K;
+        const float* ui = u + i * K;
         float* zj = Z + j * K;
-        for (int64_t c = 0; c < K; ++c) zj[c] += f * xi[c] * e[c];
+        for (int64_t c = 0; c < K; ++c) zj[c] += (f * xi[c] + h * ui[c]) * e[c];
       }
   }
 }
@@ -651,21 +660,29 @@ void forward_chunked(const ChunkedParams& p, const HeadCopies& copies, float* o,
 // The backward's element-wise updates, over n floats of arrays that never overlap
 // (__restrict: the loops, which write several arrays, then vectorize).
 
-// Readout through S: dq = dqe o E, dG = dq o q.
+// Readout through S and the writes into the state, rows [0, n / K) of K floats: dq = dqe
+// o E, dG = dq o q; dk = dkd o e^{Lambda - G} (wdec).
 inline void readout_terms(int64_t n, const float* __restrict dqe, const float* __restrict E,
-                          const float* __restrict q, float* __restrict dq, float* __restrict dG) {
+                          const float* __restrict q, const float* __restrict dkd, const float* __restrict wdec,
+                          float* __restrict dq, float* __restrict dk, float* __restrict dG) {
   for (int64_t x = 0; x < n; ++x) {
     dq[x] = dqe[x] * E[x];
     dG[x] = dq[x] * q[x];
+    dk[x] = dkd[x] * wdec[x];
   }
 }
 
-// The write decay e^{Lambda - G_i} of one row: dG_i -= dk_i o k_i, dLambda += dk_i o k_i.
-inline void write_decay_terms(int64_t n, const float* __restrict dk, const float* __restrict k,
-                              float* __restrict dG, float* __restrict dlambda) {
-  for (int64_t c = 0; c < n; ++c) {
+// readout_terms of one row whose write decay e^{Lambda - G_i} is a factor (a row before
+// the chunk's last): dG further takes -dk o k, and dLambda += dk o k.
+inline void readout_write_terms(int64_t K, const float* __restrict dqe, const float* __restrict E,
+                                const float* __restrict q, const float* __restrict dkd,
+                                const float* __restrict wdec, const float* __restrict k, float* __restrict dq,
+                                float* __restrict dk, float* __restrict dG, float* __restrict dlambda) {
+  for (int64_t c = 0; c < K; ++c) {
+    dq[c] = dqe[c] * E[c];
+    dk[c] = dkd[c] * wdec[c];
     const float term = dk[c] * k[c];
-    dG[c] -= term;
+    dG[c] = dq[c] * q[c] - term;
     dlambda[c] += term;
   }
 }
@@ -679,18 +696,16 @@ inline void add_scaled_pair(int64_t n, float f, const float* __restrict x, const
   }
 }
 
-// Through a pair matrix of distinct x, y (Q's): dx += Y, dy += Z, dG += x o Y - y o Z.
-inline void add_pair_terms(int64_t n, const float* __restrict x, const float* __restrict y,
-                           const float* __restrict Y, const float* __restrict Z, float* __restrict dx,
-                           float* __restrict dy, float* __restrict dG) {
+// The Y of Q's pair matrix (x = q): dq += Y, dG += q o Y.
+inline void add_query_terms(int64_t n, const float* __restrict q, const float* __restrict Y, float* __restrict dq,
+                            float* __restrict dG) {
   for (int64_t c = 0; c < n; ++c) {
-    dx[c] += Y[c];
-    dy[c] += Z[c];
-    dG[c] += x[c] * Y[c] - y[c] * Z[c];
+    dq[c] += Y[c];
+    dG[c] += q[c] * Y[c];
   }
 }
 
-// Through a pair matrix of x = y = k (A's): dk += Y + Z, dG += k o (Y - Z).
+// A's Y and the Z of both pair matrices (y = k in both): dk += Y + Z, dG += k o (Y - Z).
 inline void add_key_pair_terms(int64_t n, const float* __restrict k, const float* __restrict Y,
                                const float* __restrict Z, float* __restrict dk, float* __restrict dG) {
   for (int64_t c = 0; c < n; ++c) {
@@ -750,16 +765,20 @@ void backward_chunk(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n,
   // dV_new = scale Q^T dO + (K o e^{Lambda - G}) dh.
   product_shared_b(p, C, V, C, {Q, C, true}, dO_b, dvn, KV, p.scale);
   tile_product(p.precision, C, V, K, {kd, K}, {dS, V}, dvn, KV, 1.0f, 1.0f);
-  // Readout through S: dqe = scale dO S^T; dq = dqe o E; dG = dqe o q o E.
+  // Readout through S: dqe = scale dO S^T; dq = dqe o E; dG = dqe o q o E. Writes into
+  // the state: d(K o e^{Lambda - G}) = V_new dh^T; the pairs (last, j), j < last.
   float* dqe = s.dqe.data();
   product_shared(p, C, K, V, dO_a, St_b, dqe, K, p.scale);
-  readout_terms(C * K, dqe, E, q, dq, dG);
-  // Writes into the state: d(K o e^{Lambda - G}) = V_new dh^T; the pairs (last, j), j < last.
   float* dkd = s.Y.data();
   tile_product(p.precision, C, K, V, {vn, V}, {dS, V, true}, dkd, K);
   for (int64_t c = 0; c < K; ++c) dlambda[c] = lambda_e[c] * dot(S + c * V, dS + c * V, V);
-  for (int64_t x = 0; x < C * K; ++x) dk[x] = dkd[x] * wdec[x];
-  for (int64_t i = 0; i < last; ++i) write_decay_terms(K, dk + i * K, k + i * K, dG + i * K, dlambda);
+  for (int64_t i = 0; i < last; ++i) {
+    const int64_t x = i * K;
+    readout_write_terms(K, dqe + x, E + x, q + x, dkd + x, wdec + x, k + x, dq + x, dk + x, dG + x, dlambda);
+  }
+  const int64_t x_last = last * K;
+  readout_terms(C * K - x_last, dqe + x_last, E + x_last, q + x_last, dkd + x_last, wdec + x_last, dq + x_last,
+                dk + x_last, dG + x_last);
   // The state entering: dS <- Diag(e^Lambda) dh + scale (q o E)^T dO - W^T dV_new.
   float* qe = s.xs.data();
   for (int64_t x = 0; x < C * K; ++x) qe[x] = p.scale * q[x] * E[x];
@@ -772,10 +791,8 @@ void backward_chunk(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n,
   product_shared_a(p, C, C, V, dO_a, {vn, V, true}, dQ, C, p.scale);
   for (int64_t i = 0; i < C; ++i) add_scaled_pair(K, dQ[i * C + i], q + i * K, k + i * K, dq + i * K, dk + i * K);
   float* Y = s.Y.data();
-  float* Z = s.Z.data();
   decayed_lower_times(p, dQ, k, Y, s);
-  decayed_upper_times(p, dQ, q, Z, s);
-  add_pair_terms(C * K, q, k, Y, Z, dq, dk, dG);
+  add_query_terms(C * K, q, Y, dq, dG);
   // The WY form: dW = -dV_new S^T, dU = dV_new; [dKb | dVb] = T^T [dW | dU];
   // dA = -[dKb | dVb] [W | U]^T.
   product_shared_b(p, C, K, V, {dvn, KV}, St_b, dwu, KV, -1.0f);
@@ -795,11 +812,13 @@ void backward_chunk(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n,
     // Through A = diag(beta) M: dbeta_i += sum_j dA_ij M_ij; F = diag(beta) dA, i > j.
     const float* dAi = dA + i * C;
     dbeta[i] = dot3(dkb, Ei, ki, K) + dot(dbv, v + i * V, V) + dot(dAi, M + i * C, i);
-    float* Fi = dQ + i * C;  // dQ is spent: F takes its tile
+    float* Fi = dA + i * C;  // in place: row i of dA is spent
     for (int64_t j = 0; j < i; ++j) Fi[j] = b * dAi[j];
   }
-  decayed_lower_times(p, dQ, k, Y, s);
-  decayed_upper_times(p, dQ, k, Z, s);
+  const float* F = dA;
+  float* Z = s.Z.data();
+  decayed_lower_times(p, F, k, Y, s);
+  decayed_upper_times(p, dQ, q, F, k, Z, s);
   add_key_pair_terms(C * K, k, Y, Z, dk, dG);
   for (int64_t c = 0; c < K; ++c) dG[(C - 1) * K + c] += dlambda[c];
   float* dg = grads.dg.data() + m * C * K;
