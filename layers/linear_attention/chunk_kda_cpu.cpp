@@ -238,6 +238,12 @@ inline void scale_flushed(int64_t n, const float* __restrict a, const float* __r
   }
 }
 
+// e with the lanes below the smallest normal float flushed to 0, as scale_flushed's.
+inline Vec16 flushed(Vec16 e) {
+  const Vec16 tiny = Vec16{} + std::numeric_limits<float>::min();
+  return e < tiny ? Vec16{} : e;
+}
+
 // w = w o d in place, flushed as scale_flushed.
 inline void decay_flushed(int64_t n, const float* __restrict d, float* __restrict w) {
   for (int64_t c = 0; c < n; ++c) {
@@ -251,13 +257,39 @@ inline void decay_flushed(int64_t n, const float* __restrict d, float* __restric
 // and channel; a running product's rounding grows with the rows it spans, as the cumsum
 // G's would. Into the slot's steps, E = e^G (E_i = E_(i-1) d_i) and e^{Lambda - G}
 // (wdec_i = wdec_(i+1) d_(i+1), wdec_(C-1) = 1).
+//
+// Both running products go 32 channels at a time with the products in registers, E down
+// and wdec up the rows in one loop: four independent chains (a product stored and
+// reloaded per row would chain every row through the store).
 void chunk_decays(const ChunkedParams& p, const float* g, float* d, float* E, float* wdec) {
   const int64_t C = p.C, K = p.K;
   for (int64_t x = 0; x < C * K; ++x) d[x] = exp_nonpositive(std::max(g[x], kMinLogDecay));
-  std::copy(d, d + K, E);
-  for (int64_t i = 1; i < C; ++i) scale_flushed(K, E + (i - 1) * K, d + i * K, E + i * K);
-  std::fill(wdec + (C - 1) * K, wdec + C * K, 1.0f);
-  for (int64_t i = C - 2; i >= 0; --i) scale_flushed(K, wdec + (i + 1) * K, d + (i + 1) * K, wdec + i * K);
+  int64_t c = 0;
+  for (; c + 2 * kLanes <= K; c += 2 * kLanes) {
+    Vec16 e[2], w[2];
+    for (int u = 0; u < 2; ++u) {
+      e[u] = load16(d + c + u * kLanes), w[u] = Vec16{} + 1.0f;
+      store16(E + c + u * kLanes, e[u]);
+      store16(wdec + (C - 1) * K + c + u * kLanes, w[u]);
+    }
+    for (int64_t i = 1; i < C; ++i) {
+      const int64_t r = C - 1 - i;  // wdec_r = wdec_(r+1) d_(r+1)
+      for (int u = 0; u < 2; ++u) {
+        const int64_t x = c + u * kLanes;
+        e[u] = flushed(e[u] * load16(d + i * K + x));
+        w[u] = flushed(w[u] * load16(d + (r + 1) * K + x));
+        store16(E + i * K + x, e[u]);
+        store16(wdec + r * K + x, w[u]);
+      }
+    }
+  }
+  const int64_t rest = K - c;
+  if (rest == 0) return;
+  std::copy(d + c, d + K, E + c);
+  for (int64_t i = 1; i < C; ++i) scale_flushed(rest, E + (i - 1) * K + c, d + i * K + c, E + i * K + c);
+  std::fill(wdec + (C - 1) * K + c, wdec + C * K, 1.0f);
+  for (int64_t i = C - 2; i >= 0; --i)
+    scale_flushed(rest, wdec + (i + 1) * K + c, d + (i + 1) * K + c, wdec + i * K + c);
 }
 
 // The decays of the pairs inside each sub-chunk: e^{G_i - G_j} for r0 <= j < i < r1 at
