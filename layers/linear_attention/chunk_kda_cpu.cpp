@@ -224,7 +224,8 @@ struct Scratch {
 };
 
 // out [i, c] = x[i, c] f[i, c] over rows x K floats (row stride K).
-void times_factors(const float* x, const float* f, int64_t rows, int64_t K, float* out) {
+void times_factors(const float* __restrict x, const float* __restrict f, int64_t rows, int64_t K,
+                   float* __restrict out) {
   for (int64_t e = 0; e < rows * K; ++e) out[e] = x[e] * f[e];
 }
 
@@ -433,6 +434,18 @@ void key_query_scores(const ChunkedParams& p, const float* q, const float* k, fl
   }
 }
 
+// out += f y o e over K floats (one pair of a diagonal sub-block).
+inline void add_decayed(int64_t K, float f, const float* __restrict y, const float* __restrict e,
+                        float* __restrict out) {
+  for (int64_t c = 0; c < K; ++c) out[c] += f * y[c] * e[c];
+}
+
+// out += (f x + h u) o e over K floats (one pair of two pair matrices).
+inline void add_two_decayed(int64_t K, float f, const float* __restrict x, float h, const float* __restrict u,
+                            const float* __restrict e, float* __restrict out) {
+  for (int64_t c = 0; c < K; ++c) out[c] += (f * x[c] + h * u[c]) * e[c];
+}
+
 // Y_ic = sum_{j<i} F_ij k_jc e^{G_ic - G_jc} (F [C, C], read strictly below the diagonal)
 // into Y [C, K] (overwritten); s holds the chunk's pair_decays and reference_decays.
 void decayed_lower_times(const ChunkedParams& p, const float* F, const float* k, float* Y, Scratch& s) {
@@ -447,13 +460,8 @@ void decayed_lower_times(const ChunkedParams& p, const float* F, const float* k,
       std::fill(Yr, Yr + rows * K, 0.0f);
     }
     for (int64_t i = r0; i < r1; ++i)
-      for (int64_t j = r0; j < i; ++j) {
-        const float f = F[i * C + j];
-        const float* e = pair_decay(s.pairs.data(), i, j, K);
-        const float* kj = k + j * K;
-        float* yi = Y + i * K;
-        for (int64_t c = 0; c < K; ++c) yi[c] += f * kj[c] * e[c];
-      }
+      for (int64_t j = r0; j < i; ++j)
+        add_decayed(K, F[i * C + j], k + j * K, pair_decay(s.pairs.data(), i, j, K), Y + i * K);
   }
 }
 
@@ -481,14 +489,9 @@ void decayed_upper_times(const ChunkedParams& p, const float* F, const float* x,
       std::fill(Zr, Zr + rows * K, 0.0f);
     }
     for (int64_t j = r0; j < r1; ++j)
-      for (int64_t i = j + 1; i < r1; ++i) {
-        const float f = F[i * C + j], h = H[i * C + j];
-        const float* e = pair_decay(s.pairs.data(), i, j, K);
-        const float* xi = x + i * K;
-        const float* ui = u + i * K;
-        float* zj = Z + j * K;
-        for (int64_t c = 0; c < K; ++c) zj[c] += (f * xi[c] + h * ui[c]) * e[c];
-      }
+      for (int64_t i = j + 1; i < r1; ++i)
+        add_two_decayed(K, F[i * C + j], x + i * K, H[i * C + j], u + i * K, pair_decay(s.pairs.data(), i, j, K),
+                        Z + j * K);
   }
 }
 
@@ -592,7 +595,7 @@ void state_step(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n, con
   const float* k = p.k + n * C * K;
   const float* wdec = a.wdec_of(m);
   float* kd = s.xs.data();
-  for (int64_t x = 0; x < C * K; ++x) kd[x] = k[x] * wdec[x];
+  times_factors(k, wdec, C, K, kd);
   product_shared_b(p, K, V, C, {kd, K, true}, s.vnew_b, next, V, 1.0f, 1.0f);
 }
 
@@ -602,9 +605,9 @@ void output_chunk(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n, f
   const float* q = p.q + n * C * K;
   const float* E = a.e_of(m);
   float* qe = s.xs.data();
-  for (int64_t x = 0; x < C * K; ++x) qe[x] = p.scale * q[x] * E[x];
+  times_factors(q, E, C, K, qe);
   product_shared_b(p, C, V, C, {a.q_of(m), C}, s.vnew_b, out, V, p.scale);
-  product_shared_b(p, C, V, K, {qe, K}, s.state_b, out, V, 1.0f, 1.0f);
+  product_shared_b(p, C, V, K, {qe, K}, s.state_b, out, V, p.scale, 1.0f);
 }
 
 // The state S_0 of head bh: h0's, or zeros.
@@ -757,7 +760,8 @@ inline void key_decay_terms(int64_t n, float beta, const float* __restrict dkb, 
 }
 
 // The gradients of chunk n (slot m, chunk m of the head's rows in grads), given dS =
-// dL/dS' in s.dS: writes dq, dk, dv, dbeta and dg of its rows and replaces s.dS by dL/dS for the state entering the chunk.
+// dL/dS' in s.dS: writes dq, dk, dv, dbeta and dg of its rows and replaces s.dS by dL/dS
+// for the state entering the chunk.
 void backward_chunk(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n, int64_t last, HeadGrads& grads,
                     Scratch& s) {
   const int64_t C = p.C, K = p.K, V = p.V, KV = K + V;
@@ -786,7 +790,7 @@ void backward_chunk(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n,
   float* dwu = s.dwu.data();  // [dW | dU]
   float* dvn = dwu + K;       // dU = dV_new, row stride K + V
   float* kd = s.kd.data();    // K o e^{Lambda - G}
-  for (int64_t x = 0; x < C * K; ++x) kd[x] = k[x] * wdec[x];
+  times_factors(k, wdec, C, K, kd);
   pair_decays(p, d, s.pairs.data());
   reference_decays(p, k, d, Pass::backward, s);
 
@@ -813,10 +817,10 @@ void backward_chunk(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n,
                 dk + x_last, dG + x_last);
   // The state entering: dS <- Diag(e^Lambda) dh + scale (q o E)^T dO - W^T dV_new.
   float* qe = s.xs.data();
-  for (int64_t x = 0; x < C * K; ++x) qe[x] = p.scale * q[x] * E[x];
+  times_factors(q, E, C, K, qe);
   for (int64_t c = 0; c < K; ++c)
     for (int64_t x = 0; x < V; ++x) dS[c * V + x] *= lambda_e[c];
-  product_shared_b(p, K, V, C, {qe, K, true}, dO_b, dS, V, 1.0f, 1.0f);
+  product_shared_b(p, K, V, C, {qe, K, true}, dO_b, dS, V, p.scale, 1.0f);
   tile_product(p.precision, K, V, C, {WU, KV, true}, {dvn, KV}, dS, V, -1.0f, 1.0f);
   // Through Q: dQ = scale dO V_new^T (i >= j).
   float* dQ = s.F.data();
