@@ -43,12 +43,15 @@
 // intermediates per thread (the backward keeps every chunk's, NT (4CK + 3C^2 + 2CV + KV)
 // floats). The thread copies its head's rows into the per-head chunked layout of
 // chunk_layout.h right before the chunks (q and k L2-normalized there when asked for) and
-// its outputs back right after. Every tile product is a single-threaded tile product in
+// its outputs back right after; the arrays not kept past the call (o, d_o, the
+// gradients) pass through one head's buffers per thread, reused (in the caches, no fresh
+// pages). Every tile product is a single-threaded tile product in
 // the call's precision; under bf16 an operand that several products read is rounded and
 // packed once. The pair and reference-row decays are computed once per chunk and pass for
 // every product that needs them; W and U are one product, [W | U] = T [diag(beta) K o E |
 // diag(beta) V], kept for the backward's dA.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -66,8 +69,11 @@ namespace {
 
 using cpu::AlignedBuffer;
 
-// Rows of a sub-chunk: the pairs inside one take their decays elementwise.
-constexpr int64_t kSub = 16;
+// Rows of a sub-chunk: the pairs inside one take their decays elementwise, one dot product
+// per pair. 8, not 16: half the elementwise pairs (C (kSub - 1) / 2 per matrix) for a few
+// more reference-row rescales and smaller tile products: measured faster in bf16, no slower
+// in fp32.
+constexpr int64_t kSub = 8;
 
 // Log-decays below this act as this value, as in GDN's kernel: e^-100 is 0 in float, so a
 // step decay e^g of a full reset (g = -inf) is 0, never NaN.
@@ -86,14 +92,22 @@ struct ChunkedParams {
   const float* h0 = nullptr;    // [BH, K, V], or null
 };
 
-// Gradients in the chunked layout (dh0 may be null).
-struct ChunkedGrads {
-  float* dq = nullptr;
-  float* dk = nullptr;
-  float* dv = nullptr;
-  float* dg = nullptr;
-  float* dbeta = nullptr;
-  float* dh0 = nullptr;  // [BH, K, V]
+// Row 0 of head bh = b*H + h of an API-layout array [B, T, H, D] (its rows H*D apart).
+template <class F>
+F* head_start(F* api, int64_t bh, int64_t T, int64_t H, int64_t D) {
+  return api + ((bh / H) * T * H + bh % H) * D;
+}
+
+// One thread's d_o and gradients of one head in the chunked layout ([NT*C, D] each),
+// reused for every head the thread works on: arrays no one keeps past the call stay in
+// the caches, and a call touches no fresh pages for them.
+struct HeadGrads {
+  AlignedBuffer d_o, dq, dk, dv, dg, dbeta;
+  explicit HeadGrads(const ChunkedParams& p) {
+    const int64_t rows = p.NT * p.C;
+    d_o = AlignedBuffer(rows * p.V), dq = AlignedBuffer(rows * p.K), dk = AlignedBuffer(rows * p.K);
+    dv = AlignedBuffer(rows * p.V), dg = AlignedBuffer(rows * p.K), dbeta = AlignedBuffer(rows);
+  }
 };
 
 // sum_c a_c b_c e_c over n floats in vector accumulators.
@@ -211,7 +225,8 @@ struct Scratch {
 };
 
 // out [i, c] = x[i, c] f[i, c] over rows x K floats (row stride K).
-void times_factors(const float* x, const float* f, int64_t rows, int64_t K, float* out) {
+void times_factors(const float* __restrict x, const float* __restrict f, int64_t rows, int64_t K,
+                   float* __restrict out) {
   for (int64_t e = 0; e < rows * K; ++e) out[e] = x[e] * f[e];
 }
 
@@ -223,6 +238,12 @@ inline void scale_flushed(int64_t n, const float* __restrict a, const float* __r
     const float e = a[c] * b[c];
     out[c] = e < std::numeric_limits<float>::min() ? 0.0f : e;
   }
+}
+
+// e with the lanes below the smallest normal float flushed to 0, as scale_flushed's.
+inline Vec16 flushed(Vec16 e) {
+  const Vec16 tiny = Vec16{} + std::numeric_limits<float>::min();
+  return e < tiny ? Vec16{} : e;
 }
 
 // w = w o d in place, flushed as scale_flushed.
@@ -238,13 +259,39 @@ inline void decay_flushed(int64_t n, const float* __restrict d, float* __restric
 // and channel; a running product's rounding grows with the rows it spans, as the cumsum
 // G's would. Into the slot's steps, E = e^G (E_i = E_(i-1) d_i) and e^{Lambda - G}
 // (wdec_i = wdec_(i+1) d_(i+1), wdec_(C-1) = 1).
+//
+// Both running products go 32 channels at a time with the products in registers, E down
+// and wdec up the rows in one loop: four independent chains (a product stored and
+// reloaded per row would chain every row through the store).
 void chunk_decays(const ChunkedParams& p, const float* g, float* d, float* E, float* wdec) {
   const int64_t C = p.C, K = p.K;
   for (int64_t x = 0; x < C * K; ++x) d[x] = exp_nonpositive(std::max(g[x], kMinLogDecay));
-  std::copy(d, d + K, E);
-  for (int64_t i = 1; i < C; ++i) scale_flushed(K, E + (i - 1) * K, d + i * K, E + i * K);
-  std::fill(wdec + (C - 1) * K, wdec + C * K, 1.0f);
-  for (int64_t i = C - 2; i >= 0; --i) scale_flushed(K, wdec + (i + 1) * K, d + (i + 1) * K, wdec + i * K);
+  int64_t c = 0;
+  for (; c + 2 * kLanes <= K; c += 2 * kLanes) {
+    Vec16 e[2], w[2];
+    for (int u = 0; u < 2; ++u) {
+      e[u] = load16(d + c + u * kLanes), w[u] = Vec16{} + 1.0f;
+      store16(E + c + u * kLanes, e[u]);
+      store16(wdec + (C - 1) * K + c + u * kLanes, w[u]);
+    }
+    for (int64_t i = 1; i < C; ++i) {
+      const int64_t r = C - 1 - i;  // wdec_r = wdec_(r+1) d_(r+1)
+      for (int u = 0; u < 2; ++u) {
+        const int64_t x = c + u * kLanes;
+        e[u] = flushed(e[u] * load16(d + i * K + x));
+        w[u] = flushed(w[u] * load16(d + (r + 1) * K + x));
+        store16(E + i * K + x, e[u]);
+        store16(wdec + r * K + x, w[u]);
+      }
+    }
+  }
+  const int64_t rest = K - c;
+  if (rest == 0) return;
+  std::copy(d + c, d + K, E + c);
+  for (int64_t i = 1; i < C; ++i) scale_flushed(rest, E + (i - 1) * K + c, d + i * K + c, E + i * K + c);
+  std::fill(wdec + (C - 1) * K + c, wdec + C * K, 1.0f);
+  for (int64_t i = C - 2; i >= 0; --i)
+    scale_flushed(rest, wdec + (i + 1) * K + c, d + (i + 1) * K + c, wdec + i * K + c);
 }
 
 // The decays of the pairs inside each sub-chunk: e^{G_i - G_j} for r0 <= j < i < r1 at
@@ -267,6 +314,16 @@ inline const float* pair_decay(const float* pairs, int64_t i, int64_t j, int64_t
   return pairs + (i * kSub + j % kSub) * K;
 }
 
+// out = x o f over n floats, f decays in [0, 1]: a result below the smallest normal float
+// in magnitude flushed to 0, as scale_flushed's.
+inline void times_decays_flushed(int64_t n, const float* __restrict x, const float* __restrict f,
+                                 float* __restrict out) {
+  for (int64_t c = 0; c < n; ++c) {
+    const float e = x[c] * f[c];
+    out[c] = std::fabs(e) < std::numeric_limits<float>::min() ? 0.0f : e;
+  }
+}
+
 // The factors of the pairs in different sub-chunks, computed once per chunk for every
 // product that needs them (every such product has y = k on its earlier side). Sub-chunk b
 // has rows [r0, r1), r0 = b kSub:
@@ -276,38 +333,54 @@ inline const float* pair_decay(const float* pairs, int64_t i, int64_t j, int64_t
 //   after_last + b C K:  e^{G_ic - G_r1-1,c}          for i >= r1, at row i - r1
 //   to_last:             e^{G_r1-1(j),c - G_jc}       for every row j
 // Every one is a product of step decays d [C, K]: from_first and to_last are pair decays
-// (s.pairs, from pair_decays), k_before and after_last running products from the
-// reference row outwards. k_before_b[b] shares k_before's block as op(B): transposed in
-// the forward (the scores), as stored in the backward (Y).
+// (s.pairs, from pair_decays); the others step from the neighbouring sub-chunk's block,
+// one factor per row and channel (no running product chained through the rows):
+//   k_before b = k_before (b-1) e^{G_r0 - G_r0-kSub} for j < r0 - kSub, and k_j times the
+//   pair decay (r0 - 1, j) times d_r0 for the previous sub-chunk's rows;
+//   after_last b = from_first d_r1 for the next sub-chunk's rows, and after_last (b+1)
+//   times e^{G_r1+kSub-1 - G_r1-1} beyond.
+// k_before_b[b] shares k_before's block as op(B): transposed in the forward (the scores),
+// as stored in the backward (Y).
 void reference_decays(const ChunkedParams& p, const float* k, const float* d, Pass pass, Scratch& s) {
   const int64_t C = p.C, K = p.K;
   const float* pairs = s.pairs.data();
+  float* ff = s.from_first.data();
   float* f = s.running.data();
   for (int64_t r0 = 0; r0 < C; r0 += kSub) {
     const int64_t r1 = std::min(C, r0 + kSub), b = r0 / kSub;
+    std::fill(ff + r0 * K, ff + (r0 + 1) * K, 1.0f);
+    for (int64_t i = r0 + 1; i < r1; ++i) std::copy_n(pair_decay(pairs, i, r0, K), K, ff + i * K);
+    if (r0 == 0) continue;
     float* kb = s.k_before.data() + b * C * K;
-    if (r0 > 0) {  // f = e^{G_r0 - G_j} for j falling from r0 - 1
-      std::copy(d + r0 * K, d + (r0 + 1) * K, f);
-      for (int64_t j = r0 - 1; j >= 0; --j) {
-        times_factors(k + j * K, f, 1, K, kb + j * K);
-        if (j > 0) decay_flushed(K, d + j * K, f);
-      }
+    const float* d_r0 = d + r0 * K;
+    const int64_t prev = r0 - kSub;  // the previous sub-chunk's reference row (its sub-chunk is full)
+    if (prev > 0) {
+      scale_flushed(K, ff + (r0 - 1) * K, d_r0, f);  // e^{G_r0 - G_prev}
+      const float* kb_prev = s.k_before.data() + (b - 1) * C * K;
+      for (int64_t j = 0; j < prev; ++j) times_decays_flushed(K, kb_prev + j * K, f, kb + j * K);
     }
-    std::fill(s.from_first.data() + r0 * K, s.from_first.data() + (r0 + 1) * K, 1.0f);
-    for (int64_t i = r0 + 1; i < r1; ++i)
-      std::copy_n(pair_decay(pairs, i, r0, K), K, s.from_first.data() + i * K);
-    if (r0 > 0) {
-      const TileOperand op = pass == Pass::forward ? TileOperand{kb, K, true} : TileOperand{kb, K};
-      s.k_before_b[b] = pass == Pass::forward ? share_b(p, K, r0, op, s.k_before_rooms[b])
-                                              : share_b(p, r0, K, op, s.k_before_rooms[b]);
+    for (int64_t j = prev; j + 1 < r0; ++j) {
+      scale_flushed(K, pair_decay(pairs, r0 - 1, j, K), d_r0, f);
+      times_factors(k + j * K, f, 1, K, kb + j * K);
     }
-    if (pass == Pass::forward) continue;
-    float* al = s.after_last.data() + b * C * K;
-    if (r1 < C) std::copy(d + r1 * K, d + (r1 + 1) * K, al);
-    for (int64_t i = r1 + 1; i < C; ++i) scale_flushed(K, al + (i - 1 - r1) * K, d + i * K, al + (i - r1) * K);
-    const int64_t last = r1 - 1;
+    times_factors(k + (r0 - 1) * K, d_r0, 1, K, kb + (r0 - 1) * K);
+    const TileOperand op = pass == Pass::forward ? TileOperand{kb, K, true} : TileOperand{kb, K};
+    s.k_before_b[b] = pass == Pass::forward ? share_b(p, K, r0, op, s.k_before_rooms[b])
+                                            : share_b(p, r0, K, op, s.k_before_rooms[b]);
+  }
+  if (pass == Pass::forward) return;
+  for (int64_t r0 = (C - 1) / kSub * kSub; r0 >= 0; r0 -= kSub) {
+    const int64_t r1 = std::min(C, r0 + kSub), b = r0 / kSub, last = r1 - 1;
     for (int64_t j = r0; j < last; ++j) std::copy_n(pair_decay(pairs, last, j, K), K, s.to_last.data() + j * K);
     std::fill(s.to_last.data() + last * K, s.to_last.data() + r1 * K, 1.0f);
+    if (r1 == C) continue;
+    float* al = s.after_last.data() + b * C * K;
+    const int64_t next_end = std::min(C, r1 + kSub);
+    for (int64_t i = r1; i < next_end; ++i) scale_flushed(K, ff + i * K, d + r1 * K, al + (i - r1) * K);
+    if (next_end == C) continue;
+    const float* step = al + (kSub - 1) * K;  // e^{G_r1+kSub-1 - G_r1-1}
+    const float* al_next = s.after_last.data() + (b + 1) * C * K;
+    for (int64_t i = next_end; i < C; ++i) scale_flushed(K, al_next + (i - next_end) * K, step, al + (i - r1) * K);
   }
 }
 
@@ -362,6 +435,18 @@ void key_query_scores(const ChunkedParams& p, const float* q, const float* k, fl
   }
 }
 
+// out += f y o e over K floats (one pair of a diagonal sub-block).
+inline void add_decayed(int64_t K, float f, const float* __restrict y, const float* __restrict e,
+                        float* __restrict out) {
+  for (int64_t c = 0; c < K; ++c) out[c] += f * y[c] * e[c];
+}
+
+// out += (f x + h u) o e over K floats (one pair of two pair matrices).
+inline void add_two_decayed(int64_t K, float f, const float* __restrict x, float h, const float* __restrict u,
+                            const float* __restrict e, float* __restrict out) {
+  for (int64_t c = 0; c < K; ++c) out[c] += (f * x[c] + h * u[c]) * e[c];
+}
+
 // Y_ic = sum_{j<i} F_ij k_jc e^{G_ic - G_jc} (F [C, C], read strictly below the diagonal)
 // into Y [C, K] (overwritten); s holds the chunk's pair_decays and reference_decays.
 void decayed_lower_times(const ChunkedParams& p, const float* F, const float* k, float* Y, Scratch& s) {
@@ -376,39 +461,38 @@ void decayed_lower_times(const ChunkedParams& p, const float* F, const float* k,
       std::fill(Yr, Yr + rows * K, 0.0f);
     }
     for (int64_t i = r0; i < r1; ++i)
-      for (int64_t j = r0; j < i; ++j) {
-        const float f = F[i * C + j];
-        const float* e = pair_decay(s.pairs.data(), i, j, K);
-        const float* kj = k + j * K;
-        float* yi = Y + i * K;
-        for (int64_t c = 0; c < K; ++c) yi[c] += f * kj[c] * e[c];
-      }
+      for (int64_t j = r0; j < i; ++j)
+        add_decayed(K, F[i * C + j], k + j * K, pair_decay(s.pairs.data(), i, j, K), Y + i * K);
   }
 }
 
-// Z_jc = sum_{i>j} F_ij x_ic e^{G_ic - G_jc} (F read strictly below the diagonal) into
-// Z [C, K] (overwritten); s holds the chunk's pair_decays and reference_decays (of the
-// backward). The reference row of sub-chunk [r0, r1) is its last, r1 - 1.
-void decayed_upper_times(const ChunkedParams& p, const float* F, const float* x, float* Z, Scratch& s) {
+// Z_jc = sum_{i>j} (F_ij x_ic + H_ij u_ic) e^{G_ic - G_jc} (F and H read strictly below
+// the diagonal) into Z [C, K] (overwritten): the Z of two pair matrices that share their
+// decays and their gradients' destination (dk, both with y = k), in one pass. s holds the
+// chunk's pair_decays and reference_decays (of the backward); the reference row of
+// sub-chunk [r0, r1) is its last, r1 - 1.
+void decayed_upper_times(const ChunkedParams& p, const float* F, const float* x, const float* H, const float* u,
+                         float* Z, Scratch& s) {
   const int64_t C = p.C, K = p.K;
+  float* xs = s.xs.data();
+  float* us = s.dqe.data();
   for (int64_t r0 = 0; r0 < C; r0 += kSub) {
     const int64_t r1 = std::min(C, r0 + kSub), rows = r1 - r0;
     float* Zr = Z + r0 * K;
     if (r1 < C) {
-      times_factors(x + r1 * K, s.after_last.data() + r0 / kSub * C * K, C - r1, K, s.xs.data());
-      tile_product(p.precision, rows, K, C - r1, {F + r1 * C + r0, C, true}, {s.xs.data(), K}, s.tmp.data(), K);
+      const float* al = s.after_last.data() + r0 / kSub * C * K;
+      times_factors(x + r1 * K, al, C - r1, K, xs);
+      times_factors(u + r1 * K, al, C - r1, K, us);
+      tile_product(p.precision, rows, K, C - r1, {F + r1 * C + r0, C, true}, {xs, K}, s.tmp.data(), K);
+      tile_product(p.precision, rows, K, C - r1, {H + r1 * C + r0, C, true}, {us, K}, s.tmp.data(), K, 1.0f, 1.0f);
       times_factors(s.tmp.data(), s.to_last.data() + r0 * K, rows, K, Zr);
     } else {
       std::fill(Zr, Zr + rows * K, 0.0f);
     }
     for (int64_t j = r0; j < r1; ++j)
-      for (int64_t i = j + 1; i < r1; ++i) {
-        const float f = F[i * C + j];
-        const float* e = pair_decay(s.pairs.data(), i, j, K);
-        const float* xi = x + i * K;
-        float* zj = Z + j * K;
-        for (int64_t c = 0; c < K; ++c) zj[c] += f * xi[c] * e[c];
-      }
+      for (int64_t i = j + 1; i < r1; ++i)
+        add_two_decayed(K, F[i * C + j], x + i * K, H[i * C + j], u + i * K, pair_decay(s.pairs.data(), i, j, K),
+                        Z + j * K);
   }
 }
 
@@ -512,20 +596,19 @@ void state_step(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n, con
   const float* k = p.k + n * C * K;
   const float* wdec = a.wdec_of(m);
   float* kd = s.xs.data();
-  for (int64_t x = 0; x < C * K; ++x) kd[x] = k[x] * wdec[x];
+  times_factors(k, wdec, C, K, kd);
   product_shared_b(p, K, V, C, {kd, K, true}, s.vnew_b, next, V, 1.0f, 1.0f);
 }
 
-// O = scale [(Q o E) S + Q V_new] of chunk n into o, after its state_step.
-void output_chunk(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n, float* o, Scratch& s) {
+// O = scale [(Q o E) S + Q V_new] of chunk n into out [C, V], after its state_step.
+void output_chunk(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n, float* out, Scratch& s) {
   const int64_t C = p.C, K = p.K, V = p.V;
   const float* q = p.q + n * C * K;
   const float* E = a.e_of(m);
   float* qe = s.xs.data();
-  for (int64_t x = 0; x < C * K; ++x) qe[x] = p.scale * q[x] * E[x];
-  float* out = o + n * C * V;
+  times_factors(q, E, C, K, qe);
   product_shared_b(p, C, V, C, {a.q_of(m), C}, s.vnew_b, out, V, p.scale);
-  product_shared_b(p, C, V, K, {qe, K}, s.state_b, out, V, 1.0f, 1.0f);
+  product_shared_b(p, C, V, K, {qe, K}, s.state_b, out, V, p.scale, 1.0f);
 }
 
 // The state S_0 of head bh: h0's, or zeros.
@@ -534,22 +617,22 @@ void initial_state(const ChunkedParams& p, int64_t bh, float* S) {
 }
 
 // The copies between the API layout and one head's rows of the chunked layout, made by the
-// thread that works on the head: `in` right before its first chunk, `out` right after its
-// last, so that the chunks read rows still in the core's caches and the copies out read
-// rows just written.
+// thread that works on the head: the inputs right before its first chunk, the outputs
+// right after its last, so that the chunks read rows still in the core's caches and the
+// copies out read rows just written. The inputs go into the call's chunked buffers (the
+// forward keeps them for the backward); o, d_o and the gradients through one head's
+// buffers of the thread (HeadGrads, the forward's o_head).
 struct HeadCopies {
   std::vector<ToChunked> in;
-  std::vector<FromChunked> out;
-  int64_t T = 0, H = 0, C = 0, K = 0, head_rows = 0;
+  int64_t T = 0, H = 0, C = 0, K = 0, V = 0, head_rows = 0;
   // With the in-kernel L2 norm (else all null), forward: the chunked q and k, normalized
   // in place after the copy in, and their rstd [rows] written.
   struct {
     float *q = nullptr, *k = nullptr, *q_rstd = nullptr, *k_rstd = nullptr;
   } norm_in;
-  // Backward: dq and dk taken through the norm of the saved q, k (and rstd) before the copy out.
+  // Backward: the saved normalized q, k and their rstd, for dq and dk through the norm.
   struct {
     const float *q = nullptr, *k = nullptr, *q_rstd = nullptr, *k_rstd = nullptr;
-    float *dq = nullptr, *dk = nullptr;
   } norm_out;
 
   void head_in(int64_t bh) const {
@@ -560,22 +643,38 @@ struct HeadCopies {
       l2norm_rows_forward(norm_in.k + row0 * K, head_rows, K, norm_in.k_rstd + row0);
     }
   }
-  void head_out(int64_t bh) const {
+  // Head bh's chunked rows of one array [B, T, H, D] of the API layout, in or out.
+  void head_in(int64_t bh, const float* api, float* head, int64_t D) const {
+    const ToChunked x[] = {{head_start(api, bh, T, H, D), head, D}};
+    head_to_chunked(x, 0, T, H, C);
+  }
+  void head_out(int64_t bh, const float* head, float* api, int64_t D) const {
+    const FromChunked x[] = {{head, head_start(api, bh, T, H, D), D}};
+    head_from_chunked(x, 0, T, H, C);
+  }
+  // The backward's gradients of head bh (chunked, in g) into the API layout, dq and dk
+  // first taken through the norm when asked for.
+  void grads_out(int64_t bh, HeadGrads& g, const KdaGrads& api) const {
     const int64_t row0 = bh * head_rows;
     if (norm_out.q) {
-      l2norm_rows_backward(norm_out.q + row0 * K, norm_out.q_rstd + row0, head_rows, K, norm_out.dq + row0 * K);
-      l2norm_rows_backward(norm_out.k + row0 * K, norm_out.k_rstd + row0, head_rows, K, norm_out.dk + row0 * K);
+      l2norm_rows_backward(norm_out.q + row0 * K, norm_out.q_rstd + row0, head_rows, K, g.dq.data());
+      l2norm_rows_backward(norm_out.k + row0 * K, norm_out.k_rstd + row0, head_rows, K, g.dk.data());
     }
-    head_from_chunked(out, bh, T, H, C);
+    head_out(bh, g.dq.data(), api.dq, K);
+    head_out(bh, g.dk.data(), api.dk, K);
+    head_out(bh, g.dv.data(), api.dv, V);
+    head_out(bh, g.dg.data(), api.dgk, K);
+    head_out(bh, g.dbeta.data(), api.dbeta, 1);
   }
 };
 
+// o [B, T, H, V] in the API layout.
 void forward_chunked(const ChunkedParams& p, const HeadCopies& copies, float* o, float* ht) {
 #pragma omp parallel
   {
     Scratch s(p);
     HeadArrays a(p, 1, false);
-    AlignedBuffer S(p.K * p.V), next(p.K * p.V);
+    AlignedBuffer S(p.K * p.V), next(p.K * p.V), o_head(p.NT * p.C * p.V);
 #pragma omp for schedule(dynamic)
     for (int64_t bh = 0; bh < p.BH; ++bh) {
       copies.head_in(bh);
@@ -586,10 +685,10 @@ void forward_chunked(const ChunkedParams& p, const HeadCopies& copies, float* o,
         float* out_state = last ? (ht ? ht + bh * p.K * p.V : nullptr) : next.data();
         phase_a(p, a, 0, n, s);
         state_step(p, a, 0, n, S.data(), out_state, s);
-        output_chunk(p, a, 0, n, o, s);
+        output_chunk(p, a, 0, n, o_head.data() + c * p.C * p.V, s);
         if (!last) std::swap(S, next);
       }
-      copies.head_out(bh);
+      copies.head_out(bh, o_head.data(), o, p.V);
     }
   }
 }
@@ -597,21 +696,29 @@ void forward_chunked(const ChunkedParams& p, const HeadCopies& copies, float* o,
 // The backward's element-wise updates, over n floats of arrays that never overlap
 // (__restrict: the loops, which write several arrays, then vectorize).
 
-// Readout through S: dq = dqe o E, dG = dq o q.
+// Readout through S and the writes into the state, rows [0, n / K) of K floats: dq = dqe
+// o E, dG = dq o q; dk = dkd o e^{Lambda - G} (wdec).
 inline void readout_terms(int64_t n, const float* __restrict dqe, const float* __restrict E,
-                          const float* __restrict q, float* __restrict dq, float* __restrict dG) {
+                          const float* __restrict q, const float* __restrict dkd, const float* __restrict wdec,
+                          float* __restrict dq, float* __restrict dk, float* __restrict dG) {
   for (int64_t x = 0; x < n; ++x) {
     dq[x] = dqe[x] * E[x];
     dG[x] = dq[x] * q[x];
+    dk[x] = dkd[x] * wdec[x];
   }
 }
 
-// The write decay e^{Lambda - G_i} of one row: dG_i -= dk_i o k_i, dLambda += dk_i o k_i.
-inline void write_decay_terms(int64_t n, const float* __restrict dk, const float* __restrict k,
-                              float* __restrict dG, float* __restrict dlambda) {
-  for (int64_t c = 0; c < n; ++c) {
+// readout_terms of one row whose write decay e^{Lambda - G_i} is a factor (a row before
+// the chunk's last): dG further takes -dk o k, and dLambda += dk o k.
+inline void readout_write_terms(int64_t K, const float* __restrict dqe, const float* __restrict E,
+                                const float* __restrict q, const float* __restrict dkd,
+                                const float* __restrict wdec, const float* __restrict k, float* __restrict dq,
+                                float* __restrict dk, float* __restrict dG, float* __restrict dlambda) {
+  for (int64_t c = 0; c < K; ++c) {
+    dq[c] = dqe[c] * E[c];
+    dk[c] = dkd[c] * wdec[c];
     const float term = dk[c] * k[c];
-    dG[c] -= term;
+    dG[c] = dq[c] * q[c] - term;
     dlambda[c] += term;
   }
 }
@@ -625,18 +732,16 @@ inline void add_scaled_pair(int64_t n, float f, const float* __restrict x, const
   }
 }
 
-// Through a pair matrix of distinct x, y (Q's): dx += Y, dy += Z, dG += x o Y - y o Z.
-inline void add_pair_terms(int64_t n, const float* __restrict x, const float* __restrict y,
-                           const float* __restrict Y, const float* __restrict Z, float* __restrict dx,
-                           float* __restrict dy, float* __restrict dG) {
+// The Y of Q's pair matrix (x = q): dq += Y, dG += q o Y.
+inline void add_query_terms(int64_t n, const float* __restrict q, const float* __restrict Y, float* __restrict dq,
+                            float* __restrict dG) {
   for (int64_t c = 0; c < n; ++c) {
-    dx[c] += Y[c];
-    dy[c] += Z[c];
-    dG[c] += x[c] * Y[c] - y[c] * Z[c];
+    dq[c] += Y[c];
+    dG[c] += q[c] * Y[c];
   }
 }
 
-// Through a pair matrix of x = y = k (A's): dk += Y + Z, dG += k o (Y - Z).
+// A's Y and the Z of both pair matrices (y = k in both): dk += Y + Z, dG += k o (Y - Z).
 inline void add_key_pair_terms(int64_t n, const float* __restrict k, const float* __restrict Y,
                                const float* __restrict Z, float* __restrict dk, float* __restrict dG) {
   for (int64_t c = 0; c < n; ++c) {
@@ -655,16 +760,17 @@ inline void key_decay_terms(int64_t n, float beta, const float* __restrict dkb, 
   }
 }
 
-// The gradients of chunk n (slot m), given dS = dL/dS' in s.dS: writes dq, dk, dv, dbeta
-// and dg of its rows and replaces s.dS by dL/dS for the state entering the chunk.
-void backward_chunk(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n, int64_t last, const float* d_o,
-                    const ChunkedGrads& grads, Scratch& s) {
+// The gradients of chunk n (slot m, chunk m of the head's rows in grads), given dS =
+// dL/dS' in s.dS: writes dq, dk, dv, dbeta and dg of its rows and replaces s.dS by dL/dS
+// for the state entering the chunk.
+void backward_chunk(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n, int64_t last, HeadGrads& grads,
+                    Scratch& s) {
   const int64_t C = p.C, K = p.K, V = p.V, KV = K + V;
   const float* q = p.q + n * C * K;
   const float* k = p.k + n * C * K;
   const float* v = p.v + n * C * V;
   const float* beta = p.beta + n * C;
-  const float* dO = d_o + n * C * V;
+  const float* dO = grads.d_o.data() + m * C * V;
   const float* d = a.d_of(m);
   const float* E = a.e_of(m);
   const float* wdec = a.wdec_of(m);
@@ -676,16 +782,16 @@ void backward_chunk(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n,
   const float* S = a.h.data() + (n % p.NT) * K * V;
   const float* lambda_e = E + (C - 1) * K;
   float* dS = s.dS.data();
-  float* dq = grads.dq + n * C * K;
-  float* dk = grads.dk + n * C * K;
-  float* dv = grads.dv + n * C * V;
-  float* dbeta = grads.dbeta + n * C;
+  float* dq = grads.dq.data() + m * C * K;
+  float* dk = grads.dk.data() + m * C * K;
+  float* dv = grads.dv.data() + m * C * V;
+  float* dbeta = grads.dbeta.data() + m * C;
   float* dG = s.dG.data();
   float* dlambda = s.dlambda.data();
   float* dwu = s.dwu.data();  // [dW | dU]
   float* dvn = dwu + K;       // dU = dV_new, row stride K + V
   float* kd = s.kd.data();    // K o e^{Lambda - G}
-  for (int64_t x = 0; x < C * K; ++x) kd[x] = k[x] * wdec[x];
+  times_factors(k, wdec, C, K, kd);
   pair_decays(p, d, s.pairs.data());
   reference_decays(p, k, d, Pass::backward, s);
 
@@ -696,32 +802,34 @@ void backward_chunk(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n,
   // dV_new = scale Q^T dO + (K o e^{Lambda - G}) dh.
   product_shared_b(p, C, V, C, {Q, C, true}, dO_b, dvn, KV, p.scale);
   tile_product(p.precision, C, V, K, {kd, K}, {dS, V}, dvn, KV, 1.0f, 1.0f);
-  // Readout through S: dqe = scale dO S^T; dq = dqe o E; dG = dqe o q o E.
+  // Readout through S: dqe = scale dO S^T; dq = dqe o E; dG = dqe o q o E. Writes into
+  // the state: d(K o e^{Lambda - G}) = V_new dh^T; the pairs (last, j), j < last.
   float* dqe = s.dqe.data();
   product_shared(p, C, K, V, dO_a, St_b, dqe, K, p.scale);
-  readout_terms(C * K, dqe, E, q, dq, dG);
-  // Writes into the state: d(K o e^{Lambda - G}) = V_new dh^T; the pairs (last, j), j < last.
   float* dkd = s.Y.data();
   tile_product(p.precision, C, K, V, {vn, V}, {dS, V, true}, dkd, K);
   for (int64_t c = 0; c < K; ++c) dlambda[c] = lambda_e[c] * dot(S + c * V, dS + c * V, V);
-  for (int64_t x = 0; x < C * K; ++x) dk[x] = dkd[x] * wdec[x];
-  for (int64_t i = 0; i < last; ++i) write_decay_terms(K, dk + i * K, k + i * K, dG + i * K, dlambda);
+  for (int64_t i = 0; i < last; ++i) {
+    const int64_t x = i * K;
+    readout_write_terms(K, dqe + x, E + x, q + x, dkd + x, wdec + x, k + x, dq + x, dk + x, dG + x, dlambda);
+  }
+  const int64_t x_last = last * K;
+  readout_terms(C * K - x_last, dqe + x_last, E + x_last, q + x_last, dkd + x_last, wdec + x_last, dq + x_last,
+                dk + x_last, dG + x_last);
   // The state entering: dS <- Diag(e^Lambda) dh + scale (q o E)^T dO - W^T dV_new.
   float* qe = s.xs.data();
-  for (int64_t x = 0; x < C * K; ++x) qe[x] = p.scale * q[x] * E[x];
+  times_factors(q, E, C, K, qe);
   for (int64_t c = 0; c < K; ++c)
     for (int64_t x = 0; x < V; ++x) dS[c * V + x] *= lambda_e[c];
-  product_shared_b(p, K, V, C, {qe, K, true}, dO_b, dS, V, 1.0f, 1.0f);
+  product_shared_b(p, K, V, C, {qe, K, true}, dO_b, dS, V, p.scale, 1.0f);
   tile_product(p.precision, K, V, C, {WU, KV, true}, {dvn, KV}, dS, V, -1.0f, 1.0f);
   // Through Q: dQ = scale dO V_new^T (i >= j).
   float* dQ = s.F.data();
   product_shared_a(p, C, C, V, dO_a, {vn, V, true}, dQ, C, p.scale);
   for (int64_t i = 0; i < C; ++i) add_scaled_pair(K, dQ[i * C + i], q + i * K, k + i * K, dq + i * K, dk + i * K);
   float* Y = s.Y.data();
-  float* Z = s.Z.data();
   decayed_lower_times(p, dQ, k, Y, s);
-  decayed_upper_times(p, dQ, q, Z, s);
-  add_pair_terms(C * K, q, k, Y, Z, dq, dk, dG);
+  add_query_terms(C * K, q, Y, dq, dG);
   // The WY form: dW = -dV_new S^T, dU = dV_new; [dKb | dVb] = T^T [dW | dU];
   // dA = -[dKb | dVb] [W | U]^T.
   product_shared_b(p, C, K, V, {dvn, KV}, St_b, dwu, KV, -1.0f);
@@ -741,29 +849,33 @@ void backward_chunk(const ChunkedParams& p, HeadArrays& a, int64_t m, int64_t n,
     // Through A = diag(beta) M: dbeta_i += sum_j dA_ij M_ij; F = diag(beta) dA, i > j.
     const float* dAi = dA + i * C;
     dbeta[i] = dot3(dkb, Ei, ki, K) + dot(dbv, v + i * V, V) + dot(dAi, M + i * C, i);
-    float* Fi = dQ + i * C;  // dQ is spent: F takes its tile
+    float* Fi = dA + i * C;  // in place: row i of dA is spent
     for (int64_t j = 0; j < i; ++j) Fi[j] = b * dAi[j];
   }
-  decayed_lower_times(p, dQ, k, Y, s);
-  decayed_upper_times(p, dQ, k, Z, s);
+  const float* F = dA;
+  float* Z = s.Z.data();
+  decayed_lower_times(p, F, k, Y, s);
+  decayed_upper_times(p, dQ, q, F, k, Z, s);
   add_key_pair_terms(C * K, k, Y, Z, dk, dG);
   for (int64_t c = 0; c < K; ++c) dG[(C - 1) * K + c] += dlambda[c];
-  float* dg = grads.dg + n * C * K;
+  float* dg = grads.dg.data() + m * C * K;
   std::memcpy(dg + (C - 1) * K, dG + (C - 1) * K, K * sizeof(float));
   for (int64_t i = C - 2; i >= 0; --i)
     for (int64_t c = 0; c < K; ++c) dg[i * K + c] = dg[(i + 1) * K + c] + dG[i * K + c];
 }
 
+// d_o [B, T, H, V] and the gradients in the API layout.
 void backward_chunked(const ChunkedParams& p, const HeadCopies& copies, const float* d_o, const float* dht,
-                      const ChunkedGrads& grads) {
+                      const KdaGrads& grads) {
 #pragma omp parallel
   {
     Scratch s(p);
     HeadArrays a(p, p.NT, true);
+    HeadGrads g(p);
 #pragma omp for schedule(dynamic)
     for (int64_t bh = 0; bh < p.BH; ++bh) {
       const int64_t KV = p.K * p.V;
-      copies.head_in(bh);
+      copies.head_in(bh, d_o, g.d_o.data(), p.V);
       initial_state(p, bh, a.h.data());
       for (int64_t c = 0; c < p.NT; ++c) {
         const int64_t n = bh * p.NT + c;
@@ -773,10 +885,10 @@ void backward_chunked(const ChunkedParams& p, const HeadCopies& copies, const fl
       copy_or_zero(dht ? dht + bh * KV : nullptr, KV, s.dS.data());
       for (int64_t c = p.NT - 1; c >= 0; --c) {
         const int64_t last = std::min(p.C, p.T - c * p.C) - 1;
-        backward_chunk(p, a, c, bh * p.NT + c, last, d_o, grads, s);
+        backward_chunk(p, a, c, bh * p.NT + c, last, g, s);
       }
       if (grads.dh0) std::memcpy(grads.dh0 + bh * KV, s.dS.data(), KV * sizeof(float));
-      copies.head_out(bh);
+      copies.grads_out(bh, g, grads);
     }
   }
 }
@@ -802,7 +914,7 @@ std::shared_ptr<ChunkKdaSaved> chunked_inputs(const KdaParams& p) {
 // The layout of the copies of a call, none made yet.
 HeadCopies layout_of(const KdaParams& p) {
   HeadCopies copies;
-  copies.T = p.T, copies.H = p.H, copies.C = p.C, copies.K = p.K, copies.head_rows = p.NT() * p.C;
+  copies.T = p.T, copies.H = p.H, copies.C = p.C, copies.K = p.K, copies.V = p.V, copies.head_rows = p.NT() * p.C;
   return copies;
 }
 
@@ -833,29 +945,16 @@ ChunkedParams chunked_params(const KdaParams& p, const ChunkKdaSaved& in) {
 
 std::shared_ptr<const KdaSaved> chunk_kda_forward_cpu(const KdaParams& p, float* o, float* ht, bool save) {
   std::shared_ptr<ChunkKdaSaved> in = chunked_inputs(p);
-  AlignedBuffer oc(chunked_rows(p) * p.V);
-  HeadCopies copies = input_copies(p, *in);
-  copies.out = {{oc.data(), o, p.V}};
-  forward_chunked(chunked_params(p, *in), copies, oc.data(), ht);
+  forward_chunked(chunked_params(p, *in), input_copies(p, *in), o, ht);
   return save ? in : nullptr;
 }
 
 void chunk_kda_backward_cpu(const KdaParams& p, const KdaSaved& saved, const float* d_o, const float* dht,
                             const KdaGrads& grads) {
   const auto& in = static_cast<const ChunkKdaSaved&>(saved);
-  const int64_t rows = chunked_rows(p);
-  AlignedBuffer d_oc(rows * p.V), dq(rows * p.K), dk(rows * p.K), dv(rows * p.V), dg(rows * p.K), dbeta(rows);
   HeadCopies copies = layout_of(p);
-  copies.in = {{d_o, d_oc.data(), p.V}};
-  copies.out = {{dq.data(), grads.dq, p.K},
-                {dk.data(), grads.dk, p.K},
-                {dv.data(), grads.dv, p.V},
-                {dg.data(), grads.dgk, p.K},
-                {dbeta.data(), grads.dbeta, 1}};
-  if (p.use_qk_l2norm_in_kernel)
-    copies.norm_out = {in.q.data(), in.k.data(), in.q_rstd.data(), in.k_rstd.data(), dq.data(), dk.data()};
-  ChunkedGrads out{dq.data(), dk.data(), dv.data(), dg.data(), dbeta.data(), grads.dh0};
-  backward_chunked(chunked_params(p, in), copies, d_oc.data(), dht, out);
+  if (p.use_qk_l2norm_in_kernel) copies.norm_out = {in.q.data(), in.k.data(), in.q_rstd.data(), in.k_rstd.data()};
+  backward_chunked(chunked_params(p, in), copies, d_o, dht, grads);
 }
 
 }  // namespace lat::linear_attention
