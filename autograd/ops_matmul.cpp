@@ -4,7 +4,8 @@
 // f32 products take the thread's compute precision (lat/precision.h): in bf16 the inputs
 // are rounded to bf16 and accumulated in fp32, forward and both backward products alike. On
 // the CPU each input is rounded once: the tape node keeps the forward's rounded copies of a
-// and b for the backward products, and the incoming gradient is rounded once for both.
+// and b for the backward products (and not the f32 tensors, which it no longer reads), and
+// the incoming gradient is rounded once for both.
 // Shapes: op(a) is [..., M, K], op(b) is [..., K, N].
 #include <algorithm>
 #include <memory>
@@ -50,7 +51,32 @@ struct Bf16Operands {
   Bf16Copy a, b;
 };
 
-void run_gemm(const GemmCall& c, const Tensor& a, const Tensor& b, Tensor& out, const Bf16Operands& rounded) {
+/// One operand of a product: its shape, dtype and device, and its elements, `values`, or
+/// none when the product reads only the operand's rounded copy (a bf16 product on the CPU).
+/// The backward keeps its operands so, and not the f32 activation a bf16 product never
+/// reads again.
+struct Operand {
+  Shape shape;
+  DType dtype = DType::f32;
+  Device device;
+  Tensor values;  // undefined: only the rounded copy is read
+
+  /// `t` with its elements, or (when `rounded`) without them.
+  static Operand of(const Tensor& t, const Bf16Copy& rounded = nullptr) {
+    return {t.shape(), t.dtype(), t.device(), rounded ? Tensor() : t.detach()};
+  }
+  int64_t size(int64_t d) const { return shape[static_cast<size_t>(d < 0 ? d + dim() : d)]; }
+  int64_t dim() const { return static_cast<int64_t>(shape.size()); }
+  /// The operand as [rows, its last dimension] (row-major: the same elements in order).
+  Operand rows() const {
+    const Shape flat{shape_numel(shape) / size(-1), size(-1)};
+    return {flat, dtype, device, values.defined() ? values.reshape(flat) : Tensor()};
+  }
+  /// Its f32 elements, or null when only the rounded copy is kept.
+  const float* f32() const { return values.defined() ? values.data<float>() : nullptr; }
+};
+
+void run_gemm(const GemmCall& c, const Operand& a, const Operand& b, Tensor& out, const Bf16Operands& rounded) {
 #ifdef LAT_WITH_CUDA
   if (out.device().is_cuda()) {
     const int device = out.device().index;
@@ -66,11 +92,11 @@ void run_gemm(const GemmCall& c, const Tensor& a, const Tensor& b, Tensor& out, 
     g.M = c.M;
     g.N = c.N;
     g.K = c.K;
-    g.A = static_cast<const char*>(a.raw_data()) + c.offset_a * esize;
+    g.A = static_cast<const char*>(a.values.raw_data()) + c.offset_a * esize;
     g.lda = c.lda;
     g.stride_a = c.stride_a;
     g.trans_a = c.trans_a;
-    g.B = static_cast<const char*>(b.raw_data()) + c.offset_b * esize;
+    g.B = static_cast<const char*>(b.values.raw_data()) + c.offset_b * esize;
     g.ldb = c.ldb;
     g.stride_b = c.stride_b;
     g.trans_b = c.trans_b;
@@ -88,11 +114,11 @@ void run_gemm(const GemmCall& c, const Tensor& a, const Tensor& b, Tensor& out, 
     g.M = c.M;
     g.N = c.N;
     g.K = c.K;
-    g.A = a.data<float>() + c.offset_a;
+    g.A = a.f32() != nullptr ? a.f32() + c.offset_a : nullptr;
     g.lda = c.lda;
     g.stride_a = c.stride_a;
     g.trans_a = c.trans_a;
-    g.B = b.data<float>() + c.offset_b;
+    g.B = b.f32() != nullptr ? b.f32() + c.offset_b : nullptr;
     g.ldb = c.ldb;
     g.stride_b = c.stride_b;
     g.trans_b = c.trans_b;
@@ -104,13 +130,13 @@ void run_gemm(const GemmCall& c, const Tensor& a, const Tensor& b, Tensor& out, 
     else
       cpu::gemm_batched(g);
   } else {
-    cpu::gemm_batched_f64(c.batch, c.M, c.N, c.K, a.data<double>() + c.offset_a, c.lda, c.stride_a, c.trans_a,
-                          b.data<double>() + c.offset_b, c.ldb, c.stride_b, c.trans_b,
+    cpu::gemm_batched_f64(c.batch, c.M, c.N, c.K, a.values.data<double>() + c.offset_a, c.lda, c.stride_a,
+                          c.trans_a, b.values.data<double>() + c.offset_b, c.ldb, c.stride_b, c.trans_b,
                           out.data<double>() + c.offset_c, c.ldc, c.stride_c, 1.0, 0.0);
   }
 }
 
-Shape batch_dims(const Tensor& t) { return Shape(t.shape().begin(), t.shape().end() - 2); }
+Shape batch_dims(const Shape& shape) { return Shape(shape.begin(), shape.end() - 2); }
 
 /// Row-major strides of `batch` seen from `out_batch` (right-aligned): 0 where the
 /// dimension is missing or broadcast (size 1).
@@ -136,38 +162,36 @@ void check_operand(const Tensor& t, const char* arg) {
 }
 
 /// The forward product without recording; a bf16 product on the CPU reads `rounded`.
-Tensor matmul_forward(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b,
+Tensor matmul_forward(const Operand& a, const Operand& b, bool transpose_a, bool transpose_b,
                       const Bf16Operands& rounded = {}) {
-  check_operand(a, "a");
-  check_operand(b, "b");
-  LAT_CHECK(a.dtype() == b.dtype(), "matmul: b: expected dtype " << dtype_name(a.dtype()) << " like a, got "
-                                                                 << dtype_name(b.dtype()));
-  LAT_CHECK(a.device() == b.device(), "matmul: b: expected device " << a.device().str() << " like a, got "
-                                                                   << b.device().str());
+  LAT_CHECK(a.dtype == b.dtype, "matmul: b: expected dtype " << dtype_name(a.dtype) << " like a, got "
+                                                             << dtype_name(b.dtype));
+  LAT_CHECK(a.device == b.device, "matmul: b: expected device " << a.device.str() << " like a, got "
+                                                               << b.device.str());
   const int64_t a_rows = a.size(-2), a_cols = a.size(-1), b_rows = b.size(-2), b_cols = b.size(-1);
   const int64_t M = transpose_a ? a_cols : a_rows, K = transpose_a ? a_rows : a_cols;
   const int64_t K_b = transpose_b ? b_cols : b_rows, N = transpose_b ? b_rows : b_cols;
   LAT_CHECK(K == K_b, "matmul: b: expected shape " << (transpose_b ? "[..., N, " : "[..., ") << K
                                                    << (transpose_b ? "]" : ", N]") << " to match a "
-                                                   << shape_str(a.shape()) << (transpose_a ? " (transposed)" : "")
-                                                   << ", got " << shape_str(b.shape())
+                                                   << shape_str(a.shape) << (transpose_a ? " (transposed)" : "")
+                                                   << ", got " << shape_str(b.shape)
                                                    << (transpose_b ? " (transposed)" : ""));
 
-  const Shape a_batch = batch_dims(a), b_batch = batch_dims(b);
+  const Shape a_batch = batch_dims(a.shape), b_batch = batch_dims(b.shape);
   Shape out_batch(std::max(a_batch.size(), b_batch.size()));
   for (size_t i = 0; i < out_batch.size(); ++i) {
     size_t from_end = out_batch.size() - i;
     int64_t da = from_end <= a_batch.size() ? a_batch[a_batch.size() - from_end] : 1;
     int64_t db = from_end <= b_batch.size() ? b_batch[b_batch.size() - from_end] : 1;
-    LAT_CHECK(da == db || da == 1 || db == 1, "matmul: batch dimensions of a " << shape_str(a.shape()) << " and b "
-                                                                               << shape_str(b.shape())
+    LAT_CHECK(da == db || da == 1 || db == 1, "matmul: batch dimensions of a " << shape_str(a.shape) << " and b "
+                                                                               << shape_str(b.shape)
                                                                                << " do not broadcast");
     out_batch[i] = da == 1 ? db : da;
   }
   Shape out_shape = out_batch;
   out_shape.push_back(M);
   out_shape.push_back(N);
-  Tensor out = Tensor::empty(out_shape, a.dtype(), a.device());
+  Tensor out = Tensor::empty(out_shape, a.dtype, a.device);
   if (out.numel() == 0) return out;
 
   const int64_t total = shape_numel(out_batch);
@@ -182,7 +206,7 @@ Tensor matmul_forward(const Tensor& a, const Tensor& b, bool transpose_a, bool t
   c.trans_b = transpose_b;
   c.ldc = N;
   // CUDA rounds inside its product; the CPU reads the copies rounded once by the caller.
-  if (a.device().is_cuda() && a.dtype() == DType::f32 && bf16_compute(a.device())) c.precision = Precision::bf16;
+  if (a.device.is_cuda() && a.dtype == DType::f32 && bf16_compute(a.device)) c.precision = Precision::bf16;
   if (b_count == 1 && !transpose_a) {
     // One b shared by every batch item and a's rows contiguous: a single [total*M, K] product.
     c.M = total * M;
@@ -231,10 +255,10 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose
                             b.device().is_cpu() && bf16_compute(a.device());
   Bf16Operands rounded;
   if (round_on_cpu) rounded = {round_to_bf16(a), round_to_bf16(b)};
-  Tensor out = matmul_forward(a, b, transpose_a, transpose_b, rounded);
+  Tensor out = matmul_forward(Operand::of(a), Operand::of(b), transpose_a, transpose_b, rounded);
   if (needs_grad({&a, &b})) {
     const bool need_a = a.requires_grad(), need_b = b.requires_grad();
-    Tensor sa = a.detach(), sb = b.detach();
+    const Operand sa = Operand::of(a, rounded.a), sb = Operand::of(b, rounded.b);
     const Precision precision = compute_precision();
     record("matmul", {a, b}, {out},
            [sa, sb, rounded, transpose_a, transpose_b, need_a, need_b, precision](const std::vector<Tensor>& grads) {
@@ -243,29 +267,30 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose
              const Bf16Copy rg = rounded.a ? round_to_bf16(g) : nullptr;
              // The product x y with x, y each one of sa, sb, g: their rounded copies when the
              // forward product was bf16 on the CPU.
-             auto product = [&](const Tensor& x, const Bf16Copy& rx, const Tensor& y, const Bf16Copy& ry, bool tx,
+             const Operand og = Operand::of(g);
+             auto product = [&](const Operand& x, const Bf16Copy& rx, const Operand& y, const Bf16Copy& ry, bool tx,
                                 bool ty) {
                return matmul_forward(x, y, tx, ty, rounded.a ? Bf16Operands{rx, ry} : Bf16Operands{});
              };
              Tensor da, db;
              // d op(a) = g op(b)^T and d op(b) = op(a)^T g, transposed back when stored transposed.
              if (need_a) {
-               da = transpose_a ? product(sb, rounded.b, g, rg, transpose_b, true)
-                                : product(g, rg, sb, rounded.b, false, !transpose_b);
-               da = reduce_to(da, sa.shape());
+               da = transpose_a ? product(sb, rounded.b, og, rg, transpose_b, true)
+                                : product(og, rg, sb, rounded.b, false, !transpose_b);
+               da = reduce_to(da, sa.shape);
              }
              if (need_b) {
-               if (shape_numel(batch_dims(sb)) == 1 && !transpose_a) {
+               if (shape_numel(batch_dims(sb.shape)) == 1 && !transpose_a) {
                  // Shared b: sum over the batch inside one product of the flattened rows (the
                  // rounded copies have the same row-major layout).
-                 Tensor a2 = sa.reshape({-1, sa.size(-1)}), g2 = g.reshape({-1, g.size(-1)});
+                 const Operand a2 = sa.rows(), g2 = og.rows();
                  db = transpose_b ? product(g2, rg, a2, rounded.a, true, false)
                                   : product(a2, rounded.a, g2, rg, true, false);
-                 db = db.reshape(sb.shape());
+                 db = db.reshape(sb.shape);
                } else {
-                 db = transpose_b ? product(g, rg, sa, rounded.a, true, transpose_a)
-                                  : product(sa, rounded.a, g, rg, !transpose_a, false);
-                 db = reduce_to(db, sb.shape());
+                 db = transpose_b ? product(og, rg, sa, rounded.a, true, transpose_a)
+                                  : product(sa, rounded.a, og, rg, !transpose_a, false);
+                 db = reduce_to(db, sb.shape);
                }
              }
              return std::vector<Tensor>{da, db};

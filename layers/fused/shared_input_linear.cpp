@@ -20,32 +20,40 @@
 namespace lat {
 namespace {
 
-/// A CPU operand: its tensor and, in a bf16 product, its rounded copy (null otherwise).
+/// A CPU matrix operand [rows, cols]: its elements (f32 or f64; null for a bf16 operand
+/// kept only as its rounded copy) and, in a bf16 product, its rounded copy (null otherwise).
 struct Operand {
-  const Tensor* t;
+  int64_t rows, cols;
+  const void* values;
   const uint16_t* rounded;
 };
+
+/// `t` [rows, cols] with its elements, and `rounded` in a bf16 product.
+Operand operand(const Tensor& t, const uint16_t* rounded) {
+  const void* values = t.dtype() == DType::f64 ? static_cast<const void*>(t.data<double>()) : t.data<float>();
+  return {t.size(0), t.size(1), values, rounded};
+}
 
 /// c = op(a) op(b) (+ c when accumulate) for row-major CPU matrices of f32 (rounded copies
 /// used when given) or f64; op(a) is [M, K], op(b) is [K, N], c is [M, N].
 enum class Into { overwrite, accumulate };
 void product(const Operand& a, bool trans_a, const Operand& b, bool trans_b, Tensor& c, Into into) {
-  const int64_t M = c.size(0), N = c.size(1), K = trans_a ? a.t->size(0) : a.t->size(1);
-  const int64_t lda = a.t->size(1), ldb = b.t->size(1);
+  const int64_t M = c.size(0), N = c.size(1), K = trans_a ? a.rows : a.cols;
+  const int64_t lda = a.cols, ldb = b.cols;
   const double beta = into == Into::accumulate ? 1.0 : 0.0;
   if (c.dtype() == DType::f64) {
-    cpu::gemm_batched_f64(1, M, N, K, a.t->data<double>(), lda, 0, trans_a, b.t->data<double>(), ldb, 0, trans_b,
-                          c.data<double>(), N, 0, 1.0, beta);
+    cpu::gemm_batched_f64(1, M, N, K, static_cast<const double*>(a.values), lda, 0, trans_a,
+                          static_cast<const double*>(b.values), ldb, 0, trans_b, c.data<double>(), N, 0, 1.0, beta);
     return;
   }
   cpu::GemmBatch g;
   g.M = M;
   g.N = N;
   g.K = K;
-  g.A = a.t->data<float>();
+  g.A = static_cast<const float*>(a.values);
   g.lda = lda;
   g.trans_a = trans_a;
-  g.B = b.t->data<float>();
+  g.B = static_cast<const float*>(b.values);
   g.ldb = ldb;
   g.trans_b = trans_b;
   g.C = c.data<float>();
@@ -98,7 +106,7 @@ std::vector<Tensor> shared_input_linear(const Tensor& x, const std::vector<Tenso
     if (bf16) rw[i] = cpu::bf16_copy(weights[i].data<float>(), weights[i].numel());
     Tensor y = Tensor::empty({M, weights[i].size(0)}, x.dtype());
     constexpr bool kTransposeX = false, kTransposeW = true;
-    if (M > 0) product({&x, rx.get()}, kTransposeX, {&weights[i], rw[i].get()}, kTransposeW, y, Into::overwrite);
+    if (M > 0) product(operand(x, rx.get()), kTransposeX, operand(weights[i], rw[i].get()), kTransposeW, y, Into::overwrite);
     outs.push_back(y);
   }
   std::vector<Tensor> inputs{x};
@@ -110,12 +118,16 @@ std::vector<Tensor> shared_input_linear(const Tensor& x, const std::vector<Tenso
       saved_w.push_back(w.detach());
       need_w.push_back(w.requires_grad());
     }
+    // In bf16 the products read x's rounded copy only: the node keeps that, not x.
+    const Tensor sx = bf16 ? Tensor() : x.detach();
     record(
         "shared_input_linear", inputs, outs,
-        [sx = x.detach(), saved_w, need_w, rx, rw, bf16, need_x = x.requires_grad()](const std::vector<Tensor>& grads) {
-          const int64_t M = sx.size(0);
+        [sx, x_shape = x.shape(), dtype = x.dtype(), saved_w, need_w, rx, rw, bf16,
+         need_x = x.requires_grad()](const std::vector<Tensor>& grads) {
+          const int64_t M = x_shape[0];
+          const Operand ox = bf16 ? Operand{x_shape[0], x_shape[1], nullptr, rx.get()} : operand(sx, nullptr);
           std::vector<Tensor> d(saved_w.size() + 1);
-          if (need_x) d[0] = Tensor::empty(sx.shape(), sx.dtype());
+          if (need_x) d[0] = Tensor::empty(x_shape, dtype);
           // Last weight first: the order in which the tape adds the gradients of separate
           // products recorded in list order, so that dx keeps their bits.
           for (size_t i = saved_w.size(); i-- > 0;) {
@@ -124,12 +136,12 @@ std::vector<Tensor> shared_input_linear(const Tensor& x, const std::vector<Tenso
             constexpr bool kPlain = false, kTransposed = true;
             // dx (+)= dy_i W_i: [M, N_i] x [N_i, K].
             if (need_x && M > 0)
-              product({&g, rg.get()}, kPlain, {&saved_w[i], rw[i].get()}, kPlain, d[0],
+              product(operand(g, rg.get()), kPlain, operand(saved_w[i], rw[i].get()), kPlain, d[0],
                       i + 1 == saved_w.size() ? Into::overwrite : Into::accumulate);
             // dW_i = dy_i^T x: [N_i, M] x [M, K] (zeros for M = 0, an empty sum).
             if (need_w[i]) {
-              d[i + 1] = Tensor::empty(saved_w[i].shape(), sx.dtype());
-              product({&g, rg.get()}, kTransposed, {&sx, rx.get()}, kPlain, d[i + 1], Into::overwrite);
+              d[i + 1] = Tensor::empty(saved_w[i].shape(), dtype);
+              product(operand(g, rg.get()), kTransposed, ox, kPlain, d[i + 1], Into::overwrite);
             }
           }
           return d;
