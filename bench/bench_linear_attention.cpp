@@ -143,11 +143,13 @@ void print_times(const char* name, int64_t T, const double* ms32, const double* 
 // 2.4 for the delta rules (forward 6CKV + 2C^2(3K+2V) + 2/3 C^3, backward
 // 16CKV + 2C^2(9K+5V) + 4C^3). kda: the gated delta rule's count plus its per-channel
 // decay work (ALGORITHMS.md 2.7), for each of the six decayed pair products (two forward,
-// four backward) with sub-chunks of 16: the elementwise diagonal blocks, C (16 + 1) / 2
-// pairs x K channels at 4 FLOPs (exp counted as one, two multiplies, one add), and the
-// reference-row rescales, (C^2 / 32 + C) x K elements at 2 FLOPs (exp and multiply).
+// four backward) with sub-chunks of S = kKdaSubChunk rows: the elementwise diagonal blocks,
+// C (S + 1) / 2 pairs x K channels at 4 FLOPs (exp counted as one, two multiplies, one add),
+// and the reference-row rescales, (C^2 / (2 S) + C) x K elements at 2 FLOPs (exp and multiply).
 // With grouped q/k heads (kGroups), the products of q and k alone with C x C matrices
 // (2C^2K forward, 6C^2K backward) are counted once per group, not per head.
+constexpr double kKdaSubChunk = 8;  // chunk_kda_cpu.cpp's kSub
+
 bool decayed(const std::string& op) { return op == "linear_attn" || op == "simple_gla"; }
 
 int64_t qk_heads(const std::string& op) { return decayed(op) && kGroups > 0 ? kGroups : kH; }
@@ -161,7 +163,8 @@ double flops_per_chunk(const std::string& op) {
   const double delta = (6 * C * K * V + 2 * C * C * (3 * K + 2 * V) + 2.0 / 3.0 * C * C * C) +
                        (16 * C * K * V + 2 * C * C * (9 * K + 5 * V) + 4 * C * C * C);
   if (op != "kda") return delta;
-  return delta + 6 * (4 * C * (16 + 1) / 2 * K + 2 * (C * C / 32 + C) * K);
+  const double S = kKdaSubChunk;
+  return delta + 6 * (4 * C * (S + 1) / 2 * K + 2 * (C * C / (2 * S) + C) * K);
 }
 
 struct Inputs {
