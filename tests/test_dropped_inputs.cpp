@@ -13,6 +13,7 @@
 #include "lat/lat.h"
 #include "lat/linear_attention.h"
 #include "layers/fused/shared_input_linear.h"
+#include "layers/fused/short_conv.h"
 
 namespace lat {
 namespace {
@@ -107,6 +108,12 @@ TEST(DroppedInputs, InitialStateIsKeptByTheChunkKernels) {
       "chunk_kda with initial_state",
       [](const auto& x) { return chunk_kda(x[0], x[1], x[2], x[3], x[4], {}, x[5], false, kL2Norm, kChunk).o; },
       {kQK, kQK, kV, kKeyDecay, kBeta, state});
+}
+
+TEST(DroppedInputs, ShortConvolutionRecomputesFromItsInput) {
+  expect_same_gradients(
+      "short_conv", [](const auto& x) { return short_conv(x[0], x[1], x[2], {}, x[3]); },
+      {{{B, T, 24}, -1.0, 1.0}, {{24, 1, 4}, -1.0, 1.0}, {{B, 3, 24}, -1.0, 1.0}, {{24}, -1.0, 1.0}});
 }
 
 TEST(DroppedInputs, ProductsKeepTheirOperandsInEveryPrecision) {

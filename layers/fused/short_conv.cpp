@@ -12,7 +12,6 @@
 #include "layers/fused/short_conv.h"
 
 #include <algorithm>
-#include <cassert>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -114,28 +113,26 @@ void gather_inputs(const ConvArgs<S>& a, int64_t b, int64_t t, const S** rows) {
   for (int64_t k = 0; k < a.W; ++k) rows[k] = a.input(b, t, k);
 }
 
-// y [B, T, D]; sig [B, T, D], sigmoid(pre) for the backward, or nullptr when not wanted.
+// pre (before the SiLU) of row bt for the channels [c0, c1): the taps' sum plus the bias.
 template <class S>
-void conv_forward(const ConvArgs<S>& a, S* y, S* sig) {
+inline void pre_activation(const ConvArgs<S>& a, int64_t bt, int64_t c0, int64_t c1, const S** rows, S* out) {
+  gather_inputs(a, bt / a.T, bt % a.T, rows);
+  tap_sum(rows, a.wt.data(), a.D, a.W, c0, c1, out);
+  if (a.bias != nullptr)
+    for (int64_t c = c0; c < c1; ++c) out[c] += a.bias[c];
+}
+
+// y [B, T, D] = silu(pre).
+template <class S>
+void conv_forward(const ConvArgs<S>& a, S* y) {
 #pragma omp parallel if (a.B * a.T * a.D > 32768)
   {
     std::vector<const S*> rows(static_cast<size_t>(a.W));
 #pragma omp for
     for (int64_t bt = 0; bt < a.B * a.T; ++bt) {
-      gather_inputs(a, bt / a.T, bt % a.T, rows.data());
       S* out = y + bt * a.D;
-      tap_sum(rows.data(), a.wt.data(), a.D, a.W, 0, a.D, out);
-      if (a.bias != nullptr)
-        for (int64_t c = 0; c < a.D; ++c) out[c] += a.bias[c];
-      if (sig == nullptr) {
-        for (int64_t c = 0; c < a.D; ++c) out[c] *= cpu::fast_sigmoid(out[c]);
-      } else {
-        S* s = sig + bt * a.D;
-        for (int64_t c = 0; c < a.D; ++c) {
-          s[c] = cpu::fast_sigmoid(out[c]);
-          out[c] *= s[c];
-        }
-      }
+      pre_activation(a, bt, 0, a.D, rows.data(), out);
+      for (int64_t c = 0; c < a.D; ++c) out[c] *= cpu::fast_sigmoid(out[c]);
     }
   }
 }
@@ -165,11 +162,10 @@ void dweight_blocks(const ConvArgs<S>& a, const S* dpre, int64_t r0, int64_t r1,
   }
 }
 
-// From the forward's y and sig = sigmoid(pre) and from dy, all [B, T, D]: dx [B, T, D],
-// dweight [D, 1, W], dstate [B, W-1, D] and dbias [D] (nullptr when not wanted).
+// From dy [B, T, D]: dx [B, T, D], dweight [D, 1, W], dstate [B, W-1, D] and dbias [D]
+// (nullptr when not wanted).
 template <class S>
-void conv_backward(const ConvArgs<S>& a, const S* y, const S* sig, const S* dy, S* dx, S* dweight, S* dstate,
-                   S* dbias) {
+void conv_backward(const ConvArgs<S>& a, const S* dy, S* dx, S* dweight, S* dstate, S* dbias) {
   const int64_t B = a.B, T = a.T, D = a.D, W = a.W;
   // Each element of dpre is written before it is read, so the buffer starts uninitialized
   // (a std::vector would zero it in a pass of its own).
@@ -180,9 +176,10 @@ void conv_backward(const ConvArgs<S>& a, const S* y, const S* sig, const S* dy, 
   // order. That is the order two threads have always used; it is now the order for every
   // thread count, so 2-thread runs keep their bits and 1 or N threads give the same ones.
   // Threads split (half, block of channels); each first writes the block's dpre over its
-  // rows, dpre = dy * silu'(pre), silu'(p) = s (1 + p (1 - s)) = s + y (1 - s) with the
-  // forward's s = sigmoid(pre) and y = pre s (no recomputation of the taps or of the
-  // sigmoid, the costliest part), then sums it while it is in cache.
+  // rows, dpre = dy * silu'(pre), silu'(p) = s (1 + p (1 - s)) = s + y (1 - s) with
+  // s = sigmoid(pre) and y = pre s recomputed from x as the forward computed them (the same
+  // bits; keeping them would hold two [B, T, D] tensors per convolution from the forward to
+  // the backward), then sums it while it is in cache.
   const int64_t rows = B * T, parts = B * T * D * W > 65536 ? 2 : 1, part_rows = (rows + parts - 1) / parts;
   using V = typename Simd<S>::V;
   constexpr int64_t kChannels = 8 * Simd<S>::L;
@@ -193,10 +190,15 @@ void conv_backward(const ConvArgs<S>& a, const S* y, const S* sig, const S* dy, 
     for (int64_t cb = 0; cb < channel_blocks; ++cb) {
       const int64_t c0 = cb * kChannels, c1 = std::min(D, c0 + kChannels);
       const int64_t r0 = p * part_rows, r1 = std::min(rows, (p + 1) * part_rows);
+      std::vector<const S*> taps(static_cast<size_t>(W));
       for (int64_t bt = r0; bt < r1; ++bt) {
         S* d = dpre.get() + bt * D;
-        const S *g = dy + bt * D, *s = sig + bt * D, *o = y + bt * D;
-        for (int64_t c = c0; c < c1; ++c) d[c] = g[c] * (s[c] + o[c] * (S(1) - s[c]));
+        const S* g = dy + bt * D;
+        pre_activation(a, bt, c0, c1, taps.data(), d);  // pre, overwritten by dpre below
+        for (int64_t c = c0; c < c1; ++c) {
+          const S s = cpu::fast_sigmoid(d[c]), y = d[c] * s;
+          d[c] = g[c] * (s + y * (S(1) - s));
+        }
       }
       S* dw = partial.data() + p * W * D;
       int64_t c = c0;
@@ -251,35 +253,25 @@ short_conv_cuda::Args cuda_args(const Tensor& x, const Tensor& weight, const Ten
 }
 #endif
 
-// Whether the forward also writes sigmoid(pre), which a recorded call keeps for the backward
-// together with y.
-enum class Keep { nothing, sigmoid };
-
-struct ForwardResult {
-  Tensor y;
-  Tensor sig;  // sigmoid(pre) [B, T, D] on the CPU with Keep::sigmoid, else undefined
-};
-
 // starts: i64 [T] on x's device, the first token of each token's sequence, or undefined.
 template <class S>
-ForwardResult forward_typed(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& state,
-                            const Tensor& starts, Keep keep) {
-  ForwardResult r{Tensor::empty(x.shape(), x.dtype(), x.device()), {}};
+Tensor forward_typed(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& state,
+                     const Tensor& starts) {
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
 #ifdef LAT_WITH_CUDA
   if (x.device().is_cuda()) {
-    short_conv_cuda::forward(cuda_args(x, weight, bias, state, starts), r.y.data<float>());
-    return r;
+    short_conv_cuda::forward(cuda_args(x, weight, bias, state, starts), y.data<float>());
+    return y;
   }
 #endif
-  if (keep == Keep::sigmoid) r.sig = Tensor::empty(x.shape(), x.dtype(), x.device());
-  conv_forward(make_args<S>(x, weight, bias, state, starts), r.y.data<S>(), r.sig.defined() ? r.sig.data<S>() : nullptr);
-  return r;
+  conv_forward(make_args<S>(x, weight, bias, state, starts), y.data<S>());
+  return y;
 }
 
-// f: the recorded forward's result (f.sig undefined on CUDA, whose kernel recomputes it).
+// The backward recomputes pre from x (on CUDA as well), so the node keeps the inputs only.
 template <class S>
 std::vector<Tensor> backward_typed(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& state,
-                                   const Tensor& starts, const ForwardResult& f, const Tensor& dy) {
+                                   const Tensor& starts, const Tensor& dy) {
   Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
   Tensor dweight = Tensor::empty(weight.shape(), weight.dtype(), weight.device());
   Tensor dstate = state.defined() ? Tensor::empty(state.shape(), state.dtype(), state.device()) : Tensor();
@@ -292,10 +284,8 @@ std::vector<Tensor> backward_typed(const Tensor& x, const Tensor& weight, const 
     return {dx, dweight, dstate, dbias};
   }
 #endif
-  assert(f.sig.defined());  // recorded forwards keep it on the CPU
-  conv_backward(make_args<S>(x, weight, bias, state, starts), f.y.data<S>(), f.sig.data<S>(), dy.data<S>(),
-                dx.data<S>(), dweight.data<S>(), dstate.defined() ? dstate.data<S>() : nullptr,
-                dbias.defined() ? dbias.data<S>() : nullptr);
+  conv_backward(make_args<S>(x, weight, bias, state, starts), dy.data<S>(), dx.data<S>(), dweight.data<S>(),
+                dstate.defined() ? dstate.data<S>() : nullptr, dbias.defined() ? dbias.data<S>() : nullptr);
   return {dx, dweight, dstate, dbias};
 }
 
@@ -344,19 +334,16 @@ Tensor short_conv(const Tensor& x, const Tensor& weight, const Tensor& initial_s
     const std::vector<int64_t> first = sequence_starts(offsets);
     starts = Tensor::from_vector(first, {x.size(1)}).to(x.device());
   }
-  const bool grad = needs_grad({&x, &weight, &initial_state, &bias});
-  const Keep keep = grad ? Keep::sigmoid : Keep::nothing;
-  const ForwardResult f = x.dtype() == DType::f32
-                              ? forward_typed<float>(x, weight, bias, initial_state, starts, keep)
-                              : forward_typed<double>(x, weight, bias, initial_state, starts, keep);
-  if (grad) {
-    record(op, {x, weight, initial_state, bias}, {f.y},
-           [x, weight, bias, initial_state, starts, f](const std::vector<Tensor>& g) {
-             return x.dtype() == DType::f32 ? backward_typed<float>(x, weight, bias, initial_state, starts, f, g[0])
-                                            : backward_typed<double>(x, weight, bias, initial_state, starts, f, g[0]);
+  const Tensor y = x.dtype() == DType::f32 ? forward_typed<float>(x, weight, bias, initial_state, starts)
+                                            : forward_typed<double>(x, weight, bias, initial_state, starts);
+  if (needs_grad({&x, &weight, &initial_state, &bias})) {
+    record(op, {x, weight, initial_state, bias}, {y},
+           [x, weight, bias, initial_state, starts](const std::vector<Tensor>& g) {
+             return x.dtype() == DType::f32 ? backward_typed<float>(x, weight, bias, initial_state, starts, g[0])
+                                            : backward_typed<double>(x, weight, bias, initial_state, starts, g[0]);
            });
   }
-  return f.y;
+  return y;
 }
 
 Tensor short_conv_step(const Tensor& x_t, const Tensor& weight, Tensor& conv_state, const Tensor& bias) {
