@@ -134,6 +134,7 @@ constexpr int64_t kRandomVocab = 65;  // tiny Shakespeare's character count
 constexpr int64_t kMaxSteps = 100000;  // --steps and --decode-steps
 // Tokens per step of the long-context rows: batch = this / block (1 from this block on).
 constexpr int64_t kLongContextTokens = 16384;
+constexpr int64_t kSizedChunk = 64;  // model.linear.chunk_size of the preset and long-context rows
 
 /// The command-line flags, with their defaults.
 struct Options {
@@ -234,12 +235,12 @@ Tensor random_ids(int64_t n, int64_t vocab, lat::Generator& gen) {
 }
 
 /// Comma-separated integers, each in [1, max]. Throws std::invalid_argument naming `flag`.
-std::vector<int64_t> parse_int_list(const std::string& text, const char* flag, int64_t max) {
+std::vector<int64_t> parse_int_list(const std::string& text, const char* flag, int64_t max, int64_t min = 1) {
   std::vector<int64_t> out;
   size_t start = 0;
   while (start <= text.size()) {
     const size_t end = std::min(text.find(',', start), text.size());
-    out.push_back(lat::bench::parse_int_flag(text.substr(start, end - start), flag, 1, max));
+    out.push_back(lat::bench::parse_int_flag(text.substr(start, end - start), flag, min, max));
     start = end + 1;
   }
   return out;
@@ -284,7 +285,13 @@ Options parse_options(int argc, char** argv) {
     else if (arg == "--preset") o.preset = value();
     else if (arg == "--long-context") o.long_context = true;
     else if (arg == "--blocks") {
-      o.blocks = parse_int_list(value(), "--blocks", kLongContextTokens);
+      // At least a chunk (shorter blocks pad every sequence to one: up to 64x the activations
+      // of the tokens), and dividing the step's tokens, so that every row trains on as many.
+      o.blocks = parse_int_list(value(), "--blocks", kLongContextTokens, kSizedChunk);
+      for (const int64_t block : o.blocks)
+        if (kLongContextTokens % block != 0)
+          throw std::invalid_argument("--blocks: expected divisors of " + std::to_string(kLongContextTokens) +
+                                      " (the tokens of every step), got " + std::to_string(block));
       o.long_context = true;
     }
     else if (arg == "--precision") {
@@ -315,7 +322,8 @@ Options parse_options(int argc, char** argv) {
                   "  25M = d_model 512, layers gdn,gdn,gdn,attn x 2, 8 heads of 64, block 512, batch 4, chunk 64;\n"
                   "  100M = d_model 768, layers gdn,gdn,gdn,attn x 3, 12 heads of 64, block 1024, batch 4, chunk 64.\n"
                   "--long-context (implied by --blocks): at the 25M width, gdn x 8 and the 25M hybrid with an\n"
-                  "  attention window of 512, at each block of --blocks with batch x block = 16384 tokens.\n");
+                  "  attention window of 512, at each block of --blocks (divisors of 16384, at least 64) with\n"
+                  "  batch x block = 16384 tokens; training rows only (no generation or inference part).\n");
       std::exit(0);
     } else {
       throw std::invalid_argument("unknown argument '" + arg + "' (see --help)");
@@ -323,6 +331,9 @@ Options parse_options(int argc, char** argv) {
   }
   if (o.preset != "main" && o.preset != "25M" && o.preset != "100M")
     throw std::invalid_argument("--preset: unknown preset '" + o.preset + "' (main, 25M, 100M)");
+  if (o.long_context && o.preset != "main")
+    throw std::invalid_argument("--preset " + o.preset +
+                                " with --long-context: the long-context rows have their own sizes (the 25M width)");
   for (const std::string& m : o.models)
     if (m != "hybrid" && m != "hybrid-full" && m != "attention")
       throw std::invalid_argument("--models: unknown model '" + m + "' (hybrid, hybrid-full, attention)");
@@ -710,7 +721,7 @@ std::vector<std::string> sized_overrides(int64_t d_model, const std::string& lay
   const int64_t n_layers = static_cast<int64_t>(parse_name_list(layers).size());
   return {"model.d_model=" + std::to_string(d_model), "model.n_layers=" + std::to_string(n_layers),
           "model.n_heads=" + std::to_string(d_model / 64), "model.layers=\"" + layers + "\"",
-          "model.linear.chunk_size=64", "model.attn.window_size=" + std::to_string(window),
+          "model.linear.chunk_size=" + std::to_string(kSizedChunk), "model.attn.window_size=" + std::to_string(window),
           "data.block_size=" + std::to_string(block), "train.batch_size=" + std::to_string(batch),
           "train.grad_accum=1"};
 }
@@ -743,11 +754,11 @@ std::vector<TrainingRow> all_training_rows(const std::string& preset) {
 
 /// The long-context rows at the 25M width (d_model 512, 8 layers, 8 heads of 64): for each
 /// block of `blocks`, gdn only and the hybrid whose attention layers have a window of 512,
-/// at kLongContextTokens tokens per step (batch = that / block, at least 1).
+/// at kLongContextTokens tokens per step (batch = that / block).
 std::vector<TrainingRow> long_context_rows(const std::vector<int64_t>& blocks) {
   std::vector<TrainingRow> rows;
   for (int64_t block : blocks) {
-    const int64_t batch = std::max<int64_t>(1, kLongContextTokens / block);
+    const int64_t batch = kLongContextTokens / block;
     const std::string suffix = " block " + std::to_string(block);
     rows.push_back({"gdn" + suffix, "shakespeare_hybrid.yaml", sized_overrides(512, repeated("gdn", 8), block, batch, 0)});
     rows.push_back({"hybrid-swa" + suffix, "shakespeare_hybrid.yaml",
@@ -1144,9 +1155,10 @@ int main(int argc, char** argv) {
     if (options.threads > 0) lat::set_num_threads(options.threads);
     std::printf("bench_model: configs from %s; OpenMP threads %d (omp_get_max_threads); load average %s\n%s\n\n",
                 config_dir.c_str(), omp_get_max_threads(), load_average().c_str(), wait_policy.c_str());
-    if (!options.skip_generate) run_generation(config_dir, options);
+    // The long-context rows are a training measurement of their own.
+    if (!options.skip_generate && !options.long_context) run_generation(config_dir, options);
     if (!options.skip_train) run_training(config_dir, options);
-    if (!options.skip_inference) run_inference_under_load(config_dir, options);
+    if (!options.skip_inference && !options.long_context) run_inference_under_load(config_dir, options);
     std::printf("load average at the end: %s\n", load_average().c_str());
   } catch (const std::invalid_argument& e) {  // bad usage, as lat's own exit code 2
     std::fprintf(stderr, "error: %s\n", e.what());

@@ -57,7 +57,7 @@ compile; median ms per forward+backward. Its lat peer is build/bench/bench_linea
 --op kda --op gated_delta_rule --T 2048 (B 4, H 4, K = V = 64, C 64).
 Run it with the interop virtualenv (make interop-venv): .venv-interop/bin/python
 bench/bench_torch_peer.py --threads 1; compare with build/bench/bench_model --skip-generate
---models hybrid --threads 1 run right after (this VM's speed drifts between periods).
+--skip-inference --rows hybrid --threads 1 run right after (this VM's speed drifts between periods).
 """
 import argparse
 import math

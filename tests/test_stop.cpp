@@ -205,6 +205,21 @@ TEST_F(StopTest, AStepLargerThanTheMemoryIsRefusedNamingTheKeysThatMakeItLarge) 
                              "train.batch_size (1), model.d_model (16) or model.n_layers (2) smaller"});
 }
 
+// A block shorter than a chunk is padded to chunk rows (16 at least) inside the linear
+// mixers' kernels: 16384 sequences of 1 token hold as much there as 16384 of 16.
+TEST_F(StopTest, TheEstimateCountsTheChunkPaddingOfShortBlocks) {
+  Config one = parse_config(mqar_config(dir_, 64, "  batch_size: 1\n"), "run.yaml");
+  Config sixteen = one;
+  one.data.block_size = 1;
+  sixteen.data.block_size = 16;
+  // The same 16384 tokens: the gdn layer's share 16 times larger at block 1 (its chunks are
+  // 16 rows of 1 token), attention's and the MLP's the same.
+  const double a1 = estimate_step_memory(one, 64, 16384).activations;
+  const double a16 = estimate_step_memory(sixteen, 64, 1024).activations;
+  EXPECT_GT(a1, 2.0 * a16);
+  EXPECT_LT(a1, 16.0 * a16);
+}
+
 TEST_F(StopTest, TrainRefusesAStepBeyondTheMemoryBeforeTouchingIt) {
   // 2^20 tokens x 1024 rows, and a 2^24 vocabulary: terabytes on any machine.
   struct Case {

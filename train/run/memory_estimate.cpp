@@ -12,6 +12,7 @@
 #include <tuple>
 #include <vector>
 
+#include "layers/linear_attention/common.h"
 #include "layers/swiglu.h"
 #include "train/text/format.h"
 
@@ -151,6 +152,15 @@ double mixer_activations(const std::string& kind, const ModelConfig& m, const Wi
   return projections + convs + kernel + 3 * vv + w.D;
 }
 
+/// How many rows a linear mixer's chunk kernel holds per token of a block: the block rounded
+/// up to whole chunks (linear_attention::chunk_rows) over the block; 1 for attn and mla.
+double chunk_padding(const std::string& kind, const ModelConfig& m, int64_t block) {
+  if (kind == "attn" || kind == "mla" || block < 1) return 1.0;
+  const int64_t chunk = kind == "mamba2" ? m.mamba.chunk_size : m.linear.chunk_size;
+  const int64_t rows = linear_attention::chunk_rows(static_cast<int>(std::max<int64_t>(chunk, 1)), block);
+  return static_cast<double>((block + rows - 1) / rows * rows) / static_cast<double>(block);
+}
+
 // The process's peak resident memory so far: libraries, thread pools, the loaded data.
 double resident_bytes() {
   rusage usage{};
@@ -173,7 +183,7 @@ StepMemory estimate_step_memory(const Config& config, int64_t vocab_size, int64_
   double per_token = 3 * w.D, largest_layer = 0, mla_per_token = 0;
   for (const std::string& kind : layer_mixers(m)) {
     parameters += mixer_parameters(kind, m, w) + 3 * w.D * w.F + 2 * w.D;
-    const double mixer = mixer_activations(kind, m, w);
+    const double mixer = mixer_activations(kind, m, w) * chunk_padding(kind, m, config.data.block_size);
     if (kind == "mla") mla_per_token += mixer;
     // Two norms (sum, output), SwiGLU's gate, up and product, its output.
     const double layer = mixer + 4 * w.D + 3 * w.F + w.D;
