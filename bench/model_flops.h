@@ -53,6 +53,25 @@ inline ModelFlops attention_flops(int64_t T, int64_t W, int64_t H, int64_t K, in
   return {h * pairs_per_token * (2.0 * k + 2.0 * v), h * pairs_per_token * (6.0 * k + 4.0 * v)};
 }
 
+/// The C^2 K coefficients of a chunk kernel's forward and backward (the pair products of
+/// queries and keys), which is where the delta rule's and KDA's counts differ.
+struct PairProducts {
+  double forward, backward;
+};
+
+/// A chunkwise delta-rule kernel in the WY form per token, H value heads, per chunk of C rows
+/// (T padded to whole chunks): `pairs` C^2 K, plus forward 4 C^2 V + 6 C K V + C^3 / 3 and
+/// backward 10 C^2 V + 16 C K V + C^3 / 3 (the terms delta_rule_flops and kda_flops spell out).
+inline ModelFlops wy_chunk_flops(int64_t T, int64_t C, int64_t H, int64_t K, int64_t V, PairProducts pairs) {
+  const double c = static_cast<double>(C), k = static_cast<double>(K), v = static_cast<double>(V);
+  const double chunks_per_token = static_cast<double>((T + C - 1) / C) / static_cast<double>(T);
+  const double inverse = c * c * c / 3.0;
+  const double forward = pairs.forward * c * c * k + 4.0 * c * c * v + 6.0 * c * k * v + inverse;
+  const double backward = pairs.backward * c * c * k + 10.0 * c * c * v + 16.0 * c * k * v + inverse;
+  const double scale = static_cast<double>(H) * chunks_per_token;
+  return {scale * forward, scale * backward};
+}
+
 /// The chunkwise (gated) delta rule per token, H value heads, ALGORITHMS.md 2.4 as
 /// chunk_gated_delta_rule_cpu.cpp computes it, per chunk of C rows (T padded to whole chunks):
 ///   forward  A = K K^T, W = T (beta gamma K), Q K^T: 3 x 2 C^2 K;  U = T (beta V), (Q K^T) V_new:
@@ -64,13 +83,7 @@ inline ModelFlops attention_flops(int64_t T, int64_t W, int64_t H, int64_t K, in
 ///            T^T [dW | dU] and dA (2 x 2 C^2 (K + V)), the WY term of dK (2 C^2 K), T again
 ///            (C^3 / 3): 16 C^2 K + 10 C^2 V + 16 C K V + C^3 / 3 per chunk.
 inline ModelFlops delta_rule_flops(int64_t T, int64_t C, int64_t H, int64_t K, int64_t V) {
-  const double c = static_cast<double>(C), k = static_cast<double>(K), v = static_cast<double>(V);
-  const double chunks_per_token = static_cast<double>((T + C - 1) / C) / static_cast<double>(T);
-  const double inverse = c * c * c / 3.0;
-  const double forward = 6.0 * c * c * k + 4.0 * c * c * v + 6.0 * c * k * v + inverse;
-  const double backward = 16.0 * c * c * k + 10.0 * c * c * v + 16.0 * c * k * v + inverse;
-  const double scale = static_cast<double>(H) * chunks_per_token;
-  return {scale * forward, scale * backward};
+  return wy_chunk_flops(T, C, H, K, V, {.forward = 6.0, .backward = 16.0});
 }
 
 /// Chunkwise KDA per token, H heads, ALGORITHMS.md 2.7 as chunk_kda_cpu.cpp computes it, per
@@ -87,13 +100,7 @@ inline ModelFlops delta_rule_flops(int64_t T, int64_t C, int64_t H, int64_t K, i
 ///            dW = -dV_new S^T (2 C K V), T^T [dW | dU] and dA (2 x 2 C^2 (K + V)), through A's
 ///            pairs dk twice (2 C^2 K - 2 C K): 12 C^2 K + 10 C^2 V + 16 C K V + C^3 / 3 per chunk.
 inline ModelFlops kda_flops(int64_t T, int64_t C, int64_t H, int64_t K, int64_t V) {
-  const double c = static_cast<double>(C), k = static_cast<double>(K), v = static_cast<double>(V);
-  const double chunks_per_token = static_cast<double>((T + C - 1) / C) / static_cast<double>(T);
-  const double inverse = c * c * c / 3.0;
-  const double forward = 4.0 * c * c * k + 4.0 * c * c * v + 6.0 * c * k * v + inverse;
-  const double backward = 12.0 * c * c * k + 10.0 * c * c * v + 16.0 * c * k * v + inverse;
-  const double scale = static_cast<double>(H) * chunks_per_token;
-  return {scale * forward, scale * backward};
+  return wy_chunk_flops(T, C, H, K, V, {.forward = 4.0, .backward = 12.0});
 }
 
 /// The chunkwise decayed linear attention per token (chunk_simple_gla_cpu.cpp, ALGORITHMS.md

@@ -9,9 +9,9 @@
 #include <limits>
 #include <map>
 #include <string>
-#include <type_traits>
 
 #include "autograd/cuda/blas.h"
+#include "autograd/dynamic_library.h"
 #include "autograd/cuda/cuda_check.h"
 #include "autograd/cuda/cuda_memory.h"
 #include "autograd/cuda/launch.cuh"
@@ -67,16 +67,13 @@ void* open_cublas() {
 const CublasApi& cublas() {
   static const CublasApi loaded = [] {
     void* lib = open_cublas();
+    const std::string name = "cuda: " + cublas_soname();
     CublasApi api;
-    auto resolve = [&](auto& fn, const char* name) {
-      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, name));
-      LAT_CHECK(fn != nullptr, "cuda: " << cublas_soname() << " has no " << name);
-    };
-    resolve(api.create, "cublasCreate_v2");
-    resolve(api.set_stream, "cublasSetStream_v2");
-    resolve(api.gemm_strided_batched_ex, "cublasGemmStridedBatchedEx");
-    resolve(api.status_name, "cublasGetStatusName");
-    resolve(api.status_string, "cublasGetStatusString");
+    resolve_symbol(lib, "cublasCreate_v2", name, api.create);
+    resolve_symbol(lib, "cublasSetStream_v2", name, api.set_stream);
+    resolve_symbol(lib, "cublasGemmStridedBatchedEx", name, api.gemm_strided_batched_ex);
+    resolve_symbol(lib, "cublasGetStatusName", name, api.status_name);
+    resolve_symbol(lib, "cublasGetStatusString", name, api.status_string);
     return api;
   }();
   return loaded;

@@ -10,9 +10,9 @@
 
 #include <cstring>
 #include <string>
-#include <type_traits>
 
 #include "autograd/cuda/stream.h"
+#include "autograd/dynamic_library.h"
 #include "train/distributed/buckets.h"
 #endif
 
@@ -36,15 +36,12 @@ const Api& api() {
     if (lib == nullptr) lib = dlopen("libnccl.so", RTLD_NOW | RTLD_GLOBAL);
     LAT_CHECK(lib != nullptr, "nccl: cannot load libnccl.so.2 (" << dlerror()
                                   << "): install NCCL or add its directory to LD_LIBRARY_PATH");
+    const std::string name = "nccl: libnccl.so.2";
     Api a;
-    auto resolve = [&](auto& fn, const char* name) {
-      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, name));
-      LAT_CHECK(fn != nullptr, "nccl: libnccl.so.2 has no " << name);
-    };
-    resolve(a.get_unique_id, "ncclGetUniqueId");
-    resolve(a.comm_init_rank, "ncclCommInitRank");
-    resolve(a.all_reduce, "ncclAllReduce");
-    resolve(a.error_string, "ncclGetErrorString");
+    resolve_symbol(lib, "ncclGetUniqueId", name, a.get_unique_id);
+    resolve_symbol(lib, "ncclCommInitRank", name, a.comm_init_rank);
+    resolve_symbol(lib, "ncclAllReduce", name, a.all_reduce);
+    resolve_symbol(lib, "ncclGetErrorString", name, a.error_string);
     return a;
   }();
   return loaded;
