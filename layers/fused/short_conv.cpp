@@ -177,9 +177,9 @@ void conv_backward(const ConvArgs<S>& a, const S* dy, S* dx, S* dweight, S* dsta
   // thread count, so 2-thread runs keep their bits and 1 or N threads give the same ones.
   // Threads split (half, block of channels); each first writes the block's dpre over its
   // rows, dpre = dy * silu'(pre), silu'(p) = s (1 + p (1 - s)) = s + y (1 - s) with
-  // s = sigmoid(pre) and y = pre s recomputed from x as the forward computed them (the same
-  // bits; keeping them would hold two [B, T, D] tensors per convolution from the forward to
-  // the backward), then sums it while it is in cache.
+  // s = sigmoid(pre) and y = pre s recomputed from x by the forward's own functions (keeping
+  // them would hold two [B, T, D] tensors per convolution from the forward to the backward),
+  // then sums it while it is in cache.
   const int64_t rows = B * T, parts = B * T * D * W > 65536 ? 2 : 1, part_rows = (rows + parts - 1) / parts;
   using V = typename Simd<S>::V;
   constexpr int64_t kChannels = 8 * Simd<S>::L;
