@@ -195,6 +195,11 @@ TEST(KimiConfig, KeysLatCannotHonourAreNamedWithTheirValues) {
   expect_error([&] { lat::model_config_from_hf(j, "d/config.json"); },
                {"linear_attn_config.full_attn_layers: 0 (expected a layer number in [1, 3], 1-based); "
                 "linear_attn_config: layer 2 (1-based) is in neither kda_layers nor full_attn_layers"});
+  j = kimi_json(kKimiShape);
+  j["linear_attn_config"] = {{"kda_layers", {1, 2, 3}}, {"full_attn_layers", {2}}};
+  j.erase("layer_types");
+  expect_error([&] { lat::model_config_from_hf(j, "d/config.json"); },
+               {"linear_attn_config: layer 2 (1-based) is in both kda_layers and full_attn_layers"});
   // Without num_attention_heads the head count is transformers' default, which the error says,
   // so that the missing key is found rather than the key/value head count changed.
   j = kimi_json(kKimiShape);

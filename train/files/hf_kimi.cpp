@@ -100,7 +100,11 @@ void place_layers(HfConfigReader& r, const nlohmann::json& list, const std::stri
                 std::to_string(count) + "], 1-based)");
       continue;
     }
-    kinds[static_cast<size_t>(n.get<int64_t>() - 1)] = kind;
+    std::string& placed = kinds[static_cast<size_t>(n.get<int64_t>() - 1)];
+    if (!placed.empty() && placed != kind)
+      r.problem("linear_attn_config: layer " + std::to_string(n.get<int64_t>()) +
+                " (1-based) is in both kda_layers and full_attn_layers");
+    placed = kind;
   }
 }
 
