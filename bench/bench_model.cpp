@@ -270,7 +270,10 @@ Options parse_options(int argc, char** argv) {
     const std::string arg = argv[i];
     auto value = [&]() -> std::string {
       if (i + 1 >= argc) throw std::invalid_argument(arg + ": expected a value");
-      return argv[++i];
+      const std::string next = argv[i + 1];
+      if (next.rfind("--", 0) == 0) throw std::invalid_argument(arg + ": expected a value, got the flag '" + next + "'");
+      ++i;
+      return next;
     };
     if (arg == "--config-dir") o.config_dir = value();
     else if (arg == "--contexts") o.contexts = parse_int_list(value(), "--contexts", kMaxContext);
@@ -288,6 +291,10 @@ Options parse_options(int argc, char** argv) {
       // At least a chunk (shorter blocks pad every sequence to one: up to 64x the activations
       // of the tokens), and dividing the step's tokens, so that every row trains on as many.
       o.blocks = parse_int_list(value(), "--blocks", kLongContextTokens, kSizedChunk);
+      for (size_t b = 0; b < o.blocks.size(); ++b)
+        if (std::find(o.blocks.begin(), o.blocks.begin() + static_cast<std::ptrdiff_t>(b), o.blocks[b]) !=
+            o.blocks.begin() + static_cast<std::ptrdiff_t>(b))
+          throw std::invalid_argument("--blocks: " + std::to_string(o.blocks[b]) + " given twice");
       for (const int64_t block : o.blocks)
         if (kLongContextTokens % block != 0)
           throw std::invalid_argument("--blocks: expected divisors of " + std::to_string(kLongContextTokens) +
