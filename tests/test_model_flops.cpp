@@ -22,6 +22,13 @@ lat::HybridLMConfig tiny_config() {
   return c;
 }
 
+/// The FLOPs per token of a model built from `c` at sequences of 6 tokens, the hand counts' T.
+std::optional<lat::bench::ModelFlops> flops_at_six_tokens(const lat::HybridLMConfig& c) {
+  lat::Generator gen(1);
+  const lat::HybridLM model(c, gen);
+  return training_flops_per_token(model, 6);
+}
+
 TEST(ModelFlops, AttendedPairsCountTheCausalWindow) {
   EXPECT_EQ(attended_pairs(6, 0), 21.0);   // 1 + 2 + ... + 6
   EXPECT_EQ(attended_pairs(6, 3), 15.0);   // 1 + 2 + 3 + 3 + 3 + 3
@@ -31,9 +38,7 @@ TEST(ModelFlops, AttendedPairsCountTheCausalWindow) {
 }
 
 TEST(ModelFlops, TinyHybridMatchesTheHandCount) {
-  lat::Generator gen(1);
-  const lat::HybridLM model(tiny_config(), gen);
-  const std::optional<lat::bench::ModelFlops> flops = training_flops_per_token(model, 6);
+  const std::optional<lat::bench::ModelFlops> flops = flops_at_six_tokens(tiny_config());
   ASSERT_TRUE(flops.has_value());
 
   // Linear layers, in x out summed: gdn q, k, v, g (8x8 each), a, b (8x2 each), o (8x8);
@@ -57,9 +62,7 @@ TEST(ModelFlops, KdaMatchesTheHandCount) {
   lat::HybridLMConfig c = tiny_config();
   c.layers = {"kda"};
   c.mixer.expand_v = 2.0;  // K 4, V 8
-  lat::Generator gen(1);
-  const lat::HybridLM model(c, gen);
-  const std::optional<lat::bench::ModelFlops> flops = training_flops_per_token(model, 6);
+  const std::optional<lat::bench::ModelFlops> flops = flops_at_six_tokens(c);
   ASSERT_TRUE(flops.has_value());
 
   // Linear layers, in x out: q, k 8x8; v 8x16; the forget gate's f_a 8x4 and f_b 4x8; b 8x2;
@@ -91,9 +94,7 @@ TEST(ModelFlops, MlaMatchesTheHandCount) {
   c.mixer.mla.qk_nope_head_dim = 2;
   c.mixer.mla.qk_rope_head_dim = 2;
   c.mixer.mla.v_head_dim = 3;
-  lat::Generator gen(1);
-  const lat::HybridLM model(c, gen);
-  const std::optional<lat::bench::ModelFlops> flops = training_flops_per_token(model, 6);
+  const std::optional<lat::bench::ModelFlops> flops = flops_at_six_tokens(c);
   ASSERT_TRUE(flops.has_value());
 
   // Linear layers, in x out: q_a 8x3, q_b 3x8 (2 heads of 2 + 2), kv_a_proj_with_mqa 8x6
@@ -116,9 +117,7 @@ TEST(ModelFlops, Mamba2MatchesTheHandCount) {
   c.mixer.mamba.n_groups = 2;
   c.mixer.mamba.d_state = 3;
   c.mixer.mamba.chunk_size = 4;
-  lat::Generator gen(1);
-  const lat::HybridLM model(c, gen);
-  const std::optional<lat::bench::ModelFlops> flops = training_flops_per_token(model, 6);
+  const std::optional<lat::bench::ModelFlops> flops = flops_at_six_tokens(c);
   ASSERT_TRUE(flops.has_value());
 
   // Linear layers, in x out: in_proj 8x48 (z 16, x 16, B and C 2 groups of 3 each, dt 4),
