@@ -100,6 +100,16 @@ inline int chunk_rows(int chunk_size, int64_t T) {
 /// (fused_recurrent_*, CPU only but for KDA's).
 enum class Form { chunk, fused_recurrent };
 
+/// What a delta-rule or KDA tape node keeps of its `inputs` (q, k, v, g, beta and
+/// initial_state, all on one device) for a backward whose kernel params point into them (the
+/// tape keeps no intermediate alive): all of them, but for the CPU chunk kernels, which read
+/// their own chunked copies and, of the inputs, `initial_state` only.
+inline std::vector<Tensor> inputs_backward_reads(Form form, const std::vector<Tensor>& inputs,
+                                                 const Tensor& initial_state) {
+  const bool reads_copies = form == Form::chunk && inputs.front().device().is_cpu();
+  return reads_copies ? std::vector<Tensor>{initial_state} : inputs;
+}
+
 /// p + n, or null when p is null (an absent optional input or unwanted gradient).
 template <class T>
 T* offset_or_null(T* p, int64_t n) {

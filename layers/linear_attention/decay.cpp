@@ -89,10 +89,10 @@ LinearAttentionOutput run_decay(const char* op, Form form, const DecayInputs& ca
   std::vector<Tensor> outputs{o};
   if (final_state.defined()) outputs.push_back(final_state);
   // p points into the inputs, which the backward reads: the node keeps them.
-  const std::vector<Tensor> kept{in.q, in.k, in.v, in.g, in.initial_state};
-  record(op, {in.q, in.k, in.v, in.g, in.initial_state}, outputs,
+  const std::vector<Tensor> inputs{in.q, in.k, in.v, in.g, in.initial_state};
+  record(op, inputs, outputs,
          [form, device, p, spans = spans.spans, states = spans.states, saved = std::move(saved),
-          kept](const std::vector<Tensor>& grad_outputs) {
+          kept = inputs](const std::vector<Tensor>& grad_outputs) {
            Tensor dq = Tensor::empty({p.B, p.T, p.Hk, p.K}, DType::f32, device);
            Tensor dk = Tensor::empty({p.B, p.T, p.Hk, p.K}, DType::f32, device);
            Tensor dv = Tensor::empty({p.B, p.T, p.H, p.V}, DType::f32, device);

@@ -69,16 +69,11 @@ LinearAttentionOutput run_delta(const char* op, Form form, const DeltaInputs& in
 
   std::vector<Tensor> outputs{o};
   if (final_state.defined()) outputs.push_back(final_state);
-  // p points into the inputs: the node keeps those its backward reads. The CPU chunk kernel
-  // reads its own chunked copies and, of the inputs, the initial state only, so that q, k, v,
-  // g and beta are freed once no other node holds them.
-  const bool backward_reads_copies = form == Form::chunk && device.is_cpu();
-  const std::vector<Tensor> kept = backward_reads_copies
-                                       ? std::vector<Tensor>{in.initial_state}
-                                       : std::vector<Tensor>{in.q, in.k, in.v, in.g, in.beta, in.initial_state};
-  record(op, {in.q, in.k, in.v, in.g, in.beta, in.initial_state}, outputs,
+  // p points into the inputs: the node keeps those its backward reads.
+  const std::vector<Tensor> inputs{in.q, in.k, in.v, in.g, in.beta, in.initial_state};
+  record(op, inputs, outputs,
          [form, device, p, spans = spans.spans, states = spans.states, saved = std::move(saved),
-          kept](const std::vector<Tensor>& grad_outputs) {
+          kept = inputs_backward_reads(form, inputs, in.initial_state)](const std::vector<Tensor>& grad_outputs) {
            Tensor dq = Tensor::empty({p.B, p.T, p.H, p.K}, DType::f32, device);
            Tensor dk = Tensor::empty({p.B, p.T, p.H, p.K}, DType::f32, device);
            Tensor dv = Tensor::empty({p.B, p.T, p.H, p.V}, DType::f32, device);
